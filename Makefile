@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: BSD-2-Clause
+# Top-level entry points. Build trees:
+#   build/       normal build (CUDA when nvcc is found); CLI at build/bin/gpunvme
+#   build-asan/  C code under AddressSanitizer + UndefinedBehaviorSanitizer
+#   build-tsan/  C code under ThreadSanitizer (stress tests)
+#   build-fuzz/  libFuzzer targets (clang)
+JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 20
+CMAKE ?= cmake
+CTEST ?= ctest
+
+.PHONY: all build test test-asan test-tsan test-gpu fuzz fuzz-build demo bench clean
+
+all: build
+
+build:
+	$(CMAKE) -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	$(CMAKE) --build build -j $(JOBS)
+
+# Every suite that can run on this machine: unit + emulator conformance under
+# ASan/UBSan, the stress test under TSan, fuzz smoke runs, GPU tests (they
+# report "skipped" without a GPU).
+test: test-asan test-tsan fuzz test-gpu
+
+test-asan:
+	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGPUNVME_SANITIZE=address,undefined
+	$(CMAKE) --build build-asan -j $(JOBS)
+	cd build-asan && $(CTEST) --output-on-failure -j $(JOBS) -L 'unit|emu'
+
+test-tsan:
+	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUNVME_SANITIZE=thread
+	$(CMAKE) --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) --output-on-failure -L stress
+
+test-gpu: build
+	cd build && $(CTEST) --output-on-failure -L gpu
+
+fuzz-build:
+	CC=clang $(CMAKE) -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUNVME_FUZZ=ON -DGPUNVME_CUDA=OFF
+	$(CMAKE) --build build-fuzz -j $(JOBS)
+
+# make fuzz FUZZ_SECONDS=600 for a longer run
+fuzz: fuzz-build
+	cd build-fuzz && FUZZ_SECONDS=$(FUZZ_SECONDS) $(CTEST) --output-on-failure -L fuzz
+
+demo: build
+	./build/bin/gpunvme-emu-demo
+
+bench: build
+	./build/bin/bench_emu_null
+
+clean:
+	rm -rf build build-asan build-tsan build-fuzz
