@@ -1,0 +1,288 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* Internal structures of the NVMe controller emulator (see docs/emulator.md). */
+#ifndef GPUNVME_EMU_INTERNAL_H
+#define GPUNVME_EMU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gpunvme/emu.h"
+#include "gpunvme/nvme.h"
+
+/* Fixed controller properties. */
+#define EMU_SQES 6              /* log2(64): the only SQ entry size (Identify SQES 0x66) */
+#define EMU_CQES 4              /* log2(16) */
+#define EMU_MPSMAX 4            /* CAP.MPSMAX: 64 KiB memory pages */
+#define EMU_AERL 3              /* 0's based: 4 outstanding AERs */
+#define EMU_ACL 3               /* 0's based abort command limit */
+#define EMU_ERRLOG_ENTRIES 64   /* Identify ELPE + 1 */
+#define EMU_EVENTS_MAX 16       /* queued asynchronous events */
+#define EMU_MAX_IV 2048         /* MSI-X table size we claim (interrupts are not delivered) */
+#define EMU_BURST_MAX 64        /* commands fetched from one SQ per round */
+
+/* ---- per-thread context ---------------------------------------------------- */
+
+struct emu_seg {           /* one translated piece of a data transfer */
+	uint8_t *host;         /* host memory, or NULL for GPU memory */
+	uint64_t dev;          /* GPU address when host == NULL */
+	const struct gpunvme_emu_gpu_ops *gpu;
+	uint64_t len;
+};
+
+struct emu_counters {      /* written by one thread only; read relaxed by others */
+	uint64_t cmds, reads, writes, flushes, write_zeroes, dsm;
+	uint64_t bytes_read, bytes_written, errors, dropped, media_errors;
+};
+
+struct emu_thread {
+	struct gpunvme_emu *emu;
+	unsigned lane;
+	struct emu_seg *segs;  /* scratch for PRP translation */
+	uint32_t segs_cap;
+	bool gpu_pending;      /* copies issued on this lane since the last sync */
+	struct emu_counters c;
+};
+
+/* ---- queues ---------------------------------------------------------------- */
+
+struct emu_sq;
+
+struct emu_cpl {           /* a completion waiting to be posted */
+	uint64_t due_ns;       /* 0 = post as soon as the CQ has room */
+	struct emu_sq *sq;
+	uint32_t dw0;
+	uint16_t cid;
+	uint16_t status;       /* status value without the phase bit */
+	bool gpu;              /* waits for a GPU copy sync */
+};
+
+struct emu_cq {
+	uint16_t id;
+	uint32_t size;
+	uint64_t iova;
+	struct gpunvme_cqe *ring;
+	uint32_t tail;
+	uint32_t head;         /* last valid value of the head doorbell */
+	uint32_t bad_db;       /* last invalid doorbell value reported */
+	uint8_t phase;
+	uint32_t *db;          /* head doorbell in BAR0 */
+	struct emu_sq *sqs;    /* attached SQs, linked by next */
+	uint32_t nsqs;
+	unsigned worker;
+	struct emu_cpl *pend;  /* FIFO of completions, capacity pend_cap */
+	uint32_t pend_cap, pend_head, pend_count;
+	struct emu_region *region;
+};
+
+struct emu_sq {
+	uint16_t id;
+	uint32_t size;
+	uint64_t iova;
+	struct gpunvme_sqe *ring;
+	uint32_t head;
+	uint32_t tail;         /* last valid value of the tail doorbell */
+	uint32_t bad_db;
+	uint32_t *db;
+	struct emu_cq *cq;
+	struct emu_sq *next;
+	uint32_t inflight;     /* fetched, not yet posted (QEMU: at most size) */
+	uint16_t *hung;        /* CIDs swallowed by DROP faults */
+	uint32_t nhung;
+	uint64_t completed;    /* statistics, read relaxed */
+	struct emu_region *region;
+};
+
+/* ---- DMA address table -------------------------------------------------- */
+
+struct emu_region {
+	uint64_t iova, len;
+	uint8_t *va;                       /* host memory, or NULL */
+	uint64_t dev;                      /* GPU memory */
+	struct gpunvme_emu_gpu_ops gpu;
+	uint32_t users;                    /* queues living in this region */
+};
+
+struct emu_dma {
+	pthread_rwlock_t lock;
+	struct emu_region **r;             /* sorted by iova */
+	size_t n, cap;
+};
+
+/* ---- namespaces ------------------------------------------------------------ */
+
+struct emu_ns {
+	uint32_t nsid;
+	enum gpunvme_emu_backing backing;
+	uint32_t lba_shift;
+	uint64_t nlbas;
+	uint8_t *data;         /* RAM or file mapping; NULL for null */
+	size_t map_len;
+	int fd;
+};
+
+/* ---- the controller ------------------------------------------------------- */
+
+struct emu_worker {
+	struct gpunvme_emu *emu;
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;  /* held for a whole pass; queue changes take it */
+	struct emu_cq **cqs;
+	uint32_t ncqs, cqs_cap;
+	struct emu_thread t;
+};
+
+struct emu_event { uint8_t type, info, log; };
+
+struct emu_features {
+	uint32_t arb, pm, temp_thresh, err_rec, vwc, irq_coalesce, irq_config;
+	uint32_t write_atomic, async_cfg;
+	uint32_t nsq, ncq;     /* I/O queues granted, 1-based */
+};
+
+struct emu_media_fault { uint32_t nsid; uint64_t slba, nlb; bool writes; };
+struct emu_drop_fault { uint16_t sqid; uint32_t count; };
+
+struct gpunvme_emu {
+	struct gpunvme_emu_config cfg;
+	uint8_t *bar;
+	size_t bar_size;
+	uint64_t cap;
+	uint32_t dstrd;
+	uint64_t max_xfer;     /* MDTS in bytes, or the largest NLB when MDTS = 0 */
+
+	struct emu_ns ns[GPUNVME_EMU_MAX_NS];
+	uint32_t nn;
+
+	struct emu_dma dma;
+
+	struct emu_worker *workers;
+	uint32_t nworkers;     /* >= 1, threads only when cfg.workers > 0 */
+	bool threaded;
+
+	/* admin thread state (only the admin thread touches these) */
+	pthread_t admin_thread;
+	bool admin_started;
+	struct emu_thread at;
+	uint32_t last_cc;
+	bool enabled;          /* admin queue live, CSTS.RDY will be / is 1 */
+	uint64_t rdy_at_ns;    /* when CSTS.RDY follows CC.EN */
+	uint32_t page_shift;   /* 12 + CC.MPS */
+	struct emu_sq *sq[1 + 65535];
+	struct emu_cq *cq[1 + 65535];
+	uint32_t scan_qid;     /* rotating scan of unused doorbells */
+	struct emu_features feat;
+	uint16_t aer_cids[EMU_AERL + 1];
+	uint32_t naers;
+	uint32_t aer_masked;   /* bit per event type reported and not yet cleared */
+
+	/* events raised by workers (lock protected) */
+	pthread_mutex_t ev_lock;
+	struct emu_event ev[EMU_EVENTS_MAX];
+	uint32_t nev;
+
+	/* error log (lock protected) */
+	pthread_mutex_t err_lock;
+	struct gpunvme_error_log errlog[EMU_ERRLOG_ENTRIES];
+	uint64_t err_count;
+
+	/* faults */
+	pthread_mutex_t fault_lock;
+	uint32_t faults_active;            /* relaxed-read fast path */
+	struct emu_media_fault *media;
+	uint32_t nmedia;
+	struct emu_drop_fault drops[16];
+	uint32_t ndrops;
+	uint32_t halted;                   /* CFS or removal: nothing is processed */
+	uint32_t removed;
+	uint32_t cfs_pending;              /* CFS injected; admin thread applies it */
+
+	/* device model */
+	uint64_t model_next_bw;            /* ns timestamps, reserved with CAS */
+	uint64_t model_next_iops;
+	bool model_on;
+
+	uint64_t start_ns;
+	uint64_t aers_posted;
+	uint64_t admin_cmds;
+	uint32_t stop;
+};
+
+/* ---- helpers shared by the emulator files ---------------------------------- */
+
+uint64_t emu_now_ns(void);
+
+/* BAR0 access: the host writes these words from other threads (or a GPU), so
+ * every access is atomic; acquire on loads pairs with the host's release
+ * store of a doorbell, making the SQ entries it wrote before visible. */
+static inline uint32_t emu_reg_ld(const struct gpunvme_emu *e, uint32_t off)
+{
+	return __atomic_load_n((const uint32_t *)(const void *)(e->bar + off), __ATOMIC_ACQUIRE);
+}
+static inline void emu_reg_st(struct gpunvme_emu *e, uint32_t off, uint32_t v)
+{
+	__atomic_store_n((uint32_t *)(void *)(e->bar + off), v, __ATOMIC_RELEASE);
+}
+static inline uint64_t emu_reg_ld64(const struct gpunvme_emu *e, uint32_t off)
+{
+	return (uint64_t)emu_reg_ld(e, off) | ((uint64_t)emu_reg_ld(e, off + 4) << 32);
+}
+
+/* statistics written by their own thread only */
+#define EMU_STAT_ADD(field, v) __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
+
+/* emu_dma.c */
+int emu_dma_init(struct emu_dma *d);
+void emu_dma_fini(struct emu_dma *d);
+struct emu_region *emu_dma_find(struct emu_dma *d, uint64_t iova, uint64_t len);
+uint16_t emu_prp_map(struct emu_thread *t, uint64_t prp1, uint64_t prp2, uint64_t len,
+		     uint32_t *nsegs);
+/* Move data between host memory `buf` and the segments. to_host: controller
+ * writes host/GPU memory (a Read). Returns a status value. */
+uint16_t emu_segs_copy(struct emu_thread *t, uint32_t nsegs, uint8_t *buf, int to_host);
+uint16_t emu_gpu_sync(struct emu_thread *t);
+/* Admin data helpers: translate + copy + sync in one call (admin thread). */
+uint16_t emu_dma_to_host(struct emu_thread *t, const struct gpunvme_sqe *c, const void *src, uint64_t len);
+uint16_t emu_dma_from_host(struct emu_thread *t, const struct gpunvme_sqe *c, void *dst, uint64_t len);
+int emu_thread_init(struct emu_thread *t, struct gpunvme_emu *emu, unsigned lane);
+void emu_thread_fini(struct emu_thread *t);
+
+/* emu_ns.c */
+int emu_ns_open(struct emu_ns *ns, uint32_t nsid, const struct gpunvme_emu_ns_config *cfg);
+void emu_ns_close(struct emu_ns *ns);
+int emu_ns_flush(struct emu_ns *ns, uint64_t off, uint64_t len);
+void emu_ns_deallocate(struct emu_ns *ns, uint64_t off, uint64_t len);
+static inline struct emu_ns *emu_ns_get(struct gpunvme_emu *e, uint32_t nsid)
+{
+	return (nsid >= 1 && nsid <= e->nn) ? &e->ns[nsid - 1] : NULL;
+}
+
+/* emu_regs.c: the admin thread's pass */
+int emu_admin_pass(struct gpunvme_emu *e);
+void emu_raise_event(struct gpunvme_emu *e, uint8_t type, uint8_t info, uint8_t log);
+void emu_controller_reset(struct gpunvme_emu *e);
+void emu_free_admin_queues(struct gpunvme_emu *e);
+
+/* emu_admin.c */
+/* Execute one admin command. Returns false when the command completes later
+ * (Asynchronous Event Request); otherwise *dw0 and *status are set. */
+bool emu_admin_exec(struct gpunvme_emu *e, const struct gpunvme_sqe *c, uint32_t *dw0, uint16_t *status);
+void emu_features_default(struct gpunvme_emu *e);
+void emu_delete_all_queues(struct gpunvme_emu *e);
+void emu_log_error(struct gpunvme_emu *e, uint16_t sqid, const struct gpunvme_sqe *c, uint16_t status,
+		   uint64_t lba);
+
+/* emu_io.c */
+int emu_worker_pass(struct emu_worker *w);
+void emu_cq_enqueue(struct emu_cq *cq, struct emu_sq *sq, uint16_t cid, uint32_t dw0, uint16_t status,
+		    uint64_t due_ns);
+bool emu_cq_post(struct emu_cq *cq, struct emu_sq *sq, uint16_t cid, uint32_t dw0, uint16_t status);
+bool emu_cq_full(const struct emu_cq *cq);
+int emu_cq_grow(struct emu_cq *cq, uint32_t extra);
+/* Read a doorbell: a value below `size` updates *val; anything else is
+ * ignored and raises an Invalid Doorbell Write Value event (once per value). */
+bool emu_db_read(struct gpunvme_emu *e, uint32_t *db, uint32_t size, uint32_t *val, uint32_t *bad);
+
+#endif

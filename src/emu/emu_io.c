@@ -1,0 +1,418 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * I/O queues: the worker pass (doorbells, command fetch, NVM command set,
+ * completion posting) and the device model.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "emu/emu_internal.h"
+
+/* ---- completion queues ------------------------------------------------------ */
+
+bool emu_cq_full(const struct emu_cq *cq)
+{
+	/* §4.1: full when the tail is one entry behind the head */
+	uint32_t next = cq->tail + 1 == cq->size ? 0 : cq->tail + 1;
+	return next == cq->head;
+}
+
+/* Write one completion entry. Caller checked emu_cq_full(). */
+bool emu_cq_post(struct emu_cq *cq, struct emu_sq *sq, uint16_t cid, uint32_t dw0, uint16_t status)
+{
+	if (emu_cq_full(cq))
+		return false;
+	struct gpunvme_cqe *e = &cq->ring[cq->tail];
+	uint32_t *w = (uint32_t *)(void *)e;
+	__atomic_store_n(&w[0], dw0, __ATOMIC_RELAXED);
+	__atomic_store_n(&w[1], 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&w[2], (uint32_t)sq->head | ((uint32_t)sq->id << 16), __ATOMIC_RELAXED);
+	/* Dword 3 carries the phase tag, which tells the host the entry is
+	 * new: it goes last, with release order, so a host that sees the new
+	 * phase also sees dwords 0-2 (§4.6: the host polls the phase tag). */
+	uint32_t dw3 = (uint32_t)cid | ((uint32_t)((status << 1) | cq->phase) << 16);
+	__atomic_store_n(&w[3], dw3, __ATOMIC_RELEASE);
+	if (++cq->tail == cq->size) {
+		cq->tail = 0;
+		cq->phase ^= 1;
+	}
+	return true;
+}
+
+int emu_cq_grow(struct emu_cq *cq, uint32_t extra)
+{
+	uint32_t cap = cq->pend_cap + extra;
+	struct emu_cpl *p = malloc((size_t)cap * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < cq->pend_count; i++)
+		p[i] = cq->pend[(cq->pend_head + i) % cq->pend_cap];
+	free(cq->pend);
+	cq->pend = p;
+	cq->pend_cap = cap;
+	cq->pend_head = 0;
+	return 0;
+}
+
+/* Queue a completion. Capacity is the sum of the attached SQ sizes and each
+ * SQ has at most `size` commands in flight, so this never overflows. */
+void emu_cq_enqueue(struct emu_cq *cq, struct emu_sq *sq, uint16_t cid, uint32_t dw0, uint16_t status,
+		    uint64_t due_ns)
+{
+	uint32_t i = cq->pend_head + cq->pend_count;
+	if (i >= cq->pend_cap)
+		i -= cq->pend_cap;
+	cq->pend[i] = (struct emu_cpl){ .due_ns = due_ns, .sq = sq, .dw0 = dw0, .cid = cid, .status = status };
+	cq->pend_count++;
+}
+
+/* Post what is due, in order, while the CQ has room. */
+static int cq_drain(struct emu_cq *cq, uint64_t *now)
+{
+	int done = 0;
+	while (cq->pend_count) {
+		struct emu_cpl *p = &cq->pend[cq->pend_head];
+		if (p->gpu)
+			break; /* data copy not synced yet */
+		if (p->due_ns) {
+			if (!*now)
+				*now = emu_now_ns();
+			if (p->due_ns > *now)
+				break;
+		}
+		if (!emu_cq_post(cq, p->sq, p->cid, p->dw0, p->status))
+			break; /* back-pressure: the host has not freed a slot */
+		p->sq->inflight--;
+		EMU_STAT_ADD(p->sq->completed, 1);
+		if (++cq->pend_head == cq->pend_cap)
+			cq->pend_head = 0;
+		cq->pend_count--;
+		done++;
+	}
+	return done;
+}
+
+/* ---- device model ------------------------------------------------------------ */
+
+/* Reserve `cost` ns on a controller-wide timeline; returns the end time. */
+static uint64_t model_reserve(uint64_t *next, uint64_t now, uint64_t cost)
+{
+	uint64_t cur = __atomic_load_n(next, __ATOMIC_RELAXED);
+	for (;;) {
+		uint64_t start = cur > now ? cur : now;
+		if (__atomic_compare_exchange_n(next, &cur, start + cost, true, __ATOMIC_RELAXED,
+						__ATOMIC_RELAXED))
+			return start + cost;
+	}
+}
+
+static uint64_t model_due(struct gpunvme_emu *e, uint64_t bytes, int write)
+{
+	const struct gpunvme_emu_model *m = &e->cfg.model;
+	uint64_t now = emu_now_ns();
+	uint64_t t = now;
+	uint64_t bps = write ? m->write_bps : m->read_bps;
+	if (bps && bytes) {
+		uint64_t end = model_reserve(&e->model_next_bw, now, bytes * 1000000000ull / bps);
+		if (end > t)
+			t = end;
+	}
+	if (m->iops) {
+		uint64_t end = model_reserve(&e->model_next_iops, now, 1000000000ull / m->iops);
+		if (end > t)
+			t = end;
+	}
+	return t + (uint64_t)m->latency_us * 1000;
+}
+
+/* ---- faults ------------------------------------------------------------------- */
+
+static bool fault_drop(struct gpunvme_emu *e, uint16_t sqid)
+{
+	bool drop = false;
+	pthread_mutex_lock(&e->fault_lock);
+	for (uint32_t i = 0; i < e->ndrops; i++) {
+		struct emu_drop_fault *d = &e->drops[i];
+		if (d->count && (d->sqid == sqid || d->sqid == GPUNVME_EMU_SQID_ANY)) {
+			d->count--;
+			drop = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&e->fault_lock);
+	return drop;
+}
+
+static bool fault_media(struct gpunvme_emu *e, uint32_t nsid, uint64_t slba, uint64_t nlb, bool write,
+			uint64_t *bad_lba)
+{
+	bool hit = false;
+	pthread_mutex_lock(&e->fault_lock);
+	for (uint32_t i = 0; i < e->nmedia && !hit; i++) {
+		struct emu_media_fault *f = &e->media[i];
+		if (f->nsid != nsid || (write && !f->writes))
+			continue;
+		if (slba < f->slba + f->nlb && f->slba < slba + nlb) {
+			hit = true;
+			*bad_lba = slba > f->slba ? slba : f->slba;
+		}
+	}
+	pthread_mutex_unlock(&e->fault_lock);
+	return hit;
+}
+
+/* ---- NVM command set (§6) ---------------------------------------------------- */
+
+struct io_result {
+	uint16_t status;
+	uint64_t bytes;   /* data moved, for the device model */
+	int write;
+	uint64_t lba;     /* for the error log */
+};
+
+static uint16_t check_range(const struct emu_ns *ns, uint64_t slba, uint64_t nlb)
+{
+	/* §6.9/§6.15: the range must lie inside the namespace (no wrap) */
+	if (slba >= ns->nlbas || nlb > ns->nlbas - slba)
+		return GPUNVME_SC_LBA_RANGE | GPUNVME_STATUS_DNR;
+	return 0;
+}
+
+static uint16_t io_rw(struct emu_thread *t, struct emu_ns *ns, const struct gpunvme_sqe *c,
+		      struct io_result *r)
+{
+	struct gpunvme_emu *e = t->emu;
+	int write = c->opc == GPUNVME_CMD_WRITE;
+	uint64_t slba = c->rw.slba, nlb = (uint64_t)c->rw.nlb + 1;
+	uint64_t len = nlb << ns->lba_shift;
+	uint16_t st;
+
+	r->lba = slba;
+	r->write = write;
+	/* QEMU order: MDTS (Invalid Field), then the LBA range */
+	if (len > e->max_xfer)
+		return GPUNVME_SC_INVALID_FIELD | GPUNVME_STATUS_DNR;
+	if ((st = check_range(ns, slba, nlb)))
+		return st;
+	uint32_t nsegs;
+	if ((st = emu_prp_map(t, c->prp1, c->prp2, len, &nsegs)))
+		return st;
+	uint64_t bad;
+	if (__atomic_load_n(&e->faults_active, __ATOMIC_RELAXED) &&
+	    fault_media(e, ns->nsid, slba, nlb, write, &bad)) {
+		r->lba = bad;
+		EMU_STAT_ADD(t->c.media_errors, 1);
+		return write ? GPUNVME_SC_WRITE_FAULT : GPUNVME_SC_UNRECOVERED_READ;
+	}
+	if (ns->data) {
+		st = emu_segs_copy(t, nsegs, ns->data + (slba << ns->lba_shift), !write);
+		if (st)
+			return st;
+	}
+	r->bytes = len;
+	if (write) {
+		EMU_STAT_ADD(t->c.writes, 1);
+		EMU_STAT_ADD(t->c.bytes_written, len);
+	} else {
+		EMU_STAT_ADD(t->c.reads, 1);
+		EMU_STAT_ADD(t->c.bytes_read, len);
+	}
+	return 0;
+}
+
+static uint16_t io_flush(struct emu_thread *t, const struct gpunvme_sqe *c)
+{
+	struct gpunvme_emu *e = t->emu;
+	EMU_STAT_ADD(t->c.flushes, 1);
+	if (c->nsid == GPUNVME_NSID_ALL) {
+		for (uint32_t i = 0; i < e->nn; i++)
+			if (emu_ns_flush(&e->ns[i], 0, 0))
+				return GPUNVME_SC_INTERNAL;
+		return 0;
+	}
+	return emu_ns_flush(emu_ns_get(e, c->nsid), 0, 0) ? GPUNVME_SC_INTERNAL : 0;
+}
+
+static uint16_t io_write_zeroes(struct emu_thread *t, struct emu_ns *ns, const struct gpunvme_sqe *c,
+				struct io_result *r)
+{
+	uint64_t slba = c->rw.slba, nlb = (uint64_t)c->rw.nlb + 1;
+	uint16_t st;
+	r->lba = slba;
+	/* Write Zeroes moves no data, so MDTS does not apply (§6.16) */
+	if ((st = check_range(ns, slba, nlb)))
+		return st;
+	if (ns->data)
+		memset(ns->data + (slba << ns->lba_shift), 0, nlb << ns->lba_shift);
+	EMU_STAT_ADD(t->c.write_zeroes, 1);
+	return 0;
+}
+
+static uint16_t io_dsm(struct emu_thread *t, struct emu_ns *ns, const struct gpunvme_sqe *c,
+		       struct io_result *r)
+{
+	struct gpunvme_dsm_range rg[GPUNVME_DSM_MAX_RANGES];
+	uint32_t nr = (c->dsm.nr & 0xff) + 1;
+	uint32_t nsegs;
+	uint16_t st;
+
+	EMU_STAT_ADD(t->c.dsm, 1);
+	if ((st = emu_prp_map(t, c->prp1, c->prp2, nr * sizeof(rg[0]), &nsegs)))
+		return st;
+	if ((st = emu_segs_copy(t, nsegs, (uint8_t *)rg, 0)))
+		return st;
+	if ((st = emu_gpu_sync(t)))
+		return st;
+	/* check every range before changing anything */
+	for (uint32_t i = 0; i < nr; i++) {
+		if ((st = check_range(ns, rg[i].slba, rg[i].nlb))) {
+			r->lba = rg[i].slba;
+			return st;
+		}
+	}
+	if (!(c->dsm.attr & GPUNVME_DSM_AD))
+		return 0; /* IDR/IDW are hints */
+	for (uint32_t i = 0; i < nr; i++)
+		emu_ns_deallocate(ns, rg[i].slba << ns->lba_shift, (uint64_t)rg[i].nlb << ns->lba_shift);
+	return 0;
+}
+
+static uint16_t io_exec(struct emu_thread *t, uint16_t sqid, const struct gpunvme_sqe *c, struct io_result *r)
+{
+	struct gpunvme_emu *e = t->emu;
+	switch (c->opc) {
+	case GPUNVME_CMD_FLUSH:
+	case GPUNVME_CMD_WRITE:
+	case GPUNVME_CMD_READ:
+	case GPUNVME_CMD_WRITE_ZEROES:
+	case GPUNVME_CMD_DSM:
+		break;
+	default:
+		return GPUNVME_SC_INVALID_OPCODE | GPUNVME_STATUS_DNR;
+	}
+	/* NSID (§6.1.2): 0 or beyond NN is invalid; broadcast only for Flush
+	 * (Identify VWC says Flush with broadcast NSID is supported). */
+	if (c->nsid == GPUNVME_NSID_ALL) {
+		if (c->opc != GPUNVME_CMD_FLUSH)
+			return GPUNVME_SC_INVALID_NSID | GPUNVME_STATUS_DNR;
+	} else if (c->nsid == 0 || c->nsid > e->nn) {
+		return GPUNVME_SC_INVALID_NSID | GPUNVME_STATUS_DNR;
+	}
+	/* fused operations and SGLs are not supported (Identify FUSES = 0,
+	 * SGLS = 0) */
+	if (c->flags & (GPUNVME_FLAGS_FUSE_MASK | GPUNVME_FLAGS_PSDT_MASK))
+		return GPUNVME_SC_INVALID_FIELD | GPUNVME_STATUS_DNR;
+	(void)sqid;
+	struct emu_ns *ns = emu_ns_get(e, c->nsid);
+	switch (c->opc) {
+	case GPUNVME_CMD_FLUSH:
+		return io_flush(t, c);
+	case GPUNVME_CMD_WRITE:
+	case GPUNVME_CMD_READ:
+		return io_rw(t, ns, c, r);
+	case GPUNVME_CMD_WRITE_ZEROES:
+		return io_write_zeroes(t, ns, c, r);
+	default:
+		return io_dsm(t, ns, c, r);
+	}
+}
+
+/* ---- the worker pass ------------------------------------------------------------ */
+
+/* Read a doorbell; a value beyond the queue is ignored and reported with an
+ * asynchronous event (QEMU: Invalid Doorbell Write Value). */
+bool emu_db_read(struct gpunvme_emu *e, uint32_t *db, uint32_t size, uint32_t *val, uint32_t *bad)
+{
+	uint32_t v = __atomic_load_n(db, __ATOMIC_ACQUIRE);
+	if (v < size) {
+		*val = v;
+		return true;
+	}
+	if (v != *bad) {
+		*bad = v;
+		emu_raise_event(e, GPUNVME_AER_TYPE_ERROR, GPUNVME_AER_INFO_INVALID_DB_VALUE, GPUNVME_LOG_ERROR);
+	}
+	return false;
+}
+
+static int sq_process(struct emu_thread *t, struct emu_sq *sq, uint32_t burst)
+{
+	struct gpunvme_emu *e = t->emu;
+	struct emu_cq *cq = sq->cq;
+	int done = 0;
+
+	if (!emu_db_read(e, sq->db, sq->size, &sq->tail, &sq->bad_db))
+		return 0;
+	while (sq->head != sq->tail && sq->inflight < sq->size && burst--) {
+		struct gpunvme_sqe c;
+		memcpy(&c, &sq->ring[sq->head], sizeof(c));
+		if (++sq->head == sq->size)
+			sq->head = 0;
+		sq->inflight++;
+		done++;
+		EMU_STAT_ADD(t->c.cmds, 1);
+
+		if (__atomic_load_n(&e->faults_active, __ATOMIC_RELAXED) && fault_drop(e, sq->id)) {
+			/* swallowed: never completed unless aborted */
+			sq->hung[sq->nhung++] = c.cid;
+			EMU_STAT_ADD(t->c.dropped, 1);
+			continue;
+		}
+		struct io_result r = { 0 };
+		uint16_t st = io_exec(t, sq->id, &c, &r);
+		if (st) {
+			EMU_STAT_ADD(t->c.errors, 1);
+			emu_log_error(e, sq->id, &c, st, r.lba);
+		}
+		uint64_t due = e->model_on ? model_due(e, r.bytes, r.write) : 0;
+		emu_cq_enqueue(cq, sq, c.cid, 0, st, due);
+		if (t->gpu_pending) {
+			uint32_t i = cq->pend_head + cq->pend_count - 1;
+			cq->pend[i >= cq->pend_cap ? i - cq->pend_cap : i].gpu = true;
+		}
+	}
+	return done;
+}
+
+/* Let the completions whose data went to or came from GPU memory go, once
+ * the lane's copies are known to be finished. */
+static void gpu_release(struct emu_thread *t, struct emu_cq *cq)
+{
+	uint16_t st = emu_gpu_sync(t);
+	for (uint32_t k = 0; k < cq->pend_count; k++) {
+		struct emu_cpl *p = &cq->pend[(cq->pend_head + k) % cq->pend_cap];
+		if (p->gpu) {
+			p->gpu = false;
+			if (st && !p->status)
+				p->status = st;
+		}
+	}
+}
+
+int emu_worker_pass(struct emu_worker *w)
+{
+	struct gpunvme_emu *e = w->emu;
+	struct emu_thread *t = &w->t;
+	int done = 0;
+	uint64_t now = 0;
+
+	if (__atomic_load_n(&e->halted, __ATOMIC_ACQUIRE))
+		return 0;
+	uint32_t ab = e->feat.arb & 7;
+	uint32_t burst = ab == 7 ? EMU_BURST_MAX : (1u << ab);
+	if (burst > EMU_BURST_MAX)
+		burst = EMU_BURST_MAX;
+
+	pthread_rwlock_rdlock(&e->dma.lock);
+	for (uint32_t i = 0; i < w->ncqs; i++) {
+		struct emu_cq *cq = w->cqs[i];
+		emu_db_read(e, cq->db, cq->size, &cq->head, &cq->bad_db);
+		for (struct emu_sq *sq = cq->sqs; sq; sq = sq->next)
+			done += sq_process(t, sq, burst);
+		if (t->gpu_pending)
+			gpu_release(t, cq);
+		done += cq_drain(cq, &now);
+	}
+	pthread_rwlock_unlock(&e->dma.lock);
+	return done;
+}
