@@ -209,6 +209,16 @@ static uint16_t io_rw(struct emu_thread *t, struct emu_ns *ns, const struct gpun
 		if (st)
 			return st;
 	}
+	/* Force Unit Access, or a disabled volatile write cache, means the data
+	 * is on stable media when the write completes (§6.15). GPU-sourced data
+	 * lands on the copy engine's schedule, so it is synced first. */
+	if (write && ns->backing == GPUNVME_EMU_BACK_FILE &&
+	    ((c->rw.control & GPUNVME_RW_FUA) || !__atomic_load_n(&e->feat.vwc, __ATOMIC_RELAXED))) {
+		if ((st = emu_gpu_sync(t)))
+			return st;
+		if (emu_ns_flush(ns, slba << ns->lba_shift, len))
+			return GPUNVME_SC_WRITE_FAULT;
+	}
 	r->bytes = len;
 	if (write) {
 		EMU_STAT_ADD(t->c.writes, 1);

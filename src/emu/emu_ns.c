@@ -119,5 +119,15 @@ void emu_ns_deallocate(struct emu_ns *ns, uint64_t off, uint64_t len)
 	if (ns->backing == GPUNVME_EMU_BACK_FILE &&
 	    fallocate(ns->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) == 0)
 		return; /* the shared mapping now reads zeroes there */
+	/* RAM: whole pages go back to the kernel (they read as zeroes after
+	 * MADV_DONTNEED on a private anonymous mapping); edges are cleared. */
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t a = (off + pg - 1) & ~(pg - 1), b = (off + len) & ~(pg - 1);
+	if (ns->backing == GPUNVME_EMU_BACK_RAM && b > a &&
+	    madvise(ns->data + a, b - a, MADV_DONTNEED) == 0) {
+		memset(ns->data + off, 0, a - off);
+		memset(ns->data + b, 0, off + len - b);
+		return;
+	}
 	memset(ns->data + off, 0, len);
 }
