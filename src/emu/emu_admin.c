@@ -554,7 +554,7 @@ static uint16_t adm_get_log_page(struct gpunvme_emu *e, const struct gpunvme_sqe
 	default:
 		return GPUNVME_SC_INVALID_FIELD | DNR;
 	}
-	if (off > size)
+	if (off >= size) /* QEMU: an offset at or past the end is invalid */
 		return GPUNVME_SC_INVALID_FIELD | DNR;
 	uint64_t n = size - off < len ? size - off : len;
 	return emu_dma_to_host(&e->at, c, buf + off, n);
@@ -616,6 +616,7 @@ bool emu_admin_exec(struct gpunvme_emu *e, const struct gpunvme_sqe *c, uint32_t
 	case GPUNVME_ADM_ABORT: *status = adm_abort(e, c, dw0); break;
 	case GPUNVME_ADM_ASYNC_EVENT:
 		if (e->naers > EMU_AERL) {
+			/* no DNR, as QEMU: retry once an event consumed one */
 			*status = GPUNVME_SC_AER_LIMIT_EXCEEDED;
 			break;
 		}

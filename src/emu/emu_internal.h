@@ -167,6 +167,7 @@ struct gpunvme_emu {
 	bool admin_started;
 	struct emu_thread at;
 	uint32_t last_cc;
+	uint32_t csts;         /* the value the admin thread publishes */
 	bool enabled;          /* admin queue live, CSTS.RDY will be / is 1 */
 	uint64_t rdy_at_ns;    /* when CSTS.RDY follows CC.EN */
 	uint32_t page_shift;   /* 12 + CC.MPS */

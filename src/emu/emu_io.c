@@ -252,7 +252,9 @@ static uint16_t io_write_zeroes(struct emu_thread *t, struct emu_ns *ns, const s
 	/* Write Zeroes moves no data, so MDTS does not apply (§6.16) */
 	if ((st = check_range(ns, slba, nlb)))
 		return st;
-	if (ns->data)
+	if (ns->backing == GPUNVME_EMU_BACK_RAM)
+		emu_ns_deallocate(ns, slba << ns->lba_shift, nlb << ns->lba_shift); /* zeroes, cheaply */
+	else if (ns->data)
 		memset(ns->data + (slba << ns->lba_shift), 0, nlb << ns->lba_shift);
 	EMU_STAT_ADD(t->c.write_zeroes, 1);
 	return 0;
@@ -408,7 +410,7 @@ int emu_worker_pass(struct emu_worker *w)
 
 	if (__atomic_load_n(&e->halted, __ATOMIC_ACQUIRE))
 		return 0;
-	uint32_t ab = e->feat.arb & 7;
+	uint32_t ab = __atomic_load_n(&e->feat.arb, __ATOMIC_RELAXED) & 7; /* Set Features races */
 	uint32_t burst = ab == 7 ? EMU_BURST_MAX : (1u << ab);
 	if (burst > EMU_BURST_MAX)
 		burst = EMU_BURST_MAX;

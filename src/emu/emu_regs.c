@@ -289,15 +289,14 @@ static void fill_removed(struct gpunvme_emu *e)
 int emu_admin_pass(struct gpunvme_emu *e)
 {
 	if (__atomic_load_n(&e->removed, __ATOMIC_ACQUIRE)) {
-		if (__atomic_load_n(&e->removed, __ATOMIC_ACQUIRE) == 1) {
-			fill_removed(e);
-			__atomic_store_n(&e->removed, 2, __ATOMIC_RELEASE);
-		}
+		/* writes to a device that is gone are dropped: keep every
+		 * register reading all ones whatever the host stores */
+		fill_removed(e);
+		__atomic_store_n(&e->removed, 2, __ATOMIC_RELEASE);
 		return 0;
 	}
 	int done = 0;
-	uint32_t csts = emu_reg_ld(e, GPUNVME_REG_CSTS) &
-			(GPUNVME_CSTS_RDY | GPUNVME_CSTS_CFS | GPUNVME_CSTS_SHST_MASK);
+	uint32_t csts = e->csts; /* CSTS is ours: never trust what BAR0 holds */
 	uint32_t cc = emu_reg_ld(e, GPUNVME_REG_CC);
 	if (cc != e->last_cc) {
 		handle_cc(e, cc, &csts);
@@ -314,9 +313,12 @@ int emu_admin_pass(struct gpunvme_emu *e)
 	emu_reg_st(e, GPUNVME_REG_CAP, (uint32_t)e->cap);
 	emu_reg_st(e, GPUNVME_REG_CAP + 4, (uint32_t)(e->cap >> 32));
 	emu_reg_st(e, GPUNVME_REG_VS, GPUNVME_VS(1, 4, 0));
+	e->csts = csts;
 	store_csts(e, csts);
 
-	if (!(csts & GPUNVME_CSTS_RDY) || (csts & GPUNVME_CSTS_CFS) ||
+	/* after EN 1 -> 0 RDY may still read 1 for ready_delay_ms, but the
+	 * admin queue is gone: serve it only while enabled */
+	if (!e->enabled || !(csts & GPUNVME_CSTS_RDY) || (csts & GPUNVME_CSTS_CFS) ||
 	    __atomic_load_n(&e->halted, __ATOMIC_ACQUIRE))
 		return done;
 	done += admin_queue_pass(e);
