@@ -779,8 +779,8 @@ GPUNVME_CHECK_OFF(gpunvme_smart_log, thm_temp1_trans_count, 216);
 extern "C" {
 #endif
 /* Text for an NVMe status value (layout above), e.g. "LBA Out of Range
- * (sct 0x0 sc 0x80, DNR)". Returns a pointer to static storage for known
- * codes; unknown codes are formatted into a thread-local buffer. */
+ * (sct 0x0 sc 0x80, DNR)". Formatted into a thread-local buffer: valid until
+ * the next call in the same thread. */
 const char *gpunvme_status_str(uint16_t status);
 /* Name of an admin or NVM opcode, or "unknown". */
 const char *gpunvme_opcode_str(int admin, uint8_t opc);

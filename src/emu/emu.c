@@ -168,6 +168,17 @@ int gpunvme_emu_create(const struct gpunvme_emu_config *cfg, struct gpunvme_emu 
 	if (bar < 16384)
 		bar = 16384;
 	e->bar_size = bar;
+	/* every doorbell pair that fits in BAR0 is watched, also those beyond
+	 * max_ioq: a write there is a host bug worth an event */
+	e->db_qids = (uint32_t)((bar - GPUNVME_REG_DBS) / (8u << cfg->dstrd));
+	if (e->db_qids > 65536)
+		e->db_qids = 65536;
+	e->sq = calloc(e->db_qids, sizeof(*e->sq));
+	e->cq = calloc(e->db_qids, sizeof(*e->cq));
+	if (!e->sq || !e->cq) {
+		rc = -ENOMEM;
+		goto fail;
+	}
 
 	e->nworkers = cfg->workers ? cfg->workers : 1;
 	e->threaded = cfg->workers > 0;
@@ -245,6 +256,8 @@ void gpunvme_emu_destroy(struct gpunvme_emu *e)
 		e->cfg.bar.free(e->cfg.bar.ctx, e->bar, e->bar_size);
 	emu_dma_fini(&e->dma);
 	free(e->media);
+	free(e->sq);
+	free(e->cq);
 	pthread_mutex_destroy(&e->ev_lock);
 	pthread_mutex_destroy(&e->err_lock);
 	pthread_mutex_destroy(&e->fault_lock);

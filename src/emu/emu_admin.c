@@ -242,7 +242,7 @@ static uint16_t adm_create_sq(struct gpunvme_emu *e, const struct gpunvme_sqe *c
 	uint16_t qid = c->queue.qid, cqid = c->queue.cqid_iv;
 	uint16_t st;
 	/* QEMU's order: CQID, then QID, then size, PRP1, flags */
-	if (cqid == 0 || !e->cq[cqid])
+	if (cqid == 0 || !emu_cq_get(e, cqid))
 		return GPUNVME_SC_INVALID_CQID | DNR;
 	if (qid == 0 || qid > e->feat.nsq || e->sq[qid])
 		return GPUNVME_SC_INVALID_QID | DNR;
@@ -331,7 +331,7 @@ static void cq_remove_locked(struct gpunvme_emu *e, struct emu_cq *cq)
 static uint16_t adm_delete_sq(struct gpunvme_emu *e, const struct gpunvme_sqe *c)
 {
 	uint16_t qid = c->queue.qid;
-	if (qid == 0 || !e->sq[qid])
+	if (qid == 0 || !emu_sq_get(e, qid))
 		return GPUNVME_SC_INVALID_QID | DNR;
 	struct emu_worker *w = &e->workers[e->sq[qid]->cq->worker];
 	pthread_mutex_lock(&w->lock);
@@ -344,7 +344,7 @@ static uint16_t adm_delete_cq(struct gpunvme_emu *e, const struct gpunvme_sqe *c
 {
 	uint16_t qid = c->queue.qid;
 	/* QEMU answers an unknown CQ with Completion Queue Invalid */
-	if (qid == 0 || !e->cq[qid])
+	if (qid == 0 || !emu_cq_get(e, qid))
 		return GPUNVME_SC_INVALID_CQID | DNR;
 	if (e->cq[qid]->nsqs)
 		return GPUNVME_SC_INVALID_QUEUE_DEL;
@@ -566,7 +566,7 @@ static uint16_t adm_abort(struct gpunvme_emu *e, const struct gpunvme_sqe *c, ui
 {
 	uint16_t sqid = c->cdw[0] & 0xffff, cid = c->cdw[0] >> 16;
 	*dw0 = 1; /* not aborted, unless found below */
-	if (!e->sq[sqid])
+	if (!emu_sq_get(e, sqid))
 		return GPUNVME_SC_INVALID_FIELD | DNR;
 	if (sqid == 0) {
 		for (uint32_t i = 0; i < e->naers; i++) {

@@ -171,8 +171,9 @@ struct gpunvme_emu {
 	bool enabled;          /* admin queue live, CSTS.RDY will be / is 1 */
 	uint64_t rdy_at_ns;    /* when CSTS.RDY follows CC.EN */
 	uint32_t page_shift;   /* 12 + CC.MPS */
-	struct emu_sq *sq[1 + 65535];
-	struct emu_cq *cq[1 + 65535];
+	struct emu_sq **sq;    /* [0 .. max_ioq] */
+	struct emu_cq **cq;
+	uint32_t db_qids;      /* queue ids whose doorbells fit in BAR0 */
 	uint32_t scan_qid;     /* rotating scan of unused doorbells */
 	struct emu_features feat;
 	uint16_t aer_cids[EMU_AERL + 1];
@@ -258,6 +259,16 @@ void emu_ns_deallocate(struct emu_ns *ns, uint64_t off, uint64_t len);
 static inline struct emu_ns *emu_ns_get(struct gpunvme_emu *e, uint32_t nsid)
 {
 	return (nsid >= 1 && nsid <= e->nn) ? &e->ns[nsid - 1] : NULL;
+}
+
+/* Queue by id, NULL for ids that do not exist (admin thread only). */
+static inline struct emu_sq *emu_sq_get(const struct gpunvme_emu *e, uint32_t qid)
+{
+	return qid < e->db_qids ? e->sq[qid] : NULL;
+}
+static inline struct emu_cq *emu_cq_get(const struct gpunvme_emu *e, uint32_t qid)
+{
+	return qid < e->db_qids ? e->cq[qid] : NULL;
 }
 
 /* emu_regs.c: the admin thread's pass */

@@ -221,7 +221,7 @@ static void handle_cc(struct gpunvme_emu *e, uint32_t cc, uint32_t *csts)
  * window of queue ids is scanned per pass to bound the cost. */
 static void scan_unused_doorbells(struct gpunvme_emu *e)
 {
-	uint32_t maxq = e->cfg.max_ioq;
+	uint32_t maxq = e->db_qids - 1; /* qid 0 is the admin pair */
 	uint32_t n = maxq < 256 ? maxq : 256;
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t qid = 1 + (e->scan_qid++ % maxq);

@@ -1,0 +1,30 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
+# Install what building and testing gpu-nvme-direct needs on Debian 12
+# (bookworm), without a GPU: the CMake build detects CUDA on its own and
+# builds without it when nvcc is absent, so no CUDA package is listed here.
+#   build-essential, cmake    the C build (CMake >= 3.25: bookworm has 3.25)
+#   clang, libclang-rt-14-dev libFuzzer and the clang sanitizer runtimes
+#                             (make fuzz builds with CC=clang)
+#   pkg-config, git, python3  helper scripts (tests/fuzz/gen_corpus.py)
+# Run as root (CI) or through sudo.
+set -euo pipefail
+
+PACKAGES=(
+	build-essential
+	cmake
+	clang
+	libclang-rt-14-dev
+	pkg-config
+	git
+	python3
+)
+
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+	SUDO=sudo
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update
+$SUDO apt-get install -y --no-install-recommends "${PACKAGES[@]}"
