@@ -25,7 +25,7 @@ test: test-asan test-tsan fuzz test-gpu
 test-asan:
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGPUNVME_SANITIZE=address,undefined
 	$(CMAKE) --build build-asan -j $(JOBS)
-	cd build-asan && $(CTEST) --output-on-failure -j $(JOBS) -L 'unit|emu'
+	cd build-asan && $(CTEST) --output-on-failure -j $(JOBS) -L 'unit|emu|io|cli'
 
 test-tsan:
 	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUNVME_SANITIZE=thread

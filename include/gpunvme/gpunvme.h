@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Host API: open a controller by URI, control plane, DMA memory, and the CPU
+ * data path. Every function returns 0 (or a count) or a negative errno; when
+ * it fails, gpunvme_last_error() holds one line saying what went wrong and,
+ * where there is one, the fix.
+ *
+ * Threads: a controller may be used from many threads; a queue pair belongs
+ * to one thread at a time (no locks on the data path).
+ */
+#ifndef GPUNVME_GPUNVME_H
+#define GPUNVME_GPUNVME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpunvme/nvme.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct gpunvme_ctrl;
+struct gpunvme_qpair;
+
+/* The message of the last failure in this thread ("" if none). */
+const char *gpunvme_last_error(void);
+
+/* ---- opening a controller ------------------------------------------------- */
+
+struct gpunvme_opts {
+	uint32_t admin_timeout_ms;  /* each admin command (default 5000) */
+	uint32_t io_timeout_ms;     /* each I/O command (default 30000) */
+	uint32_t nr_io_queues;      /* I/O queue pairs to ask for (default 16) */
+	uint32_t admin_depth;       /* admin queue entries (default 64) */
+	uint32_t mps_shift;         /* memory page size log2 (default 12) */
+	int unsafe_noiommu;         /* uio: allow DMA without an IOMMU check */
+};
+
+void gpunvme_opts_init(struct gpunvme_opts *o);
+
+/*
+ * Open a controller:
+ *   emu:SPEC                 the embedded emulator (SPEC as gpunvme_emu_config_parse)
+ *   vfio:DDDD:BB:DD.F        a controller bound to vfio-pci (IOMMU-protected)
+ *   uio:DDDD:BB:DD.F         uio_pci_generic / sysfs resource0, physical addresses
+ *   pci:DDDD:BB:DD.F         whichever of the two the bound driver allows
+ * Resets the controller, brings it up, identifies it and every active
+ * namespace, and negotiates the number of I/O queues. opts may be NULL.
+ */
+int gpunvme_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_ctrl **out);
+
+/* Delete the I/O queues the library created, shut the controller down
+ * (CC.SHN, wait CSTS.SHST) and release everything. */
+void gpunvme_close(struct gpunvme_ctrl *c);
+
+/* Controller level reset (CC.EN 1 -> 0 -> 1); existing queue pairs are
+ * re-created in place, their outstanding commands complete with -EIO. */
+int gpunvme_reset(struct gpunvme_ctrl *c);
+
+struct gpunvme_ctrl_info {
+	char transport[8];          /* "emu", "vfio", "uio" */
+	char addr[64];              /* what followed the scheme in the URI */
+	char sn[21], mn[41], fr[9];
+	uint16_t vid, ssvid;
+	uint32_t vs;
+	uint64_t cap;
+	uint32_t nn;
+	uint32_t mqes;              /* 1-based: entries per queue at most */
+	uint32_t page_size;         /* CC.MPS in bytes */
+	uint32_t dstrd;
+	uint64_t max_xfer;          /* bytes per command (MDTS), 0 = no limit */
+	uint32_t nr_io_queues;      /* granted by Set Features Number of Queues */
+	bool vwc;
+};
+
+int gpunvme_ctrl_info(struct gpunvme_ctrl *c, struct gpunvme_ctrl_info *info);
+const struct gpunvme_id_ctrl *gpunvme_ctrl_identify(struct gpunvme_ctrl *c);
+
+struct gpunvme_ns_info {
+	uint32_t nsid;
+	uint64_t nsze, ncap, nuse;  /* blocks */
+	uint32_t lba_size;          /* bytes */
+	uint32_t lba_shift;
+	uint32_t ms;                /* metadata bytes per block */
+	uint32_t max_blocks;        /* per command (MDTS) */
+};
+
+/* Active namespaces, in NSID order. Returns the count (>= 0). */
+int gpunvme_ns_list(struct gpunvme_ctrl *c, uint32_t *nsids, uint32_t max);
+int gpunvme_ns_info(struct gpunvme_ctrl *c, uint32_t nsid, struct gpunvme_ns_info *info);
+const struct gpunvme_id_ns *gpunvme_ns_identify(struct gpunvme_ctrl *c, uint32_t nsid);
+
+/* BAR0, for register dumps and for mapping into a GPU. */
+volatile void *gpunvme_bar0(struct gpunvme_ctrl *c, size_t *len);
+
+/* Admin passthrough: data of `len` bytes is moved through a bounce buffer
+ * in DMA memory (host_to_ctrl: buffer is sent to the controller). *cpl gets
+ * the completion. Returns 0, -EIO when the status is not success (status in
+ * cpl), -ETIMEDOUT, -ENODEV (device gone) or another -errno. */
+int gpunvme_admin(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, void *buf, size_t len,
+		  int host_to_ctrl, struct gpunvme_cqe *cpl);
+int gpunvme_get_log_page(struct gpunvme_ctrl *c, uint32_t nsid, uint8_t lid, void *buf, size_t len);
+int gpunvme_get_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, uint32_t *dw0);
+int gpunvme_set_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, uint32_t *dw0);
+
+/* ---- DMA memory ------------------------------------------------------------- */
+
+#define GPUNVME_MEM_HOST 0x1u
+
+/* Memory the controller can DMA to: 2 MiB hugepages when available, else
+ * (on buses with an IOMMU) locked 4 KiB pages. Zero-filled. */
+void *gpunvme_dma_alloc(struct gpunvme_ctrl *c, size_t len);
+void gpunvme_dma_free(struct gpunvme_ctrl *c, void *p);
+/* Bus address of a byte of DMA memory, or 0 when p is not DMA memory. */
+uint64_t gpunvme_dma_iova(struct gpunvme_ctrl *c, const void *p);
+
+/* ---- CPU data path -------------------------------------------------------------- */
+
+struct gpunvme_cpl {
+	int err;          /* 0, or -errno (-EIO for an NVMe error, -ETIMEDOUT, -ENODEV...) */
+	uint16_t status;  /* NVMe status value (nvme.h layout); 0 when err is not -EIO */
+	uint32_t dw0;
+};
+
+typedef void (*gpunvme_cb)(void *arg, const struct gpunvme_cpl *cpl);
+
+/* A queue pair of `depth` entries (0: the controller's limit, at most 1024).
+ * Fails with -EBUSY when every granted I/O queue is in use. */
+int gpunvme_qpair_create(struct gpunvme_ctrl *c, uint32_t depth, struct gpunvme_qpair **out);
+void gpunvme_qpair_destroy(struct gpunvme_qpair *qp);
+
+/*
+ * Asynchronous I/O. buf must be DMA memory (gpunvme_dma_alloc), dword
+ * aligned; nlb is a block count (not 0's based) of any size: transfers are
+ * split at MDTS and the callback runs once, when every part is done (the
+ * first error wins). Returns 0 when queued, or -errno at once (-EINVAL for a
+ * bad argument, -ERANGE for LBAs past the end, -EFAULT when buf is not DMA
+ * memory, -ENODEV when the device is gone).
+ */
+int gpunvme_read(struct gpunvme_qpair *qp, uint32_t nsid, void *buf, uint64_t slba, uint64_t nlb,
+		 gpunvme_cb cb, void *arg);
+int gpunvme_write(struct gpunvme_qpair *qp, uint32_t nsid, const void *buf, uint64_t slba, uint64_t nlb,
+		  gpunvme_cb cb, void *arg);
+int gpunvme_flush(struct gpunvme_qpair *qp, uint32_t nsid, gpunvme_cb cb, void *arg);
+int gpunvme_write_zeroes(struct gpunvme_qpair *qp, uint32_t nsid, uint64_t slba, uint64_t nlb,
+			 gpunvme_cb cb, void *arg);
+int gpunvme_deallocate(struct gpunvme_qpair *qp, uint32_t nsid, uint64_t slba, uint64_t nlb,
+		       gpunvme_cb cb, void *arg);
+
+/* Reap up to max completions (0: all available), run their callbacks, submit
+ * queued parts, expire commands past io_timeout_ms (-ETIMEDOUT). Returns the
+ * number of user requests completed, or -ENODEV / -EIO when the controller
+ * is gone or failed (CSTS all ones / CSTS.CFS). */
+int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max);
+/* Requests submitted and not yet completed. */
+uint32_t gpunvme_qpair_outstanding(const struct gpunvme_qpair *qp);
+
+/* Synchronous helpers: submit, poll to completion. 0, or -errno with the
+ * NVMe status in *status when -EIO (status may be NULL). */
+int gpunvme_read_sync(struct gpunvme_qpair *qp, uint32_t nsid, void *buf, uint64_t slba, uint64_t nlb,
+		      uint16_t *status);
+int gpunvme_write_sync(struct gpunvme_qpair *qp, uint32_t nsid, const void *buf, uint64_t slba,
+		       uint64_t nlb, uint16_t *status);
+int gpunvme_flush_sync(struct gpunvme_qpair *qp, uint32_t nsid, uint16_t *status);
+
+/* The emulator behind an emu: controller (NULL for other buses): lets tests
+ * inject faults into the controller a driver is using. */
+struct gpunvme_emu;
+struct gpunvme_emu *gpunvme_ctrl_emu(struct gpunvme_ctrl *c);
+
+/* errno for an NVMe status value (-EIO for most, -ERANGE for LBA Out of
+ * Range, -EINVAL for Invalid Field, ...). */
+int gpunvme_status_errno(uint16_t status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUNVME_GPUNVME_H */

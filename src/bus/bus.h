@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The bus interface: how the driver reaches a controller. A bus gives BAR0
+ * as mapped memory and turns host memory into addresses the controller can
+ * DMA to. One file per bus: emu.c, vfio.c, uio.c; bus.c picks one by URI.
+ * Nothing above this layer knows which bus it talks to.
+ */
+#ifndef GPUNVME_BUS_H
+#define GPUNVME_BUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpunvme/gpunvme.h"
+
+struct gpunvme_bus;
+
+struct gpunvme_bus_ops {
+	const char *name;
+	/* Open the device named by addr (the URI without "scheme:"). On
+	 * failure: -errno and a message via gpunvme_set_error(). */
+	int (*open)(struct gpunvme_bus *b, const char *addr, const struct gpunvme_opts *opts);
+	void (*close)(struct gpunvme_bus *b);
+	/*
+	 * Memory for DMA, `len` bytes (a multiple of 4 KiB), zero-filled and
+	 * locked. The bus decides how: hugepages, IOMMU-mapped pages, ... On
+	 * success *va is the host address and iova_of() below translates any
+	 * byte of it. -ENOMEM with a message naming the fix (e.g. no
+	 * hugepages) on failure.
+	 */
+	int (*dma_alloc)(struct gpunvme_bus *b, size_t len, void **va, void **handle);
+	void (*dma_free)(struct gpunvme_bus *b, void *va, size_t len, void *handle);
+	/* Bus address of va + off within an allocation. */
+	uint64_t (*iova_of)(struct gpunvme_bus *b, void *handle, size_t off);
+	/* Largest chunk of an allocation that is contiguous in bus address
+	 * space (e.g. 2 MiB for hugepages under UIO, the whole allocation
+	 * behind an IOMMU). */
+	size_t (*contig)(struct gpunvme_bus *b, void *handle);
+};
+
+struct gpunvme_bus {
+	const struct gpunvme_bus_ops *ops;
+	volatile uint8_t *bar0;
+	size_t bar0_len;
+	char addr[64];
+	void *priv;            /* the bus's own state */
+};
+
+extern const struct gpunvme_bus_ops gpunvme_bus_emu;
+extern const struct gpunvme_bus_ops gpunvme_bus_vfio;
+extern const struct gpunvme_bus_ops gpunvme_bus_uio;
+
+/* Parse a URI, open the matching bus. */
+int gpunvme_bus_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_bus *b);
+void gpunvme_bus_close(struct gpunvme_bus *b);
+
+/* Set this thread's error message (printf style); returns rc for chaining. */
+int gpunvme_set_error(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* PCI helpers (src/bus/pci.c): parse "DDDD:BB:DD.F" (or "BB:DD.F") into the
+ * canonical form; the name of the bound driver ("" when none). */
+int gpunvme_pci_parse_bdf(const char *s, char out[13]);
+int gpunvme_pci_driver(const char *bdf, char *drv, size_t len);
+
+#endif

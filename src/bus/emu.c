@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The emulator bus: the controller is the in-process emulator. DMA memory is
+ * ordinary locked-free anonymous memory registered in the emulator's
+ * address table at IOVAs this bus hands out, so address translation is
+ * exercised exactly as behind an IOMMU.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "bus/bus.h"
+#include "gpunvme/emu.h"
+
+struct emu_bus {
+	struct gpunvme_emu *emu;
+	uint64_t next_iova;
+};
+
+struct emu_dma {
+	uint64_t iova;
+	size_t len;
+};
+
+/* IOVAs unrelated to virtual addresses, so a driver that hands the
+ * controller a virtual address gets a Data Transfer Error, not luck. */
+#define EMU_IOVA_BASE 0x100000000000ull
+
+static int emu_open(struct gpunvme_bus *b, const char *addr, const struct gpunvme_opts *opts)
+{
+	(void)opts;
+	struct gpunvme_emu_config cfg;
+	const char *err = NULL;
+	int rc = gpunvme_emu_config_parse(&cfg, addr, &err);
+	if (rc)
+		return gpunvme_set_error(rc, "emu:%s: %s", addr, err ? err : "bad device string");
+	struct emu_bus *eb = calloc(1, sizeof(*eb));
+	if (!eb)
+		return gpunvme_set_error(-ENOMEM, "emu:%s: out of memory", addr);
+	rc = gpunvme_emu_create(&cfg, &eb->emu);
+	if (rc) {
+		free(eb);
+		if (cfg.ns[0].backing == GPUNVME_EMU_BACK_FILE && rc != -EINVAL)
+			return gpunvme_set_error(rc, "emu:%s: cannot open the image: %s", addr, strerror(-rc));
+		if (rc == -EINVAL)
+			return gpunvme_set_error(rc, "emu:%s: invalid configuration (sizes must be whole blocks, "
+						     "images a multiple of the block size)", addr);
+		return gpunvme_set_error(rc, "emu:%s: cannot create the emulator: %s", addr, strerror(-rc));
+	}
+	eb->next_iova = EMU_IOVA_BASE;
+	b->priv = eb;
+	b->bar0 = (volatile uint8_t *)gpunvme_emu_bar0(eb->emu);
+	b->bar0_len = gpunvme_emu_bar0_size(eb->emu);
+	return 0;
+}
+
+static void emu_close(struct gpunvme_bus *b)
+{
+	struct emu_bus *eb = b->priv;
+	if (!eb)
+		return;
+	gpunvme_emu_destroy(eb->emu);
+	free(eb);
+	b->priv = NULL;
+}
+
+static int emu_dma_alloc(struct gpunvme_bus *b, size_t len, void **va, void **handle)
+{
+	struct emu_bus *eb = b->priv;
+	struct emu_dma *d = malloc(sizeof(*d));
+	if (!d)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		free(d);
+		return gpunvme_set_error(-ENOMEM, "cannot allocate %zu bytes of DMA memory", len);
+	}
+	/* a guard page's worth of IOVA space between allocations: a transfer
+	 * that overruns its buffer faults instead of reaching the next one */
+	d->iova = __atomic_fetch_add(&eb->next_iova, len + 4096, __ATOMIC_RELAXED);
+	d->len = len;
+	int rc = gpunvme_emu_dma_map(eb->emu, d->iova, p, len);
+	if (rc) {
+		munmap(p, len);
+		free(d);
+		return gpunvme_set_error(rc, "emulator DMA map failed: %s", strerror(-rc));
+	}
+	*va = p;
+	*handle = d;
+	return 0;
+}
+
+static void emu_dma_free(struct gpunvme_bus *b, void *va, size_t len, void *handle)
+{
+	struct emu_bus *eb = b->priv;
+	struct emu_dma *d = handle;
+	gpunvme_emu_dma_unmap(eb->emu, d->iova);
+	munmap(va, len);
+	free(d);
+}
+
+static uint64_t emu_iova_of(struct gpunvme_bus *b, void *handle, size_t off)
+{
+	(void)b;
+	return ((struct emu_dma *)handle)->iova + off;
+}
+
+static size_t emu_contig(struct gpunvme_bus *b, void *handle)
+{
+	(void)b;
+	return ((struct emu_dma *)handle)->len;
+}
+
+const struct gpunvme_bus_ops gpunvme_bus_emu = {
+	.name = "emu",
+	.open = emu_open,
+	.close = emu_close,
+	.dma_alloc = emu_dma_alloc,
+	.dma_free = emu_dma_free,
+	.iova_of = emu_iova_of,
+	.contig = emu_contig,
+};
+
+/* The emulator behind an emu: controller, for tests and fault injection. */
+struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b);
+struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b)
+{
+	return b->ops == &gpunvme_bus_emu ? ((struct emu_bus *)b->priv)->emu : NULL;
+}

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Internal PCI helpers (src/bus/pci.c): sysfs look-ups shared by the VFIO
+ * and UIO buses and by the CLI `list` command, and the physical-address DMA
+ * memory (2 MiB hugepages + /proc/self/pagemap, src/bus/uio.c) that UIO and
+ * VFIO no-IOMMU mode both need. Not part of the public API.
+ *
+ * Every function here returns 0 (or a count) or -errno, and leaves error
+ * messages to its caller: the caller knows which URI the user typed, so it
+ * can name the fix.
+ */
+#ifndef GPUNVME_BUS_PCI_H
+#define GPUNVME_BUS_PCI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPUNVME_PCI_CLASS_NVME 0x010802u /* mass storage, NVM, NVMe I/O */
+
+/* Use `root` instead of "/sys" for every look-up (unit tests build a fake
+ * tree); NULL restores "/sys". Not thread-safe: call before anything else. */
+void gpunvme_pci_set_sysfs_root(const char *root);
+const char *gpunvme_pci_sysfs_root(void);
+
+/* 0 when /sys/bus/pci/devices/BDF exists, -ENODEV when not. */
+int gpunvme_pci_exists(const char *bdf);
+
+/* A hexadecimal attribute such as "class", "vendor", "device". */
+int gpunvme_pci_read_hex(const char *bdf, const char *attr, uint64_t *val);
+
+/* One-line text attribute, trailing newline removed. */
+int gpunvme_pci_read_attr(const char *bdf, const char *attr, char *buf, size_t len);
+
+/* IOMMU group number (>= 0); -ENOENT when the device has none (no IOMMU, or
+ * the IOMMU is off), -ENODEV when the device does not exist. */
+int gpunvme_pci_iommu_group(const char *bdf);
+
+/* /sys/kernel/iommu_groups/N/type ("DMA", "DMA-FQ", "identity", "blocked",
+ * "unmanaged"...); -ENOENT when the kernel does not export it (before 5.11). */
+int gpunvme_pci_iommu_group_type(int group, char *buf, size_t len);
+
+/* The devices of an IOMMU group, sorted, canonical BDFs. Returns the number
+ * in the group (may exceed max; only max are stored). */
+int gpunvme_pci_group_devices(int group, char (*bdfs)[13], int max);
+
+struct gpunvme_pci_info {
+	char bdf[13];
+	uint16_t vendor, device;
+	uint32_t class_code;     /* 24 bit: base, sub, prog-if */
+	char driver[64];         /* "" when none */
+	int iommu_group;         /* -1 when none */
+	char link_speed[32];     /* "8.0 GT/s PCIe", "" when unknown */
+	int link_width;          /* lanes, 0 when unknown */
+	int numa_node;           /* -1 when none or unknown */
+};
+
+int gpunvme_pci_info(const char *bdf, struct gpunvme_pci_info *info);
+
+/* Every PCI function of class NVMe (0x010802), sorted by BDF. Returns the
+ * number found (may exceed max; only max are stored). */
+int gpunvme_pci_list_nvme(struct gpunvme_pci_info *out, int max);
+
+/* Enable memory decoding and bus mastering (PCI command register bits 1
+ * and 2) through a config-space file descriptor at `cfg_off` (the sysfs
+ * config file: 0; a VFIO config region: its offset). */
+int gpunvme_pci_enable_master_fd(int fd, uint64_t cfg_off);
+
+/* ---- physical-address DMA memory (src/bus/uio.c) ------------------------- */
+
+#define GPUNVME_HUGEPAGE_SIZE (2u << 20)
+
+struct gpunvme_physmem {
+	void *va;
+	size_t len;           /* multiple of 2 MiB */
+	size_t npages;
+	uint64_t pa[];        /* bus address of each 2 MiB page */
+};
+
+/* Allocate `len` bytes (rounded up to 2 MiB) of locked, zero-filled 2 MiB
+ * hugepages and resolve their physical addresses. On failure -errno and a
+ * message prefixed with `who` (e.g. "uio:0000:01:00.0"). */
+int gpunvme_physmem_alloc(const char *who, size_t len, struct gpunvme_physmem **out);
+void gpunvme_physmem_free(struct gpunvme_physmem *m);
+uint64_t gpunvme_physmem_iova(const struct gpunvme_physmem *m, size_t off);
+
+#endif

@@ -1,0 +1,692 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * gpunvme perf: an I/O benchmark in the manner of SPDK's perf.
+ *
+ * Threading: one POSIX thread per queue pair (--queues N gives N threads,
+ * N queue pairs); each thread keeps DEPTH requests of BYTES in flight on
+ * its own queue pair, polling it without locks. Requests larger than MDTS
+ * are split by the library and count as one I/O here.
+ *
+ * Latency: submission to callback, per I/O, collected into a log-linear
+ * histogram (64 linear sub-buckets per power of two: < 1.6 % error) per
+ * thread and operation, merged at the end; min/max/mean are exact.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+/* ---- histogram --------------------------------------------------------------- */
+
+#define H_SUB_BITS 6
+#define H_SUB (1u << H_SUB_BITS)
+#define H_BUCKETS ((64 - H_SUB_BITS + 1) * H_SUB)
+
+struct hist {
+	uint64_t count, sum, min, max;
+	uint64_t b[H_BUCKETS];
+};
+
+static inline unsigned h_index(uint64_t v)
+{
+	if (v < H_SUB)
+		return (unsigned)v;
+	unsigned msb = 63u - (unsigned)__builtin_clzll(v);
+	unsigned shift = msb - H_SUB_BITS;
+	return (shift + 1) * H_SUB + (unsigned)((v >> shift) - H_SUB);
+}
+
+/* value range of a bucket: [lo, hi] */
+static void h_range(unsigned idx, uint64_t *lo, uint64_t *hi)
+{
+	if (idx < 2 * H_SUB) {
+		*lo = *hi = idx;
+		return;
+	}
+	unsigned shift = idx / H_SUB - 1;
+	uint64_t mant = idx % H_SUB + H_SUB;
+	*lo = mant << shift;
+	*hi = ((mant + 1) << shift) - 1;
+}
+
+static inline void h_add(struct hist *h, uint64_t v)
+{
+	if (h->count == 0 || v < h->min)
+		h->min = v;
+	if (v > h->max)
+		h->max = v;
+	h->count++;
+	h->sum += v;
+	h->b[h_index(v)]++;
+}
+
+static void h_merge(struct hist *dst, const struct hist *src)
+{
+	if (!src->count)
+		return;
+	if (dst->count == 0 || src->min < dst->min)
+		dst->min = src->min;
+	if (src->max > dst->max)
+		dst->max = src->max;
+	dst->count += src->count;
+	dst->sum += src->sum;
+	for (unsigned i = 0; i < H_BUCKETS; i++)
+		dst->b[i] += src->b[i];
+}
+
+/* p in [0, 100]: midpoint of the bucket holding the p-th percentile */
+static uint64_t h_pct(const struct hist *h, double p)
+{
+	if (!h->count)
+		return 0;
+	uint64_t rank = (uint64_t)ceil(p / 100.0 * (double)h->count);
+	if (rank < 1)
+		rank = 1;
+	uint64_t acc = 0;
+	for (unsigned i = 0; i < H_BUCKETS; i++) {
+		acc += h->b[i];
+		if (acc >= rank) {
+			uint64_t lo, hi;
+			h_range(i, &lo, &hi);
+			uint64_t v = lo + (hi - lo) / 2;
+			if (v < h->min)
+				v = h->min;
+			if (v > h->max)
+				v = h->max;
+			return v;
+		}
+	}
+	return h->max;
+}
+
+/* ---- workload ------------------------------------------------------------------ */
+
+enum wl { WL_READ, WL_RANDREAD, WL_WRITE, WL_RANDWRITE, WL_RW, WL_RANDRW };
+static const char *wl_names[] = {"read", "randread", "write", "randwrite", "rw", "randrw"};
+
+struct perf;
+
+struct io {
+	struct worker *w;
+	uint8_t *buf;
+	uint64_t start;
+	bool is_read;
+	bool done;
+	int err;
+	uint16_t status;
+};
+
+struct worker {
+	struct perf *p;
+	unsigned idx;
+	pthread_t tid;
+	struct gpunvme_qpair *qp;
+	uint8_t *dma;
+	struct io *ios;
+	uint32_t *ready;     /* indexes of completed ios */
+	uint32_t nready;
+	uint64_t rng;
+	uint64_t seq_next, seq_lo, seq_hi;  /* in units of I/Os */
+	struct hist hr, hw;
+	uint64_t errors;
+	int first_err;
+	uint16_t first_status;
+	int fatal;           /* poll failed */
+	char fatal_msg[256];
+	uint64_t elapsed_ns;
+	bool drained;
+};
+
+struct perf {
+	const char *uri;
+	uint32_t nsid;
+	enum wl wl;
+	uint32_t depth, queues, mix;
+	uint64_t bytes, blocks_per_io, nios;
+	double seconds;
+	struct gpunvme_ns_info ni;
+	uint32_t io_timeout_ms;
+	atomic_int go;
+	atomic_int stop;
+	uint64_t t_start, t_end;
+};
+
+static inline uint64_t rnd(uint64_t *s)
+{
+	/* xorshift64* */
+	uint64_t x = *s;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545F4914F6CDD1Dull;
+}
+
+static void io_cb(void *arg, const struct gpunvme_cpl *cpl)
+{
+	struct io *io = arg;
+	struct worker *w = io->w;
+	uint64_t now = cli_now_ns();
+	io->err = cpl->err;
+	io->status = cpl->status;
+	io->done = true;
+	if (cpl->err) {
+		if (!w->errors++) {
+			w->first_err = cpl->err;
+			w->first_status = cpl->status;
+		}
+	} else if (now <= w->p->t_end) {
+		h_add(io->is_read ? &w->hr : &w->hw, now - io->start);
+	}
+	w->ready[w->nready++] = (uint32_t)(io - w->ios);
+}
+
+static int submit(struct worker *w, struct io *io)
+{
+	struct perf *p = w->p;
+	uint64_t r = rnd(&w->rng);
+	uint64_t n;
+	bool random = p->wl == WL_RANDREAD || p->wl == WL_RANDWRITE || p->wl == WL_RANDRW;
+	if (random) {
+		n = r % p->nios;
+	} else {
+		n = w->seq_next++;
+		if (w->seq_next >= w->seq_hi)
+			w->seq_next = w->seq_lo;
+	}
+	switch (p->wl) {
+	case WL_READ: case WL_RANDREAD: io->is_read = true; break;
+	case WL_WRITE: case WL_RANDWRITE: io->is_read = false; break;
+	default: io->is_read = (rnd(&w->rng) % 100) < p->mix; break;
+	}
+	io->done = false;
+	io->start = cli_now_ns();
+	uint64_t slba = n * p->blocks_per_io;
+	return io->is_read ? gpunvme_read(w->qp, p->nsid, io->buf, slba, p->blocks_per_io, io_cb, io)
+			   : gpunvme_write(w->qp, p->nsid, io->buf, slba, p->blocks_per_io, io_cb, io);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct perf *p = w->p;
+	while (!atomic_load(&p->go))
+		;
+	int rc = 0;
+	for (uint32_t i = 0; i < p->depth && !rc; i++)
+		rc = submit(w, &w->ios[i]);
+	if (rc) {
+		w->fatal = rc;
+		snprintf(w->fatal_msg, sizeof(w->fatal_msg), "submitting on queue pair %u: %s", w->idx,
+			 gpunvme_last_error());
+		atomic_store(&p->stop, 1);
+	}
+	uint64_t now = cli_now_ns();
+	while (!w->fatal) {
+		int n = gpunvme_qpair_poll(w->qp, 0);
+		if (n < 0) {
+			w->fatal = n;
+			snprintf(w->fatal_msg, sizeof(w->fatal_msg), "queue pair %u: %s", w->idx,
+				 gpunvme_last_error()[0] ? gpunvme_last_error() : strerror(-n));
+			atomic_store(&p->stop, 1);
+			break;
+		}
+		now = cli_now_ns();
+		if (now >= p->t_end || atomic_load_explicit(&p->stop, memory_order_relaxed))
+			break;
+		if (w->errors) {
+			atomic_store(&p->stop, 1);
+			break;
+		}
+		while (w->nready) {
+			struct io *io = &w->ios[w->ready[--w->nready]];
+			if ((rc = submit(w, io))) {
+				w->fatal = rc;
+				snprintf(w->fatal_msg, sizeof(w->fatal_msg), "submitting on queue pair %u: %s",
+					 w->idx, gpunvme_last_error());
+				atomic_store(&p->stop, 1);
+				break;
+			}
+		}
+	}
+	w->elapsed_ns = (now < p->t_end ? now : p->t_end) - p->t_start;
+	/* drain: completions after the end are not counted */
+	uint64_t t0 = cli_now_ns();
+	uint64_t limit = (uint64_t)p->io_timeout_ms * 1000000ull + 2000000000ull;
+	while (gpunvme_qpair_outstanding(w->qp) > 0 && cli_now_ns() - t0 < limit)
+		if (gpunvme_qpair_poll(w->qp, 0) < 0)
+			break;
+	w->drained = gpunvme_qpair_outstanding(w->qp) == 0;
+	return NULL;
+}
+
+/* ---- options ------------------------------------------------------------------- */
+
+static void help(void)
+{
+	printf("usage: gpunvme perf URI -q DEPTH -o BYTES -w WORKLOAD -t SECONDS [options]\n"
+	       "\n"
+	       "I/O benchmark in the manner of SPDK perf. One thread per queue pair; each keeps\n"
+	       "DEPTH I/Os of BYTES in flight. Random offsets are aligned to BYTES and uniform\n"
+	       "over the namespace; sequential workloads give each queue pair its own slice\n"
+	       "of the namespace and wrap around in it. Prints IOPS, MiB/s and latency\n"
+	       "(average, p50, p99, max) from a log-linear histogram.\n"
+	       "\n"
+	       "  -q, --depth N        I/Os in flight per queue pair (1 .. queue entries - 1)\n"
+	       "  -o, --size BYTES     bytes per I/O, a multiple of the LBA size (K/M suffixes)\n"
+	       "  -w, --workload W     read, randread, write, randwrite, rw, randrw\n"
+	       "  -t, --time SECONDS   run time (decimals allowed, e.g. 0.5)\n"
+	       "  -Q, --queues N       queue pairs = threads (default 1)\n"
+	       "  -M, --mix PCT        rw/randrw: percentage of reads (default 50)\n"
+	       "  -n, --nsid N         namespace (default 1)\n"
+	       "      --timeout MS     per-command timeout (default 30000)\n"
+	       "  -j, --json           JSON output\n"
+	       "  -h, --help           this text\n"
+	       "\n"
+	       "write workloads overwrite the namespace.\n"
+	       "\n"
+	       "example: gpunvme perf 'emu:null:16G?workers=2' -q 64 -o 4K -w randread -t 5 --queues 2\n");
+}
+
+static int parse_seconds(const char *s, double *out)
+{
+	const char *p = s;
+	double v = 0;
+	bool digits = false;
+	while (*p >= '0' && *p <= '9') {
+		v = v * 10 + (*p++ - '0');
+		digits = true;
+		if (v > 1e9)
+			return -ERANGE;
+	}
+	if (*p == '.') {
+		double f = 0.1;
+		p++;
+		while (*p >= '0' && *p <= '9') {
+			v += (*p++ - '0') * f;
+			f /= 10;
+			digits = true;
+		}
+	}
+	if (!digits || *p)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static void lat_json(struct cli_json *j, const char *key, const struct hist *h)
+{
+	cj_obj_begin(j, key);
+	cj_dbl(j, "min", h->count ? h->min / 1e3 : 0);
+	cj_dbl(j, "avg", h->count ? (double)h->sum / (double)h->count / 1e3 : 0);
+	cj_dbl(j, "p50", h_pct(h, 50) / 1e3);
+	cj_dbl(j, "p99", h_pct(h, 99) / 1e3);
+	cj_dbl(j, "p999", h_pct(h, 99.9) / 1e3);
+	cj_dbl(j, "max", h->max / 1e3);
+	cj_obj_end(j);
+}
+
+static void stats_json(struct cli_json *j, const char *key, const struct hist *h, double secs, uint64_t bytes)
+{
+	cj_obj_begin(j, key);
+	cj_u64(j, "ios", h->count);
+	cj_dbl(j, "iops", secs > 0 ? (double)h->count / secs : 0);
+	cj_dbl(j, "mib_per_s", secs > 0 ? (double)h->count * (double)bytes / secs / 1048576.0 : 0);
+	lat_json(j, "latency_us", h);
+	cj_obj_end(j);
+}
+
+static void stats_line(const char *name, const struct hist *h, double secs, uint64_t bytes)
+{
+	double iops = secs > 0 ? (double)h->count / secs : 0;
+	printf("%-22s %12.1f %10.2f %10.2f %10.2f %10.2f %10.2f\n", name, iops, iops * (double)bytes / 1048576.0,
+	       h->count ? (double)h->sum / (double)h->count / 1e3 : 0.0, h_pct(h, 50) / 1e3, h_pct(h, 99) / 1e3,
+	       h->max / 1e3);
+}
+
+int cmd_perf(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"depth", required_argument, NULL, 'q'},
+		{"size", required_argument, NULL, 'o'},
+		{"io-size", required_argument, NULL, 'o'},
+		{"workload", required_argument, NULL, 'w'},
+		{"time", required_argument, NULL, 't'},
+		{"queues", required_argument, NULL, 'Q'},
+		{"mix", required_argument, NULL, 'M'},
+		{"nsid", required_argument, NULL, 'n'},
+		{"timeout", required_argument, NULL, 'T'},
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{0, 0, 0, 0},
+	};
+	struct perf p;
+	memset(&p, 0, sizeof(p));
+	p.nsid = 1;
+	p.queues = 1;
+	p.mix = 50;
+	bool have_q = false, have_o = false, have_w = false, have_t = false, have_mix = false, json = false;
+	uint32_t timeout_ms = 0;
+	int c, rc;
+	while ((c = cli_getopt(argc, argv, "q:o:w:t:Q:M:n:jh", lo)) != -1) {
+		switch (c) {
+		case 'q':
+			if ((rc = cli_opt_u32("-q/--depth", optarg, false, 1, 65535, &p.depth)))
+				return rc;
+			have_q = true;
+			break;
+		case 'o':
+			if ((rc = cli_opt_u64("-o/--size", optarg, true, 1, 1ull << 30, &p.bytes)))
+				return rc;
+			have_o = true;
+			break;
+		case 'w': {
+			int k = -1;
+			for (int i = 0; i < 6; i++)
+				if (!strcmp(optarg, wl_names[i]))
+					k = i;
+			if (k < 0)
+				return cli_usage_err("-w/--workload '%s': expected read, randread, write, randwrite, "
+						     "rw or randrw",
+						     optarg);
+			p.wl = (enum wl)k;
+			have_w = true;
+			break;
+		}
+		case 't': {
+			int e = parse_seconds(optarg, &p.seconds);
+			if (e == -ERANGE)
+				return cli_usage_err("-t/--time '%s': too long", optarg);
+			if (e)
+				return cli_usage_err("-t/--time '%s': not a number of seconds", optarg);
+			if (!(p.seconds > 0))
+				return cli_usage_err("-t/--time '%s': must be more than 0", optarg);
+			if (p.seconds > 86400 * 365.0)
+				return cli_usage_err("-t/--time '%s': too long", optarg);
+			have_t = true;
+			break;
+		}
+		case 'Q':
+			if ((rc = cli_opt_u32("--queues", optarg, false, 1, 65535, &p.queues)))
+				return rc;
+			break;
+		case 'M':
+			if ((rc = cli_opt_u32("--mix", optarg, false, 0, 100, &p.mix)))
+				return rc;
+			have_mix = true;
+			break;
+		case 'n':
+			if ((rc = cli_opt_u32("--nsid", optarg, false, 1, 0xfffffffe, &p.nsid)))
+				return rc;
+			break;
+		case 'T':
+			if ((rc = cli_opt_u32("--timeout", optarg, false, 1, 3600000, &timeout_ms)))
+				return rc;
+			break;
+		case 'j': json = true; break;
+		case 'h': help(); return 0;
+		default: return EXIT_USAGE;
+		}
+	}
+	p.uri = cli_one_uri(argc, argv);
+	if (!p.uri)
+		return EXIT_USAGE;
+	if (!have_q)
+		return cli_usage_err("missing -q DEPTH (I/Os in flight per queue pair)");
+	if (!have_o)
+		return cli_usage_err("missing -o BYTES (I/O size)");
+	if (!have_w)
+		return cli_usage_err("missing -w WORKLOAD (read, randread, write, randwrite, rw, randrw)");
+	if (!have_t)
+		return cli_usage_err("missing -t SECONDS (run time)");
+	if (have_mix && p.wl != WL_RW && p.wl != WL_RANDRW)
+		return cli_usage_err("--mix applies to -w rw and randrw only");
+
+	struct gpunvme_opts opts;
+	gpunvme_opts_init(&opts);
+	if (timeout_ms)
+		opts.io_timeout_ms = timeout_ms;
+	p.io_timeout_ms = opts.io_timeout_ms;
+	struct gpunvme_ctrl *ctrl;
+	if ((rc = cli_open(p.uri, &opts, &ctrl)))
+		return rc;
+	struct worker *ws = NULL;
+	uint32_t nw = 0;
+	bool started = false;
+	if ((rc = cli_ns(ctrl, p.nsid, &p.ni)))
+		goto out;
+	struct gpunvme_ctrl_info ci;
+	if ((rc = gpunvme_ctrl_info(ctrl, &ci)) < 0) {
+		rc = cli_lib_err(rc, "controller info");
+		goto out;
+	}
+	char h1[32], h2[32];
+	if (p.bytes % p.ni.lba_size) {
+		rc = cli_usage_err("-o %" PRIu64 ": not a multiple of the %u-byte LBA size of namespace %u", p.bytes,
+				   p.ni.lba_size, p.nsid);
+		goto out;
+	}
+	uint64_t ns_bytes = p.ni.nsze * p.ni.lba_size;
+	if (p.bytes > ns_bytes) {
+		rc = cli_usage_err("-o %" PRIu64 ": larger than namespace %u (%s)", p.bytes, p.nsid,
+				   cli_human_bytes(ns_bytes, h1, sizeof(h1)));
+		goto out;
+	}
+	uint32_t lim = (ci.mqes < 1024 ? ci.mqes : 1024) - 1;
+	if (p.depth > lim) {
+		rc = cli_usage_err("-q %u: the queue limit is %u I/Os in flight (CAP.MQES %u entries, at most 1024)",
+				   p.depth, lim, ci.mqes);
+		goto out;
+	}
+	if (p.queues > ci.nr_io_queues) {
+		rc = cli_usage_err("--queues %u: the controller granted %u I/O queue pairs", p.queues,
+				   ci.nr_io_queues);
+		goto out;
+	}
+	if ((uint64_t)p.depth * p.bytes > (4ull << 30)) {
+		rc = cli_usage_err("-q %u x -o %s is more than 4 GiB of buffers per queue pair", p.depth,
+				   cli_human_bytes(p.bytes, h1, sizeof(h1)));
+		goto out;
+	}
+	p.blocks_per_io = p.bytes / p.ni.lba_size;
+	p.nios = p.ni.nsze / p.blocks_per_io;
+	uint64_t parts = ci.max_xfer ? (p.bytes + ci.max_xfer - 1) / ci.max_xfer : 1;
+	uint64_t want = parts * p.depth + 1;
+	uint32_t qdepth = want > lim + 1 ? lim + 1 : (uint32_t)want;
+	if (qdepth < 2)
+		qdepth = 2;
+
+	ws = calloc(p.queues, sizeof(*ws));
+	if (!ws) {
+		rc = cli_err(EXIT_RUNTIME, "out of memory");
+		goto out;
+	}
+	bool reads_only = p.wl == WL_READ || p.wl == WL_RANDREAD;
+	for (nw = 0; nw < p.queues; nw++) {
+		struct worker *w = &ws[nw];
+		w->p = &p;
+		w->idx = nw;
+		w->rng = 0x9E3779B97F4A7C15ull * (nw + 1) ^ cli_now_ns();
+		if (!w->rng)
+			w->rng = 1;
+		w->seq_lo = p.nios * nw / p.queues;
+		w->seq_hi = p.nios * (nw + 1) / p.queues;
+		if (w->seq_hi <= w->seq_lo) {
+			w->seq_lo = 0;
+			w->seq_hi = p.nios;
+		}
+		w->seq_next = w->seq_lo;
+		int e = gpunvme_qpair_create(ctrl, qdepth, &w->qp);
+		if (e < 0) {
+			w->qp = NULL;
+			rc = cli_lib_err(e, "cannot create I/O queue pair %u of %u", nw + 1, p.queues);
+			goto out;
+		}
+		w->dma = gpunvme_dma_alloc(ctrl, (size_t)(p.depth * p.bytes));
+		w->ios = calloc(p.depth, sizeof(*w->ios));
+		w->ready = calloc(p.depth, sizeof(*w->ready));
+		if (!w->dma) {
+			rc = cli_lib_err(-ENOMEM, "cannot allocate %s of DMA memory for queue pair %u",
+					 cli_human_bytes(p.depth * p.bytes, h1, sizeof(h1)), nw + 1);
+			nw++;
+			goto out;
+		}
+		if (!w->ios || !w->ready) {
+			rc = cli_err(EXIT_RUNTIME, "out of memory");
+			nw++;
+			goto out;
+		}
+		for (uint32_t i = 0; i < p.depth; i++) {
+			w->ios[i].w = w;
+			w->ios[i].buf = w->dma + (size_t)i * p.bytes;
+		}
+		if (!reads_only) {
+			uint64_t s = w->rng;
+			uint64_t *q = (uint64_t *)w->dma;
+			for (size_t i = 0; i < (size_t)(p.depth * p.bytes) / 8; i++)
+				q[i] = rnd(&s);
+		}
+	}
+
+	/* go */
+	for (uint32_t i = 0; i < nw; i++) {
+		int e = pthread_create(&ws[i].tid, NULL, worker_main, &ws[i]);
+		if (e) {
+			atomic_store(&p.stop, 1);
+			rc = cli_err(EXIT_RUNTIME, "cannot start thread %u: %s", i, strerror(e));
+			p.t_start = cli_now_ns();
+			p.t_end = p.t_start;
+			atomic_store(&p.go, 1);
+			for (uint32_t k = 0; k < i; k++)
+				pthread_join(ws[k].tid, NULL);
+			goto out;
+		}
+	}
+	started = true;
+	p.t_start = cli_now_ns();
+	p.t_end = p.t_start + (uint64_t)(p.seconds * 1e9);
+	atomic_store(&p.go, 1);
+	for (uint32_t i = 0; i < nw; i++)
+		pthread_join(ws[i].tid, NULL);
+
+	/* ---- results ------------------------------------------------------------- */
+	struct hist *tr = calloc(1, sizeof(struct hist)), *tw = calloc(1, sizeof(struct hist)),
+		    *tt = calloc(1, sizeof(struct hist)), *wq = calloc(1, sizeof(struct hist));
+	if (!tr || !tw || !tt || !wq) {
+		free(tr); free(tw); free(tt); free(wq);
+		rc = cli_err(EXIT_RUNTIME, "out of memory");
+		goto out;
+	}
+	uint64_t errors = 0, max_el = 0;
+	struct worker *fatal = NULL, *errw = NULL;
+	for (uint32_t i = 0; i < nw; i++) {
+		h_merge(tr, &ws[i].hr);
+		h_merge(tw, &ws[i].hw);
+		errors += ws[i].errors;
+		if (ws[i].fatal && !fatal)
+			fatal = &ws[i];
+		if (ws[i].errors && !errw)
+			errw = &ws[i];
+		if (ws[i].elapsed_ns > max_el)
+			max_el = ws[i].elapsed_ns;
+	}
+	h_merge(tt, tr);
+	h_merge(tt, tw);
+	double secs = (double)max_el / 1e9;
+	bool mixed = p.wl == WL_RW || p.wl == WL_RANDRW;
+	if (json) {
+		struct cli_json j;
+		cj_init(&j, stdout);
+		cj_obj_begin(&j, NULL);
+		cj_str(&j, "uri", p.uri);
+		cj_u64(&j, "nsid", p.nsid);
+		cj_str(&j, "workload", wl_names[p.wl]);
+		cj_u64(&j, "io_size", p.bytes);
+		cj_u64(&j, "depth", p.depth);
+		cj_u64(&j, "queues", p.queues);
+		cj_str(&j, "threading", "one thread per queue pair");
+		if (mixed)
+			cj_u64(&j, "read_pct", p.mix);
+		cj_dbl(&j, "seconds", p.seconds);
+		cj_dbl(&j, "elapsed_s", secs);
+		cj_u64(&j, "errors", errors);
+		stats_json(&j, "total", tt, secs, p.bytes);
+		if (tr->count || reads_only || mixed)
+			stats_json(&j, "read", tr, secs, p.bytes);
+		if (tw->count || !reads_only)
+			stats_json(&j, "write", tw, secs, p.bytes);
+		cj_arr_begin(&j, "per_queue");
+		for (uint32_t i = 0; i < nw; i++) {
+			memset(wq, 0, sizeof(*wq));
+			h_merge(wq, &ws[i].hr);
+			h_merge(wq, &ws[i].hw);
+			cj_obj_begin(&j, NULL);
+			cj_u64(&j, "queue", i);
+			cj_u64(&j, "ios", wq->count);
+			cj_dbl(&j, "iops", secs > 0 ? (double)wq->count / secs : 0);
+			cj_dbl(&j, "mib_per_s", secs > 0 ? (double)wq->count * (double)p.bytes / secs / 1048576.0 : 0);
+			lat_json(&j, "latency_us", wq);
+			cj_obj_end(&j);
+		}
+		cj_arr_end(&j);
+		cj_obj_end(&j);
+		cj_finish(&j);
+	} else {
+		printf("gpunvme perf: %s nsid %u, %s", p.uri, p.nsid, wl_names[p.wl]);
+		if (mixed)
+			printf(" (%u%% reads)", p.mix);
+		printf(", %s I/Os, depth %u, %u queue pair%s (one thread each), %.2f s\n",
+		       cli_human_bytes(p.bytes, h2, sizeof(h2)), p.depth, p.queues, p.queues > 1 ? "s" : "", secs);
+		printf("%-22s %12s %10s %10s %10s %10s %10s\n", "", "IOPS", "MiB/s", "avg(us)", "p50(us)", "p99(us)",
+		       "max(us)");
+		for (uint32_t i = 0; i < nw && nw > 1; i++) {
+			memset(wq, 0, sizeof(*wq));
+			h_merge(wq, &ws[i].hr);
+			h_merge(wq, &ws[i].hw);
+			char name[32];
+			snprintf(name, sizeof(name), "queue %u", i);
+			stats_line(name, wq, secs, p.bytes);
+		}
+		if (mixed) {
+			stats_line("read", tr, secs, p.bytes);
+			stats_line("write", tw, secs, p.bytes);
+		}
+		stats_line("total", tt, secs, p.bytes);
+	}
+	free(tr); free(tw); free(tt); free(wq);
+	if (fatal) {
+		rc = cli_err(EXIT_RUNTIME, "%s", fatal->fatal_msg);
+	} else if (errors) {
+		if (errw->first_err == -EIO)
+			rc = cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s); first: %s", errors,
+				     gpunvme_status_str(errw->first_status));
+		else
+			rc = cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s); first: %s", errors,
+				     strerror(-errw->first_err));
+	} else {
+		rc = 0;
+	}
+
+out:
+	if (ws) {
+		for (uint32_t i = 0; i < nw; i++) {
+			struct worker *w = &ws[i];
+			bool ok = !started || w->drained;
+			if (w->qp && ok)
+				gpunvme_qpair_destroy(w->qp);
+			if (w->dma && ok)
+				gpunvme_dma_free(ctrl, w->dma);
+			free(w->ios);
+			free(w->ready);
+		}
+		free(ws);
+	}
+	gpunvme_close(ctrl);
+	return rc;
+}

@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * gpunvme: command-line front end of the user-space NVMe driver, in the
+ * manner of nvme-cli: `gpunvme <command> [URI] [options]`.
+ *
+ * Exit codes: 0 success, 1 runtime error, 2 usage error. Every error is one
+ * line on stderr: "gpunvme: <command>: <what>: <why/fix>".
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+#ifndef GPUNVME_VERSION
+#define GPUNVME_VERSION "0.1.0"
+#endif
+
+struct command {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+};
+
+static const struct command commands[] = {
+	{"list", cmd_list, "NVMe controllers and NVIDIA GPUs on the PCI bus (sysfs)"},
+	{"id-ctrl", cmd_id_ctrl, "decoded Identify Controller data"},
+	{"id-ns", cmd_id_ns, "decoded Identify Namespace data"},
+	{"show-regs", cmd_show_regs, "decoded controller registers (BAR0)"},
+	{"read", cmd_read, "read blocks into a file or stdout"},
+	{"write", cmd_write, "write blocks from a file or stdin"},
+	{"perf", cmd_perf, "I/O benchmark: IOPS, bandwidth, latency percentiles"},
+};
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: gpunvme <command> [URI] [options]\n"
+		"\n"
+		"commands:\n");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f,
+		"  %-10s %s\n"
+		"  %-10s %s\n"
+		"\n"
+		"device URIs:\n"
+		"  emu:SPEC           the embedded emulator, e.g. emu:ram:64M, emu:ram:1G?lbads=12&mdts=5,\n"
+		"                     emu:/path/disk.img (an existing file), emu:null:4T\n"
+		"  vfio:DDDD:BB:DD.F  a controller bound to vfio-pci\n"
+		"  uio:DDDD:BB:DD.F   a controller bound to uio_pci_generic\n"
+		"  pci:DDDD:BB:DD.F   whichever of the two its driver allows\n"
+		"\n"
+		"numbers: decimal or 0x hex; sizes also take K/M/G/T (powers of 1024).\n"
+		"exit status: 0 success, 1 runtime error, 2 usage error.\n"
+		"'gpunvme <command> --help' describes each command.\n",
+		"help", "this text, or 'help <command>'", "version", "print the version");
+}
+
+int main(int argc, char **argv)
+{
+	/* a closed pipe on stdout is an error we report, not a silent death */
+	signal(SIGPIPE, SIG_IGN);
+
+	if (argc < 2) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	const char *name = argv[1];
+	if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(name, "version") || !strcmp(name, "--version") || !strcmp(name, "-V")) {
+		printf("gpunvme %s\n", GPUNVME_VERSION);
+		return 0;
+	}
+	if (!strcmp(name, "help")) {
+		if (argc < 3) {
+			usage(stdout);
+			return 0;
+		}
+		for (size_t i = 0; i < NCOMMANDS; i++)
+			if (!strcmp(argv[2], commands[i].name)) {
+				char *hargv[] = {argv[2], "--help", NULL};
+				cli_cmd = commands[i].name;
+				optind = 0;
+				return commands[i].fn(2, hargv);
+			}
+		return cli_err(EXIT_USAGE, "help: unknown command '%s' (see 'gpunvme --help')", argv[2]);
+	}
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (!strcmp(name, commands[i].name)) {
+			cli_cmd = commands[i].name;
+			optind = 0;  /* full getopt re-initialisation */
+			int rc = commands[i].fn(argc - 1, argv + 1);
+			if (fflush(stdout) != 0 && rc == 0)
+				return cli_err(EXIT_RUNTIME, "writing to stdout: %s", strerror(errno));
+			return rc;
+		}
+	if (name[0] == '-')
+		return cli_err(EXIT_USAGE, "unknown option '%s' (a command comes first; see 'gpunvme --help')",
+			       name);
+	return cli_err(EXIT_USAGE, "unknown command '%s' (see 'gpunvme --help')", name);
+}

@@ -1,0 +1,520 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* gpunvme command: shared helpers (errors, numbers, options, URIs, JSON). */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpunvme/emu.h"
+#include "util.h"
+
+const char *cli_cmd;
+
+static void vprefix(const char *fmt, va_list ap)
+{
+	char msg[1024];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	/* one line: fold any newline a library message might carry */
+	for (char *p = msg; *p; p++)
+		if (*p == '\n' || *p == '\r')
+			*p = ' ';
+	if (cli_cmd)
+		fprintf(stderr, "gpunvme: %s: %s\n", cli_cmd, msg);
+	else
+		fprintf(stderr, "gpunvme: %s\n", msg);
+}
+
+int cli_err(int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vprefix(fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int cli_usage_err(const char *fmt, ...)
+{
+	char msg[900];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (cli_cmd)
+		return cli_err(EXIT_USAGE, "%s (see 'gpunvme %s --help')", msg, cli_cmd);
+	return cli_err(EXIT_USAGE, "%s (see 'gpunvme --help')", msg);
+}
+
+int cli_lib_err(int rc, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	const char *le = gpunvme_last_error();
+	if (le && *le)
+		return cli_err(EXIT_RUNTIME, "%s: %s", msg, le);
+	return cli_err(EXIT_RUNTIME, "%s: %s", msg, strerror(rc < 0 ? -rc : rc));
+}
+
+/* ---- numbers ----------------------------------------------------------- */
+
+int cli_parse_u64(const char *s, bool size_suffix, uint64_t *out)
+{
+	if (!s || !*s)
+		return -EINVAL;
+	const char *p = s;
+	unsigned base = 10;
+	if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+		base = 16;
+		p += 2;
+		if (!isxdigit((unsigned char)*p))
+			return -EINVAL;
+	} else if (!isdigit((unsigned char)*p)) {
+		return -EINVAL;  /* signs, spaces, empty */
+	}
+	uint64_t v = 0;
+	bool range = false;
+	for (; *p; p++) {
+		unsigned d;
+		if (isdigit((unsigned char)*p))
+			d = (unsigned)(*p - '0');
+		else if (base == 16 && isxdigit((unsigned char)*p))
+			d = (unsigned)(tolower((unsigned char)*p) - 'a' + 10);
+		else
+			break;
+		if (v > (UINT64_MAX - d) / base)
+			range = true;
+		else
+			v = v * base + d;
+	}
+	unsigned shift = 0;
+	if (*p && size_suffix) {
+		switch (*p) {
+		case 'k': case 'K': shift = 10; break;
+		case 'm': case 'M': shift = 20; break;
+		case 'g': case 'G': shift = 30; break;
+		case 't': case 'T': shift = 40; break;
+		default: return -EINVAL;
+		}
+		p++;
+		if (p[0] == 'i' && p[1] == 'B')
+			p += 2;
+		else if (p[0] == 'B')
+			p++;
+	}
+	if (*p)
+		return -EINVAL;
+	if (range || (shift && v > (UINT64_MAX >> shift)))
+		return -ERANGE;
+	*out = v << shift;
+	return 0;
+}
+
+int cli_opt_u64(const char *opt, const char *val, bool size_suffix, uint64_t min, uint64_t max,
+		uint64_t *out)
+{
+	uint64_t v;
+	int rc = cli_parse_u64(val, size_suffix, &v);
+	const char *what = size_suffix ? "a number (decimal, 0x hex, K/M/G suffix)"
+				       : "a number (decimal or 0x hex)";
+	if (rc == -ERANGE)
+		return cli_usage_err("%s '%s': value too large (at most %" PRIu64 ")", opt, val, max);
+	if (rc)
+		return cli_usage_err("%s '%s': not %s", opt, val, what);
+	if (v < min || v > max) {
+		if (v == 0 && min > 0)
+			return cli_usage_err("%s '%s': must be at least %" PRIu64, opt, val, min);
+		return cli_usage_err("%s '%s': out of range (%" PRIu64 "..%" PRIu64 ")", opt, val, min,
+				     max);
+	}
+	*out = v;
+	return 0;
+}
+
+int cli_opt_u32(const char *opt, const char *val, bool size_suffix, uint32_t min, uint32_t max,
+		uint32_t *out)
+{
+	uint64_t v;
+	int rc = cli_opt_u64(opt, val, size_suffix, min, max, &v);
+	if (rc)
+		return rc;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+const char *cli_human_bytes(uint64_t b, char *buf, size_t len)
+{
+	static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+	unsigned u = 0;
+	double v = (double)b;
+	while (v >= 1024.0 && u < 6) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%" PRIu64 " B", b);
+	else if (v == (double)(uint64_t)v)
+		snprintf(buf, len, "%" PRIu64 " %s", (uint64_t)v, unit[u]);
+	else
+		snprintf(buf, len, "%.2f %s", v, unit[u]);
+	return buf;
+}
+
+/* ---- options ------------------------------------------------------------- */
+
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts)
+{
+	char so[128];
+	snprintf(so, sizeof(so), ":%s", shortopts);  /* ':' -> missing values reported as ':' */
+	opterr = 0;
+	int idx = -1;
+	int c = getopt_long(argc, argv, so, longopts, &idx);
+	if (c != '?' && c != ':')
+		return c;
+	const char *arg = (optind > 0 && optind <= argc) ? argv[optind - 1] : NULL;
+	if (c == ':') {
+		if (arg && arg[0] == '-' && arg[1] == '-')
+			cli_usage_err("option '%s' needs a value", arg);
+		else
+			cli_usage_err("option '-%c' needs a value", optopt);
+		return -2;
+	}
+	if (arg && arg[0] == '-' && arg[1] == '-') {
+		const char *eq = strchr(arg, '=');
+		size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+		for (const struct option *o = longopts; o && o->name; o++)
+			if (eq && strlen(o->name) == n && !strncmp(o->name, arg + 2, n)) {
+				cli_usage_err("option '--%s' takes no value", o->name);
+				return -2;
+			}
+		cli_usage_err("unknown option '%.*s'", (int)(n + 2), arg);
+	} else if (optopt) {
+		cli_usage_err("unknown option '-%c'", optopt);
+	} else {
+		cli_usage_err("unknown option '%s'", arg ? arg : "?");
+	}
+	return -2;
+}
+
+const char *cli_one_uri(int argc, char **argv)
+{
+	if (optind >= argc) {
+		cli_usage_err("missing device URI (e.g. emu:ram:64M, vfio:0000:01:00.0)");
+		return NULL;
+	}
+	if (optind + 1 < argc) {
+		cli_usage_err("unexpected argument '%s' (only one device URI)", argv[optind + 1]);
+		return NULL;
+	}
+	return argv[optind];
+}
+
+/* ---- URIs ------------------------------------------------------------------ */
+
+/* DDDD:BB:DD.F or BB:DD.F, hex, device <= 1f, function <= 7. */
+static bool bdf_ok(const char *s)
+{
+	unsigned dom = 0, bus, dev, fn;
+	int n = 0;
+	size_t len = strlen(s);
+	for (size_t i = 0; i < len; i++)
+		if (!isxdigit((unsigned char)s[i]) && s[i] != ':' && s[i] != '.')
+			return false;
+	if (sscanf(s, "%4x:%2x:%2x.%1x%n", &dom, &bus, &dev, &fn, &n) == 4 && (size_t)n == len &&
+	    len == 12) {
+		/* full form */
+	} else if (sscanf(s, "%2x:%2x.%1x%n", &bus, &dev, &fn, &n) == 3 && (size_t)n == len &&
+		   len == 7) {
+		/* short form */
+	} else {
+		return false;
+	}
+	return dev <= 0x1f && fn <= 7;
+}
+
+int cli_check_uri(const char *uri)
+{
+	const char *colon = strchr(uri, ':');
+	if (!*uri)
+		return cli_usage_err("empty device URI (expected emu:SPEC, vfio:BDF, uio:BDF or pci:BDF)");
+	if (!colon)
+		return cli_usage_err("'%s' is not a device URI: expected emu:SPEC, vfio:BDF, uio:BDF or "
+				     "pci:BDF (e.g. emu:ram:64M, vfio:0000:01:00.0)",
+				     uri);
+	size_t sl = (size_t)(colon - uri);
+	const char *rest = colon + 1;
+	if (sl == 3 && !strncmp(uri, "emu", 3)) {
+		if (!*rest)
+			return cli_usage_err("missing emulator spec after 'emu:' (e.g. emu:ram:64M, "
+					     "emu:/path/disk.img)");
+		struct gpunvme_emu_config cfg;
+		const char *err = NULL;
+		if (gpunvme_emu_config_parse(&cfg, rest, &err))
+			return cli_usage_err("bad emulator spec '%s': %s", rest,
+					     err ? err : "invalid");
+		return 0;
+	}
+	if ((sl == 4 && !strncmp(uri, "vfio", 4)) || (sl == 3 && !strncmp(uri, "uio", 3)) ||
+	    (sl == 3 && !strncmp(uri, "pci", 3))) {
+		if (!*rest)
+			return cli_usage_err("missing PCI address after '%.*s:' (expected DDDD:BB:DD.F, "
+					     "e.g. %.*s:0000:01:00.0; 'gpunvme list' shows them)",
+					     (int)sl, uri, (int)sl, uri);
+		if (!bdf_ok(rest))
+			return cli_usage_err("malformed PCI address '%s' (expected DDDD:BB:DD.F in hex, "
+					     "e.g. 0000:01:00.0)",
+					     rest);
+		return 0;
+	}
+	return cli_usage_err("unknown bus '%.*s' in '%s' (expected emu:, vfio:, uio: or pci:)", (int)sl,
+			     uri, uri);
+}
+
+int cli_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_ctrl **out)
+{
+	int rc = cli_check_uri(uri);
+	if (rc)
+		return rc;
+	rc = gpunvme_open(uri, opts, out);
+	if (rc < 0 || !*out)
+		return cli_lib_err(rc ? rc : -EIO, "cannot open '%s'", uri);
+	return 0;
+}
+
+int cli_ns(struct gpunvme_ctrl *c, uint32_t nsid, struct gpunvme_ns_info *ni)
+{
+	int rc = gpunvme_ns_info(c, nsid, ni);
+	if (rc == 0)
+		return 0;
+	char lib[256];
+	snprintf(lib, sizeof(lib), "%s", gpunvme_last_error());
+	uint32_t ids[64];
+	int n = gpunvme_ns_list(c, ids, 64);
+	char list[256] = "none";
+	if (n > 0) {
+		size_t off = 0;
+		for (int i = 0; i < n && i < 64 && off < sizeof(list) - 16; i++)
+			off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%u", i ? ", " : "",
+						ids[i]);
+		if (n > 64)
+			snprintf(list + off, sizeof(list) - off, ", ...");
+	}
+	if (lib[0])
+		return cli_err(EXIT_RUNTIME, "namespace %u: %s (active namespaces: %s)", nsid, lib, list);
+	return cli_err(EXIT_RUNTIME, "namespace %u is not an active namespace (active: %s)", nsid, list);
+}
+
+int cli_check_range(const struct gpunvme_ns_info *ni, uint64_t slba, uint64_t nlb)
+{
+	char h[32];
+	if (nlb == 0)
+		return cli_usage_err("--nlb must be at least 1");
+	if (slba >= ni->nsze || nlb > ni->nsze - slba)
+		return cli_usage_err("LBA range %" PRIu64 "..%" PRIu64 " is past the end of namespace "
+				     "%u, which holds %" PRIu64 " blocks of %u bytes (%s; last LBA %" PRIu64
+				     ")",
+				     slba, slba + nlb - 1 >= slba ? slba + nlb - 1 : UINT64_MAX, ni->nsid,
+				     ni->nsze, ni->lba_size,
+				     cli_human_bytes(ni->nsze * (uint64_t)ni->lba_size, h, sizeof(h)),
+				     ni->nsze ? ni->nsze - 1 : 0);
+	return 0;
+}
+
+uint64_t cli_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+ssize_t cli_write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n = write(fd, p + done, len - done);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+ssize_t cli_read_full(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n = read(fd, p + done, len - done);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			break;
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+void cli_fixed_str(char *out, const char *in, size_t n)
+{
+	size_t i;
+	for (i = 0; i < n && in[i]; i++)
+		out[i] = isprint((unsigned char)in[i]) ? in[i] : '.';
+	while (i > 0 && out[i - 1] == ' ')
+		i--;
+	out[i] = 0;
+}
+
+/* ---- JSON ------------------------------------------------------------------ */
+
+void cj_init(struct cli_json *j, FILE *f)
+{
+	memset(j, 0, sizeof(*j));
+	j->f = f;
+	j->first[0] = true;
+}
+
+static void cj_indent(struct cli_json *j)
+{
+	for (int i = 0; i < j->depth; i++)
+		fputs("  ", j->f);
+}
+
+static void cj_escape(FILE *f, const char *s, size_t n)
+{
+	fputc('"', f);
+	for (size_t i = 0; i < n && s[i]; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		switch (ch) {
+		case '"': fputs("\\\"", f); break;
+		case '\\': fputs("\\\\", f); break;
+		case '\n': fputs("\\n", f); break;
+		case '\t': fputs("\\t", f); break;
+		case '\r': fputs("\\r", f); break;
+		default:
+			if (ch < 0x20 || ch >= 0x7f)
+				fprintf(f, "\\u%04x", ch);
+			else
+				fputc(ch, f);
+		}
+	}
+	fputc('"', f);
+}
+
+/* separator, indentation and the key */
+static void cj_key(struct cli_json *j, const char *key)
+{
+	if (j->depth == 0) {
+		j->first[0] = false;
+		return;
+	}
+	if (!j->first[j->depth])
+		fputc(',', j->f);
+	fputc('\n', j->f);
+	j->first[j->depth] = false;
+	cj_indent(j);
+	if (!j->in_array[j->depth] && key) {
+		cj_escape(j->f, key, SIZE_MAX);
+		fputs(": ", j->f);
+	}
+}
+
+static void cj_open(struct cli_json *j, const char *key, char ch, bool arr)
+{
+	cj_key(j, key);
+	fputc(ch, j->f);
+	if (j->depth < 31)
+		j->depth++;
+	j->first[j->depth] = true;
+	j->in_array[j->depth] = arr;
+}
+
+static void cj_close(struct cli_json *j, char ch)
+{
+	bool empty = j->first[j->depth];
+	if (j->depth > 0)
+		j->depth--;
+	if (!empty) {
+		fputc('\n', j->f);
+		cj_indent(j);
+	}
+	fputc(ch, j->f);
+}
+
+void cj_obj_begin(struct cli_json *j, const char *key) { cj_open(j, key, '{', false); }
+void cj_obj_end(struct cli_json *j) { cj_close(j, '}'); }
+void cj_arr_begin(struct cli_json *j, const char *key) { cj_open(j, key, '[', true); }
+void cj_arr_end(struct cli_json *j) { cj_close(j, ']'); }
+
+void cj_str(struct cli_json *j, const char *key, const char *v)
+{
+	cj_key(j, key);
+	cj_escape(j->f, v ? v : "", SIZE_MAX);
+}
+
+void cj_strn(struct cli_json *j, const char *key, const char *v, size_t n)
+{
+	char buf[1024];
+	if (n >= sizeof(buf))
+		n = sizeof(buf) - 1;
+	cli_fixed_str(buf, v, n);
+	cj_str(j, key, buf);
+}
+
+void cj_u64(struct cli_json *j, const char *key, uint64_t v)
+{
+	cj_key(j, key);
+	fprintf(j->f, "%" PRIu64, v);
+}
+
+void cj_i64(struct cli_json *j, const char *key, int64_t v)
+{
+	cj_key(j, key);
+	fprintf(j->f, "%" PRId64, v);
+}
+
+void cj_dbl(struct cli_json *j, const char *key, double v)
+{
+	cj_key(j, key);
+	if (v != v || v > 1e300 || v < -1e300)
+		fputs("null", j->f);
+	else
+		fprintf(j->f, "%.3f", v);
+}
+
+void cj_bool(struct cli_json *j, const char *key, bool v)
+{
+	cj_key(j, key);
+	fputs(v ? "true" : "false", j->f);
+}
+
+void cj_null(struct cli_json *j, const char *key)
+{
+	cj_key(j, key);
+	fputs("null", j->f);
+}
+
+void cj_hex(struct cli_json *j, const char *key, uint64_t v, int width)
+{
+	char buf[32];
+	snprintf(buf, sizeof(buf), "0x%0*" PRIx64, width, v);
+	cj_str(j, key, buf);
+}
+
+void cj_finish(struct cli_json *j)
+{
+	fputc('\n', j->f);
+	fflush(j->f);
+}

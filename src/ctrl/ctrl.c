@@ -1,0 +1,554 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Control plane: controller bring-up (NVMe 1.4 §7.6.1), admin commands,
+ * identify, features, reset (§7.3.2) and shutdown (§7.6.2).
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctrl/ctrl.h"
+#include "gpunvme/emu.h"
+
+uint64_t gpunvme_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void relax(uint32_t spins)
+{
+	/* spin briefly, then give the CPU away: a register handshake takes
+	 * microseconds on hardware, much longer on a busy emulator host */
+	if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+	} else if (spins < 1024) {
+		sched_yield();
+	} else {
+		struct timespec ts = { 0, 50000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+void gpunvme_opts_init(struct gpunvme_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->admin_timeout_ms = 5000;
+	o->io_timeout_ms = 30000;
+	o->nr_io_queues = 16;
+	o->admin_depth = 64;
+	o->mps_shift = 12;
+}
+
+/* CSTS all ones: the device left the bus (surprise removal, link down). */
+int ctrl_check_alive(struct gpunvme_ctrl *c, const char *what)
+{
+	uint32_t csts = ctrl_rd32(c, GPUNVME_REG_CSTS);
+	if (csts == 0xffffffffu)
+		return gpunvme_set_error(-ENODEV, "%s:%s: %s: device gone (registers read all ones)",
+					 c->bus.ops->name, c->bus.addr, what);
+	if (csts & GPUNVME_CSTS_CFS)
+		return gpunvme_set_error(-EIO, "%s:%s: %s: controller fatal status (CSTS.CFS); reset it",
+					 c->bus.ops->name, c->bus.addr, what);
+	return 0;
+}
+
+/* Wait for CSTS.RDY == want within CAP.TO (500 ms units, §3.1.1). */
+static int wait_ready(struct gpunvme_ctrl *c, uint32_t want, const char *what)
+{
+	uint64_t to_ms = (uint64_t)(gpunvme_cap_to(c->cap) ? gpunvme_cap_to(c->cap) : 1) * 500;
+	uint64_t deadline = gpunvme_now_ns() + to_ms * 1000000ull;
+	for (uint32_t spins = 0;; spins++) {
+		uint32_t csts = ctrl_rd32(c, GPUNVME_REG_CSTS);
+		if (csts == 0xffffffffu)
+			return gpunvme_set_error(-ENODEV, "%s:%s: %s: device gone (registers read all ones)",
+						 c->bus.ops->name, c->bus.addr, what);
+		if ((csts & GPUNVME_CSTS_CFS) && want)
+			return gpunvme_set_error(-EIO, "%s:%s: %s: controller reported fatal status (CSTS.CFS)",
+						 c->bus.ops->name, c->bus.addr, what);
+		if ((csts & GPUNVME_CSTS_RDY) == want)
+			return 0;
+		if (gpunvme_now_ns() > deadline)
+			return gpunvme_set_error(-ETIMEDOUT, "%s:%s: %s: CSTS.RDY did not become %u within CAP.TO (%llu ms)",
+						 c->bus.ops->name, c->bus.addr, what, want, (unsigned long long)to_ms);
+		relax(spins);
+	}
+}
+
+static int disable(struct gpunvme_ctrl *c)
+{
+	uint32_t cc = ctrl_rd32(c, GPUNVME_REG_CC);
+	uint32_t csts = ctrl_rd32(c, GPUNVME_REG_CSTS);
+	if (cc == 0xffffffffu || csts == 0xffffffffu)
+		return gpunvme_set_error(-ENODEV, "%s:%s: device gone (registers read all ones)", c->bus.ops->name,
+					 c->bus.addr);
+	/* §7.6.1: changing EN while RDY does not yet match it is undefined;
+	 * let a previous enable finish first (a failed one shows CFS) */
+	if ((cc & GPUNVME_CC_EN) && !(csts & GPUNVME_CSTS_RDY) && !(csts & GPUNVME_CSTS_CFS))
+		wait_ready(c, 1, "settle before reset");
+	ctrl_wr32(c, GPUNVME_REG_CC, cc & ~GPUNVME_CC_EN);
+	return wait_ready(c, 0, "disable (CC.EN=0)");
+}
+
+/* Admin command: one at a time (admin_lock held by the caller), wait for
+ * its completion with a timeout. Completions of other CIDs (late answers to
+ * commands that timed out) are consumed and ignored. */
+static int admin_exec_locked(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, struct gpunvme_cqe *out)
+{
+	cmd->cid = c->acid++;
+	memcpy(&c->asq[c->asq_tail], cmd, sizeof(*cmd));
+	c->asq_tail = (c->asq_tail + 1) % c->adepth;
+	/* the release store orders the SQE before the doorbell */
+	ctrl_wr32(c, gpunvme_sq_doorbell(0, c->dstrd), c->asq_tail);
+	uint64_t deadline = gpunvme_now_ns() + (uint64_t)c->opts.admin_timeout_ms * 1000000ull;
+	for (uint32_t spins = 0;; spins++) {
+		volatile uint32_t *dw = (volatile uint32_t *)&c->acq[c->acq_head];
+		uint32_t dw3 = __atomic_load_n(&dw[3], __ATOMIC_ACQUIRE);
+		if (((dw3 >> 16) & 1) == c->acq_phase) {
+			struct gpunvme_cqe e;
+			memcpy(&e, (const void *)dw, sizeof(e));
+			if (++c->acq_head == c->adepth) {
+				c->acq_head = 0;
+				c->acq_phase ^= 1;
+			}
+			ctrl_wr32(c, gpunvme_cq_doorbell(0, c->dstrd), c->acq_head);
+			if (e.cid != cmd->cid)
+				continue;
+			if (out)
+				*out = e;
+			uint16_t st = gpunvme_cqe_status(e.status);
+			if (st)
+				return gpunvme_set_error(-EIO, "%s (opcode 0x%02x) failed: %s",
+							 gpunvme_opcode_str(1, cmd->opc), cmd->opc, gpunvme_status_str(st));
+			return 0;
+		}
+		if ((spins & 255) == 255) {
+			int rc = ctrl_check_alive(c, gpunvme_opcode_str(1, cmd->opc));
+			if (rc)
+				return rc;
+			if (gpunvme_now_ns() > deadline)
+				return gpunvme_set_error(-ETIMEDOUT, "%s:%s: admin command %s timed out after %u ms",
+							 c->bus.ops->name, c->bus.addr, gpunvme_opcode_str(1, cmd->opc),
+							 c->opts.admin_timeout_ms);
+		}
+		relax(spins);
+	}
+}
+
+int gpunvme_admin(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, void *buf, size_t len, int host_to_ctrl,
+		  struct gpunvme_cqe *cpl)
+{
+	if (!c || !cmd || (len && !buf))
+		return gpunvme_set_error(-EINVAL, "admin: bad arguments");
+	if (len > 4096)
+		return gpunvme_set_error(-EINVAL, "admin: data of %zu bytes (at most 4096)", len);
+	pthread_mutex_lock(&c->admin_lock);
+	if (len) {
+		if (host_to_ctrl)
+			memcpy(c->abuf, buf, len);
+		else
+			memset(c->abuf, 0, 4096);
+		cmd->prp1 = gpunvme_dma_iova(c, c->abuf);
+		cmd->prp2 = 0; /* the bounce buffer is one page */
+	}
+	int rc = admin_exec_locked(c, cmd, cpl);
+	if (!rc && len && !host_to_ctrl)
+		memcpy(buf, c->abuf, len);
+	pthread_mutex_unlock(&c->admin_lock);
+	return rc;
+}
+
+static int identify(struct gpunvme_ctrl *c, uint8_t cns, uint32_t nsid, void *buf)
+{
+	struct gpunvme_sqe cmd = { .opc = GPUNVME_ADM_IDENTIFY, .nsid = nsid };
+	cmd.identify.cns = cns;
+	return gpunvme_admin(c, &cmd, buf, 4096, 0, NULL);
+}
+
+int gpunvme_get_log_page(struct gpunvme_ctrl *c, uint32_t nsid, uint8_t lid, void *buf, size_t len)
+{
+	if (len == 0 || len > 4096 || (len & 3))
+		return gpunvme_set_error(-EINVAL, "get log page: length %zu (dword multiple, at most 4096)", len);
+	struct gpunvme_sqe cmd = { .opc = GPUNVME_ADM_GET_LOG_PAGE, .nsid = nsid };
+	uint32_t numd = (uint32_t)(len / 4 - 1);
+	cmd.cdw[0] = lid | ((numd & 0xffff) << 16);
+	cmd.cdw[1] = numd >> 16;
+	return gpunvme_admin(c, &cmd, buf, len, 0, NULL);
+}
+
+int gpunvme_get_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, uint32_t *dw0)
+{
+	struct gpunvme_sqe cmd = { .opc = GPUNVME_ADM_GET_FEATURES };
+	struct gpunvme_cqe e;
+	cmd.cdw[0] = fid;
+	cmd.cdw[1] = cdw11;
+	int rc = gpunvme_admin(c, &cmd, NULL, 0, 0, &e);
+	if (!rc && dw0)
+		*dw0 = e.dw0;
+	return rc;
+}
+
+int gpunvme_set_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, uint32_t *dw0)
+{
+	struct gpunvme_sqe cmd = { .opc = GPUNVME_ADM_SET_FEATURES };
+	struct gpunvme_cqe e;
+	cmd.cdw[0] = fid;
+	cmd.cdw[1] = cdw11;
+	int rc = gpunvme_admin(c, &cmd, NULL, 0, 0, &e);
+	if (!rc && dw0)
+		*dw0 = e.dw0;
+	return rc;
+}
+
+/* CC.EN 0 -> 1 with fresh admin queues (§7.6.1 steps 3-6). */
+static int enable(struct gpunvme_ctrl *c)
+{
+	memset(c->asq, 0, (size_t)c->adepth * sizeof(*c->asq));
+	memset(c->acq, 0, (size_t)c->adepth * sizeof(*c->acq));
+	c->asq_tail = c->acq_head = 0;
+	c->acq_phase = 1;
+	uint64_t asq = gpunvme_dma_iova(c, c->asq), acq = gpunvme_dma_iova(c, c->acq);
+	ctrl_wr32(c, GPUNVME_REG_AQA, GPUNVME_AQA(c->adepth - 1, c->adepth - 1));
+	/* 64-bit registers as two 32-bit writes, low first (§3.1: 32-bit
+	 * accesses are always allowed) */
+	ctrl_wr32(c, GPUNVME_REG_ASQ, (uint32_t)asq);
+	ctrl_wr32(c, GPUNVME_REG_ASQ + 4, (uint32_t)(asq >> 32));
+	ctrl_wr32(c, GPUNVME_REG_ACQ, (uint32_t)acq);
+	ctrl_wr32(c, GPUNVME_REG_ACQ + 4, (uint32_t)(acq >> 32));
+	c->cc = GPUNVME_CC_EN | (0u << GPUNVME_CC_CSS_SHIFT) | ((c->page_shift - 12) << GPUNVME_CC_MPS_SHIFT) |
+		(0u << GPUNVME_CC_AMS_SHIFT) | (6u << GPUNVME_CC_IOSQES_SHIFT) | (4u << GPUNVME_CC_IOCQES_SHIFT);
+	ctrl_wr32(c, GPUNVME_REG_CC, c->cc);
+	return wait_ready(c, 1, "enable (CC.EN=1)");
+}
+
+static int identify_all(struct gpunvme_ctrl *c)
+{
+	int rc = identify(c, GPUNVME_CNS_CTRL, 0, &c->id);
+	if (rc)
+		return rc;
+	/* MDTS is in units of CAP.MPSMIN pages (§5.15.2.2, byte 77) */
+	uint64_t mps_min = 4096ull << gpunvme_cap_mpsmin(c->cap);
+	c->mdts_bytes = c->id.mdts ? mps_min << c->id.mdts : 0;
+	c->max_xfer = GPUNVME_MAX_XFER;
+	if (c->mdts_bytes && c->mdts_bytes < c->max_xfer)
+		c->max_xfer = c->mdts_bytes;
+
+	/* active namespaces: CNS 02h (NVMe >= 1.1), 1024 per page */
+	uint32_t *list = malloc(4096);
+	if (!list)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	free(c->ns);
+	c->ns = NULL;
+	c->nns = 0;
+	uint32_t after = 0;
+	for (;;) {
+		if ((rc = identify(c, GPUNVME_CNS_ACTIVE_NS_LIST, after, list)))
+			break;
+		uint32_t k = 0;
+		while (k < 1024 && list[k])
+			k++;
+		if (k == 0)
+			break;
+		struct gpunvme_ns *n = realloc(c->ns, (c->nns + k) * sizeof(*n));
+		if (!n) {
+			rc = gpunvme_set_error(-ENOMEM, "out of memory");
+			break;
+		}
+		c->ns = n;
+		for (uint32_t i = 0; i < k && !rc; i++) {
+			struct gpunvme_ns *ns = &c->ns[c->nns];
+			memset(ns, 0, sizeof(*ns));
+			if ((rc = identify(c, GPUNVME_CNS_NS, list[i], &ns->id)))
+				break;
+			if (ns->id.nsze == 0)
+				continue; /* allocated but not attached */
+			const struct gpunvme_lbaf *f = &ns->id.lbaf[gpunvme_id_ns_flbas_index(&ns->id)];
+			ns->info.nsid = list[i];
+			ns->info.nsze = ns->id.nsze;
+			ns->info.ncap = ns->id.ncap;
+			ns->info.nuse = ns->id.nuse;
+			ns->info.lba_shift = f->lbads;
+			ns->info.lba_size = f->lbads < 32 ? 1u << f->lbads : 0;
+			ns->info.ms = f->ms;
+			if (f->lbads < 9 || f->lbads > 16) {
+				rc = gpunvme_set_error(-ENOTSUP, "namespace %u: LBA size 2^%u not supported", list[i],
+						       f->lbads);
+				break;
+			}
+			ns->info.max_blocks = (uint32_t)(c->max_xfer >> f->lbads);
+			c->nns++;
+		}
+		if (rc || k < 1024)
+			break;
+		after = list[1023];
+	}
+	free(list);
+	return rc;
+}
+
+/* Number of I/O queues (§5.21.1.7): ask, keep what is granted. */
+static int negotiate_queues(struct gpunvme_ctrl *c)
+{
+	uint32_t want = c->opts.nr_io_queues ? c->opts.nr_io_queues : 1;
+	if (want > 65535)
+		want = 65535;
+	uint32_t dw0 = 0;
+	int rc = gpunvme_set_features(c, GPUNVME_FEAT_NUM_QUEUES, (want - 1) | ((want - 1) << 16), &dw0);
+	if (rc)
+		return rc;
+	uint32_t nsq = (dw0 & 0xffff) + 1, ncq = (dw0 >> 16) + 1;
+	c->nr_io_queues = nsq < ncq ? nsq : ncq;
+	if (c->nr_io_queues > want)
+		c->nr_io_queues = want; /* a controller may grant more than asked */
+	return 0;
+}
+
+static int bring_up(struct gpunvme_ctrl *c)
+{
+	int rc;
+	if ((rc = disable(c)))
+		return rc;
+	if ((rc = enable(c)))
+		return rc;
+	return 0;
+}
+
+int gpunvme_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_ctrl **out)
+{
+	int rc;
+	if (!out)
+		return gpunvme_set_error(-EINVAL, "gpunvme_open: no output pointer");
+	*out = NULL;
+	struct gpunvme_ctrl *c = calloc(1, sizeof(*c));
+	if (!c)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	if (opts)
+		c->opts = *opts;
+	else
+		gpunvme_opts_init(&c->opts);
+	pthread_mutex_init(&c->admin_lock, NULL);
+	pthread_mutex_init(&c->dma_lock, NULL);
+	pthread_mutex_init(&c->qp_lock, NULL);
+	if ((rc = gpunvme_bus_open(uri, &c->opts, &c->bus))) {
+		free(c);
+		return rc;
+	}
+
+	c->cap = (uint64_t)ctrl_rd32(c, GPUNVME_REG_CAP) | ((uint64_t)ctrl_rd32(c, GPUNVME_REG_CAP + 4) << 32);
+	c->vs = ctrl_rd32(c, GPUNVME_REG_VS);
+	if (c->cap == ~0ull) {
+		rc = gpunvme_set_error(-ENODEV, "%s: device gone (registers read all ones)", uri);
+		goto fail;
+	}
+	c->dstrd = gpunvme_cap_dstrd(c->cap);
+	c->mqes = gpunvme_cap_mqes(c->cap) + 1;
+	c->page_shift = c->opts.mps_shift ? c->opts.mps_shift : 12;
+	c->page_size = 1u << c->page_shift;
+	/* CC.MPS must lie in CAP.MPSMIN..MPSMAX (§3.1.5) */
+	if (c->page_shift < 12 + gpunvme_cap_mpsmin(c->cap) || c->page_shift > 12 + gpunvme_cap_mpsmax(c->cap)) {
+		rc = gpunvme_set_error(-ENOTSUP, "%s: host page size %u outside the controller's %u..%u bytes", uri,
+				       c->page_size, 4096u << gpunvme_cap_mpsmin(c->cap),
+				       4096u << gpunvme_cap_mpsmax(c->cap));
+		goto fail;
+	}
+	if (!(gpunvme_cap_css(c->cap) & GPUNVME_CAP_CSS_NVM)) {
+		rc = gpunvme_set_error(-ENOTSUP, "%s: controller does not support the NVM command set", uri);
+		goto fail;
+	}
+	c->adepth = c->opts.admin_depth ? c->opts.admin_depth : 64;
+	if (c->adepth < 2)
+		c->adepth = 2;
+	if (c->adepth > 4096) /* AQA sizes are 12 bits (§3.1.8) */
+		c->adepth = 4096;
+	if (c->adepth > c->mqes)
+		c->adepth = c->mqes;
+	c->asq = gpunvme_dma_alloc(c, (size_t)c->adepth * sizeof(struct gpunvme_sqe));
+	c->acq = gpunvme_dma_alloc(c, (size_t)c->adepth * sizeof(struct gpunvme_cqe));
+	c->abuf = gpunvme_dma_alloc(c, 4096);
+	if (!c->asq || !c->acq || !c->abuf) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	if ((rc = bring_up(c)) || (rc = identify_all(c)) || (rc = negotiate_queues(c)))
+		goto fail;
+	c->qps = calloc(c->nr_io_queues + 1, sizeof(*c->qps));
+	if (!c->qps) {
+		rc = gpunvme_set_error(-ENOMEM, "out of memory");
+		goto fail;
+	}
+	*out = c;
+	return 0;
+fail:;
+	/* keep the first error message: cleanup must not overwrite it */
+	char msg[512];
+	snprintf(msg, sizeof(msg), "%s", gpunvme_last_error());
+	dma_free_all(c);
+	gpunvme_bus_close(&c->bus);
+	free(c->ns);
+	free(c);
+	gpunvme_set_error(rc, "%s", msg);
+	return rc;
+}
+
+void gpunvme_close(struct gpunvme_ctrl *c)
+{
+	if (!c)
+		return;
+	for (uint32_t q = 1; c->qps && q <= c->nr_io_queues; q++)
+		if (c->qps[q])
+			gpunvme_qpair_destroy(c->qps[q]);
+	/* §7.6.2 normal shutdown: CC.SHN = 01b, wait for CSTS.SHST = 10b */
+	uint32_t csts = ctrl_rd32(c, GPUNVME_REG_CSTS);
+	if (csts != 0xffffffffu && (csts & GPUNVME_CSTS_RDY)) {
+		ctrl_wr32(c, GPUNVME_REG_CC, (c->cc & ~GPUNVME_CC_SHN_MASK) |
+						     (GPUNVME_CC_SHN_NORMAL << GPUNVME_CC_SHN_SHIFT));
+		uint64_t to_ms = c->id.rtd3e ? c->id.rtd3e / 1000 + 1 : 5000;
+		if (to_ms < 1000)
+			to_ms = 1000;
+		uint64_t deadline = gpunvme_now_ns() + to_ms * 1000000ull;
+		for (uint32_t spins = 0; gpunvme_now_ns() < deadline; spins++) {
+			csts = ctrl_rd32(c, GPUNVME_REG_CSTS);
+			if (csts == 0xffffffffu || gpunvme_csts_shst(csts) == GPUNVME_SHST_COMPLETE)
+				break;
+			relax(spins);
+		}
+	}
+	dma_free_all(c);
+	gpunvme_bus_close(&c->bus);
+	free(c->qps);
+	free(c->ns);
+	pthread_mutex_destroy(&c->admin_lock);
+	pthread_mutex_destroy(&c->dma_lock);
+	pthread_mutex_destroy(&c->qp_lock);
+	free(c);
+}
+
+int gpunvme_reset(struct gpunvme_ctrl *c)
+{
+	int rc;
+	pthread_mutex_lock(&c->qp_lock);
+	for (uint32_t q = 1; q <= c->nr_io_queues; q++)
+		if (c->qps[q])
+			qpair_fail_all(c->qps[q], -EIO);
+	pthread_mutex_lock(&c->admin_lock);
+	rc = bring_up(c);
+	pthread_mutex_unlock(&c->admin_lock);
+	if (!rc) {
+		/* the controller forgot the queue count: ask again, it must
+		 * grant what the existing queue pairs use */
+		uint32_t had = c->nr_io_queues;
+		rc = negotiate_queues(c);
+		if (!rc && c->nr_io_queues < had)
+			rc = gpunvme_set_error(-EIO, "reset: controller now grants %u I/O queues, %u in use",
+					       c->nr_io_queues, had);
+		c->nr_io_queues = had;
+	}
+	for (uint32_t q = 1; !rc && q <= c->nr_io_queues; q++)
+		if (c->qps[q])
+			rc = qpair_recreate(c->qps[q]);
+	pthread_mutex_unlock(&c->qp_lock);
+	return rc;
+}
+
+int gpunvme_ctrl_info(struct gpunvme_ctrl *c, struct gpunvme_ctrl_info *info)
+{
+	memset(info, 0, sizeof(*info));
+	snprintf(info->transport, sizeof(info->transport), "%s", c->bus.ops->name);
+	snprintf(info->addr, sizeof(info->addr), "%s", c->bus.addr);
+	/* ASCII fields are space padded: trim for display */
+	memcpy(info->sn, c->id.sn, 20);
+	memcpy(info->mn, c->id.mn, 40);
+	memcpy(info->fr, c->id.fr, 8);
+	for (char *s = info->sn + 19; s >= info->sn && (*s == ' ' || !*s); s--)
+		*s = 0;
+	for (char *s = info->mn + 39; s >= info->mn && (*s == ' ' || !*s); s--)
+		*s = 0;
+	for (char *s = info->fr + 7; s >= info->fr && (*s == ' ' || !*s); s--)
+		*s = 0;
+	info->vid = c->id.vid;
+	info->ssvid = c->id.ssvid;
+	info->vs = c->vs;
+	info->cap = c->cap;
+	info->nn = c->id.nn;
+	info->mqes = c->mqes;
+	info->page_size = c->page_size;
+	info->dstrd = c->dstrd;
+	info->max_xfer = c->mdts_bytes;
+	info->nr_io_queues = c->nr_io_queues;
+	info->vwc = c->id.vwc & GPUNVME_VWC_PRESENT;
+	return 0;
+}
+
+const struct gpunvme_id_ctrl *gpunvme_ctrl_identify(struct gpunvme_ctrl *c)
+{
+	return &c->id;
+}
+
+static struct gpunvme_ns *find_ns(struct gpunvme_ctrl *c, uint32_t nsid)
+{
+	for (uint32_t i = 0; i < c->nns; i++)
+		if (c->ns[i].info.nsid == nsid)
+			return &c->ns[i];
+	return NULL;
+}
+
+int gpunvme_ns_list(struct gpunvme_ctrl *c, uint32_t *nsids, uint32_t max)
+{
+	for (uint32_t i = 0; i < c->nns && i < max; i++)
+		nsids[i] = c->ns[i].info.nsid;
+	return (int)c->nns;
+}
+
+int gpunvme_ns_info(struct gpunvme_ctrl *c, uint32_t nsid, struct gpunvme_ns_info *info)
+{
+	struct gpunvme_ns *ns = find_ns(c, nsid);
+	if (!ns)
+		return gpunvme_set_error(-ENOENT, "namespace %u does not exist (active: %u namespace%s%s)", nsid,
+					 c->nns, c->nns == 1 ? "" : "s", c->nns ? ", starting at 1" : "");
+	*info = ns->info;
+	return 0;
+}
+
+const struct gpunvme_id_ns *gpunvme_ns_identify(struct gpunvme_ctrl *c, uint32_t nsid)
+{
+	struct gpunvme_ns *ns = find_ns(c, nsid);
+	return ns ? &ns->id : NULL;
+}
+
+volatile void *gpunvme_bar0(struct gpunvme_ctrl *c, size_t *len)
+{
+	if (len)
+		*len = c->bus.bar0_len;
+	return c->bus.bar0;
+}
+
+struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b);
+struct gpunvme_emu *gpunvme_ctrl_emu(struct gpunvme_ctrl *c)
+{
+	return gpunvme_bus_emu_get(&c->bus);
+}
+
+int gpunvme_status_errno(uint16_t status)
+{
+	switch (gpunvme_status_code(status)) {
+	case GPUNVME_SC_SUCCESS: return 0;
+	case GPUNVME_SC_LBA_RANGE: return -ERANGE;
+	case GPUNVME_SC_INVALID_FIELD:
+	case GPUNVME_SC_INVALID_PRP_OFFSET: return -EINVAL;
+	case GPUNVME_SC_INVALID_NSID: return -ENODEV;
+	case GPUNVME_SC_INVALID_OPCODE: return -EOPNOTSUPP;
+	case GPUNVME_SC_DATA_XFER_ERROR: return -EFAULT;
+	case GPUNVME_SC_ABORT_REQ:
+	case GPUNVME_SC_ABORT_SQ_DELETED: return -ECANCELED;
+	case GPUNVME_SC_NS_WRITE_PROTECTED:
+	case GPUNVME_SC_READ_ONLY: return -EROFS;
+	case GPUNVME_SC_CAP_EXCEEDED: return -ENOSPC;
+	default: return -EIO;
+	}
+}

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* Controller state shared by the control plane (src/ctrl) and the CPU data
+ * path (src/io). */
+#ifndef GPUNVME_CTRL_H
+#define GPUNVME_CTRL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bus/bus.h"
+#include "gpunvme/gpunvme.h"
+
+/* Longest transfer per command we build, whatever MDTS allows: bounds the
+ * PRP list pages reserved per command (2 MiB = 2 list pages of 4 KiB). */
+#define GPUNVME_MAX_XFER (2u << 20)
+
+struct dma_alloc {
+	uint8_t *va;
+	size_t len;
+	void *handle;
+	size_t contig;         /* bytes contiguous in bus space from any chunk start */
+	uint64_t iova0;        /* bus address of va when contig == len */
+};
+
+struct gpunvme_ns {
+	struct gpunvme_ns_info info;
+	struct gpunvme_id_ns id;
+};
+
+struct gpunvme_ctrl {
+	struct gpunvme_bus bus;
+	struct gpunvme_opts opts;
+	uint64_t cap;
+	uint32_t vs;
+	uint32_t dstrd;
+	uint32_t page_shift, page_size;
+	uint32_t mqes;           /* 1-based */
+	uint64_t max_xfer;       /* what we send per command */
+	uint64_t mdts_bytes;     /* what the controller allows (0 = no limit) */
+	uint32_t nr_io_queues;
+	uint32_t cc;             /* CC as written at enable */
+	struct gpunvme_id_ctrl id;
+
+	struct gpunvme_ns *ns;   /* active namespaces, NSID order */
+	uint32_t nns;
+
+	/* admin queue; admin commands are serialised by admin_lock */
+	pthread_mutex_t admin_lock;
+	struct gpunvme_sqe *asq;
+	struct gpunvme_cqe *acq;
+	uint32_t adepth, asq_tail, acq_head, acq_phase;
+	uint16_t acid;
+	uint8_t *abuf;           /* 4 KiB bounce buffer for admin data */
+
+	/* DMA allocations, sorted by address, for va -> iova */
+	pthread_mutex_t dma_lock;
+	struct dma_alloc *dma;
+	size_t ndma, dma_cap;
+
+	/* I/O queue pairs */
+	pthread_mutex_t qp_lock;
+	struct gpunvme_qpair **qps;  /* indexed by qid, [0] unused */
+};
+
+/* Register access. BAR0 is MMIO on hardware and shared memory with the
+ * emulator: atomic 32-bit accesses are plain loads/stores on x86 (ordered
+ * with respect to other stores, as MMIO needs), and tell the compiler and
+ * ThreadSanitizer that another agent reads and writes these words. */
+static inline uint32_t ctrl_rd32(const struct gpunvme_ctrl *c, uint32_t off)
+{
+	return __atomic_load_n((volatile uint32_t *)(c->bus.bar0 + off), __ATOMIC_ACQUIRE);
+}
+static inline void ctrl_wr32(struct gpunvme_ctrl *c, uint32_t off, uint32_t v)
+{
+	__atomic_store_n((volatile uint32_t *)(c->bus.bar0 + off), v, __ATOMIC_RELEASE);
+}
+
+uint64_t gpunvme_now_ns(void);
+int ctrl_check_alive(struct gpunvme_ctrl *c, const char *what);
+
+/* DMA registry (src/dma/dma.c) */
+int dma_register(struct gpunvme_ctrl *c, uint8_t *va, size_t len, void *handle);
+struct dma_alloc *dma_lookup(struct gpunvme_ctrl *c, const void *p, size_t len);
+extern uint64_t gpunvme_dma_gen;
+void dma_free_all(struct gpunvme_ctrl *c);
+
+/* queue pairs (src/io/qpair.c) */
+int qpair_recreate(struct gpunvme_qpair *qp);
+void qpair_fail_all(struct gpunvme_qpair *qp, int err);
+int ctrl_create_io_queues(struct gpunvme_ctrl *c, uint16_t qid, uint64_t sq_iova, uint64_t cq_iova,
+			  uint32_t depth);
+int ctrl_delete_io_queues(struct gpunvme_ctrl *c, uint16_t qid);
+
+#endif

@@ -1,0 +1,681 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * CPU data path: one queue pair per thread, no locks. User requests of any
+ * size are split into commands of at most max_xfer bytes (MDTS); command
+ * ids come from a free list and index a table holding each command's PRP
+ * list pages; completions are reaped in bulk with one head doorbell write.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
+
+#include "ctrl/ctrl.h"
+#include "nvme/prp.h"
+
+#define MAX_LIST_PAGES 4  /* per command: 2 MiB at 4 KiB pages needs 2 */
+
+struct io_req {
+	gpunvme_cb cb;
+	void *arg;
+	int err;
+	uint16_t status;
+	uint32_t dw0;
+	uint32_t inflight;       /* commands submitted and not completed */
+	uint8_t opc;
+	uint32_t nsid;
+	uint8_t *buf;            /* what remains to submit */
+	uint64_t slba, nlb;
+	uint32_t lba_shift, max_blocks;
+	const struct dma_alloc *dma;
+	bool waiting;            /* linked in the wait FIFO */
+	struct io_req *next;     /* free list or wait FIFO */
+};
+
+struct io_cmd {
+	struct io_req *req;      /* NULL: free */
+	uint64_t deadline;       /* ticks */
+	bool timed_out;
+};
+
+struct gpunvme_qpair {
+	struct gpunvme_ctrl *c;
+	uint16_t qid;
+	uint32_t depth;
+	struct gpunvme_sqe *sq;
+	struct gpunvme_cqe *cq;
+	volatile uint32_t *sq_db, *cq_db;
+	uint32_t sq_tail, cq_head, cq_phase;
+	uint16_t *free_cids;
+	uint32_t nfree;
+	struct io_cmd *cmds;
+	uint8_t *lists;          /* list pages: lp per command */
+	uint64_t *list_iova;
+	uint32_t lp;
+	struct io_req *reqs, *free_reqs, *wait_head, *wait_tail;
+	uint32_t outstanding;
+	uint64_t timeout_ticks, next_check;
+	struct dma_alloc cache;  /* last DMA allocation used, valid for cache_gen */
+	uint64_t cache_gen;
+	const struct gpunvme_ns *ns_cache;
+};
+
+/* ---- time ----------------------------------------------------------------------- */
+
+/* Command deadlines use the TSC where there is one: a few instructions per
+ * submit instead of a clock_gettime call. Calibrated once per process. */
+static uint64_t ticks_per_ms = 1000000;
+
+static inline uint64_t ticks(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	return __rdtsc();
+#else
+	return gpunvme_now_ns();
+#endif
+}
+
+static void calibrate(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	uint64_t t0 = gpunvme_now_ns(), c0 = __rdtsc();
+	struct timespec ts = { 0, 2000000 };
+	nanosleep(&ts, NULL);
+	uint64_t t1 = gpunvme_now_ns(), c1 = __rdtsc();
+	if (t1 > t0 && c1 > c0)
+		ticks_per_ms = (c1 - c0) * 1000000ull / (t1 - t0);
+#endif
+}
+
+static pthread_once_t calib_once = PTHREAD_ONCE_INIT;
+
+/* ---- create / destroy ---------------------------------------------------------- */
+
+static void reset_ring_state(struct gpunvme_qpair *qp)
+{
+	memset(qp->sq, 0, (size_t)qp->depth * sizeof(*qp->sq));
+	memset(qp->cq, 0, (size_t)qp->depth * sizeof(*qp->cq));
+	qp->sq_tail = qp->cq_head = 0;
+	qp->cq_phase = 1;
+	/* at most depth - 1 commands in flight: a full SQ keeps one slot
+	 * empty (§4.1.1), so CIDs never outnumber usable SQ slots */
+	qp->nfree = 0;
+	for (uint32_t i = qp->depth - 1; i-- > 0;)
+		qp->free_cids[qp->nfree++] = (uint16_t)i;
+	for (uint32_t i = 0; i < qp->depth; i++)
+		qp->cmds[i] = (struct io_cmd){ 0 };
+}
+
+static void free_mem(struct gpunvme_qpair *qp)
+{
+	struct gpunvme_ctrl *c = qp->c;
+	gpunvme_dma_free(c, qp->sq);
+	gpunvme_dma_free(c, qp->cq);
+	gpunvme_dma_free(c, qp->lists);
+	free(qp->list_iova);
+	free(qp->free_cids);
+	free(qp->cmds);
+	free(qp->reqs);
+	free(qp);
+}
+
+int gpunvme_qpair_create(struct gpunvme_ctrl *c, uint32_t depth, struct gpunvme_qpair **out)
+{
+	int rc;
+	if (!c || !out)
+		return gpunvme_set_error(-EINVAL, "qpair_create: bad arguments");
+	pthread_once(&calib_once, calibrate);
+	if (depth == 0)
+		depth = c->mqes < 1024 ? c->mqes : 1024;
+	if (depth < 2 || depth > c->mqes)
+		return gpunvme_set_error(-EINVAL, "queue depth %u: must be 2..%u (CAP.MQES + 1)", depth, c->mqes);
+	struct gpunvme_qpair *qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	qp->c = c;
+	qp->depth = depth;
+	qp->lp = gpunvme_prp_list_pages(c->page_size - 4, c->max_xfer, c->page_size);
+	if (qp->lp == 0)
+		qp->lp = 1; /* Dataset Management ranges live there too */
+	if (qp->lp > MAX_LIST_PAGES) {
+		uint32_t lp = qp->lp;
+		free(qp);
+		return gpunvme_set_error(-EINVAL, "transfer size needs %u PRP list pages", lp);
+	}
+	qp->sq = gpunvme_dma_alloc(c, (size_t)depth * sizeof(struct gpunvme_sqe));
+	qp->cq = gpunvme_dma_alloc(c, (size_t)depth * sizeof(struct gpunvme_cqe));
+	qp->lists = gpunvme_dma_alloc(c, (size_t)depth * qp->lp * c->page_size);
+	qp->list_iova = calloc((size_t)depth * qp->lp, sizeof(uint64_t));
+	qp->free_cids = calloc(depth, sizeof(uint16_t));
+	qp->cmds = calloc(depth, sizeof(struct io_cmd));
+	uint32_t nreqs = depth * 4;
+	qp->reqs = calloc(nreqs, sizeof(struct io_req));
+	if (!qp->sq || !qp->cq || !qp->lists || !qp->list_iova || !qp->free_cids || !qp->cmds || !qp->reqs) {
+		free_mem(qp);
+		return gpunvme_set_error(-ENOMEM, "cannot allocate a queue pair of depth %u", depth);
+	}
+	for (size_t i = 0; i < (size_t)depth * qp->lp; i++)
+		qp->list_iova[i] = gpunvme_dma_iova(c, qp->lists + i * c->page_size);
+	for (uint32_t i = 0; i < nreqs; i++) {
+		qp->reqs[i].next = qp->free_reqs;
+		qp->free_reqs = &qp->reqs[i];
+	}
+	qp->timeout_ticks = (uint64_t)c->opts.io_timeout_ms * ticks_per_ms;
+	reset_ring_state(qp);
+
+	pthread_mutex_lock(&c->qp_lock);
+	uint16_t qid = 0;
+	for (uint32_t q = 1; q <= c->nr_io_queues; q++) {
+		if (!c->qps[q]) {
+			qid = (uint16_t)q;
+			break;
+		}
+	}
+	if (!qid) {
+		pthread_mutex_unlock(&c->qp_lock);
+		free_mem(qp);
+		return gpunvme_set_error(-EBUSY, "all %u I/O queue pairs granted by the controller are in use",
+					 c->nr_io_queues);
+	}
+	c->qps[qid] = qp;
+	pthread_mutex_unlock(&c->qp_lock);
+	qp->qid = qid;
+	qp->sq_db = (volatile uint32_t *)(c->bus.bar0 + gpunvme_sq_doorbell(qid, c->dstrd));
+	qp->cq_db = (volatile uint32_t *)(c->bus.bar0 + gpunvme_cq_doorbell(qid, c->dstrd));
+	rc = ctrl_create_io_queues(c, qid, gpunvme_dma_iova(c, qp->sq), gpunvme_dma_iova(c, qp->cq), depth);
+	if (rc) {
+		pthread_mutex_lock(&c->qp_lock);
+		c->qps[qid] = NULL;
+		pthread_mutex_unlock(&c->qp_lock);
+		free_mem(qp);
+		return rc;
+	}
+	*out = qp;
+	return 0;
+}
+
+int qpair_recreate(struct gpunvme_qpair *qp)
+{
+	reset_ring_state(qp);
+	return ctrl_create_io_queues(qp->c, qp->qid, gpunvme_dma_iova(qp->c, qp->sq), gpunvme_dma_iova(qp->c, qp->cq),
+				     qp->depth);
+}
+
+/* ---- completion of user requests ---------------------------------------------- */
+
+static void req_finish(struct gpunvme_qpair *qp, struct io_req *r)
+{
+	struct gpunvme_cpl cpl = { .err = r->err, .status = r->status, .dw0 = r->dw0 };
+	gpunvme_cb cb = r->cb;
+	void *arg = r->arg;
+	r->next = qp->free_reqs;
+	qp->free_reqs = r;
+	qp->outstanding--;
+	if (cb)
+		cb(arg, &cpl);
+}
+
+/* Fail every command and request (device gone, controller reset). */
+void qpair_fail_all(struct gpunvme_qpair *qp, int err)
+{
+	for (uint32_t cid = 0; cid < qp->depth; cid++) {
+		struct io_cmd *cmd = &qp->cmds[cid];
+		if (!cmd->req)
+			continue;
+		struct io_req *r = cmd->req;
+		cmd->req = NULL;
+		if (!cmd->timed_out) {
+			if (!r->err)
+				r->err = err;
+			r->nlb = 0;
+			if (--r->inflight == 0 && !r->waiting)
+				req_finish(qp, r);
+		}
+		cmd->timed_out = false;
+	}
+	while (qp->wait_head) {
+		struct io_req *r = qp->wait_head;
+		qp->wait_head = r->next;
+		r->waiting = false;
+		if (!r->err)
+			r->err = err;
+		r->nlb = 0;
+		if (r->inflight == 0)
+			req_finish(qp, r);
+	}
+	qp->wait_tail = NULL;
+	reset_ring_state(qp);
+}
+
+void gpunvme_qpair_destroy(struct gpunvme_qpair *qp)
+{
+	if (!qp)
+		return;
+	struct gpunvme_ctrl *c = qp->c;
+	if (ctrl_check_alive(c, "delete queue pair") == 0)
+		ctrl_delete_io_queues(c, qp->qid);
+	qpair_fail_all(qp, -ECANCELED);
+	pthread_mutex_lock(&c->qp_lock);
+	c->qps[qp->qid] = NULL;
+	pthread_mutex_unlock(&c->qp_lock);
+	free_mem(qp);
+}
+
+uint32_t gpunvme_qpair_outstanding(const struct gpunvme_qpair *qp)
+{
+	return qp->outstanding;
+}
+
+/* ---- submission ------------------------------------------------------------------ */
+
+struct prp_src {
+	struct gpunvme_bus *bus;
+	const struct dma_alloc *a;
+	size_t off;
+};
+
+static uint64_t prp_iova(const void *ctx, size_t off)
+{
+	const struct prp_src *s = ctx;
+	if (s->a->contig >= s->a->len)
+		return s->a->iova0 + s->off + off;
+	return s->bus->ops->iova_of(s->bus, s->a->handle, s->off + off);
+}
+
+/* Build and place the next command of r in the SQ. Returns 0 or -errno
+ * (the request is then failed by the caller). */
+static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
+{
+	struct gpunvme_ctrl *c = qp->c;
+	uint16_t cid = qp->free_cids[--qp->nfree];
+	struct io_cmd *cmd = &qp->cmds[cid];
+	struct gpunvme_sqe *e = &qp->sq[qp->sq_tail];
+	uint64_t nlb = r->nlb;
+
+	memset(e, 0, sizeof(*e));
+	e->opc = r->opc;
+	e->cid = cid;
+	e->nsid = r->nsid;
+	switch (r->opc) {
+	case GPUNVME_CMD_READ:
+	case GPUNVME_CMD_WRITE: {
+		if (nlb > r->max_blocks)
+			nlb = r->max_blocks;
+		size_t len = (size_t)nlb << r->lba_shift;
+		uint64_t *vas[MAX_LIST_PAGES];
+		for (uint32_t k = 0; k < qp->lp; k++)
+			vas[k] = (uint64_t *)(void *)(qp->lists + ((size_t)cid * qp->lp + k) * c->page_size);
+		struct gpunvme_prp_lists lists = { vas, &qp->list_iova[(size_t)cid * qp->lp], qp->lp };
+		struct prp_src src = { &c->bus, r->dma, (size_t)(r->buf - r->dma->va) };
+		int rc = gpunvme_prp_build(prp_iova, &src, len, c->page_size, &lists, &e->prp1, &e->prp2);
+		if (rc) {
+			qp->free_cids[qp->nfree++] = cid;
+			return rc;
+		}
+		e->rw.slba = r->slba;
+		e->rw.nlb = (uint16_t)(nlb - 1);
+		r->buf += len;
+		break;
+	}
+	case GPUNVME_CMD_WRITE_ZEROES:
+		if (nlb > 65536) /* NLB is a 16-bit 0's based field */
+			nlb = 65536;
+		e->rw.slba = r->slba;
+		e->rw.nlb = (uint16_t)(nlb - 1);
+		break;
+	case GPUNVME_CMD_DSM: {
+		if (nlb > 0xffffffffull) /* a range's length is 32 bits */
+			nlb = 0xffffffffull;
+		struct gpunvme_dsm_range *rg = (void *)(qp->lists + (size_t)cid * qp->lp * c->page_size);
+		rg->cattr = 0;
+		rg->nlb = (uint32_t)nlb;
+		rg->slba = r->slba;
+		e->prp1 = qp->list_iova[(size_t)cid * qp->lp];
+		e->dsm.nr = 0; /* one range */
+		e->dsm.attr = GPUNVME_DSM_AD;
+		break;
+	}
+	default: /* Flush: one command, no blocks (r->nlb was set to 1) */
+		break;
+	}
+	if (r->opc != GPUNVME_CMD_FLUSH)
+		r->slba += nlb;
+	r->nlb -= nlb;
+	r->inflight++;
+	cmd->req = r;
+	cmd->deadline = now + qp->timeout_ticks;
+	cmd->timed_out = false;
+	if (++qp->sq_tail == qp->depth)
+		qp->sq_tail = 0;
+	return 0;
+}
+
+/* Submit as much of r as free command ids allow. Returns true when all of
+ * it is in the SQ (or it failed and needs no more submissions). */
+static bool submit_req(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
+{
+	do {
+		if (qp->nfree == 0)
+			return false;
+		int rc = submit_one(qp, r, now);
+		if (rc) {
+			r->err = rc;
+			r->nlb = 0;
+			break;
+		}
+	} while (r->nlb > 0);
+	return true;
+}
+
+static inline void ring_sq(struct gpunvme_qpair *qp)
+{
+	/* release: the SQEs written above are visible to the controller
+	 * before it can observe the new tail (§4.1, Linux uses writel) */
+	__atomic_store_n(qp->sq_db, qp->sq_tail, __ATOMIC_RELEASE);
+}
+
+static const struct gpunvme_ns *lookup_ns(struct gpunvme_qpair *qp, uint32_t nsid)
+{
+	const struct gpunvme_ns *ns = qp->ns_cache;
+	if (ns && ns->info.nsid == nsid)
+		return ns;
+	for (uint32_t i = 0; i < qp->c->nns; i++) {
+		if (qp->c->ns[i].info.nsid == nsid) {
+			qp->ns_cache = &qp->c->ns[i];
+			return qp->ns_cache;
+		}
+	}
+	return NULL;
+}
+
+static const struct dma_alloc *lookup_dma(struct gpunvme_qpair *qp, const void *buf, size_t len)
+{
+	uint64_t gen = __atomic_load_n(&gpunvme_dma_gen, __ATOMIC_ACQUIRE);
+	const uint8_t *p = buf;
+	if (gen == qp->cache_gen && qp->cache.va && p >= qp->cache.va &&
+	    len <= qp->cache.len - (size_t)(p - qp->cache.va))
+		return &qp->cache;
+	struct gpunvme_ctrl *c = qp->c;
+	pthread_mutex_lock(&c->dma_lock);
+	struct dma_alloc *a = dma_lookup(c, buf, len);
+	if (a) {
+		qp->cache = *a;
+		qp->cache_gen = gen;
+	}
+	pthread_mutex_unlock(&c->dma_lock);
+	return a ? &qp->cache : NULL;
+}
+
+static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const void *buf, uint64_t slba,
+		     uint64_t nlb, gpunvme_cb cb, void *arg)
+{
+	if (!qp)
+		return gpunvme_set_error(-EINVAL, "no queue pair");
+	const struct gpunvme_ns *ns = NULL;
+	const struct dma_alloc *dma = NULL;
+	if (opc != GPUNVME_CMD_FLUSH || nsid != GPUNVME_NSID_ALL) {
+		ns = lookup_ns(qp, nsid);
+		if (!ns)
+			return gpunvme_set_error(-ENODEV, "namespace %u does not exist", nsid);
+	}
+	if (opc != GPUNVME_CMD_FLUSH) {
+		if (nlb == 0)
+			return gpunvme_set_error(-EINVAL, "a transfer of 0 blocks");
+		if (slba >= ns->info.nsze || nlb > ns->info.nsze - slba)
+			return gpunvme_set_error(-ERANGE, "blocks %llu..%llu are past the end of namespace %u (%llu blocks)",
+						 (unsigned long long)slba, (unsigned long long)(slba + nlb - 1), nsid,
+						 (unsigned long long)ns->info.nsze);
+		if (ns->info.ms)
+			return gpunvme_set_error(-ENOTSUP, "namespace %u has metadata (%u bytes per block): not supported",
+						 nsid, ns->info.ms);
+	}
+	if (opc == GPUNVME_CMD_READ || opc == GPUNVME_CMD_WRITE) {
+		if (!buf || ((uintptr_t)buf & 3))
+			return gpunvme_set_error(-EINVAL, "buffer %p is not dword aligned (NVMe PRPs need 4-byte alignment)",
+						 buf);
+		if (nlb > (SIZE_MAX >> ns->info.lba_shift))
+			return gpunvme_set_error(-EINVAL, "transfer too large");
+		dma = lookup_dma(qp, buf, (size_t)nlb << ns->info.lba_shift);
+		if (!dma)
+			return gpunvme_set_error(-EFAULT, "buffer %p + %llu bytes is not inside memory from gpunvme_dma_alloc",
+						 buf, (unsigned long long)(nlb << ns->info.lba_shift));
+	}
+	struct io_req *r = qp->free_reqs;
+	if (!r)
+		return gpunvme_set_error(-EAGAIN, "queue pair has %u requests outstanding: poll first", qp->outstanding);
+	qp->free_reqs = r->next;
+	r->cb = cb;
+	r->arg = arg;
+	r->err = 0;
+	r->status = 0;
+	r->dw0 = 0;
+	r->inflight = 0;
+	r->opc = opc;
+	r->nsid = nsid;
+	r->buf = (uint8_t *)(uintptr_t)buf;
+	r->slba = slba;
+	r->nlb = opc == GPUNVME_CMD_FLUSH ? 1 : nlb;
+	r->lba_shift = ns ? ns->info.lba_shift : 0;
+	r->max_blocks = ns ? ns->info.max_blocks : 0;
+	r->dma = dma;
+	r->waiting = false;
+	r->next = NULL;
+	qp->outstanding++;
+	uint64_t now = ticks();
+	uint32_t tail0 = qp->sq_tail;
+	if (!qp->wait_head && submit_req(qp, r, now)) {
+		if (r->inflight == 0) {
+			/* failed before anything went out */
+			int rc = r->err;
+			r->next = qp->free_reqs;
+			qp->free_reqs = r;
+			qp->outstanding--;
+			return gpunvme_set_error(rc, "cannot build the command's PRPs");
+		}
+	} else {
+		/* keep order: behind earlier waiting requests */
+		r->waiting = true;
+		if (qp->wait_tail)
+			qp->wait_tail->next = r;
+		else
+			qp->wait_head = r;
+		qp->wait_tail = r;
+	}
+	if (qp->sq_tail != tail0)
+		ring_sq(qp);
+	return 0;
+}
+
+int gpunvme_read(struct gpunvme_qpair *qp, uint32_t nsid, void *buf, uint64_t slba, uint64_t nlb, gpunvme_cb cb,
+		 void *arg)
+{
+	return io_submit(qp, GPUNVME_CMD_READ, nsid, buf, slba, nlb, cb, arg);
+}
+
+int gpunvme_write(struct gpunvme_qpair *qp, uint32_t nsid, const void *buf, uint64_t slba, uint64_t nlb,
+		  gpunvme_cb cb, void *arg)
+{
+	return io_submit(qp, GPUNVME_CMD_WRITE, nsid, buf, slba, nlb, cb, arg);
+}
+
+int gpunvme_flush(struct gpunvme_qpair *qp, uint32_t nsid, gpunvme_cb cb, void *arg)
+{
+	return io_submit(qp, GPUNVME_CMD_FLUSH, nsid, NULL, 0, 0, cb, arg);
+}
+
+int gpunvme_write_zeroes(struct gpunvme_qpair *qp, uint32_t nsid, uint64_t slba, uint64_t nlb, gpunvme_cb cb,
+			 void *arg)
+{
+	return io_submit(qp, GPUNVME_CMD_WRITE_ZEROES, nsid, NULL, slba, nlb, cb, arg);
+}
+
+int gpunvme_deallocate(struct gpunvme_qpair *qp, uint32_t nsid, uint64_t slba, uint64_t nlb, gpunvme_cb cb,
+		       void *arg)
+{
+	return io_submit(qp, GPUNVME_CMD_DSM, nsid, NULL, slba, nlb, cb, arg);
+}
+
+/* ---- completion ---------------------------------------------------------------------- */
+
+static int periodic_check(struct gpunvme_qpair *qp, uint64_t now)
+{
+	qp->next_check = now + ticks_per_ms;
+	int rc = ctrl_check_alive(qp->c, "I/O queue");
+	if (rc) {
+		qpair_fail_all(qp, rc);
+		return rc;
+	}
+	int done = 0;
+	for (uint32_t cid = 0; cid < qp->depth; cid++) {
+		struct io_cmd *cmd = &qp->cmds[cid];
+		if (!cmd->req || cmd->timed_out || cmd->deadline > now)
+			continue;
+		/* The command keeps its id (and list pages) until the
+		 * controller answers after all: it may still DMA. */
+		struct io_req *r = cmd->req;
+		cmd->timed_out = true;
+		if (!r->err)
+			r->err = -ETIMEDOUT;
+		r->nlb = 0;
+		if (--r->inflight == 0 && !r->waiting) {
+			req_finish(qp, r);
+			done++;
+		}
+	}
+	if (done)
+		gpunvme_set_error(-ETIMEDOUT, "I/O command timed out after %u ms", qp->c->opts.io_timeout_ms);
+	return done;
+}
+
+int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max)
+{
+	int done = 0;
+	uint32_t reaped = 0;
+	for (;;) {
+		volatile uint32_t *dw = (volatile uint32_t *)&qp->cq[qp->cq_head];
+		/* acquire on the dword holding the phase tag: the rest of the
+		 * entry, written before it by the controller, is then valid */
+		uint32_t dw3 = __atomic_load_n(&dw[3], __ATOMIC_ACQUIRE);
+		if (((dw3 >> 16) & 1) != qp->cq_phase)
+			break;
+		uint32_t dw0 = dw[0];
+		if (++qp->cq_head == qp->depth) {
+			qp->cq_head = 0;
+			qp->cq_phase ^= 1;
+		}
+		reaped++;
+		uint16_t cid = (uint16_t)dw3;
+		uint16_t st = (uint16_t)(dw3 >> 17);
+		struct io_cmd *cmd = cid < qp->depth ? &qp->cmds[cid] : NULL;
+		if (!cmd || !cmd->req)
+			continue; /* not ours: a controller bug, ignored */
+		struct io_req *r = cmd->req;
+		cmd->req = NULL;
+		qp->free_cids[qp->nfree++] = cid;
+		if (cmd->timed_out) {
+			cmd->timed_out = false; /* answered late: id reusable now */
+			continue;
+		}
+		if (st && !r->err) {
+			r->err = -EIO;
+			r->status = st;
+			r->nlb = 0; /* don't submit the rest of a failed request */
+		}
+		r->dw0 = dw0;
+		if (--r->inflight == 0 && r->nlb == 0 && !r->waiting) {
+			req_finish(qp, r);
+			if (++done == (int)max && max)
+				break;
+		}
+	}
+	if (reaped)
+		__atomic_store_n(qp->cq_db, qp->cq_head, __ATOMIC_RELEASE);
+	uint32_t tail0 = qp->sq_tail;
+	uint64_t now = 0;
+	while (qp->wait_head) {
+		struct io_req *r = qp->wait_head;
+		if (r->nlb > 0) {
+			if (!now)
+				now = ticks();
+			if (!submit_req(qp, r, now))
+				break; /* out of command ids: later */
+		}
+		/* all of it is in the SQ, or it failed: leave the FIFO */
+		qp->wait_head = r->next;
+		if (!qp->wait_head)
+			qp->wait_tail = NULL;
+		r->waiting = false;
+		if (r->inflight == 0) {
+			req_finish(qp, r);
+			done++;
+		}
+	}
+	if (qp->sq_tail != tail0)
+		ring_sq(qp);
+	if (!reaped && qp->outstanding) {
+		if (!now)
+			now = ticks();
+		if (now >= qp->next_check) {
+			int rc = periodic_check(qp, now);
+			if (rc < 0)
+				return rc;
+			done += rc;
+		}
+	}
+	return done;
+}
+
+/* ---- synchronous helpers ---------------------------------------------------------- */
+
+struct sync_wait {
+	bool done;
+	struct gpunvme_cpl cpl;
+};
+
+static void sync_cb(void *arg, const struct gpunvme_cpl *cpl)
+{
+	struct sync_wait *w = arg;
+	w->cpl = *cpl;
+	w->done = true;
+}
+
+static int sync_wait(struct gpunvme_qpair *qp, struct sync_wait *w, uint16_t *status)
+{
+	while (!w->done) {
+		int rc = gpunvme_qpair_poll(qp, 0);
+		if (rc < 0 && !w->done)
+			return rc;
+	}
+	if (status)
+		*status = w->cpl.status;
+	if (w->cpl.err == -EIO && w->cpl.status)
+		gpunvme_set_error(-EIO, "%s", gpunvme_status_str(w->cpl.status));
+	return w->cpl.err;
+}
+
+int gpunvme_read_sync(struct gpunvme_qpair *qp, uint32_t nsid, void *buf, uint64_t slba, uint64_t nlb,
+		      uint16_t *status)
+{
+	struct sync_wait w = { 0 };
+	int rc = gpunvme_read(qp, nsid, buf, slba, nlb, sync_cb, &w);
+	return rc ? rc : sync_wait(qp, &w, status);
+}
+
+int gpunvme_write_sync(struct gpunvme_qpair *qp, uint32_t nsid, const void *buf, uint64_t slba, uint64_t nlb,
+		       uint16_t *status)
+{
+	struct sync_wait w = { 0 };
+	int rc = gpunvme_write(qp, nsid, buf, slba, nlb, sync_cb, &w);
+	return rc ? rc : sync_wait(qp, &w, status);
+}
+
+int gpunvme_flush_sync(struct gpunvme_qpair *qp, uint32_t nsid, uint16_t *status)
+{
+	struct sync_wait w = { 0 };
+	int rc = gpunvme_flush(qp, nsid, sync_cb, &w);
+	return rc ? rc : sync_wait(qp, &w, status);
+}

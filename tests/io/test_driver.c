@@ -1,0 +1,374 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The user-space driver (src/bus, src/ctrl, src/io) against the embedded
+ * emulator: bring-up, identify, split and chained transfers, asynchronous
+ * queues deeper than the SQ, every error a caller can cause, and controller
+ * faults (media error, dropped command, CFS + reset, surprise removal).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gpunvme/emu.h"
+#include "gpunvme/gpunvme.h"
+#include "harness.h"
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+	uint32_t x = seed * 2654435761u + 1;
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		p[i] = (uint8_t)x;
+	}
+}
+
+static struct gpunvme_ctrl *open_or_null(const char *uri, uint32_t io_timeout_ms)
+{
+	struct gpunvme_opts o;
+	gpunvme_opts_init(&o);
+	if (io_timeout_ms)
+		o.io_timeout_ms = io_timeout_ms;
+	struct gpunvme_ctrl *c = NULL;
+	int rc = gpunvme_open(uri, &o, &c);
+	if (rc)
+		fprintf(stderr, "open %s: %d %s\n", uri, rc, gpunvme_last_error());
+	return c;
+}
+
+H_CASE(open_identify)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:64M?lbads=12&ns=null:1T,ram:8M&nsq=8", 0);
+	H_CHECK(c);
+	struct gpunvme_ctrl_info ci;
+	H_OK(gpunvme_ctrl_info(c, &ci));
+	H_CHECK(!strcmp(ci.transport, "emu"));
+	H_CHECK(!strcmp(ci.mn, "gpu-nvme-direct emulator"));
+	H_EQ(ci.nn, 3u);
+	H_EQ(ci.nr_io_queues, 8u);
+	H_EQ(ci.max_xfer, 128u * 1024);
+	uint32_t ids[8];
+	H_EQ(gpunvme_ns_list(c, ids, 8), 3);
+	struct gpunvme_ns_info ni;
+	H_OK(gpunvme_ns_info(c, 2, &ni));
+	H_EQ(ni.lba_size, 4096u);
+	H_EQ(ni.nsze, (1ull << 40) / 4096);
+	H_EQ(ni.max_blocks, 32u);
+	H_CHECK(gpunvme_ns_info(c, 9, &ni) == -ENOENT);
+	H_CHECK(strstr(gpunvme_last_error(), "namespace 9"));
+	gpunvme_close(c);
+	return 0;
+}
+
+/* A transfer of several MiB with MDTS 128 KiB: split into many commands,
+ * from a buffer that starts at an odd dword inside DMA memory. */
+H_CASE(split_roundtrip)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:64M?mdts=5", 0);
+	H_CHECK(c);
+	struct gpunvme_qpair *qp;
+	H_OK(gpunvme_qpair_create(c, 16, &qp));
+	size_t len = (5u << 20) + 3 * 512;
+	uint8_t *wbuf = gpunvme_dma_alloc(c, len + 4096), *rbuf = gpunvme_dma_alloc(c, len + 4096);
+	H_CHECK(wbuf && rbuf);
+	uint8_t *w = wbuf + 12, *r = rbuf + 1028;
+	fill(w, len, 1);
+	uint16_t st = 0;
+	H_OK(gpunvme_write_sync(qp, 1, w, 777, len / 512, &st));
+	H_OK(gpunvme_read_sync(qp, 1, r, 777, len / 512, &st));
+	H_CHECK(memcmp(w, r, len) == 0);
+	struct gpunvme_emu_stats s;
+	gpunvme_emu_get_stats(gpunvme_ctrl_emu(c), &s);
+	H_CHECKF(s.writes >= 41 && s.reads >= 41, "split into %llu writes, %llu reads",
+		 (unsigned long long)s.writes, (unsigned long long)s.reads);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+/* No MDTS: 2 MiB commands whose PRP lists chain over two list pages. */
+H_CASE(chained_lists)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:64M?mdts=0&lbads=12", 0);
+	H_CHECK(c);
+	struct gpunvme_qpair *qp;
+	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	size_t len = 9u << 20;
+	uint8_t *w = gpunvme_dma_alloc(c, len + 8192), *r = gpunvme_dma_alloc(c, len + 8192);
+	H_CHECK(w && r);
+	fill(w + 2052, len, 2);
+	H_OK(gpunvme_write_sync(qp, 1, w + 2052, 3, len / 4096, NULL));
+	H_OK(gpunvme_read_sync(qp, 1, r + 8, 3, len / 4096, NULL));
+	H_CHECK(memcmp(w + 2052, r + 8, len) == 0);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+struct counter {
+	int done, errors;
+};
+
+static void count_cb(void *arg, const struct gpunvme_cpl *cpl)
+{
+	struct counter *k = arg;
+	k->done++;
+	if (cpl->err)
+		k->errors++;
+}
+
+/* More requests than command ids: the rest wait in the FIFO. */
+H_CASE(async_deep)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:32M?mdts=2&workers=2", 0);
+	H_CHECK(c);
+	struct gpunvme_qpair *qp;
+	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	const int n = 24;
+	const size_t per = 40 * 512; /* 20 KiB = 2 commands at MDTS 16 KiB */
+	uint8_t *w = gpunvme_dma_alloc(c, n * per), *r = gpunvme_dma_alloc(c, n * per);
+	H_CHECK(w && r);
+	fill(w, n * per, 3);
+	struct counter k = { 0, 0 };
+	for (int i = 0; i < n; i++)
+		H_OK(gpunvme_write(qp, 1, w + i * per, (uint64_t)i * 64, per / 512, count_cb, &k));
+	H_CHECK(gpunvme_qpair_outstanding(qp) == (uint32_t)n);
+	for (uint64_t t0 = h_now_ms(); k.done < n && h_now_ms() - t0 < 5000;)
+		H_CHECK(gpunvme_qpair_poll(qp, 0) >= 0);
+	H_EQ(k.done, n);
+	H_EQ(k.errors, 0);
+	k.done = 0;
+	for (int i = 0; i < n; i++)
+		H_OK(gpunvme_read(qp, 1, r + i * per, (uint64_t)i * 64, per / 512, count_cb, &k));
+	for (uint64_t t0 = h_now_ms(); k.done < n && h_now_ms() - t0 < 5000;)
+		H_CHECK(gpunvme_qpair_poll(qp, 0) >= 0);
+	H_EQ(k.done, n);
+	H_CHECK(memcmp(w, r, n * per) == 0);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+static int wait_one(struct gpunvme_qpair *qp, struct counter *k, int want)
+{
+	for (uint64_t t0 = h_now_ms(); k->done < want && h_now_ms() - t0 < 5000;)
+		if (gpunvme_qpair_poll(qp, 0) < 0)
+			return -1;
+	return k->done >= want ? 0 : -1;
+}
+
+H_CASE(zeroes_dealloc_flush)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M", 0);
+	H_CHECK(c);
+	struct gpunvme_qpair *qp;
+	H_OK(gpunvme_qpair_create(c, 0, &qp));
+	uint8_t *b = gpunvme_dma_alloc(c, 1 << 20);
+	H_CHECK(b);
+	memset(b, 0xa5, 1 << 20);
+	H_OK(gpunvme_write_sync(qp, 1, b, 0, 2048, NULL));
+	struct counter k = { 0, 0 };
+	H_OK(gpunvme_write_zeroes(qp, 1, 10, 100, count_cb, &k));
+	H_OK(gpunvme_deallocate(qp, 1, 500, 600, count_cb, &k));
+	H_OK(gpunvme_flush(qp, 1, count_cb, &k));
+	H_OK(gpunvme_flush(qp, GPUNVME_NSID_ALL, count_cb, &k));
+	H_OK(wait_one(qp, &k, 4));
+	H_EQ(k.errors, 0);
+	H_OK(gpunvme_read_sync(qp, 1, b, 0, 2048, NULL));
+	for (size_t i = 0; i < (1u << 20); i++) {
+		size_t lba = i / 512;
+		uint8_t want = ((lba >= 10 && lba < 110) || (lba >= 500 && lba < 1100)) ? 0 : 0xa5;
+		H_CHECKF(b[i] == want, "byte %zu (lba %zu) = 0x%02x", i, lba, b[i]);
+	}
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+H_CASE(bad_arguments)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:1M?nsq=1", 0);
+	H_CHECK(c);
+	struct gpunvme_qpair *qp, *qp2;
+	H_OK(gpunvme_qpair_create(c, 4, &qp));
+	H_CHECK(gpunvme_qpair_create(c, 4, &qp2) == -EBUSY);
+	H_CHECK(strstr(gpunvme_last_error(), "in use"));
+	H_CHECK(gpunvme_qpair_create(c, 1, &qp2) == -EINVAL);
+	uint8_t *b = gpunvme_dma_alloc(c, 8192);
+	static uint8_t not_dma[4096] __attribute__((aligned(4096)));
+	H_CHECK(gpunvme_read(qp, 1, b, 2047, 2, NULL, NULL) == -ERANGE);
+	H_CHECK(strstr(gpunvme_last_error(), "past the end"));
+	H_CHECK(gpunvme_read(qp, 1, b, UINT64_MAX, 1, NULL, NULL) == -ERANGE);
+	H_CHECK(gpunvme_read(qp, 1, b, 0, 0, NULL, NULL) == -EINVAL);
+	H_CHECK(gpunvme_read(qp, 1, b + 2, 0, 1, NULL, NULL) == -EINVAL);
+	H_CHECK(strstr(gpunvme_last_error(), "aligned"));
+	H_CHECK(gpunvme_read(qp, 1, not_dma, 0, 1, NULL, NULL) == -EFAULT);
+	H_CHECK(gpunvme_read(qp, 1, b + 4096, 0, 9, NULL, NULL) == -EFAULT); /* runs off the end */
+	H_CHECK(gpunvme_read(qp, 2, b, 0, 1, NULL, NULL) == -ENODEV);
+	H_CHECK(gpunvme_qpair_outstanding(qp) == 0);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+H_CASE(bad_uris)
+{
+	static const struct {
+		const char *uri, *msg;
+		int rc;
+	} t[] = {
+		{ "", "no device URI", -EINVAL },
+		{ "foo:bar", "unknown bus", -EINVAL },
+		{ "ram:1G", "unknown bus", -EINVAL },
+		{ "nvme0", "not a device URI", -EINVAL },
+		{ "vfio:", "missing device", -EINVAL },
+		{ "emu:", "", -EINVAL },
+		{ "emu:ram:0", "size", -EINVAL },
+		{ "emu:ram:12Q", "size", -EINVAL },
+		{ "emu:ram:1M?lbads=10", "option value", -EINVAL },
+		{ "emu:ram:1M?bogus=1", "unknown option", -EINVAL },
+		{ "emu:/nonexistent/dir/img", "cannot open", -ENOENT },
+		{ "emu:ram:1000", "invalid configuration", -EINVAL },
+		{ "pci:zz:00.0", "not a PCI address", -EINVAL },
+		{ "pci:0000:ff:1f.7", "no such PCI device", -ENODEV },
+	};
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		struct gpunvme_ctrl *c = (struct gpunvme_ctrl *)1;
+		int rc = gpunvme_open(t[i].uri, NULL, &c);
+		H_CHECKF(rc < 0 && c == NULL, "%s: rc %d", t[i].uri, rc);
+		H_CHECKF(rc == t[i].rc, "%s: rc %d want %d (%s)", t[i].uri, rc, t[i].rc, gpunvme_last_error());
+		H_CHECKF(strstr(gpunvme_last_error(), t[i].msg), "%s: message \"%s\"", t[i].uri, gpunvme_last_error());
+		H_CHECKF(gpunvme_last_error()[0], "%s: empty message", t[i].uri);
+	}
+	return 0;
+}
+
+H_CASE(media_error)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 0);
+	H_CHECK(c);
+	struct gpunvme_qpair *qp;
+	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_MEDIA, .nsid = 1, .slba = 100, .nlb = 1 };
+	H_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	uint8_t *b = gpunvme_dma_alloc(c, 1 << 20);
+	uint16_t st = 0;
+	H_CHECK(gpunvme_read_sync(qp, 1, b, 0, 2048, &st) == -EIO);
+	H_EQ(st, GPUNVME_SC_UNRECOVERED_READ);
+	H_CHECK(strstr(gpunvme_last_error(), "Unrecovered Read Error"));
+	H_OK(gpunvme_read_sync(qp, 1, b, 101, 100, &st));
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+H_CASE(dropped_command_times_out)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 300);
+	H_CHECK(c);
+	struct gpunvme_qpair *qp;
+	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_DROP, .sqid = GPUNVME_EMU_SQID_ANY, .count = 1 };
+	H_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	uint8_t *b = gpunvme_dma_alloc(c, 4096);
+	uint64_t t0 = h_now_ms();
+	H_CHECK(gpunvme_read_sync(qp, 1, b, 0, 8, NULL) == -ETIMEDOUT);
+	uint64_t dt = h_now_ms() - t0;
+	H_CHECKF(dt >= 250 && dt < 3000, "timed out after %llu ms", (unsigned long long)dt);
+	/* the queue keeps working; the dropped command's id stays reserved */
+	H_OK(gpunvme_read_sync(qp, 1, b, 0, 8, NULL));
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+H_CASE(cfs_then_reset)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 0);
+	H_CHECK(c);
+	struct gpunvme_qpair *qp;
+	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	uint8_t *b = gpunvme_dma_alloc(c, 4096);
+	memset(b, 0x5a, 4096);
+	H_OK(gpunvme_write_sync(qp, 1, b, 8, 8, NULL));
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_CFS };
+	H_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	int rc = gpunvme_read_sync(qp, 1, b, 8, 8, NULL);
+	H_CHECKF(rc == -EIO, "rc %d", rc);
+	H_CHECK(strstr(gpunvme_last_error(), "CFS"));
+	H_OK(gpunvme_reset(c));
+	memset(b, 0, 4096);
+	H_OK(gpunvme_read_sync(qp, 1, b, 8, 8, NULL));
+	H_EQ(b[4095], 0x5a);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+H_CASE(surprise_removal)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 0);
+	H_CHECK(c);
+	struct gpunvme_qpair *qp;
+	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	uint8_t *b = gpunvme_dma_alloc(c, 4096);
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_REMOVE };
+	H_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	uint64_t t0 = h_now_ms();
+	H_CHECK(gpunvme_read_sync(qp, 1, b, 0, 8, NULL) == -ENODEV);
+	H_CHECK(strstr(gpunvme_last_error(), "device gone"));
+	H_CHECK(h_now_ms() - t0 < 2000);
+	struct gpunvme_sqe cmd = { .opc = GPUNVME_ADM_IDENTIFY };
+	cmd.identify.cns = 1;
+	uint8_t id[4096];
+	H_CHECK(gpunvme_admin(c, &cmd, id, sizeof(id), 0, NULL) == -ENODEV);
+	H_CHECK(gpunvme_reset(c) == -ENODEV);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c); /* must not hang */
+	return 0;
+}
+
+/* Two processes see the same data through a file-backed image. */
+H_CASE(file_two_processes)
+{
+	char path[] = "/tmp/gpunvme-test-XXXXXX";
+	int fd = mkstemp(path);
+	H_CHECK(fd >= 0);
+	H_CHECK(ftruncate(fd, 8 << 20) == 0);
+	close(fd);
+	char uri[64];
+	snprintf(uri, sizeof(uri), "emu:%s", path);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct gpunvme_ctrl *c = open_or_null(uri, 0);
+		struct gpunvme_qpair *qp;
+		if (!c || gpunvme_qpair_create(c, 4, &qp))
+			_exit(2);
+		uint8_t *b = gpunvme_dma_alloc(c, 1 << 20);
+		fill(b, 1 << 20, 9);
+		int rc = gpunvme_write_sync(qp, 1, b, 64, 2048, NULL) || gpunvme_flush_sync(qp, 1, NULL);
+		gpunvme_qpair_destroy(qp);
+		gpunvme_close(c);
+		_exit(rc ? 3 : 0);
+	}
+	int status;
+	H_CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	struct gpunvme_ctrl *c = open_or_null(uri, 0);
+	H_CHECK(c);
+	struct gpunvme_qpair *qp;
+	H_OK(gpunvme_qpair_create(c, 4, &qp));
+	uint8_t *b = gpunvme_dma_alloc(c, 1 << 20);
+	uint8_t *want = malloc(1 << 20);
+	fill(want, 1 << 20, 9);
+	H_OK(gpunvme_read_sync(qp, 1, b, 64, 2048, NULL));
+	H_CHECK(memcmp(b, want, 1 << 20) == 0);
+	free(want);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	unlink(path);
+	return 0;
+}
+int main(int argc, char **argv) { return h_main(argc, argv); }
