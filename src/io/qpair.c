@@ -36,10 +36,17 @@ struct io_req {
 	struct io_req *next;     /* free list or wait FIFO */
 };
 
+/* A command in flight: either a whole request that fit in one command (the
+ * fast path: callback kept here, no io_req) or one part of an io_req. */
+enum { CMD_FREE = 0, CMD_SINGLE, CMD_PART };
+
 struct io_cmd {
-	struct io_req *req;      /* NULL: free */
-	uint64_t deadline;       /* ticks */
+	uint8_t state;
 	bool timed_out;
+	struct io_req *req;      /* CMD_PART */
+	gpunvme_cb cb;           /* CMD_SINGLE */
+	void *arg;
+	uint64_t deadline;       /* ticks */
 };
 
 struct gpunvme_qpair {
@@ -224,9 +231,21 @@ void qpair_fail_all(struct gpunvme_qpair *qp, int err)
 {
 	for (uint32_t cid = 0; cid < qp->depth; cid++) {
 		struct io_cmd *cmd = &qp->cmds[cid];
-		if (!cmd->req)
+		if (cmd->state == CMD_SINGLE && !cmd->timed_out) {
+			struct gpunvme_cpl cpl = { .err = err };
+			cmd->state = CMD_FREE;
+			qp->outstanding--;
+			if (cmd->cb)
+				cmd->cb(cmd->arg, &cpl);
 			continue;
+		}
+		if (cmd->state != CMD_PART) {
+			cmd->state = CMD_FREE;
+			cmd->timed_out = false;
+			continue;
+		}
 		struct io_req *r = cmd->req;
+		cmd->state = CMD_FREE;
 		cmd->req = NULL;
 		if (!cmd->timed_out) {
 			if (!r->err)
@@ -346,6 +365,7 @@ static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 		r->slba += nlb;
 	r->nlb -= nlb;
 	r->inflight++;
+	cmd->state = CMD_PART;
 	cmd->req = r;
 	cmd->deadline = now + qp->timeout_ticks;
 	cmd->timed_out = false;
@@ -490,15 +510,69 @@ static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const
 	return 0;
 }
 
+/*
+ * Fast path: a read or write that fits in one command and in at most two
+ * memory pages of bus-contiguous DMA memory the queue pair has seen before,
+ * on the namespace it used last. PRP1 and PRP2 are then enough and the
+ * callback rides in the command slot (no io_req). Anything else, including
+ * every error, goes through io_submit(), which checks and explains.
+ * Returns 0 when submitted, 1 to take the general path.
+ */
+static inline int rw_fast(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const void *buf, uint64_t slba,
+			  uint64_t nlb, gpunvme_cb cb, void *arg)
+{
+	if (!qp)
+		return 1;
+	const struct gpunvme_ns *ns = qp->ns_cache;
+	const uint8_t *p = buf;
+	if (!ns || ns->info.nsid != nsid || ns->info.ms || nlb - 1 >= ns->info.max_blocks ||
+	    slba >= ns->info.nsze || nlb > ns->info.nsze - slba || ((uintptr_t)p & 3) || !qp->nfree || qp->wait_head)
+		return 1;
+	size_t len = (size_t)nlb << ns->info.lba_shift;
+	const struct dma_alloc *a = &qp->cache;
+	if (__atomic_load_n(&gpunvme_dma_gen, __ATOMIC_ACQUIRE) != qp->cache_gen || !a->va || p < a->va ||
+	    len > a->len - (size_t)(p - a->va) || a->contig < a->len)
+		return 1;
+	const uint32_t ps = qp->c->page_size;
+	uint64_t iova = a->iova0 + (uint64_t)(p - a->va);
+	uint64_t first = ps - (iova & (ps - 1));
+	if (len > first + ps)
+		return 1;
+	uint16_t cid = qp->free_cids[--qp->nfree];
+	struct io_cmd *cmd = &qp->cmds[cid];
+	struct gpunvme_sqe *e = &qp->sq[qp->sq_tail];
+	cmd->state = CMD_SINGLE;
+	cmd->cb = cb;
+	cmd->arg = arg;
+	cmd->deadline = ticks() + qp->timeout_ticks;
+	memset(e, 0, sizeof(*e));
+	e->opc = opc;
+	e->cid = cid;
+	e->nsid = nsid;
+	e->prp1 = iova;
+	e->prp2 = len > first ? iova + first : 0;
+	e->rw.slba = slba;
+	e->rw.nlb = (uint16_t)(nlb - 1);
+	if (++qp->sq_tail == qp->depth)
+		qp->sq_tail = 0;
+	qp->outstanding++;
+	ring_sq(qp);
+	return 0;
+}
+
 int gpunvme_read(struct gpunvme_qpair *qp, uint32_t nsid, void *buf, uint64_t slba, uint64_t nlb, gpunvme_cb cb,
 		 void *arg)
 {
+	if (rw_fast(qp, GPUNVME_CMD_READ, nsid, buf, slba, nlb, cb, arg) == 0)
+		return 0;
 	return io_submit(qp, GPUNVME_CMD_READ, nsid, buf, slba, nlb, cb, arg);
 }
 
 int gpunvme_write(struct gpunvme_qpair *qp, uint32_t nsid, const void *buf, uint64_t slba, uint64_t nlb,
 		  gpunvme_cb cb, void *arg)
 {
+	if (rw_fast(qp, GPUNVME_CMD_WRITE, nsid, buf, slba, nlb, cb, arg) == 0)
+		return 0;
 	return io_submit(qp, GPUNVME_CMD_WRITE, nsid, buf, slba, nlb, cb, arg);
 }
 
@@ -532,12 +606,20 @@ static int periodic_check(struct gpunvme_qpair *qp, uint64_t now)
 	int done = 0;
 	for (uint32_t cid = 0; cid < qp->depth; cid++) {
 		struct io_cmd *cmd = &qp->cmds[cid];
-		if (!cmd->req || cmd->timed_out || cmd->deadline > now)
+		if (cmd->state == CMD_FREE || cmd->timed_out || cmd->deadline > now)
 			continue;
 		/* The command keeps its id (and list pages) until the
 		 * controller answers after all: it may still DMA. */
-		struct io_req *r = cmd->req;
 		cmd->timed_out = true;
+		if (cmd->state == CMD_SINGLE) {
+			struct gpunvme_cpl cpl = { .err = -ETIMEDOUT };
+			qp->outstanding--;
+			done++;
+			if (cmd->cb)
+				cmd->cb(cmd->arg, &cpl);
+			continue;
+		}
+		struct io_req *r = cmd->req;
 		if (!r->err)
 			r->err = -ETIMEDOUT;
 		r->nlb = 0;
@@ -571,15 +653,26 @@ int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max)
 		uint16_t cid = (uint16_t)dw3;
 		uint16_t st = (uint16_t)(dw3 >> 17);
 		struct io_cmd *cmd = cid < qp->depth ? &qp->cmds[cid] : NULL;
-		if (!cmd || !cmd->req)
+		if (!cmd || cmd->state == CMD_FREE)
 			continue; /* not ours: a controller bug, ignored */
-		struct io_req *r = cmd->req;
-		cmd->req = NULL;
+		uint8_t state = cmd->state;
+		cmd->state = CMD_FREE;
 		qp->free_cids[qp->nfree++] = cid;
 		if (cmd->timed_out) {
 			cmd->timed_out = false; /* answered late: id reusable now */
 			continue;
 		}
+		if (state == CMD_SINGLE) {
+			struct gpunvme_cpl cpl = { .err = st ? -EIO : 0, .status = st, .dw0 = dw0 };
+			qp->outstanding--;
+			if (cmd->cb)
+				cmd->cb(cmd->arg, &cpl);
+			if (++done == (int)max && max)
+				break;
+			continue;
+		}
+		struct io_req *r = cmd->req;
+		cmd->req = NULL;
 		if (st && !r->err) {
 			r->err = -EIO;
 			r->status = st;
