@@ -127,8 +127,8 @@ static int open_group(struct gpunvme_bus *b, struct vfio_priv *p)
 						 p->who, path, path, p->bdf);
 		if (rc == -EBUSY)
 			return gpunvme_set_error(rc,
-						 "%s: IOMMU group %d (%s) is busy: another process (another gpunvme, "
-						 "or a VM) has it open",
+						 "%s: IOMMU group %d (%s) is busy: it is already open, in another "
+						 "process (another gpunvme, a VM) or earlier in this one",
 						 p->who, p->group_no, path);
 		return gpunvme_set_error(rc, "%s: cannot open %s: %s", p->who, path, strerror(-rc));
 	}
