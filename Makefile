@@ -6,10 +6,11 @@
 #   build-fuzz/  libFuzzer targets (clang)
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 20
+QEMU_CACHE ?= build/qemu-cache
 CMAKE ?= cmake
 CTEST ?= ctest
 
-.PHONY: all build test test-asan test-tsan test-gpu fuzz fuzz-build demo bench clean
+.PHONY: all build test test-asan test-tsan test-gpu test-qemu fuzz fuzz-build demo bench clean
 
 all: build
 
@@ -20,7 +21,7 @@ build:
 # Every suite that can run on this machine: unit + emulator conformance under
 # ASan/UBSan, the stress test under TSan, fuzz smoke runs, GPU tests (they
 # report "skipped" without a GPU).
-test: test-asan test-tsan fuzz test-gpu
+test: test-asan test-tsan fuzz test-gpu test-qemu
 
 test-asan:
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGPUNVME_SANITIZE=address,undefined
@@ -31,6 +32,13 @@ test-tsan:
 	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUNVME_SANITIZE=thread
 	$(CMAKE) --build build-tsan -j $(JOBS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) --output-on-failure -L stress
+
+# QEMU guest tests: the driver against QEMU's NVMe controller over vfio-pci
+# (intel-iommu) and uio_pci_generic. The guest kernel is cached by
+# scripts/qemu/setup.sh (CI runs it with network); without it they skip.
+test-qemu: build
+	-scripts/qemu/setup.sh --no-install $(QEMU_CACHE)
+	cd build && $(CTEST) --output-on-failure -L qemu
 
 test-gpu: build
 	cd build && $(CTEST) --output-on-failure -L gpu

@@ -7,6 +7,9 @@
 #   clang, libclang-rt-14-dev libFuzzer and the clang sanitizer runtimes
 #                             (make fuzz builds with CC=clang)
 #   pkg-config, git, python3  helper scripts (tests/fuzz/gen_corpus.py)
+#   valgrind                  instruction counts (bench/callgrind_driver.sh)
+#   qemu-system-x86, cpio, kmod  the QEMU guest tests (tests/qemu); the guest
+#                             kernel and busybox come from scripts/qemu/setup.sh
 # Run as root (CI) or through sudo.
 set -euo pipefail
 
@@ -18,6 +21,10 @@ PACKAGES=(
 	pkg-config
 	git
 	python3
+	valgrind
+	qemu-system-x86
+	cpio
+	kmod
 )
 
 SUDO=

@@ -41,11 +41,23 @@ static int emu_open(struct gpunvme_bus *b, const char *addr, const struct gpunvm
 	rc = gpunvme_emu_create(&cfg, &eb->emu);
 	if (rc) {
 		free(eb);
+		if (cfg.ns[0].backing == GPUNVME_EMU_BACK_FILE && rc == -ENOENT)
+			return gpunvme_set_error(rc, "emu:%s: cannot open the image: %s (create one with: truncate -s 1G %s)",
+						 addr, strerror(-rc), cfg.ns[0].path);
 		if (cfg.ns[0].backing == GPUNVME_EMU_BACK_FILE && rc != -EINVAL)
 			return gpunvme_set_error(rc, "emu:%s: cannot open the image: %s", addr, strerror(-rc));
 		if (rc == -EINVAL)
-			return gpunvme_set_error(rc, "emu:%s: invalid configuration (sizes must be whole blocks, "
-						     "images a multiple of the block size)", addr);
+			return gpunvme_set_error(rc, "emu:%s: invalid configuration (sizes must be whole blocks; an image "
+						     "must be a non-empty multiple of the block size: truncate -s SIZE PATH)", addr);
+		if (rc == -ENOMEM) {
+			uint64_t total = 0;
+			for (uint32_t i = 0; i < cfg.nr_ns; i++)
+				if (cfg.ns[i].backing == GPUNVME_EMU_BACK_RAM)
+					total += cfg.ns[i].size;
+			return gpunvme_set_error(rc, "emu:%s: cannot reserve %llu MiB of RAM for the namespaces "
+						     "(use null:SIZE to model a large device without data)",
+						 addr, (unsigned long long)(total >> 20));
+		}
 		return gpunvme_set_error(rc, "emu:%s: cannot create the emulator: %s", addr, strerror(-rc));
 	}
 	eb->next_iova = EMU_IOVA_BASE;

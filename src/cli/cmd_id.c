@@ -260,8 +260,10 @@ int cmd_id_ctrl(int argc, char **argv)
 		       1u << (id->cqes >> 4));
 		printf("nn        : %u\n", id->nn);
 		printf("oncs      : 0x%04x (%s)\n", id->oncs, bits_str(id->oncs, oncs_bits, bits, sizeof(bits)));
-		printf("vwc       : 0x%02x (volatile write cache %s)\n", id->vwc,
-		       (id->vwc & GPUNVME_VWC_PRESENT) ? "present" : "not present");
+		printf("vwc       : 0x%02x (volatile write cache %s%s)\n", id->vwc,
+		       (id->vwc & GPUNVME_VWC_PRESENT) ? "present" : "not present",
+		       ((id->vwc >> 1) & 3) == 3 ? "; Flush with NSID FFFFFFFFh supported"
+		       : ((id->vwc >> 1) & 3) == 2 ? "; Flush with NSID FFFFFFFFh not supported" : "");
 		printf("sgls      : 0x%08x (%s)\n", id->sgls, sgls_str(id->sgls));
 		printf("subnqn    : %s\n", nqn[0] ? nqn : "(none)");
 		printf("ps0       : mp:%.2fW %s enlat:%u exlat:%u rrt:%u rrl:%u rwt:%u rwl:%u", psd_mp_watts(ps),

@@ -87,8 +87,8 @@ static int io_error(const char *what, const struct slot *s, int err, uint16_t st
 		return cli_err(EXIT_RUNTIME, "%s of LBA %" PRIu64 "..%" PRIu64 " failed: %s", what, s->slba,
 			       s->slba + s->nlb - 1, gpunvme_status_str(status));
 	const char *le = gpunvme_last_error();
-	return cli_err(EXIT_RUNTIME, "%s of LBA %" PRIu64 "..%" PRIu64 " failed: %s%s%s", what, s->slba,
-		       s->slba + s->nlb - 1, strerror(-err), le && *le ? ": " : "", le ? le : "");
+	return cli_err(EXIT_RUNTIME, "%s of LBA %" PRIu64 "..%" PRIu64 " failed: %s", what, s->slba,
+		       s->slba + s->nlb - 1, le && *le ? le : strerror(-err));
 }
 
 static int run(int argc, char **argv, bool is_write)
@@ -180,12 +180,17 @@ static int run(int argc, char **argv, bool is_write)
 	if (!path)
 		return cli_usage_err(is_write ? "missing --in FILE ('-' for stdin)"
 					      : "missing --out FILE ('-' for stdout)");
+	if ((uint64_t)depth * chunk > (1ull << 30))
+		return cli_usage_err("--chunk %" PRIu64 " x --depth %u is more than 1 GiB of DMA buffer", chunk,
+				     depth);
 	if ((rc = cli_check_uri(uri)))
 		return rc;
 
 	/* ---- files, before the device is touched --------------------------- */
 	int fd = -1;
 	bool is_std = !strcmp(path, "-");
+	if (is_std)
+		path = is_write ? "<stdin>" : "<stdout>";  /* for messages */
 	bool created = false;
 	struct stat st;
 	memset(&st, 0, sizeof(st));
@@ -377,7 +382,7 @@ static int run(int argc, char **argv, bool is_write)
 			if (!is_write) {
 				ssize_t w = cli_write_all(fd, s->buf, (size_t)(s->nlb * ni.lba_size));
 				if (w < 0) {
-					rc = cli_err(EXIT_RUNTIME, "writing %s: %s", is_std ? "stdout" : path,
+					rc = cli_err(EXIT_RUNTIME, "writing '%s': %s", path,
 						     strerror((int)-w));
 					break;
 				}
@@ -446,9 +451,9 @@ static int run(int argc, char **argv, bool is_write)
 	if (rc == 0 && !quiet) {
 		double secs = (double)(t1 - t0) / 1e9;
 		char h[32];
-		fprintf(stderr, "%s %" PRIu64 " bytes (%s, %" PRIu64 " blocks of %u B, LBA %" PRIu64 "..%" PRIu64
+		fprintf(stderr, "%s %" PRIu64 " bytes (%s, %" PRIu64 " block%s of %u B, LBA %" PRIu64 "..%" PRIu64
 			", nsid %u) in %.3f s: %.1f MiB/s\n",
-			is_write ? "wrote" : "read", total, cli_human_bytes(total, h, sizeof(h)), nlb, ni.lba_size,
+			is_write ? "wrote" : "read", total, cli_human_bytes(total, h, sizeof(h)), nlb, nlb == 1 ? "" : "s", ni.lba_size,
 			slba, slba + nlb - 1, nsid, secs, secs > 0 ? (double)total / secs / 1048576.0 : 0.0);
 	}
 

@@ -112,11 +112,11 @@ static void link_str(const struct dev *d, char *out, size_t len)
 static void print_table(const char *title, const struct dev *v, int n, bool nvme)
 {
 	printf("%s:\n", title);
-	printf("%-13s %-9s %-16s %-5s %-26s %-4s %s\n", "BDF", "VID:DID", "Driver", "IOMMU",
+	printf("%-13s %-9s %-16s %-5s %-30s %-4s %s\n", "BDF", "VID:DID", "Driver", "IOMMU",
 	       "Link", "NUMA", nvme ? "URI" : "Class");
 	for (int i = 0; i < n; i++) {
 		const struct dev *d = &v[i];
-		char grp[16], link[64], numa[16], last[64];
+		char grp[16], link[160], numa[16], last[300];
 		snprintf(grp, sizeof(grp), d->pi.iommu_group >= 0 ? "%d" : "-", d->pi.iommu_group);
 		snprintf(numa, sizeof(numa), d->pi.numa_node >= 0 ? "%d" : "-", d->pi.numa_node);
 		link_str(d, link, sizeof(link));
@@ -132,7 +132,7 @@ static void print_table(const char *title, const struct dev *v, int n, bool nvme
 			snprintf(last, sizeof(last), "%s",
 				 (d->pi.class_code >> 8) == 0x0302 ? "3D" : "VGA");
 		}
-		printf("%-13s %04x:%04x %-16s %-5s %-26s %-4s %s\n", d->pi.bdf, d->pi.vendor,
+		printf("%-13s %04x:%04x %-16s %-5s %-30s %-4s %s\n", d->pi.bdf, d->pi.vendor,
 		       d->pi.device, d->pi.driver[0] ? d->pi.driver : "-", grp, link, numa, last);
 	}
 	if (n == 0)

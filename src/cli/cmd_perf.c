@@ -452,6 +452,8 @@ int cmd_perf(int argc, char **argv)
 	gpunvme_opts_init(&opts);
 	if (timeout_ms)
 		opts.io_timeout_ms = timeout_ms;
+	if (p.queues > opts.nr_io_queues)
+		opts.nr_io_queues = p.queues;  /* ask for as many as needed */
 	p.io_timeout_ms = opts.io_timeout_ms;
 	struct gpunvme_ctrl *ctrl;
 	if ((rc = cli_open(p.uri, &opts, &ctrl)))
@@ -666,6 +668,9 @@ int cmd_perf(int argc, char **argv)
 		if (errw->first_err == -EIO)
 			rc = cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s); first: %s", errors,
 				     gpunvme_status_str(errw->first_status));
+		else if (errw->first_err == -ETIMEDOUT)
+			rc = cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s); first: no completion within %u ms "
+				     "(--timeout)", errors, p.io_timeout_ms);
 		else
 			rc = cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s); first: %s", errors,
 				     strerror(-errw->first_err));

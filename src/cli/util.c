@@ -305,8 +305,10 @@ int cli_ns(struct gpunvme_ctrl *c, uint32_t nsid, struct gpunvme_ns_info *ni)
 		if (n > 64)
 			snprintf(list + off, sizeof(list) - off, ", ...");
 	}
+	if (lib[0] && strstr(lib, "active"))
+		return cli_err(EXIT_RUNTIME, "--nsid %u: %s", nsid, lib);
 	if (lib[0])
-		return cli_err(EXIT_RUNTIME, "namespace %u: %s (active namespaces: %s)", nsid, lib, list);
+		return cli_err(EXIT_RUNTIME, "--nsid %u: %s (active namespaces: %s)", nsid, lib, list);
 	return cli_err(EXIT_RUNTIME, "namespace %u is not an active namespace (active: %s)", nsid, list);
 }
 
@@ -316,7 +318,7 @@ int cli_check_range(const struct gpunvme_ns_info *ni, uint64_t slba, uint64_t nl
 	if (nlb == 0)
 		return cli_usage_err("--nlb must be at least 1");
 	if (slba >= ni->nsze || nlb > ni->nsze - slba)
-		return cli_usage_err("LBA range %" PRIu64 "..%" PRIu64 " is past the end of namespace "
+		return cli_err(EXIT_USAGE, "LBA range %" PRIu64 "..%" PRIu64 " is past the end of namespace "
 				     "%u, which holds %" PRIu64 " blocks of %u bytes (%s; last LBA %" PRIu64
 				     ")",
 				     slba, slba + nlb - 1 >= slba ? slba + nlb - 1 : UINT64_MAX, ni->nsid,
@@ -404,7 +406,7 @@ static void cj_escape(FILE *f, const char *s, size_t n)
 		case '\t': fputs("\\t", f); break;
 		case '\r': fputs("\\r", f); break;
 		default:
-			if (ch < 0x20 || ch >= 0x7f)
+			if (ch < 0x20 || ch == 0x7f)  /* bytes >= 0x80: UTF-8, kept */
 				fprintf(f, "\\u%04x", ch);
 			else
 				fputc(ch, f);

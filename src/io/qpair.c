@@ -416,8 +416,9 @@ static const struct dma_alloc *lookup_dma(struct gpunvme_qpair *qp, const void *
 {
 	uint64_t gen = __atomic_load_n(&gpunvme_dma_gen, __ATOMIC_ACQUIRE);
 	const uint8_t *p = buf;
+	/* offset first: p beyond the allocation must not wrap the length test */
 	if (gen == qp->cache_gen && qp->cache.va && p >= qp->cache.va &&
-	    len <= qp->cache.len - (size_t)(p - qp->cache.va))
+	    (size_t)(p - qp->cache.va) < qp->cache.len && len <= qp->cache.len - (size_t)(p - qp->cache.va))
 		return &qp->cache;
 	struct gpunvme_ctrl *c = qp->c;
 	pthread_mutex_lock(&c->dma_lock);
@@ -531,7 +532,7 @@ static inline int rw_fast(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, 
 	size_t len = (size_t)nlb << ns->info.lba_shift;
 	const struct dma_alloc *a = &qp->cache;
 	if (__atomic_load_n(&gpunvme_dma_gen, __ATOMIC_ACQUIRE) != qp->cache_gen || !a->va || p < a->va ||
-	    len > a->len - (size_t)(p - a->va) || a->contig < a->len)
+	    (size_t)(p - a->va) >= a->len || len > a->len - (size_t)(p - a->va) || a->contig < a->len)
 		return 1;
 	const uint32_t ps = qp->c->page_size;
 	uint64_t iova = a->iova0 + (uint64_t)(p - a->va);

@@ -331,6 +331,39 @@ H_CASE(surprise_removal)
 	return 0;
 }
 
+/* Buffers from several allocations, used in turn on one queue pair, in
+ * both address orders: the queue pair's cached allocation must never
+ * translate a buffer that lies outside it (found by the QEMU suite: a
+ * buffer above the cached allocation wrapped the bounds check). */
+H_CASE(alternating_allocations)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M", 0);
+	H_CHECK(c);
+	struct gpunvme_qpair *qp;
+	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	uint8_t *a[4];
+	for (int i = 0; i < 4; i++) {
+		a[i] = gpunvme_dma_alloc(c, 64 << 10);
+		H_CHECK(a[i]);
+		fill(a[i], 64 << 10, 20 + i);
+	}
+	for (int round = 0; round < 3; round++)
+		for (int i = 0; i < 4; i++) {
+			int k = round == 1 ? 3 - i : i;
+			H_OK(gpunvme_write_sync(qp, 1, a[k] + 4096 * round, (uint64_t)k * 1024 + 8 * round, 8, NULL));
+			H_OK(gpunvme_write_sync(qp, 1, a[k] + 8192, (uint64_t)k * 1024 + 512, 64, NULL));
+		}
+	uint8_t *r = gpunvme_dma_alloc(c, 64 << 10);
+	for (int round = 0; round < 3; round++)
+		for (int k = 0; k < 4; k++) {
+			H_OK(gpunvme_read_sync(qp, 1, r, (uint64_t)k * 1024 + 8 * round, 8, NULL));
+			H_CHECKF(memcmp(r, a[k] + 4096 * round, 4096) == 0, "round %d buffer %d", round, k);
+		}
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
 /* Two processes see the same data through a file-backed image. */
 H_CASE(file_two_processes)
 {

@@ -150,14 +150,26 @@ static int selftest(const char *uri)
 					rc = -EIO;
 			if (!rc)
 				rc = wt.err ? wt.err : gpunvme_read_sync(qps[0], ni.nsid, r, 10, 8, NULL);
+			/* Write Zeroes always reads back as zeroes. Deallocate is
+			 * advisory (§6.7: the controller may ignore it; QEMU
+			 * does for ranges smaller than its discard granularity):
+			 * such blocks hold either their data or, when DLFEAT says
+			 * deallocated blocks read as zeroes, zeroes. */
+			const struct gpunvme_id_ns *idns = gpunvme_ns_identify(c, ni.nsid);
 			int ok = rc == 0;
-			for (size_t b = 0; ok && b < 8; b++) {
-				uint8_t v = (b == 1 || b == 2 || b == 4 || b == 5) ? 0 : 0xee;
+			char got[9] = "--------";
+			for (size_t b = 0; rc == 0 && b < 8; b++) {
+				int dealloc = b == 4 || b == 5;
+				got[b] = r[b * ni.lba_size] == 0 ? '0' : r[b * ni.lba_size] == 0xee ? 'e' : '?';
+				uint8_t v = (b == 1 || b == 2) ? 0 : 0xee;
+				if (dealloc && r[b * ni.lba_size] == 0 && idns &&
+				    (idns->dlfeat & 7) == GPUNVME_DLFEAT_READ_ZEROES)
+					v = 0;
 				for (size_t i = 0; i < ni.lba_size; i++)
 					ok &= r[b * ni.lba_size + i] == v;
 			}
-			CHECK(ok, "ns %u: write zeroes and deallocate read back as zeroes (%s)", ni.nsid,
-			      rc ? gpunvme_last_error() : "ok");
+			CHECK(ok, "ns %u: write zeroes (and deallocate, DLFEAT %u) read back as zeroes: blocks 10..17 %s (%s)",
+			      ni.nsid, idns ? idns->dlfeat : 0, got, rc ? gpunvme_last_error() : "ok");
 		}
 		int rc;
 		/* an LBA range the controller must refuse: the library refuses
@@ -220,8 +232,15 @@ static int iommu_fault(const char *uri)
 	cmd.identify.cns = GPUNVME_CNS_CTRL;
 	int rc = gpunvme_admin(c, &cmd, NULL, 0, 0, &cpl);
 	uint16_t st = rc == -EIO ? gpunvme_cqe_status(cpl.status) : 0;
-	CHECK(rc == -EIO, "identify into unmapped IOVA 0x7f00000000: rc %d, status 0x%03x (%s)", rc, st,
-	      rc ? gpunvme_last_error() : "completed?!");
+	/* A strict controller fails the command (Data Transfer Error: the
+	 * emulator does); QEMU 7.2 drops the data and completes it with
+	 * success. Either way the IOMMU must have kept memory safe, which is
+	 * what is checked below; STRICT=1 demands the error status too. */
+	const char *strict = getenv("STRICT");
+	if (strict && strict[0] == '1')
+		CHECK(rc == -EIO, "identify into unmapped IOVA 0x7f00000000 fails: rc %d, status 0x%03x", rc, st);
+	CHECK(rc == -EIO || rc == 0, "identify into unmapped IOVA 0x7f00000000 completes: rc %d, status 0x%03x (%s)",
+	      rc, st, rc ? gpunvme_last_error() : "success: the controller ignored the DMA fault");
 	size_t bad = 0;
 	for (size_t i = 0; i < (1u << 20); i++)
 		bad += guard[i] != 0xa5;

@@ -1,0 +1,124 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
+# Prepare what the QEMU test harness (tests/qemu/run.sh) needs, on Debian 12:
+#   - host packages qemu-system-x86 and cpio (apt-get install, root only, and
+#     only when missing);
+#   - a Debian cloud kernel (linux-image-*-cloud-amd64) and a static busybox
+#     (busybox-static), fetched with `apt-get download` and unpacked into the
+#     cache directory. Nothing is installed into the host's /boot or /bin.
+#
+# Usage: scripts/qemu/setup.sh [--update] [--no-install] CACHE_DIR
+#   CACHE_DIR     e.g. build/qemu-cache; afterwards it holds
+#                   vmlinuz        the guest kernel
+#                   modules/       its /lib/modules/<version> (with modules.dep)
+#                   busybox        a statically linked busybox
+#                   kernel.version the kernel's version string
+#   --update      fetch the newest kernel even when one is already cached
+#   --no-install  never run apt-get install (only download into the cache)
+#
+# Idempotent: with a complete cache it does nothing and needs no network.
+# Exit status: 0 ready, 1 failure.
+set -euo pipefail
+
+UPDATE=0
+INSTALL=1
+CACHE=
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--update) UPDATE=1 ;;
+	--no-install) INSTALL=0 ;;
+	-h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+	-*) echo "setup.sh: unknown option $1" >&2; exit 1 ;;
+	*) CACHE=$1 ;;
+	esac
+	shift
+done
+[ -n "$CACHE" ] || { echo "usage: $0 [--update] [--no-install] CACHE_DIR" >&2; exit 1; }
+mkdir -p "$CACHE"
+CACHE=$(cd "$CACHE" && pwd)
+
+log() { echo "qemu-setup: $*"; }
+
+SUDO=
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+
+# ---- host packages --------------------------------------------------------
+need=()
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
+command -v cpio >/dev/null 2>&1 || need+=(cpio)
+command -v gzip >/dev/null 2>&1 || need+=(gzip)
+command -v depmod >/dev/null 2>&1 || need+=(kmod)
+command -v timeout >/dev/null 2>&1 || need+=(coreutils)
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$INSTALL" -eq 1 ]; then
+		log "installing ${need[*]}"
+		$SUDO apt-get install -y --no-install-recommends "${need[@]}" ||
+			{ $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends "${need[@]}"; }
+	else
+		log "missing host tools (${need[*]}); rerun without --no-install" >&2
+		exit 1
+	fi
+fi
+
+# ---- cached kernel and busybox -------------------------------------------
+complete() {
+	[ -s "$CACHE/vmlinuz" ] && [ -s "$CACHE/modules/modules.dep" ] &&
+		[ -x "$CACHE/busybox" ] && [ -s "$CACHE/kernel.version" ]
+}
+if complete && [ "$UPDATE" -eq 0 ]; then
+	log "cache complete: kernel $(cat "$CACHE/kernel.version") in $CACHE"
+	exit 0
+fi
+
+# The meta-package's Depends names the current versioned kernel package.
+pkg_of_meta() {
+	apt-cache depends "$1" 2>/dev/null |
+		awk '/^ *Depends: linux-image-[0-9]/ { print $2; exit }'
+}
+KPKG=$(pkg_of_meta linux-image-cloud-amd64 || true)
+if [ -z "$KPKG" ]; then
+	log "apt-cache knows no linux-image-cloud-amd64; running apt-get update"
+	$SUDO apt-get update >/dev/null || true
+	KPKG=$(pkg_of_meta linux-image-cloud-amd64 || true)
+fi
+[ -n "$KPKG" ] || { log "cannot find a linux-image-*-cloud-amd64 package" >&2; exit 1; }
+KVER=${KPKG#linux-image-}
+
+DL="$CACHE/debs"
+mkdir -p "$DL"
+fetch_deb() {  # fetch_deb PACKAGE -> prints the .deb path
+	local p=$1 f
+	f=$(ls "$DL/${p}_"*.deb 2>/dev/null | head -n 1 || true)
+	if [ -z "$f" ]; then
+		(cd "$DL" && apt-get download -o APT::Sandbox::User=root "$p" >&2)
+		f=$(ls "$DL/${p}_"*.deb | head -n 1)
+	fi
+	echo "$f"
+}
+
+log "kernel package $KPKG"
+KDEB=$(fetch_deb "$KPKG")
+rm -rf "$CACHE/kernel.tmp"
+mkdir -p "$CACHE/kernel.tmp"
+dpkg-deb -x "$KDEB" "$CACHE/kernel.tmp"
+[ -d "$CACHE/kernel.tmp/lib/modules/$KVER" ] || { log "no /lib/modules/$KVER in $KDEB" >&2; exit 1; }
+# Debian generates modules.dep in postinst; do it here for the unpacked tree.
+depmod -b "$CACHE/kernel.tmp" "$KVER"
+rm -rf "$CACHE/kernel"
+mv "$CACHE/kernel.tmp" "$CACHE/kernel"
+ln -sfn "kernel/boot/vmlinuz-$KVER" "$CACHE/vmlinuz"
+ln -sfn "kernel/lib/modules/$KVER" "$CACHE/modules"
+
+log "busybox-static"
+BDEB=$(fetch_deb busybox-static)
+rm -rf "$CACHE/busybox.tmp"
+dpkg-deb -x "$BDEB" "$CACHE/busybox.tmp"
+install -m 0755 "$CACHE/busybox.tmp/bin/busybox" "$CACHE/busybox"
+rm -rf "$CACHE/busybox.tmp"
+
+echo "$KVER" > "$CACHE/kernel.version"
+# Keep only the debs in use.
+find "$DL" -name '*.deb' ! -name "$(basename "$KDEB")" ! -name "$(basename "$BDEB")" -delete
+complete || { log "cache incomplete after setup" >&2; exit 1; }
+log "ready: kernel $KVER, cache $CACHE"

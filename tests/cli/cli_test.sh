@@ -1,0 +1,501 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause
+#
+# Tests of the gpunvme command against the embedded emulator.
+#   cli_test.sh GPUNVME_BINARY GROUP
+# Every invocation runs under `timeout` (a hang fails the test). Error cases
+# check the exit code (1 runtime, 2 usage), that stderr is exactly one line
+# starting with "gpunvme: ", and a key phrase of the message; a crash
+# (signal, sanitizer report) is always a failure.
+set -u
+
+BIN=${1:?usage: cli_test.sh GPUNVME_BINARY GROUP}
+GROUP=${2:?usage: cli_test.sh GPUNVME_BINARY GROUP}
+T=${CLI_TEST_TIMEOUT:-60}
+
+if [ ! -x "$BIN" ]; then
+	echo "FAIL: $BIN is not an executable (build the gpunvme-cli target)" >&2
+	exit 1
+fi
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpunvme-cli.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+OUT=$WORK/stdout
+ERR=$WORK/stderr
+FAILS=0
+CHECKS=0
+
+fail() {
+	echo "FAIL: $*" >&2
+	FAILS=$((FAILS + 1))
+}
+
+show() {
+	echo "---- stdout (head):" >&2
+	head -c 2000 "$OUT" >&2
+	echo "---- stderr:" >&2
+	head -c 2000 "$ERR" >&2
+	echo "----" >&2
+}
+
+# run ARGS...: runs the binary, sets RC; stdout in $OUT, stderr in $ERR
+run() {
+	timeout -k 5 "$T" "$BIN" "$@" >"$OUT" 2>"$ERR"
+	RC=$?
+	CHECKS=$((CHECKS + 1))
+	if [ $RC -eq 124 ] || [ $RC -eq 137 ]; then
+		fail "hang (timeout ${T}s): gpunvme $*"
+		return 1
+	fi
+	if [ $RC -ge 128 ]; then
+		fail "crash (signal $((RC - 128))): gpunvme $*"
+		show
+		return 1
+	fi
+	if grep -qE 'Sanitizer|runtime error:|LeakSanitizer' "$ERR"; then
+		fail "sanitizer report: gpunvme $*"
+		show
+		return 1
+	fi
+	return 0
+}
+
+# ok ARGS...: must exit 0
+ok() {
+	run "$@" || return 1
+	if [ $RC -ne 0 ]; then
+		fail "exit $RC, expected 0: gpunvme $*"
+		show
+		return 1
+	fi
+	return 0
+}
+
+# bad CODE PHRASE ARGS...: must exit CODE with one stderr line "gpunvme: ..." containing PHRASE
+bad() {
+	local code=$1 phrase=$2
+	shift 2
+	run "$@" || return 1
+	if [ $RC -ne "$code" ]; then
+		fail "exit $RC, expected $code: gpunvme $*"
+		show
+		return 1
+	fi
+	local lines
+	lines=$(wc -l <"$ERR")
+	if [ "$lines" -ne 1 ]; then
+		fail "stderr has $lines lines, expected exactly 1: gpunvme $*"
+		show
+		return 1
+	fi
+	if ! grep -q '^gpunvme: ' "$ERR"; then
+		fail "stderr does not start with 'gpunvme: ': gpunvme $*"
+		show
+		return 1
+	fi
+	if ! grep -qiF -- "$phrase" "$ERR"; then
+		fail "stderr lacks '$phrase': gpunvme $*"
+		show
+		return 1
+	fi
+	return 0
+}
+
+# expect_out PHRASE: stdout contains PHRASE
+expect_out() {
+	if ! grep -qF -- "$1" "$OUT"; then
+		fail "stdout lacks '$1'"
+		show
+	fi
+}
+
+# json_check PYTHON-EXPR: stdout is JSON; the expression over `d` is true
+json_check() {
+	if command -v python3 >/dev/null 2>&1; then
+		if ! python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if eval(sys.argv[2]) else 3)' "$OUT" "$1" 2>"$WORK/json.err"; then
+			fail "JSON check failed: $1"
+			cat "$WORK/json.err" >&2
+			show
+		fi
+	elif command -v jq >/dev/null 2>&1; then
+		jq -e . "$OUT" >/dev/null || { fail "invalid JSON"; show; }
+	fi
+}
+
+same() {
+	if ! cmp -s "$1" "$2"; then
+		fail "data differs: $1 vs $2 ($(cmp "$1" "$2" 2>&1 | head -1))"
+	fi
+}
+
+rand_file() { # path bytes
+	head -c "$2" /dev/urandom >"$1"
+}
+
+# ---------------------------------------------------------------------------
+
+group_help() {
+	run
+	[ $RC -eq 2 ] || fail "no arguments: exit $RC, expected 2"
+	ok --help && expect_out "usage: gpunvme"
+	ok help && expect_out "commands:"
+	ok version && expect_out "gpunvme "
+	for c in list id-ctrl id-ns show-regs read write perf; do
+		ok "$c" --help && expect_out "usage: gpunvme $c"
+		ok "$c" -h && expect_out "usage: gpunvme $c"
+		ok help "$c" && expect_out "usage: gpunvme $c"
+	done
+	bad 2 "unknown command 'frob'" frob
+	bad 2 "unknown option '--frob'" --frob
+	bad 2 "unknown command" help frob
+}
+
+group_list() {
+	ok list && expect_out "NVMe controllers" && expect_out "NVIDIA GPUs"
+	ok list --json && json_check 'isinstance(d["nvme"], list) and isinstance(d["gpus"], list)'
+	ok list -o json && json_check '"nvme" in d'
+	bad 2 "unexpected argument" list emu:ram:1M
+	bad 2 "unknown option" list --bogus
+	bad 2 "expected normal or json" list -o xml
+
+	# an empty bus: empty tables, not an error
+	mkdir -p "$WORK/sys0/bus/pci/devices"
+	GPUNVME_SYSFS=$WORK/sys0 ok list && expect_out "(none)"
+	GPUNVME_SYSFS=$WORK/sys0 ok list --json && json_check 'd["nvme"] == [] and d["gpus"] == []'
+	# no PCI bus at all: still an empty table
+	GPUNVME_SYSFS=$WORK/nonexistent ok list && expect_out "(none)"
+
+	# a fake sysfs: an NVMe controller on vfio-pci, one on the kernel
+	# driver, an NVIDIA 3D controller, an NVIDIA audio function, a NIC
+	local s=$WORK/sys1 d
+	mkdir -p "$s/bus/pci/devices" "$s/bus/pci/drivers/vfio-pci" "$s/bus/pci/drivers/nvme" \
+		"$s/bus/pci/drivers/nvidia" "$s/kernel/iommu_groups/12" "$s/kernel/iommu_groups/40"
+	mkdev() { # bdf class vendor device driver group speed width
+		d=$s/bus/pci/devices/$1
+		mkdir -p "$d"
+		echo "$2" >"$d/class"
+		echo "$3" >"$d/vendor"
+		echo "$4" >"$d/device"
+		[ -n "$5" ] && ln -s "../../../bus/pci/drivers/$5" "$d/driver"
+		[ -n "$6" ] && ln -s "../../../kernel/iommu_groups/$6" "$d/iommu_group"
+		echo "$7" >"$d/current_link_speed"
+		echo "$8" >"$d/current_link_width"
+		echo "16.0 GT/s PCIe" >"$d/max_link_speed"
+		echo "$8" >"$d/max_link_width"
+		echo 0 >"$d/numa_node"
+	}
+	mkdev 0000:01:00.0 0x010802 0x144d 0xa80a vfio-pci 12 "16.0 GT/s PCIe" 4
+	mkdev 0000:02:00.0 0x010802 0x8086 0x0a54 nvme "" "8.0 GT/s PCIe" 4
+	mkdir -p "$s/bus/pci/devices/0000:02:00.0/nvme/nvme3"
+	mkdev 0000:41:00.0 0x030200 0x10de 0x2330 nvidia 40 "32.0 GT/s PCIe" 16
+	mkdev 0000:41:00.1 0x040300 0x10de 0x22a3 "" "" "" 0
+	mkdev 0000:03:00.0 0x020000 0x15b3 0x1017 "" "" "8.0 GT/s PCIe" 8
+	GPUNVME_SYSFS=$s ok list || return
+	expect_out "0000:01:00.0  144d:a80a vfio-pci"
+	expect_out "vfio:0000:01:00.0"
+	expect_out "kernel nvme3"
+	expect_out "8.0GT/s x4 (max 16.0GT/s x4)"
+	expect_out "0000:41:00.0  10de:2330 nvidia"
+	expect_out "3D"
+	grep -q "0000:41:00.1\|0000:03:00.0" "$OUT" && fail "non-GPU / non-NVMe functions listed"
+	GPUNVME_SYSFS=$s ok list --json &&
+		json_check 'len(d["nvme"]) == 2 and d["nvme"][0]["uri"] == "vfio:0000:01:00.0" and d["nvme"][0]["iommu_group"] == 12 and d["nvme"][0]["link_width"] == 4 and d["nvme"][1]["driver"] == "nvme" and d["nvme"][1]["uri"] is None and len(d["gpus"]) == 1 and d["gpus"][0]["bdf"] == "0000:41:00.0" and d["gpus"][0]["iommu_group"] == 40'
+}
+
+group_id() {
+	ok id-ctrl emu:ram:16M && {
+		expect_out "mn        : gpu-nvme-direct emulator"
+		expect_out "mdts      : 5 (128 KiB"
+		expect_out "ver       : 0x00010400 (1.4.0)"
+		expect_out "sqes      : 0x66"
+		expect_out "subnqn"
+		expect_out "ps0"
+	}
+	ok id-ctrl 'emu:ram:16M?mdts=3' --json &&
+		json_check 'd["mdts"] == 3 and d["mdts_bytes"] == 32768 and d["nn"] == 1 and d["sn"] == "GNDEMU0001" and d["sqes"] == 0x66 and "ps0" in d and "oncs" in d and "sgls" in d and "vwc" in d'
+	ok id-ctrl 'emu:ram:16M?mdts=0' && expect_out "mdts      : 0 (no limit)"
+	ok id-ns 'emu:ram:16M?lbads=12' && {
+		expect_out "nsze      : 4096 (0x1000) blocks, 16 MiB"
+		expect_out "lbads:12 (4096 B) rp:0 (best) (in use)"
+		expect_out "dlfeat"
+		expect_out "nguid"
+		expect_out "eui64"
+	}
+	ok id-ns 'emu:ram:16M' --json &&
+		json_check 'd["nsze"] == 32768 and d["ncap"] == 32768 and d["lba_size"] == 512 and [f["lbads"] for f in d["lbafs"] if f["in_use"]] == [9] and len(d["nguid"]) == 32 and len(d["eui64"]) == 16'
+	# 64-bit sizes: a 4 TiB null namespace has 2^33 512-byte blocks
+	ok id-ns 'emu:null:4T' --json && json_check 'd["nsze"] == 8589934592 and d["size_bytes"] == 4 << 40'
+	# second namespace
+	ok id-ns 'emu:ram:16M?ns=ram:8M' --nsid 2 --json && json_check 'd["nsid"] == 2 and d["nsze"] == 16384'
+	ok id-ns 'emu:ram:16M?ns=ram:8M' -n 0x2 && expect_out "Namespace 2"
+	bad 1 "namespace 3" id-ns 'emu:ram:16M?ns=ram:8M' --nsid 3
+	bad 2 "--nsid" id-ns emu:ram:16M --nsid 0
+	bad 2 "--nsid" id-ns emu:ram:16M --nsid 0xffffffff
+	bad 2 "not a number" id-ns emu:ram:16M --nsid 1x
+	bad 2 "needs a value" id-ns emu:ram:16M --nsid
+	ok show-regs emu:ram:16M && {
+		expect_out "cap     : 0x"
+		expect_out "mqes  : 1023"
+		expect_out "en    : 1 (enabled)"
+		expect_out "rdy   : 1 (ready)"
+		expect_out "aqa     :"
+		expect_out "asq     :"
+		expect_out "acq     :"
+		expect_out "cmbloc  :"
+		expect_out "cmbsz   :"
+	}
+	ok show-regs 'emu:ram:16M?mqes=255&dstrd=2' --json &&
+		json_check 'd["cap"]["mqes"] == 255 and d["cap"]["dstrd"] == 2 and d["cc"]["en"] == 1 and d["csts"]["rdy"] == 1 and d["vs"]["mjr"] == 1 and d["vs"]["mnr"] == 4 and d["cc"]["iosqes"] == 6 and d["cc"]["iocqes"] == 4'
+	bad 2 "unexpected argument" id-ctrl emu:ram:1M emu:ram:2M
+}
+
+group_roundtrip() {
+	# several MiB through MDTS 5 (128 KiB): split by the library, chunked here
+	rand_file "$WORK/a.bin" $((6 * 1024 * 1024 + 512 * 3))
+	local n=$(((6 * 1024 * 1024 + 512 * 3) / 512))
+	local img=$WORK/rt.img
+	truncate -s 16M "$img"
+	ok write "emu:$img?mdts=5" --slba 7 --nlb $n --in "$WORK/a.bin" &&
+		grep -q "wrote $((n * 512)) bytes" "$ERR" || fail "no summary line on stderr"
+	ok read "emu:$img?mdts=5" --slba 7 --nlb $n --out "$WORK/b.bin" &&
+		grep -q "MiB/s" "$ERR" || fail "no MiB/s in the summary"
+	same "$WORK/a.bin" "$WORK/b.bin"
+	# small chunks, one in flight; big chunks, many in flight; hex and suffixes
+	ok read "emu:$img?mdts=5" --slba 0x7 --nlb $n --out "$WORK/c.bin" --chunk 4K --depth 1
+	same "$WORK/a.bin" "$WORK/c.bin"
+	ok read "emu:$img?mdts=5" --slba 7 --nlb $n --out "$WORK/d.bin" --chunk 1M --depth 16 -q
+	same "$WORK/a.bin" "$WORK/d.bin"
+	[ -s "$ERR" ] && fail "--quiet still printed: $(cat "$ERR")"
+	# stdout / stdin
+	ok read "emu:$img" --slba 7 --nlb $n --out - >/dev/null
+	same "$WORK/a.bin" "$OUT"
+	timeout -k 5 "$T" "$BIN" write "emu:$img" --slba 20000 --nlb 64 --in - <<<"" >/dev/null 2>"$ERR"
+	[ $? -eq 1 ] || fail "write of a 1-byte stdin to 64 blocks did not fail with 1"
+	head -c 32768 "$WORK/a.bin" | timeout -k 5 "$T" "$BIN" write "emu:$img" --slba 20000 --nlb 64 --in - 2>"$ERR"
+	[ $? -eq 0 ] || { fail "write from stdin"; show; }
+	ok read "emu:$img" --slba 20000 --nlb 64 --out "$WORK/e.bin"
+	head -c 32768 "$WORK/a.bin" | cmp -s - "$WORK/e.bin" || fail "stdin round trip differs"
+	# 4 KiB blocks on RAM, MDTS 2 (16 KiB), more than one chunk
+	rand_file "$WORK/f.bin" $((5 * 1024 * 1024))
+	local dev='emu:ram:64M?lbads=12&mdts=2'
+	# a RAM namespace lives as long as the process: write and read in one
+	# process is impossible from the CLI, so check the write's success and
+	# the read's zeroes separately
+	ok write "$dev" --slba 3 --nlb 1280 --in "$WORK/f.bin"
+	ok read "$dev" --slba 3 --nlb 1280 --out "$WORK/g.bin"
+	head -c $((5 * 1024 * 1024)) /dev/zero | cmp -s - "$WORK/g.bin" || fail "fresh RAM namespace does not read zeroes"
+	# 4 KiB blocks on a file image
+	truncate -s 32M "$WORK/rt4k.img"
+	ok write "emu:$WORK/rt4k.img?lbads=12&mdts=2" --slba 3 --nlb 1280 --in "$WORK/f.bin" --chunk 96K --depth 7
+	ok read "emu:$WORK/rt4k.img?lbads=12&mdts=2" --slba 3 --nlb 1280 --out "$WORK/h.bin"
+	same "$WORK/f.bin" "$WORK/h.bin"
+	# last block of the namespace
+	head -c 512 /dev/urandom >"$WORK/last.bin"
+	ok write "emu:$img" --slba 32767 --nlb 1 --in "$WORK/last.bin"
+	ok read "emu:$img" --slba 32767 --nlb 1 --out "$WORK/last2.bin"
+	same "$WORK/last.bin" "$WORK/last2.bin"
+	# --allow-trailing uses the head of a longer input
+	ok write "emu:$img" --slba 100 --nlb 2 --in "$WORK/a.bin" --allow-trailing
+	ok read "emu:$img" --slba 100 --nlb 2 --out "$WORK/i.bin"
+	head -c 1024 "$WORK/a.bin" | cmp -s - "$WORK/i.bin" || fail "--allow-trailing wrote the wrong bytes"
+	# an existing output file is truncated
+	rand_file "$WORK/big.out" 100000
+	ok read "emu:$img" --slba 100 --nlb 2 --out "$WORK/big.out"
+	[ "$(stat -c %s "$WORK/big.out")" -eq 1024 ] || fail "existing output not truncated"
+}
+
+group_shared_file() {
+	# two processes see the same data through a file-backed image
+	local img=$WORK/shared.img
+	truncate -s 8M "$img"
+	rand_file "$WORK/p.bin" $((3 * 1024 * 1024))
+	ok write "emu:$img?mdts=5" --slba 1000 --nlb 6144 --in "$WORK/p.bin"
+	ok read "emu:$img?mdts=5" --slba 1000 --nlb 6144 --out "$WORK/q.bin"
+	same "$WORK/p.bin" "$WORK/q.bin"
+	# and the image file holds it at the LBA's byte offset
+	tail -c +$((1000 * 512 + 1)) "$img" | head -c $((3 * 1024 * 1024)) >"$WORK/r.bin"
+	same "$WORK/p.bin" "$WORK/r.bin"
+	# a reader in the background while a writer overwrites another range
+	rand_file "$WORK/s.bin" $((1024 * 1024))
+	timeout -k 5 "$T" "$BIN" write "emu:$img" --slba 8192 --nlb 2048 --in "$WORK/s.bin" -q &
+	local wpid=$!
+	timeout -k 5 "$T" "$BIN" read "emu:$img" --slba 1000 --nlb 6144 --out "$WORK/t.bin" -q || fail "concurrent read failed"
+	wait $wpid || fail "concurrent write failed"
+	same "$WORK/p.bin" "$WORK/t.bin"
+	ok read "emu:$img" --slba 8192 --nlb 2048 --out "$WORK/u.bin"
+	same "$WORK/s.bin" "$WORK/u.bin"
+}
+
+group_perf() {
+	local w
+	for w in read randread write randwrite rw randrw; do
+		ok perf 'emu:null:256M' -q 8 -o 4K -w $w -t 0.3 --json &&
+			json_check "d['workload'] == '$w' and d['total']['ios'] > 0 and d['errors'] == 0 and d['total']['latency_us']['p50'] <= d['total']['latency_us']['p99'] <= d['total']['latency_us']['max'] and d['total']['iops'] > 0"
+	done
+	ok perf 'emu:ram:64M?workers=2' -q 4 -o 256K -w randrw --mix 70 -t 0.3 --queues 2 --json &&
+		json_check 'd["queues"] == 2 and len(d["per_queue"]) == 2 and d["read_pct"] == 70 and d["read"]["ios"] > 0 and d["write"]["ios"] > 0'
+	ok perf 'emu:null:64M?lbads=12' -q 16 -o 8K -w randread -t 0.2 && {
+		expect_out "IOPS"
+		expect_out "MiB/s"
+		expect_out "p99(us)"
+		expect_out "total"
+	}
+	ok perf 'emu:null:64M' -q 1 -o 0x1000 -w read -t 0.2 -n 1
+	# sequential write over a file-backed image really writes
+	local img=$WORK/perf.img
+	truncate -s 4M "$img"
+	ok perf "emu:$img" -q 4 -o 64K -w write -t 0.2
+	[ "$(tr -d '\0' <"$img" | head -c 1 | wc -c)" -eq 1 ] || fail "perf write left the image all zeroes"
+	# a device model limits IOPS
+	ok perf 'emu:null:64M?iops=2000' -q 8 -o 4K -w randread -t 0.5 --json &&
+		json_check 'd["total"]["iops"] < 3000'
+}
+
+group_errors_uri() {
+	bad 2 "unknown bus 'foo'" id-ctrl foo:bar
+	bad 2 "not a device URI" id-ctrl nocolon
+	bad 2 "empty device URI" id-ctrl ""
+	bad 2 "missing PCI address" id-ctrl vfio:
+	bad 2 "missing PCI address" id-ctrl uio:
+	bad 2 "malformed PCI address" id-ctrl vfio:0000:zz:00.0
+	bad 2 "malformed PCI address" id-ctrl vfio:0000:00:20.0
+	bad 2 "malformed PCI address" id-ctrl vfio:0000:00:00.8
+	bad 2 "malformed PCI address" id-ctrl vfio:000:01:00.0
+	bad 2 "malformed PCI address" id-ctrl pci:0000:01:00.0x
+	bad 1 "0000:ff:1f.7" id-ctrl vfio:0000:ff:1f.7
+	bad 1 "0000:ff:1f.7" id-ctrl uio:0000:ff:1f.7
+	bad 1 "no such PCI device" show-regs pci:ff:1f.7
+	bad 2 "missing emulator spec" id-ctrl emu:
+	bad 2 "bad emulator spec" id-ctrl emu:ram:0
+	bad 2 "bad emulator spec" id-ctrl emu:ram:12x
+	bad 2 "bad emulator spec" id-ctrl 'emu:ram:1M?lbads=10'
+	bad 2 "bad emulator spec" id-ctrl 'emu:ram:1M?bogus=1'
+	# cannot be allocated: runtime error
+	bad 1 "emu:ram:1000000T" id-ctrl emu:ram:1000000T
+	bad 1 "cannot open" read emu:ram:1000000T --slba 0 --nlb 1 --out "$WORK/x"
+	[ -e "$WORK/x" ] && fail "a failed read left its output file"
+	# missing image file, a directory, an image that is not a whole block
+	bad 1 "$WORK/none.img" id-ctrl "emu:$WORK/none.img"
+	bad 1 "cannot open" id-ctrl "emu:$WORK"
+	head -c 1000 /dev/zero >"$WORK/odd.img"
+	bad 1 "cannot open" id-ns "emu:$WORK/odd.img"
+	bad 2 "missing device URI" id-ctrl
+	bad 2 "missing device URI" read --slba 0 --nlb 1 --out "$WORK/x"
+}
+
+group_errors_io() {
+	local dev='emu:ram:1M'  # 2048 blocks of 512 B
+	rand_file "$WORK/8k.bin" 8192
+	head -c 1000 /dev/urandom >"$WORK/odd.bin"
+	# LBA range past the end: refused before any I/O, naming the size
+	bad 2 "2048 blocks" read $dev --slba 2040 --nlb 9 --out "$WORK/x"
+	bad 2 "2048 blocks" read $dev --slba 2048 --nlb 1 --out "$WORK/x"
+	bad 2 "2048 blocks" write $dev --slba 2047 --nlb 16 --in "$WORK/8k.bin"
+	bad 2 "2048 blocks" read $dev --slba 0xffffffffffffffff --nlb 2 --out "$WORK/x"
+	bad 2 "past the end" read 'emu:ram:1M?lbads=12' --slba 0 --nlb 257 --out "$WORK/x"
+	[ -e "$WORK/x" ] && fail "a refused read left its output file"
+	# block counts and numbers
+	bad 2 "--nlb '0'" read $dev --slba 0 --nlb 0 --out "$WORK/x"
+	bad 2 "--nlb '12x'" read $dev --slba 0 --nlb 12x --out "$WORK/x"
+	bad 2 "--nlb '-1'" read $dev --slba 0 --nlb -1 --out "$WORK/x"
+	bad 2 "--nlb ''" read $dev --slba 0 --nlb "" --out "$WORK/x"
+	bad 2 "--nlb '0x'" read $dev --slba 0 --nlb 0x --out "$WORK/x"
+	bad 2 "--nlb ' 1'" read $dev --slba 0 --nlb " 1" --out "$WORK/x"
+	bad 2 "too large" read $dev --slba 0 --nlb 18446744073709551616 --out "$WORK/x"
+	bad 2 "too large" read $dev --slba 0x10000000000000000 --nlb 1 --out "$WORK/x"
+	bad 2 "--slba '1.5'" read $dev --slba 1.5 --nlb 1 --out "$WORK/x"
+	bad 2 "--chunk" read $dev --slba 0 --nlb 1 --out "$WORK/x" --chunk 0
+	bad 2 "--chunk" read $dev --slba 0 --nlb 1 --out "$WORK/x" --chunk 1000
+	bad 2 "too large" read $dev --slba 0 --nlb 1 --out "$WORK/x" --chunk 99999999999T
+	bad 2 "--depth" read $dev --slba 0 --nlb 1 --out "$WORK/x" --depth 0
+	bad 2 "more than 1 GiB" read $dev --slba 0 --nlb 1 --out "$WORK/x" --depth 256 --chunk 64M
+	bad 2 "--nsid" read $dev --slba 0 --nlb 1 --out "$WORK/x" --nsid 0
+	bad 1 "--nsid 2" read $dev --slba 0 --nlb 1 --out "$WORK/x" --nsid 2
+	[ -e "$WORK/x" ] && fail "a failed read left its output file"
+	# missing required options, unknown options, wrong direction
+	bad 2 "missing --slba" read $dev --nlb 1 --out "$WORK/x"
+	bad 2 "missing --nlb" read $dev --slba 0 --out "$WORK/x"
+	bad 2 "missing --out" read $dev --slba 0 --nlb 1
+	bad 2 "missing --in" write $dev --slba 0 --nlb 1
+	bad 2 "needs a value" read $dev --slba 0 --nlb 1 --out
+	bad 2 "unknown option '--bogus'" read $dev --slba 0 --nlb 1 --out "$WORK/x" --bogus
+	bad 2 "unknown option '-z'" read $dev --slba 0 --nlb 1 --out "$WORK/x" -z
+	bad 2 "takes no value" read $dev --slba 0 --nlb 1 --out "$WORK/x" --quiet=yes
+	bad 2 "not --in" read $dev --slba 0 --nlb 1 --in "$WORK/8k.bin"
+	bad 2 "not --out" write $dev --slba 0 --nlb 1 --out "$WORK/x"
+	bad 2 "write only" read $dev --slba 0 --nlb 1 --out "$WORK/x" --allow-trailing
+	# input files: missing, a directory, unaligned, short, long
+	bad 1 "cannot open input file" write $dev --slba 0 --nlb 16 --in "$WORK/none.bin"
+	bad 1 "is a directory" write $dev --slba 0 --nlb 16 --in "$WORK"
+	bad 1 "not a whole number of 512-byte blocks" write $dev --slba 0 --nlb 2 --in "$WORK/odd.bin"
+	bad 1 "1000 bytes" write $dev --slba 0 --nlb 2 --in "$WORK/odd.bin"
+	bad 1 "too short: 8192 bytes" write $dev --slba 0 --nlb 17 --in "$WORK/8k.bin"
+	bad 1 "8704 bytes" write $dev --slba 0 --nlb 17 --in "$WORK/8k.bin"
+	bad 1 "longer than the transfer" write $dev --slba 0 --nlb 15 --in "$WORK/8k.bin"
+	: >"$WORK/empty.bin"
+	bad 1 "too short: 0 bytes" write $dev --slba 0 --nlb 1 --in "$WORK/empty.bin"
+	# short and long stdin
+	head -c 8000 "$WORK/8k.bin" | timeout -k 5 "$T" "$BIN" write $dev --slba 0 --nlb 16 --in - 2>"$ERR"
+	RC=$?
+	[ $RC -eq 1 ] && grep -q "ended after 8000 bytes" "$ERR" || { fail "short stdin: exit $RC"; show; }
+	cat "$WORK/8k.bin" "$WORK/8k.bin" | timeout -k 5 "$T" "$BIN" write $dev --slba 0 --nlb 16 --in - 2>"$ERR"
+	RC=$?
+	[ $RC -eq 1 ] && grep -q "holds more than" "$ERR" || { fail "long stdin: exit $RC"; show; }
+	# output: a missing directory, a directory, an unwritable place
+	bad 1 "cannot create output file" read $dev --slba 0 --nlb 1 --out "$WORK/no/such/dir/x"
+	bad 1 "cannot create output file" read $dev --slba 0 --nlb 1 --out "$WORK"
+	# a device slower than --timeout: the command fails, it does not hang
+	bad 1 "timed out" read 'emu:ram:1M?latency_us=3000000' --slba 0 --nlb 8 --out "$WORK/x" --timeout 200
+	[ -e "$WORK/x" ] && fail "a timed-out read left its output file"
+	bad 1 "timed out" write 'emu:ram:1M?latency_us=3000000' --slba 0 --nlb 16 --in "$WORK/8k.bin" --timeout 200
+	# a closed stdout pipe is reported, not a silent death
+	timeout -k 5 "$T" "$BIN" read $dev --slba 0 --nlb 2048 --out - 2>"$ERR" | head -c 1 >/dev/null
+	RC=${PIPESTATUS[0]}
+	[ $RC -eq 1 ] && grep -q "Broken pipe" "$ERR" || { fail "closed stdout pipe: exit $RC"; show; }
+}
+
+group_errors_perf() {
+	local dev='emu:null:64M'
+	bad 2 "missing -q" perf $dev -o 4K -w read -t 1
+	bad 2 "missing -o" perf $dev -q 1 -w read -t 1
+	bad 2 "missing -w" perf $dev -q 1 -o 4K -t 1
+	bad 2 "missing -t" perf $dev -q 1 -o 4K -w read
+	bad 2 "-q/--depth '0'" perf $dev -q 0 -o 4K -w read -t 1
+	bad 2 "queue limit is 1023" perf $dev -q 1024 -o 4K -w read -t 1
+	bad 2 "queue limit is 63" perf "$dev?mqes=63" -q 64 -o 4K -w read -t 1
+	bad 2 "-o/--size '0'" perf $dev -q 1 -o 0 -w read -t 1
+	bad 2 "512-byte LBA size" perf $dev -q 1 -o 1000 -w read -t 1
+	bad 2 "4096-byte LBA size" perf "$dev?lbads=12" -q 1 -o 512 -w read -t 1
+	bad 2 "larger than namespace" perf 'emu:null:1M' -q 1 -o 2M -w read -t 1
+	bad 2 "-o/--size '4Q'" perf $dev -q 1 -o 4Q -w read -t 1
+	bad 2 "expected read, randread" perf $dev -q 1 -o 4K -w readwrite -t 1
+	bad 2 "must be more than 0" perf $dev -q 1 -o 4K -w read -t 0
+	bad 2 "not a number of seconds" perf $dev -q 1 -o 4K -w read -t -1
+	bad 2 "not a number of seconds" perf $dev -q 1 -o 4K -w read -t 1s
+	bad 2 "granted" perf "$dev?nsq=2" -q 1 -o 4K -w read -t 1 --queues 3
+	bad 2 "--queues" perf $dev -q 1 -o 4K -w read -t 1 --queues 0
+	bad 2 "--mix" perf $dev -q 1 -o 4K -w rw -t 1 --mix 101
+	bad 2 "rw and randrw only" perf $dev -q 1 -o 4K -w read -t 1 --mix 50
+	bad 1 "--nsid 2" perf $dev -q 1 -o 4K -w read -t 1 --nsid 2
+	bad 2 "unknown option" perf $dev -q 1 -o 4K -w read -t 1 --frobnicate
+	# commands that never complete in time: an error, not a hang
+	run perf 'emu:ram:1M?latency_us=3000000' -q 4 -o 4K -w randread -t 0.5 --timeout 200
+	[ $RC -eq 1 ] && grep -q "no completion within 200 ms" "$ERR" || { fail "perf timeout: exit $RC"; show; }
+}
+
+case "$GROUP" in
+help | list | id | roundtrip | shared_file | perf | errors_uri | errors_io | errors_perf)
+	"group_$GROUP"
+	;;
+*)
+	echo "unknown group '$GROUP'" >&2
+	exit 2
+	;;
+esac
+
+if [ $FAILS -ne 0 ]; then
+	echo "cli.$GROUP: $FAILS failure(s) in $CHECKS invocations" >&2
+	exit 1
+fi
+echo "cli.$GROUP: $CHECKS invocations passed"
+exit 0

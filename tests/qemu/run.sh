@@ -1,0 +1,240 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
+# Host-side runner of the QEMU tests: boot a Linux guest (TCG) with emulated
+# NVMe controllers and run statically linked test programs inside it.
+#
+# Usage: tests/qemu/run.sh -s SCENARIO [-c CACHE] [-w WORKDIR] [-t SECONDS]
+#                          [-p PLAN] [-k] [-v] [BINARY...]
+#   -s  scenario: a name in tests/qemu/scenarios/ (vfio, uio ...) or a path;
+#       it declares the machine, the NVMe controllers and the guest plan
+#   -c  cache prepared by scripts/qemu/setup.sh (default: $GPUNVME_QEMU_CACHE,
+#       else build/qemu-cache in the source tree)
+#   -w  work directory for disk images, initramfs, plan and serial log
+#       (default: a fresh directory under ${TMPDIR:-/tmp}, removed on success)
+#   -t  hard time limit for the whole guest run (default 600)
+#   -p  plan file to use instead of the scenario's plan
+#   -k  keep everything (default: disk images deleted after a passing run)
+#   -v  copy the serial console to stdout while the guest runs
+#   BINARY  test executables, statically linked; in the guest they are in
+#       /tests (on PATH) and the plan refers to them by name
+# Exit status: 0 when the guest reports QEMU-RESULT PASS, 77 when QEMU or the
+# cached kernel is missing (skipped), 1 otherwise (log tail printed).
+#
+# Scenario files are bash, sourced here; they call:
+#   machine iommu|none        q35 with intel-iommu (intremap, caching-mode)
+#                             and intel_iommu=on, or q35 without IOMMU
+#   nvme_ctrl [KEY=VAL]...    one controller with one namespace. Keys:
+#                             size (64M), lbs (512|4096), mdts, ioq
+#                             (max_ioqpairs), serial
+#   nvme_subsys [serial=S] [mdts=N] [ioq=N] ns=SIZE:LBS [ns=SIZE:LBS]...
+#                             controller in an NVM subsystem with several
+#                             namespaces (nsid 1, 2 ... in order)
+#   append ARGS...            extra kernel command line
+#   memory SIZE               guest memory (default 1G)
+#   plan <<'EOF' ... EOF      guest plan, see tests/qemu/guest.sh
+# shellcheck disable=SC2317  # the scenario DSL functions are called by sourced files
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+SCENARIO=
+CACHE=${GPUNVME_QEMU_CACHE:-$ROOT/build/qemu-cache}
+WORK=
+TMO=600
+PLAN_OVERRIDE=
+KEEP=0
+VERBOSE=0
+while getopts "s:c:w:t:p:kvh" opt; do
+	case $opt in
+	s) SCENARIO=$OPTARG ;;
+	c) CACHE=$OPTARG ;;
+	w) WORK=$OPTARG ;;
+	t) TMO=$OPTARG ;;
+	p) PLAN_OVERRIDE=$OPTARG ;;
+	k) KEEP=1 ;;
+	v) VERBOSE=1 ;;
+	h) sed -n '2,40p' "$0"; exit 0 ;;
+	*) exit 1 ;;
+	esac
+done
+shift $((OPTIND - 1))
+BINARIES=("$@")
+
+log() { echo "qemu-run: $*"; }
+skip() { log "SKIP: $*"; exit 77; }
+
+[ -n "$SCENARIO" ] || { echo "usage: $0 -s SCENARIO [-c CACHE] [-w WORKDIR] [-t SECONDS] [BINARY...]" >&2; exit 1; }
+case $SCENARIO in
+*/*) SCN_FILE=$SCENARIO ;;
+*) SCN_FILE=$HERE/scenarios/$SCENARIO.sh ;;
+esac
+[ -f "$SCN_FILE" ] || { log "no scenario $SCN_FILE" >&2; exit 1; }
+
+QEMU=${QEMU:-qemu-system-x86_64}
+command -v "$QEMU" >/dev/null 2>&1 || skip "$QEMU not installed (scripts/qemu/setup.sh CACHE_DIR installs it)"
+command -v cpio >/dev/null 2>&1 || skip "cpio not installed"
+[ -s "$CACHE/vmlinuz" ] && [ -x "$CACHE/busybox" ] && [ -s "$CACHE/modules/modules.dep" ] ||
+	skip "no guest kernel in $CACHE (run scripts/qemu/setup.sh $CACHE)"
+[ "$(uname -m)" = x86_64 ] || skip "host is not x86_64"
+
+AUTO_WORK=0
+if [ -z "$WORK" ]; then
+	WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpunvme-qemu.XXXXXX")
+	AUTO_WORK=1
+else
+	mkdir -p "$WORK"
+	rm -f "$WORK"/*.img "$WORK/serial.log" "$WORK/plan"
+fi
+WORK=$(cd "$WORK" && pwd)
+LOG=$WORK/serial.log
+
+# ---- scenario DSL ---------------------------------------------------------
+IOMMU=none
+MEM=1G
+APPEND_EXTRA=()
+DEVARGS=()
+NCTRL=0
+NDRIVE=0
+: > "$WORK/plan"
+
+machine() { IOMMU=$1; }
+memory() { MEM=$1; }
+append() { APPEND_EXTRA+=("$@"); }
+plan() { cat >> "$WORK/plan"; }
+new_drive() {  # new_drive SIZE -> sets DRIVE_ID
+	local img=$WORK/disk$NDRIVE.img
+	rm -f "$img"
+	truncate -s "$1" "$img"
+	DRIVE_ID=nvm$NDRIVE
+	DEVARGS+=(-drive "file=$img,if=none,id=$DRIVE_ID,format=raw,cache=unsafe")
+	NDRIVE=$((NDRIVE + 1))
+}
+ctrl_props() {  # common controller properties from KEY=VAL args -> CTRL_PROPS
+	local kv
+	CTRL_PROPS="serial=gpunvme$NCTRL"
+	for kv in "$@"; do
+		case $kv in
+		serial=*) CTRL_PROPS="${CTRL_PROPS/serial=gpunvme$NCTRL/$kv}" ;;
+		mdts=*) CTRL_PROPS+=",$kv" ;;
+		ioq=*) CTRL_PROPS+=",max_ioqpairs=${kv#ioq=}" ;;
+		size=*|lbs=*|ns=*) ;;
+		*) log "scenario: unknown controller key $kv" >&2; exit 1 ;;
+		esac
+	done
+	# 00:04.0, 00:05.0 ... on the root bus: stable BDFs in the guest.
+	CTRL_PROPS+=",addr=$(printf '0x%x' $((4 + NCTRL))),id=nvme$NCTRL"
+}
+nvme_ctrl() {
+	local kv size=64M lbs=512
+	for kv in "$@"; do
+		case $kv in size=*) size=${kv#size=} ;; lbs=*) lbs=${kv#lbs=} ;; esac
+	done
+	ctrl_props "$@"
+	new_drive "$size"
+	DEVARGS+=(-device "nvme,$CTRL_PROPS,drive=$DRIVE_ID,logical_block_size=$lbs,physical_block_size=$lbs")
+	NCTRL=$((NCTRL + 1))
+}
+nvme_subsys() {
+	local kv nsid=1 size lbs
+	ctrl_props "$@"
+	DEVARGS+=(-device "nvme-subsys,id=subsys$NCTRL,nqn=gpunvme-subsys$NCTRL")
+	DEVARGS+=(-device "nvme,$CTRL_PROPS,subsys=subsys$NCTRL")
+	for kv in "$@"; do
+		case $kv in
+		ns=*)
+			kv=${kv#ns=}
+			size=${kv%%:*}
+			lbs=${kv#*:}
+			[ "$lbs" != "$kv" ] || lbs=512
+			new_drive "$size"
+			DEVARGS+=(-device "nvme-ns,bus=nvme$NCTRL,drive=$DRIVE_ID,nsid=$nsid,logical_block_size=$lbs,physical_block_size=$lbs")
+			nsid=$((nsid + 1))
+			;;
+		esac
+	done
+	NCTRL=$((NCTRL + 1))
+}
+
+# shellcheck source=/dev/null
+. "$SCN_FILE"
+[ -z "$PLAN_OVERRIDE" ] || cp "$PLAN_OVERRIDE" "$WORK/plan"
+[ "$NCTRL" -gt 0 ] || { log "scenario declares no NVMe controller" >&2; exit 1; }
+
+# ---- initramfs ------------------------------------------------------------
+T0=$(date +%s.%N)
+"$ROOT/scripts/qemu/mkinitramfs.sh" -c "$CACHE" -o "$WORK/initrd.gz" -g "$HERE/guest.sh" -p "$WORK/plan" \
+	"${BINARIES[@]}"
+T1=$(date +%s.%N)
+
+# ---- machine --------------------------------------------------------------
+MACH=(-machine q35)
+KARGS=(console=ttyS0 panic=-1 loglevel=4 nvme_core.multipath=N mitigations=off)
+case $IOMMU in
+iommu)
+	# TCG has no in-kernel irqchip; split keeps the same command line valid
+	# under KVM. Interrupt remapping: VFIO type1 refuses devices without it.
+	# shellcheck disable=SC2054  # commas belong to QEMU's option syntax
+	MACH=(-machine q35,kernel-irqchip=split -device intel-iommu,intremap=on,caching-mode=on)
+	# Translation for VFIO comes from VFIO's own domain; iommu=pt only
+	# keeps the kernel's drivers (nvme, uio) on identity mappings.
+	KARGS+=(intel_iommu=on iommu=pt)
+	;;
+none) KARGS+=(intel_iommu=off) ;;
+*) log "scenario: machine must be iommu or none" >&2; exit 1 ;;
+esac
+KARGS+=("${APPEND_EXTRA[@]}")
+
+CMD=("$QEMU" -accel tcg -m "$MEM" -smp 2 -nodefaults -no-user-config -display none -no-reboot
+	"${MACH[@]}" -kernel "$CACHE/vmlinuz" -initrd "$WORK/initrd.gz" -append "${KARGS[*]}"
+	-serial "file:$LOG" -monitor none "${DEVARGS[@]}")
+printf '%q ' "${CMD[@]}" > "$WORK/qemu.cmd"
+echo >> "$WORK/qemu.cmd"
+log "scenario $(basename "$SCN_FILE" .sh): $NCTRL controller(s), IOMMU $IOMMU, work dir $WORK"
+log "$(cat "$WORK/qemu.cmd")"
+
+: > "$LOG"
+TAILPID=
+if [ "$VERBOSE" -eq 1 ]; then
+	tail -n +1 -f "$LOG" &
+	TAILPID=$!
+fi
+set +e
+timeout -k 10 "$TMO" "${CMD[@]}" < /dev/null 2> "$WORK/qemu.stderr"
+QRC=$?
+set -e
+T2=$(date +%s.%N)
+if [ -n "$TAILPID" ]; then
+	sleep 0.2
+	kill "$TAILPID" 2>/dev/null || true
+	wait "$TAILPID" 2>/dev/null || true
+fi
+
+# ---- verdict --------------------------------------------------------------
+tr -d '\r' < "$LOG" > "$LOG.txt" && mv "$LOG.txt" "$LOG"
+grep -E '^(QEMU-NVME|QEMU-TEST|QEMU-DATA|QEMU-RESULT)' "$LOG" || true
+BOOT=$(awk '/^QEMU-GUEST kernel/ { print; exit }' "$LOG")
+awk -v a="$T0" -v b="$T1" -v c="$T2" -v rc="$QRC" \
+	'BEGIN { printf "qemu-run: initramfs %.1f s, guest run %.1f s, qemu exit %d\n", b - a, c - b, rc }'
+if [ -s "$WORK/qemu.stderr" ]; then
+	log "QEMU's messages ($WORK/qemu.stderr):"
+	head -n 20 "$WORK/qemu.stderr" | sed 's/^/  ! /'
+fi
+if [ "$QRC" -eq 124 ] || [ "$QRC" -eq 137 ]; then
+	log "guest did not finish within $TMO s"
+fi
+if grep -q '^QEMU-RESULT PASS' "$LOG" && ! grep -q '^QEMU-TEST .* FAIL ' "$LOG"; then
+	if [ "$KEEP" -eq 1 ]; then
+		log "PASS (log: $LOG)"
+	elif [ "$AUTO_WORK" -eq 1 ]; then
+		log "PASS"
+		rm -rf "$WORK"
+	else
+		log "PASS (log: $LOG)"
+		rm -f "$WORK"/*.img
+	fi
+	exit 0
+fi
+[ -n "$BOOT" ] || log "the guest never reached /init"
+log "FAIL; last 60 lines of $LOG:"
+tail -n 60 "$LOG" | sed 's/^/  | /'
+exit 1
