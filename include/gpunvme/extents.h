@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * File extents: where a file's bytes live on a namespace, resolved on the
+ * host ahead of time so that GPU code can turn file offsets into LBAs.
+ * Two ways: FIEMAP on a mounted file system, and decoding XFS or ext4
+ * on-disk metadata directly from a block source (a namespace owned by the
+ * user-space driver, or an image file) with no mount at all.
+ *
+ * Every on-disk number is bounds-checked before use; a corrupt or hostile
+ * image gives an error (-EUCLEAN for a checksum mismatch, -EFSCORRUPTED style
+ * -EUCLEAN/-EIO for inconsistent metadata), never a crash or a hang.
+ */
+#ifndef GPUNVME_EXTENTS_H
+#define GPUNVME_EXTENTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpunvme/gpunvme.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- block sources ---------------------------------------------------------- */
+
+struct gpunvme_blkdev {
+	/* read len bytes at byte offset off; 0 or -errno (-EIO past the end) */
+	int (*read)(void *ctx, uint64_t off, void *buf, size_t len);
+	void (*close)(void *ctx);
+	void *ctx;
+	uint64_t size;        /* bytes */
+	uint32_t lba_size;    /* the device's block size (512 for image files) */
+};
+
+/* An image file, read with pread. */
+int gpunvme_blkdev_open_file(const char *path, struct gpunvme_blkdev *out);
+/* A namespace through the user-space driver (its own queue pair). */
+int gpunvme_blkdev_open_ns(struct gpunvme_ctrl *c, uint32_t nsid, struct gpunvme_blkdev *out);
+void gpunvme_blkdev_close(struct gpunvme_blkdev *b);
+
+/* ---- file systems --------------------------------------------------------- */
+
+struct gpunvme_fs;
+
+/* Probe ext4 (also ext2/3) or XFS at byte offset `part_off` of the device
+ * (0 for a whole-namespace file system). -EINVAL "no file system" when
+ * neither superblock is found. */
+int gpunvme_fs_open(const struct gpunvme_blkdev *dev, uint64_t part_off, struct gpunvme_fs **out);
+void gpunvme_fs_close(struct gpunvme_fs *fs);
+const char *gpunvme_fs_type(const struct gpunvme_fs *fs);  /* "ext4", "xfs" */
+uint32_t gpunvme_fs_block_size(const struct gpunvme_fs *fs);
+
+enum {
+	GPUNVME_FT_UNKNOWN = 0,
+	GPUNVME_FT_REG = 1,
+	GPUNVME_FT_DIR = 2,
+	GPUNVME_FT_SYMLINK = 7,
+	GPUNVME_FT_OTHER = 8,
+};
+
+struct gpunvme_stat {
+	uint64_t ino;
+	uint32_t mode;        /* as st_mode */
+	uint32_t nlink;
+	uint32_t uid, gid;
+	uint64_t size;        /* bytes */
+	uint64_t blocks;      /* bytes allocated on disk */
+	int64_t mtime_sec;
+	uint32_t mtime_nsec;
+};
+
+/* Path lookup from the root ("/a/b", "a/b"); -ENOENT, -ENOTDIR, -ELOOP. */
+int gpunvme_fs_lookup(struct gpunvme_fs *fs, const char *path, uint64_t *ino);
+int gpunvme_fs_stat(struct gpunvme_fs *fs, uint64_t ino, struct gpunvme_stat *st);
+
+/* Directory entries ("." and ".." included as the file system stores
+ * them). The callback returns 0 to go on, non-zero to stop (returned). */
+typedef int (*gpunvme_dirent_cb)(void *arg, const char *name, size_t namelen, uint64_t ino, int ftype);
+int gpunvme_fs_readdir(struct gpunvme_fs *fs, uint64_t ino, gpunvme_dirent_cb cb, void *arg);
+
+#define GPUNVME_EXTENT_UNWRITTEN 0x1u  /* allocated, reads as zeroes */
+
+/* One mapping; byte units. `physical` is relative to the start of the
+ * device (partition offset included), so physical / lba_size is an LBA. */
+struct gpunvme_extent {
+	uint64_t logical;
+	uint64_t physical;
+	uint64_t length;
+	uint32_t flags;
+};
+
+/* A file's extents sorted by logical offset, holes implied. *ext is
+ * malloc'ed (free() it). Regular files only. */
+int gpunvme_fs_extents(struct gpunvme_fs *fs, uint64_t ino, struct gpunvme_extent **ext, size_t *n);
+
+/* File bytes [off, off + len) through the extents: holes and unwritten
+ * ranges read as zeroes; reads past EOF are short. Returns bytes read. */
+int64_t gpunvme_fs_pread(struct gpunvme_fs *fs, uint64_t ino, void *buf, size_t len, uint64_t off);
+
+/* ---- FIEMAP (mounted files) -------------------------------------------------- */
+
+/* Extents of a file on a mounted file system, physical offsets made
+ * relative to the whole disk (partition start added from sysfs). *dev gets
+ * the disk's kernel name (e.g. "nvme0n1"); -ENOTSUP when the file system
+ * has no FIEMAP, -EXDEV when the file is not on an NVMe namespace. */
+int gpunvme_fiemap(const char *path, struct gpunvme_extent **ext, size_t *n, char *dev, size_t devlen);
+
+/* ---- lookup tables ---------------------------------------------------------- */
+
+/* Offset -> (byte address on the device) for a sorted extent list; -1 for a
+ * hole or unwritten range. Binary search; the same code runs on the GPU
+ * (include/gpunvme/extents_dev.h, later). */
+int64_t gpunvme_extent_map(const struct gpunvme_extent *ext, size_t n, uint64_t off, uint64_t *contig);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
