@@ -302,7 +302,7 @@ static uint64_t prp_iova(const void *ctx, size_t off)
 	const struct prp_src *s = ctx;
 	if (s->a->contig >= s->a->len)
 		return s->a->iova0 + s->off + off;
-	return s->bus->ops->iova_of(s->bus, s->a->handle, s->off + off);
+	return s->bus->ops->iova_of(s->bus, s->a->handle, s->a->handle_off + s->off + off);
 }
 
 /* Build and place the next command of r in the SQ. Returns 0 or -errno
@@ -421,14 +421,15 @@ static const struct dma_alloc *lookup_dma(struct gpunvme_qpair *qp, const void *
 	    (size_t)(p - qp->cache.va) < qp->cache.len && len <= qp->cache.len - (size_t)(p - qp->cache.va))
 		return &qp->cache;
 	struct gpunvme_ctrl *c = qp->c;
+	struct dma_alloc a;
 	pthread_mutex_lock(&c->dma_lock);
-	struct dma_alloc *a = dma_lookup(c, buf, len);
-	if (a) {
-		qp->cache = *a;
-		qp->cache_gen = gen;
-	}
+	int rc = dma_lookup_user(c, buf, len, &a);
 	pthread_mutex_unlock(&c->dma_lock);
-	return a ? &qp->cache : NULL;
+	if (rc)
+		return NULL;
+	qp->cache = a;
+	qp->cache_gen = gen;
+	return &qp->cache;
 }
 
 static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const void *buf, uint64_t slba,
