@@ -203,6 +203,46 @@ static int selftest(const char *uri)
 		rc = gpunvme_admin(c, &bad, NULL, 0, 0, &cpl);
 		CHECK(rc == -EIO && gpunvme_status_code(gpunvme_cqe_status(cpl.status)) == GPUNVME_SC_INVALID_OPCODE,
 		      "admin opcode 0xee: %s", gpunvme_last_error());
+		/* Create I/O SQ on a CQ that does not exist */
+		struct gpunvme_sqe csq = { .opc = GPUNVME_ADM_CREATE_SQ, .prp1 = 0x1000 };
+		csq.queue.qid = 60;
+		csq.queue.qsize = 15;
+		csq.queue.qflags = GPUNVME_Q_PC;
+		csq.queue.cqid_iv = 61;
+		rc = gpunvme_admin(c, &csq, NULL, 0, 0, &cpl);
+		CHECK(rc == -EIO && gpunvme_status_code(gpunvme_cqe_status(cpl.status)) == GPUNVME_SC_INVALID_CQID,
+		      "create SQ on missing CQ: %s", gpunvme_last_error());
+		/* queue size above CAP.MQES */
+		struct gpunvme_sqe big = { .opc = GPUNVME_ADM_CREATE_CQ, .prp1 = 0x1000 };
+		big.queue.qid = 1;
+		big.queue.qsize = 0xffff;
+		big.queue.qflags = GPUNVME_Q_PC;
+		rc = gpunvme_admin(c, &big, NULL, 0, 0, &cpl);
+		uint16_t sc = gpunvme_status_code(gpunvme_cqe_status(cpl.status));
+		CHECK(rc == -EIO && (sc == GPUNVME_SC_MAX_QSIZE_EXCEEDED || sc == GPUNVME_SC_INVALID_QID),
+		      "create CQ of 65536 entries: %s", gpunvme_last_error());
+		/* delete a CQ that still has its SQ (queue pair 1 exists) */
+		struct gpunvme_sqe dcq = { .opc = GPUNVME_ADM_DELETE_CQ };
+		dcq.queue.qid = 1;
+		rc = gpunvme_admin(c, &dcq, NULL, 0, 0, &cpl);
+		CHECK(rc == -EIO && gpunvme_status_code(gpunvme_cqe_status(cpl.status)) == GPUNVME_SC_INVALID_QUEUE_DEL,
+		      "delete CQ 1 with its SQ attached: %s", gpunvme_last_error());
+		/* unknown log page and feature */
+		uint8_t lp[512];
+		rc = gpunvme_get_log_page(c, 0, 0x7f, lp, sizeof(lp));
+		CHECK(rc == -EIO, "log page 0x7f: %s", gpunvme_last_error());
+		rc = gpunvme_get_features(c, 0x7e, 0, NULL);
+		CHECK(rc == -EIO, "get feature 0x7e: %s", gpunvme_last_error());
+		/* Number of Queues after I/O queues exist */
+		rc = gpunvme_set_features(c, GPUNVME_FEAT_NUM_QUEUES, 0x00030003, NULL);
+		CHECK(rc == -EIO || rc == 0, "set number of queues with queues live: %s",
+		      rc ? gpunvme_last_error() : "accepted (QEMU ignores it)");
+		/* the SMART log counts what we did */
+		struct gpunvme_smart_log sm;
+		rc = gpunvme_get_log_page(c, GPUNVME_NSID_ALL, GPUNVME_LOG_SMART, &sm, sizeof(sm));
+		CHECK(rc == 0 && sm.host_writes[0] > 0 && sm.host_reads[0] > 0,
+		      "SMART log: %llu host reads, %llu host writes", (unsigned long long)sm.host_reads[0],
+		      (unsigned long long)sm.host_writes[0]);
 		struct gpunvme_sqe idn = { .opc = GPUNVME_ADM_IDENTIFY, .nsid = 0 };
 		uint8_t page[4096];
 		idn.identify.cns = GPUNVME_CNS_NS;

@@ -8,7 +8,7 @@ nvme_ctrl serial=gpunvme-u0 size=64M lbs=512 ioq=4
 nvme_ctrl serial=gpunvme-u1 size=64M lbs=4096 mdts=2
 plan <<'PLAN'
 require_ctrls 2
-hugepages 48
+hugepages 8
 bind uio_pci_generic all
 timeout 300
 run drv.uio.a.selftest qemu_driver selftest uio:$BDF0

@@ -39,7 +39,7 @@ kwrite kernel.b.write $DISK1_1 4194304 /tmp/pk.bin
 bind vfio-pci 0 1
 run drv.vfio.a.reads-kernel-data qemu_driver verify vfio:$BDF0 1 8192 384 21
 run drv.vfio.b.reads-kernel-data qemu_driver verify vfio:$BDF1 1 1024 48 21
-hugepages 48
+hugepages 8
 bind uio_pci_generic 2
 run drv.uio.c2.reads-vfio-data qemu_driver verify uio:$BDF2 2 16 32 13
 run drv.uio.c.selftest qemu_driver selftest uio:$BDF2
