@@ -140,3 +140,25 @@ struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b)
 {
 	return b->ops == &gpunvme_bus_emu ? ((struct emu_bus *)b->priv)->emu : NULL;
 }
+
+/* GPU memory in the emulator's address table (src/cuda): data moves with
+ * the copy engine through ops. */
+int gpunvme_bus_emu_map_gpu(struct gpunvme_bus *b, uint64_t dev, size_t len, const struct gpunvme_emu_gpu_ops *ops,
+			    uint64_t *iova);
+int gpunvme_bus_emu_map_gpu(struct gpunvme_bus *b, uint64_t dev, size_t len, const struct gpunvme_emu_gpu_ops *ops,
+			    uint64_t *iova)
+{
+	struct emu_bus *eb = b->priv;
+	uint64_t a = __atomic_fetch_add(&eb->next_iova, ((len + 4095) & ~(uint64_t)4095) + 4096, __ATOMIC_RELAXED);
+	int rc = gpunvme_emu_dma_map_gpu(eb->emu, a, dev, len, ops);
+	if (rc)
+		return gpunvme_set_error(rc, "emulator: cannot map GPU memory: %s", strerror(-rc));
+	*iova = a;
+	return 0;
+}
+
+int gpunvme_bus_emu_unmap_gpu(struct gpunvme_bus *b, uint64_t iova);
+int gpunvme_bus_emu_unmap_gpu(struct gpunvme_bus *b, uint64_t iova)
+{
+	return gpunvme_emu_dma_unmap(((struct emu_bus *)b->priv)->emu, iova);
+}

@@ -378,7 +378,8 @@ int gpunvme_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvm
 	if ((rc = bring_up(c)) || (rc = identify_all(c)) || (rc = negotiate_queues(c)))
 		goto fail;
 	c->qps = calloc(c->nr_io_queues + 1, sizeof(*c->qps));
-	if (!c->qps) {
+	c->qid_gpu = calloc(c->nr_io_queues + 1, 1);
+	if (!c->qps || !c->qid_gpu) {
 		rc = gpunvme_set_error(-ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -391,6 +392,8 @@ fail:;
 	dma_free_all(c);
 	gpunvme_bus_close(&c->bus);
 	free(c->ns);
+	free(c->qps);
+	free(c->qid_gpu);
 	free(c);
 	gpunvme_set_error(rc, "%s", msg);
 	return rc;
@@ -422,6 +425,7 @@ void gpunvme_close(struct gpunvme_ctrl *c)
 	dma_free_all(c);
 	gpunvme_bus_close(&c->bus);
 	free(c->qps);
+	free(c->qid_gpu);
 	free(c->ns);
 	pthread_mutex_destroy(&c->admin_lock);
 	pthread_mutex_destroy(&c->dma_lock);
@@ -551,4 +555,25 @@ int gpunvme_status_errno(uint16_t status)
 	case GPUNVME_SC_CAP_EXCEEDED: return -ENOSPC;
 	default: return -EIO;
 	}
+}
+
+int gpunvme_bus_emu_map_gpu(struct gpunvme_bus *b, uint64_t dev, size_t len, const struct gpunvme_emu_gpu_ops *ops,
+			    uint64_t *iova);
+int gpunvme_bus_emu_unmap_gpu(struct gpunvme_bus *b, uint64_t iova);
+
+int gpunvme_ctrl_map_gpu(struct gpunvme_ctrl *c, uint64_t dev, size_t len, const struct gpunvme_emu_gpu_ops *ops,
+			 uint64_t *iova)
+{
+	if (!gpunvme_bus_emu_get(&c->bus))
+		return gpunvme_set_error(-ENOTSUP, "%s:%s: GPU memory as a DMA target needs bus addresses for GPU pages "
+						   "(the gpunvme kernel module or dma-buf): not available yet; use host "
+						   "pinned buffers (Tier 1)", c->bus.ops->name, c->bus.addr);
+	return gpunvme_bus_emu_map_gpu(&c->bus, dev, len, ops, iova);
+}
+
+int gpunvme_ctrl_unmap_gpu(struct gpunvme_ctrl *c, uint64_t iova)
+{
+	if (!gpunvme_bus_emu_get(&c->bus))
+		return -ENOTSUP;
+	return gpunvme_bus_emu_unmap_gpu(&c->bus, iova);
 }

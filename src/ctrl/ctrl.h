@@ -75,6 +75,7 @@ struct gpunvme_ctrl {
 	/* I/O queue pairs */
 	pthread_mutex_t qp_lock;
 	struct gpunvme_qpair **qps;  /* indexed by qid, [0] unused */
+	uint8_t *qid_gpu;            /* qid owned by GPU queues (src/cuda) */
 };
 
 /* Register access. BAR0 is MMIO on hardware and shared memory with the

@@ -41,3 +41,54 @@ int ctrl_delete_io_queues(struct gpunvme_ctrl *c, uint16_t qid)
 	int rc2 = gpunvme_admin(c, &cq, NULL, 0, 0, NULL);
 	return rc ? rc : rc2;
 }
+
+/* ---- queue ids for queues the library does not poll itself (GPU queues) ---- */
+
+int gpunvme_ctrl_reserve_qid(struct gpunvme_ctrl *c, uint16_t *qid)
+{
+	pthread_mutex_lock(&c->qp_lock);
+	for (uint32_t q = 1; q <= c->nr_io_queues; q++) {
+		if (!c->qps[q] && !c->qid_gpu[q]) {
+			c->qid_gpu[q] = 1;
+			pthread_mutex_unlock(&c->qp_lock);
+			*qid = (uint16_t)q;
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&c->qp_lock);
+	return gpunvme_set_error(-EBUSY, "all %u I/O queue pairs granted by the controller are in use",
+				 c->nr_io_queues);
+}
+
+void gpunvme_ctrl_release_qid(struct gpunvme_ctrl *c, uint16_t qid)
+{
+	pthread_mutex_lock(&c->qp_lock);
+	if (qid && qid <= c->nr_io_queues)
+		c->qid_gpu[qid] = 0;
+	pthread_mutex_unlock(&c->qp_lock);
+}
+
+int gpunvme_ctrl_create_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid, uint64_t sq_iova, uint64_t cq_iova,
+				  uint32_t depth)
+{
+	if (depth < 2 || depth > c->mqes)
+		return gpunvme_set_error(-EINVAL, "queue depth %u: must be 2..%u (CAP.MQES + 1)", depth, c->mqes);
+	return ctrl_create_io_queues(c, qid, sq_iova, cq_iova, depth);
+}
+
+int gpunvme_ctrl_delete_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid)
+{
+	if (ctrl_check_alive(c, "delete queue pair"))
+		return -ENODEV;
+	return ctrl_delete_io_queues(c, qid);
+}
+
+uint32_t gpunvme_ctrl_page_size(struct gpunvme_ctrl *c)
+{
+	return c->page_size;
+}
+
+uint64_t gpunvme_ctrl_max_xfer(struct gpunvme_ctrl *c)
+{
+	return c->max_xfer;
+}

@@ -177,7 +177,7 @@ int gpunvme_qpair_create(struct gpunvme_ctrl *c, uint32_t depth, struct gpunvme_
 	pthread_mutex_lock(&c->qp_lock);
 	uint16_t qid = 0;
 	for (uint32_t q = 1; q <= c->nr_io_queues; q++) {
-		if (!c->qps[q]) {
+		if (!c->qps[q] && !c->qid_gpu[q]) {
 			qid = (uint16_t)q;
 			break;
 		}

@@ -1,0 +1,465 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Host side of the GPU data path: queue pairs the GPU drives (created
+ * through the control plane, memory in host pinned pages mapped into the
+ * GPU), BAR0 mapped for the GPU, buffer registration (Tier 1 host memory,
+ * Tier 2 GPU memory through the emulator's copy engine), and an
+ * asynchronous read on a CUDA stream.
+ */
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpunvme/device.cuh"
+#include "gpunvme/emu.h"
+#include "gpunvme/gpu.h"
+
+extern "C" {
+int gpunvme_set_error(int rc, const char *fmt, ...);
+int gpunvme_ctrl_reserve_qid(struct gpunvme_ctrl *c, uint16_t *qid);
+void gpunvme_ctrl_release_qid(struct gpunvme_ctrl *c, uint16_t qid);
+int gpunvme_ctrl_create_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid, uint64_t sq_iova, uint64_t cq_iova,
+				  uint32_t depth);
+int gpunvme_ctrl_delete_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid);
+uint32_t gpunvme_ctrl_page_size(struct gpunvme_ctrl *c);
+uint64_t gpunvme_ctrl_max_xfer(struct gpunvme_ctrl *c);
+int gpunvme_ctrl_map_gpu(struct gpunvme_ctrl *c, uint64_t dev, size_t len, const struct gpunvme_emu_gpu_ops *ops,
+			 uint64_t *iova);
+int gpunvme_ctrl_unmap_gpu(struct gpunvme_ctrl *c, uint64_t iova);
+}
+
+#define MAX_LANES 257
+
+struct gpunvme_gpu_queues {
+	struct gpunvme_ctrl *c;
+	struct gpunvme_dev_queues desc;  /* host copy, device pointers inside */
+	struct gpunvme_dev_qp *qp_host;  /* host copy of the qp array */
+	uint16_t *qids;
+	uint32_t nq, depth, lp;
+	uint8_t *mem;                    /* DMA memory: SQs, CQs, list pages */
+	size_t mem_len;
+	void *dev_state;                 /* cudaMalloc: counters and slot arrays */
+	uint64_t *dev_list_iova;
+	volatile void *bar;
+	size_t bar_len;
+	bool bar_registered;
+	unsigned lanes;
+	cudaStream_t lane_stream[MAX_LANES];
+	struct gpunvme_emu_gpu_ops ops;
+};
+
+struct gpunvme_gpu_buf {
+	struct gpunvme_gpu_queues *g;
+	struct gpunvme_dev_buf desc;
+	uint64_t *dev_tab;
+	void *dev_ptr;
+	void *host;                      /* Tier 1 */
+	bool host_registered;
+	uint64_t gpu_iova;               /* Tier 2 */
+	void *vram;
+};
+
+static int cuda_err(cudaError_t e, const char *what)
+{
+	return gpunvme_set_error(-EIO, "%s: %s", what, cudaGetErrorString(e));
+}
+
+/* ---- GPU memory for the emulator: copies on one stream per emulator lane ---- */
+
+static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu)
+{
+	struct gpunvme_gpu_queues *g = (struct gpunvme_gpu_queues *)ctx;
+	if (lane >= g->lanes)
+		return -EINVAL;
+	cudaError_t e = to_gpu ? cudaMemcpyAsync((void *)dev, host, len, cudaMemcpyHostToDevice, g->lane_stream[lane])
+			       : cudaMemcpyAsync(host, (void *)dev, len, cudaMemcpyDeviceToHost, g->lane_stream[lane]);
+	return e == cudaSuccess ? 0 : -EIO;
+}
+
+static int lane_sync(void *ctx, unsigned lane)
+{
+	struct gpunvme_gpu_queues *g = (struct gpunvme_gpu_queues *)ctx;
+	if (lane >= g->lanes)
+		return -EINVAL;
+	return cudaStreamSynchronize(g->lane_stream[lane]) == cudaSuccess ? 0 : -EIO;
+}
+
+/* ---- queues -------------------------------------------------------------------- */
+
+static size_t align_up(size_t x, size_t a)
+{
+	return (x + a - 1) & ~(a - 1);
+}
+
+int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq, uint32_t depth,
+			      struct gpunvme_gpu_queues **out)
+{
+	struct gpunvme_ns_info ni;
+	struct gpunvme_ctrl_info ci;
+	cudaError_t ce;
+	int rc;
+	if (!c || !out || nq == 0)
+		return gpunvme_set_error(-EINVAL, "gpu queues: bad arguments");
+	if ((rc = gpunvme_ns_info(c, nsid, &ni)))
+		return rc;
+	gpunvme_ctrl_info(c, &ci);
+	if (ni.ms)
+		return gpunvme_set_error(-ENOTSUP, "namespace %u has metadata: not supported", nsid);
+	uint32_t d = 2;
+	while (d * 2 <= depth && d * 2 <= ci.mqes)
+		d *= 2;
+	struct gpunvme_gpu_queues *g = (struct gpunvme_gpu_queues *)calloc(1, sizeof(*g));
+	if (!g)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	g->c = c;
+	g->nq = nq;
+	g->depth = d;
+	const uint32_t ps = gpunvme_ctrl_page_size(c);
+	const uint64_t max_xfer = gpunvme_ctrl_max_xfer(c);
+	/* list pages per command for the worst start offset (as the CPU path) */
+	uint64_t ents = (max_xfer + ps - 1) / ps + 1, per = ps / 8;
+	g->lp = ents <= 1 ? 1 : (uint32_t)(1 + (ents > per ? (ents - per + per - 2) / (per - 1) : 0));
+	if (g->lp > GPUNVME_DEV_MAX_LISTS) {
+		uint32_t lp = g->lp;
+		free(g);
+		return gpunvme_set_error(-EINVAL, "transfer size needs %u PRP list pages per command", lp);
+	}
+	g->qids = (uint16_t *)calloc(nq, sizeof(uint16_t));
+	g->qp_host = (struct gpunvme_dev_qp *)calloc(nq, sizeof(*g->qp_host));
+	if (!g->qids || !g->qp_host) {
+		rc = gpunvme_set_error(-ENOMEM, "out of memory");
+		goto fail;
+	}
+
+	/* BAR0 for the GPU */
+	g->bar = gpunvme_bar0(c, &g->bar_len);
+	{
+		unsigned flags = cudaHostRegisterMapped;
+		if (strcmp(ci.transport, "emu") != 0)
+			flags |= cudaHostRegisterIoMemory; /* MMIO: uncached, PCIe writes */
+		ce = cudaHostRegister((void *)g->bar, g->bar_len, flags);
+		if (ce == cudaSuccess)
+			g->bar_registered = true;
+		else if (ce == cudaErrorHostMemoryAlreadyRegistered)
+			cudaGetLastError();
+		else {
+			rc = gpunvme_set_error(-EIO, "cannot map BAR0 for the GPU (cudaHostRegister%s: %s)%s",
+					       flags & cudaHostRegisterIoMemory ? " IoMemory" : "", cudaGetErrorString(ce),
+					       flags & cudaHostRegisterIoMemory
+						       ? "; see docs/hardware.md (the NVIDIA driver must allow IoMemory)" : "");
+			goto fail;
+		}
+	}
+	uint8_t *dbar;
+	if ((ce = cudaHostGetDevicePointer((void **)&dbar, (void *)g->bar, 0)) != cudaSuccess) {
+		rc = cuda_err(ce, "BAR0 device pointer");
+		goto fail;
+	}
+
+	/* queue memory: one DMA allocation (its own bus mapping: >= 2 MiB),
+	 * mapped into the GPU */
+	{
+		size_t sq = align_up((size_t)d * 64, 4096), cq = align_up((size_t)d * 16, 4096);
+		size_t lists = (size_t)d * g->lp * ps;
+		g->mem_len = align_up((sq + cq + lists) * nq, 2u << 20);
+		g->mem = (uint8_t *)gpunvme_dma_alloc(c, g->mem_len);
+		if (!g->mem) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		if ((ce = cudaHostRegister(g->mem, g->mem_len, cudaHostRegisterMapped)) != cudaSuccess) {
+			rc = cuda_err(ce, "cudaHostRegister of queue memory");
+			goto fail;
+		}
+		uint8_t *dmem;
+		cudaHostGetDevicePointer((void **)&dmem, g->mem, 0);
+		/* device state: per queue the counters and four slot arrays */
+		size_t st_per = sizeof(struct gpunvme_dev_qstate) + (size_t)d * (3 * sizeof(unsigned) + sizeof(uint16_t));
+		st_per = align_up(st_per, 256);
+		size_t st_len = st_per * nq + sizeof(struct gpunvme_dev_qp) * nq;
+		if ((ce = cudaMalloc(&g->dev_state, st_len)) != cudaSuccess ||
+		    (ce = cudaMemset(g->dev_state, 0, st_len)) != cudaSuccess ||
+		    (ce = cudaMalloc((void **)&g->dev_list_iova, (size_t)nq * d * g->lp * sizeof(uint64_t))) !=
+			    cudaSuccess) {
+			rc = cuda_err(ce, "device memory for queue state");
+			goto fail;
+		}
+		uint64_t *li = (uint64_t *)malloc((size_t)nq * d * g->lp * sizeof(uint64_t));
+		if (!li) {
+			rc = gpunvme_set_error(-ENOMEM, "out of memory");
+			goto fail;
+		}
+		uint8_t *st = (uint8_t *)g->dev_state;
+		for (uint32_t i = 0; i < nq; i++) {
+			uint8_t *base = g->mem + i * (sq + cq + lists);
+			struct gpunvme_dev_qp *qp = &g->qp_host[i];
+			if ((rc = gpunvme_ctrl_reserve_qid(c, &g->qids[i]))) {
+				free(li);
+				goto fail;
+			}
+			qp->qid = g->qids[i];
+			qp->depth = d;
+			qp->lp = g->lp;
+			qp->sq = (struct gpunvme_sqe *)(dmem + (base - g->mem));
+			qp->cq = (uint32_t *)(dmem + (base + sq - g->mem));
+			qp->lists = (uint64_t *)(dmem + (base + sq + cq - g->mem));
+			for (size_t k = 0; k < (size_t)d * g->lp; k++)
+				li[(size_t)i * d * g->lp + k] = gpunvme_dma_iova(c, base + sq + cq + k * ps);
+			qp->list_iova = g->dev_list_iova + (size_t)i * d * g->lp;
+			qp->sq_db = (volatile uint32_t *)(dbar + gpunvme_sq_doorbell(qp->qid, ci.dstrd));
+			qp->cq_db = (volatile uint32_t *)(dbar + gpunvme_cq_doorbell(qp->qid, ci.dstrd));
+			uint8_t *s = st + i * st_per;
+			qp->s = (struct gpunvme_dev_qstate *)s;
+			qp->mark = (unsigned *)(s + sizeof(struct gpunvme_dev_qstate));
+			qp->done = qp->mark + d;
+			qp->freed = qp->done + d;
+			qp->status = (uint16_t *)(qp->freed + d);
+			if ((rc = gpunvme_ctrl_create_qpair_raw(c, qp->qid, gpunvme_dma_iova(c, base),
+							       gpunvme_dma_iova(c, base + sq), d))) {
+				gpunvme_ctrl_release_qid(c, g->qids[i]);
+				g->qids[i] = 0;
+				free(li);
+				goto fail;
+			}
+		}
+		/* the CQ phase starts at 1 (§4.6): seed each queue's state */
+		for (uint32_t i = 0; i < nq; i++) {
+			unsigned one = 1;
+			cudaMemcpy(&g->qp_host[i].s->cq_phase, &one, sizeof(one), cudaMemcpyHostToDevice);
+		}
+		cudaMemcpy(g->dev_list_iova, li, (size_t)nq * d * g->lp * sizeof(uint64_t), cudaMemcpyHostToDevice);
+		free(li);
+		struct gpunvme_dev_qp *dqp = (struct gpunvme_dev_qp *)(st + st_per * nq);
+		if ((ce = cudaMemcpy(dqp, g->qp_host, sizeof(*dqp) * nq, cudaMemcpyHostToDevice)) != cudaSuccess) {
+			rc = cuda_err(ce, "queue descriptors");
+			goto fail;
+		}
+		g->desc.qp = dqp;
+	}
+	g->desc.nq = nq;
+	g->desc.nsid = nsid;
+	g->desc.lba_shift = ni.lba_shift;
+	g->desc.max_blocks = ni.max_blocks;
+	g->desc.nsze = ni.nsze;
+	g->desc.page_size = ps;
+	/* the emulator's CSTS is memory the GPU can read; a real BAR read
+	 * from the GPU may not complete on every root complex (seed 004) */
+	g->desc.csts = strcmp(ci.transport, "emu") == 0 ? (const volatile uint32_t *)(dbar + GPUNVME_REG_CSTS) : NULL;
+
+	/* copy lanes for GPU memory behind the emulator */
+	if (gpunvme_ctrl_emu(c)) {
+		g->lanes = gpunvme_emu_lanes(gpunvme_ctrl_emu(c));
+		if (g->lanes > MAX_LANES)
+			g->lanes = MAX_LANES;
+		for (unsigned i = 0; i < g->lanes; i++)
+			cudaStreamCreateWithFlags(&g->lane_stream[i], cudaStreamNonBlocking);
+		g->ops.copy = lane_copy;
+		g->ops.sync = lane_sync;
+		g->ops.ctx = g;
+	}
+	*out = g;
+	return 0;
+fail:
+	gpunvme_gpu_queues_destroy(g);
+	return rc;
+}
+
+void gpunvme_gpu_queues_destroy(struct gpunvme_gpu_queues *g)
+{
+	if (!g)
+		return;
+	for (uint32_t i = 0; g->qids && i < g->nq; i++) {
+		if (!g->qids[i])
+			continue;
+		gpunvme_ctrl_delete_qpair_raw(g->c, g->qids[i]);
+		gpunvme_ctrl_release_qid(g->c, g->qids[i]);
+	}
+	if (g->mem) {
+		cudaHostUnregister(g->mem);
+		gpunvme_dma_free(g->c, g->mem);
+	}
+	if (g->bar_registered)
+		cudaHostUnregister((void *)g->bar);
+	cudaFree(g->dev_state);
+	cudaFree(g->dev_list_iova);
+	for (unsigned i = 0; i < g->lanes; i++)
+		cudaStreamDestroy(g->lane_stream[i]);
+	free(g->qids);
+	free(g->qp_host);
+	free(g);
+}
+
+const struct gpunvme_dev_queues *gpunvme_gpu_queues_desc(const struct gpunvme_gpu_queues *g)
+{
+	return &g->desc;
+}
+
+/* ---- buffers ----------------------------------------------------------------- */
+
+static int upload_table(struct gpunvme_gpu_buf *b, const uint64_t *tab, size_t n)
+{
+	cudaError_t ce = cudaMalloc((void **)&b->dev_tab, n * sizeof(uint64_t));
+	if (ce == cudaSuccess)
+		ce = cudaMemcpy(b->dev_tab, tab, n * sizeof(uint64_t), cudaMemcpyHostToDevice);
+	if (ce != cudaSuccess)
+		return cuda_err(ce, "buffer address table");
+	b->desc.iova64k = b->dev_tab;
+	return 0;
+}
+
+int gpunvme_gpu_buf_host(struct gpunvme_gpu_queues *g, void *dma_mem, size_t len, struct gpunvme_gpu_buf **out,
+			 void **dev_ptr)
+{
+	int rc;
+	if (!g || !dma_mem || !len || !out)
+		return gpunvme_set_error(-EINVAL, "gpu buffer: bad arguments");
+	size_t n = (len + 0xffff) >> 16;
+	uint64_t *tab = (uint64_t *)malloc(n * sizeof(uint64_t));
+	struct gpunvme_gpu_buf *b = (struct gpunvme_gpu_buf *)calloc(1, sizeof(*b));
+	if (!tab || !b) {
+		free(tab);
+		free(b);
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	}
+	b->g = g;
+	b->host = dma_mem;
+	b->desc.len = len;
+	/* each 64 KiB piece must be contiguous in bus space */
+	for (size_t k = 0; k < n; k++) {
+		uint8_t *p = (uint8_t *)dma_mem + (k << 16);
+		size_t plen = len - (k << 16) < 0x10000 ? len - (k << 16) : 0x10000;
+		tab[k] = gpunvme_dma_iova(g->c, p);
+		if (!tab[k] || gpunvme_dma_iova(g->c, p + plen - 1) != tab[k] + plen - 1) {
+			free(tab);
+			free(b);
+			return gpunvme_set_error(-EINVAL, "buffer %p is not DMA memory contiguous in 64 KiB pieces "
+							  "(allocate it with gpunvme_dma_alloc, 64 KiB aligned)", dma_mem);
+		}
+	}
+	cudaError_t ce = cudaHostRegister(dma_mem, len, cudaHostRegisterMapped);
+	if (ce == cudaSuccess)
+		b->host_registered = true;
+	else if (ce == cudaErrorHostMemoryAlreadyRegistered)
+		cudaGetLastError();
+	else {
+		free(tab);
+		free(b);
+		return cuda_err(ce, "cudaHostRegister of the buffer");
+	}
+	cudaHostGetDevicePointer(&b->dev_ptr, dma_mem, 0);
+	rc = upload_table(b, tab, n);
+	free(tab);
+	if (rc) {
+		gpunvme_gpu_buf_free(b);
+		return rc;
+	}
+	if (dev_ptr)
+		*dev_ptr = b->dev_ptr;
+	*out = b;
+	return 0;
+}
+
+int gpunvme_gpu_buf_device(struct gpunvme_gpu_queues *g, size_t len, struct gpunvme_gpu_buf **out, void **dev_ptr)
+{
+	if (!g || !len || !out)
+		return gpunvme_set_error(-EINVAL, "gpu buffer: bad arguments");
+	if (!g->ops.copy)
+		return gpunvme_ctrl_map_gpu(g->c, 0, 0, NULL, NULL); /* the -ENOTSUP message */
+	struct gpunvme_gpu_buf *b = (struct gpunvme_gpu_buf *)calloc(1, sizeof(*b));
+	if (!b)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	b->g = g;
+	b->desc.len = len;
+	cudaError_t ce = cudaMalloc(&b->vram, len);
+	if (ce != cudaSuccess) {
+		free(b);
+		return cuda_err(ce, "cudaMalloc of the buffer");
+	}
+	int rc = gpunvme_ctrl_map_gpu(g->c, (uint64_t)(uintptr_t)b->vram, len, &g->ops, &b->gpu_iova);
+	if (rc) {
+		cudaFree(b->vram);
+		free(b);
+		return rc;
+	}
+	size_t n = (len + 0xffff) >> 16;
+	uint64_t *tab = (uint64_t *)malloc(n * sizeof(uint64_t));
+	for (size_t k = 0; tab && k < n; k++)
+		tab[k] = b->gpu_iova + (k << 16);
+	rc = tab ? upload_table(b, tab, n) : gpunvme_set_error(-ENOMEM, "out of memory");
+	free(tab);
+	b->dev_ptr = b->vram;
+	if (rc) {
+		gpunvme_gpu_buf_free(b);
+		return rc;
+	}
+	if (dev_ptr)
+		*dev_ptr = b->vram;
+	*out = b;
+	return 0;
+}
+
+void gpunvme_gpu_buf_free(struct gpunvme_gpu_buf *b)
+{
+	if (!b)
+		return;
+	if (b->gpu_iova)
+		gpunvme_ctrl_unmap_gpu(b->g->c, b->gpu_iova);
+	if (b->vram)
+		cudaFree(b->vram);
+	if (b->host_registered)
+		cudaHostUnregister(b->host);
+	cudaFree(b->dev_tab);
+	free(b);
+}
+
+const struct gpunvme_dev_buf *gpunvme_gpu_buf_desc(const struct gpunvme_gpu_buf *b)
+{
+	return &b->desc;
+}
+
+/* ---- asynchronous read on a stream --------------------------------------------- */
+
+/* Each warp takes a contiguous slice of the range and reads it with the
+ * warp-cooperative call on queue pair (warp % nq). */
+__global__ void gpunvme_read_kernel(struct gpunvme_dev_queues q, uint64_t slba, uint64_t nlb,
+				    struct gpunvme_dev_buf b, uint64_t off, uint64_t per_warp, int *status,
+				    uint64_t timeout_ns)
+{
+	uint64_t w = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32;
+	uint64_t s0 = w * per_warp;
+	if (s0 >= nlb)
+		return;
+	uint64_t n = nlb - s0 < per_warp ? nlb - s0 : per_warp;
+	int rc = gpunvme_dev_rw_warp(&q, (uint32_t)(w % q.nq), GPUNVME_CMD_READ, slba + s0, n, &b,
+				     off + (s0 << q.lba_shift), timeout_ns);
+	if (rc && (threadIdx.x & 31) == 0)
+		atomicCAS(status, 0, rc);
+}
+
+int gpunvme_gpu_read_async(struct gpunvme_gpu_queues *g, uint64_t slba, uint64_t nlb, struct gpunvme_gpu_buf *b,
+			   uint64_t off, int *d_status, void *stream, uint64_t timeout_ns)
+{
+	const struct gpunvme_dev_queues *q = &g->desc;
+	if (!nlb || slba >= q->nsze || nlb > q->nsze - slba)
+		return gpunvme_set_error(-ERANGE, "blocks %llu+%llu are outside the namespace (%llu blocks)",
+					 (unsigned long long)slba, (unsigned long long)nlb, (unsigned long long)q->nsze);
+	if (off > b->desc.len || (nlb << q->lba_shift) > b->desc.len - off)
+		return gpunvme_set_error(-EINVAL, "%llu blocks do not fit the buffer (%llu bytes) at offset %llu",
+					 (unsigned long long)nlb, (unsigned long long)b->desc.len,
+					 (unsigned long long)off);
+	/* enough warps to keep every queue busy, each with whole commands */
+	uint64_t chunks = (nlb + q->max_blocks - 1) / q->max_blocks;
+	uint64_t warps = (uint64_t)q->nq * (g->depth / 32 > 0 ? g->depth / 32 : 1);
+	if (warps > chunks)
+		warps = chunks;
+	uint64_t per_warp = ((chunks + warps - 1) / warps) * q->max_blocks;
+	warps = (nlb + per_warp - 1) / per_warp;
+	unsigned threads = 128;
+	unsigned blocks = (unsigned)((warps * 32 + threads - 1) / threads);
+	gpunvme_read_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(*q, slba, nlb, b->desc, off, per_warp,
+									  d_status, timeout_ns);
+	cudaError_t ce = cudaGetLastError();
+	return ce == cudaSuccess ? 0 : cuda_err(ce, "launching the read kernel");
+}

@@ -1,0 +1,414 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The GPU data path (src/cuda, include/gpunvme/device.cuh) against the
+ * embedded emulator: GPU threads submit and complete NVMe commands over
+ * many queue pairs. Cases (argv[1], none = all):
+ *   random_rw      random offsets and sizes (1 block .. several MiB), writes
+ *                  then reads, 1 and 8 queues, compared with a host reference
+ *   many_threads   65,536 threads, one 4 KiB read each, 16 queues
+ *   tier2          GPU memory as the DMA target: warp-cooperative reads and
+ *                  gpunvme_gpu_read_async on a stream
+ *   faults         media error and dropped command seen as statuses in the
+ *                  kernel, which returns within its timeout
+ *   relaunch       the same queues over 200 kernel launches
+ * Exits 77 without a GPU.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpunvme/device.cuh"
+#include "gpunvme/emu.h"
+#include "gpunvme/gpu.h"
+#include "gpunvme/gpunvme.h"
+
+#define CK(x)                                                                                       \
+	do {                                                                                        \
+		cudaError_t e_ = (x);                                                               \
+		if (e_ != cudaSuccess) {                                                            \
+			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+			return 1;                                                                   \
+		}                                                                                   \
+	} while (0)
+#define OK(x)                                                                                         \
+	do {                                                                                          \
+		int r_ = (x);                                                                         \
+		if (r_) {                                                                             \
+			fprintf(stderr, "%s:%d: %s = %d: %s\n", __FILE__, __LINE__, #x, r_, gpunvme_last_error()); \
+			return 1;                                                                     \
+		}                                                                                     \
+	} while (0)
+#define FAIL(...)                                      \
+	do {                                           \
+		fprintf(stderr, "FAIL: " __VA_ARGS__); \
+		return 1;                              \
+	} while (0)
+
+static const uint64_t SEC = 1000000000ull;
+
+static void fill(uint8_t *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = (uint8_t)x;
+	}
+}
+
+struct range {
+	uint64_t slba, nlb, off;
+};
+
+/* Thread i does range i on queue i % nq. */
+__global__ void k_ranges(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, const struct range *r, int n,
+			 uint8_t opc, int *st, uint64_t tmo)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n)
+		return;
+	st[i] = gpunvme_dev_rw(&q, (uint32_t)(i % q.nq), opc, r[i].slba, r[i].nlb, &b, r[i].off, tmo);
+}
+
+/* Each warp reads one range cooperatively. */
+__global__ void k_warp(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, const struct range *r, int n, int *st,
+		       uint64_t tmo)
+{
+	int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+	if (w >= n)
+		return;
+	int rc = gpunvme_dev_rw_warp(&q, (uint32_t)(w % q.nq), GPUNVME_CMD_READ, r[w].slba, r[w].nlb, &b, r[w].off, tmo);
+	if ((threadIdx.x & 31) == 0)
+		st[w] = rc;
+}
+
+static struct gpunvme_ctrl *open_emu(const char *uri)
+{
+	struct gpunvme_ctrl *c = NULL;
+	struct gpunvme_opts o;
+	gpunvme_opts_init(&o);
+	o.nr_io_queues = 32;
+	if (gpunvme_open(uri, &o, &c))
+		fprintf(stderr, "open %s: %s\n", uri, gpunvme_last_error());
+	return c;
+}
+
+static int run_ranges(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b, const struct range *hr, int n,
+		      uint8_t opc, uint64_t tmo)
+{
+	struct range *dr;
+	int *dst;
+	CK(cudaMalloc(&dr, n * sizeof(*dr)));
+	CK(cudaMallocManaged(&dst, n * sizeof(int)));
+	CK(cudaMemcpy(dr, hr, n * sizeof(*dr), cudaMemcpyHostToDevice));
+	k_ranges<<<(n + 127) / 128, 128>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), dr, n, opc, dst, tmo);
+	CK(cudaGetLastError());
+	CK(cudaDeviceSynchronize());
+	for (int i = 0; i < n; i++)
+		if (dst[i])
+			FAIL("range %d (slba %llu nlb %llu): status %d\n", i, (unsigned long long)hr[i].slba,
+			     (unsigned long long)hr[i].nlb, dst[i]);
+	cudaFree(dr);
+	cudaFree(dst);
+	return 0;
+}
+
+static int case_random_rw(void)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:256M?lbads=12&mdts=6&workers=4");
+	if (!c)
+		return 1;
+	for (int nq = 1; nq <= 8; nq *= 8) {
+		struct gpunvme_gpu_queues *g;
+		OK(gpunvme_gpu_queues_create(c, 1, (uint32_t)nq, 256, &g));
+		const int n = 256;
+		size_t len = 96u << 20;
+		uint8_t *w = (uint8_t *)gpunvme_dma_alloc(c, len), *r = (uint8_t *)gpunvme_dma_alloc(c, len);
+		struct gpunvme_gpu_buf *bw, *br;
+		OK(gpunvme_gpu_buf_host(g, w, len, &bw, NULL));
+		OK(gpunvme_gpu_buf_host(g, r, len, &br, NULL));
+		fill(w, len, (uint64_t)nq);
+		memset(r, 0, len);
+		/* disjoint random ranges: slot i owns blocks [i*96, i*96+96) on
+		 * disk and the same span of the buffer, at a random 4-byte
+		 * aligned start within its first block */
+		struct range hr[n];
+		srand(7 + nq);
+		for (int i = 0; i < n; i++) {
+			uint64_t nlb = 1 + (uint64_t)(rand() % ((i % 8) == 0 ? 90 : 8)); /* 4 KiB .. 360 KiB */
+			/* a spare block after the range absorbs the sub-block buffer shift */
+			uint64_t start = (uint64_t)(rand() % (int)(96 - nlb));
+			hr[i].slba = (uint64_t)i * 96 + start;
+			hr[i].nlb = nlb;
+			hr[i].off = ((uint64_t)i * 96 + start) * 4096 + (uint64_t)(rand() % 1024) * 4;
+			if (hr[i].off + nlb * 4096 > len)
+				hr[i].off = (uint64_t)i * 96 * 4096;
+		}
+		if (run_ranges(g, bw, hr, n, GPUNVME_CMD_WRITE, 10 * SEC) ||
+		    run_ranges(g, br, hr, n, GPUNVME_CMD_READ, 10 * SEC))
+			return 1;
+		for (int i = 0; i < n; i++)
+			if (memcmp(w + hr[i].off, r + hr[i].off, hr[i].nlb * 4096))
+				FAIL("nq %d range %d: data mismatch\n", nq, i);
+		/* and the CPU path reads what the GPU wrote */
+		struct gpunvme_qpair *qp;
+		OK(gpunvme_qpair_create(c, 32, &qp));
+		uint8_t *x = (uint8_t *)gpunvme_dma_alloc(c, 96 * 4096);
+		OK(gpunvme_read_sync(qp, 1, x, hr[5].slba, hr[5].nlb, NULL));
+		if (memcmp(x, w + hr[5].off, hr[5].nlb * 4096))
+			FAIL("CPU read of GPU-written data differs\n");
+		gpunvme_qpair_destroy(qp);
+		gpunvme_gpu_buf_free(bw);
+		gpunvme_gpu_buf_free(br);
+		gpunvme_gpu_queues_destroy(g);
+		gpunvme_dma_free(c, w);
+		gpunvme_dma_free(c, r);
+		gpunvme_dma_free(c, x);
+		printf("random_rw: %d threads x random 4 KiB..360 KiB writes+reads on %d queue(s): ok\n", n, nq);
+	}
+	gpunvme_close(c);
+	return 0;
+}
+
+static int case_many_threads(void)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:512M?lbads=12&workers=4");
+	if (!c)
+		return 1;
+	const int n = 65536;
+	size_t len = (size_t)n * 4096;
+	/* reference data through the CPU path */
+	uint8_t *src = (uint8_t *)gpunvme_dma_alloc(c, len);
+	fill(src, len, 42);
+	struct gpunvme_qpair *qp;
+	OK(gpunvme_qpair_create(c, 64, &qp));
+	OK(gpunvme_write_sync(qp, 1, src, 0, (uint64_t)n, NULL));
+	gpunvme_qpair_destroy(qp);
+	struct gpunvme_gpu_queues *g;
+	OK(gpunvme_gpu_queues_create(c, 1, 16, 1024, &g));
+	uint8_t *dst = (uint8_t *)gpunvme_dma_alloc(c, len);
+	struct gpunvme_gpu_buf *b;
+	OK(gpunvme_gpu_buf_host(g, dst, len, &b, NULL));
+	struct range *hr = (struct range *)malloc(n * sizeof(*hr));
+	for (int i = 0; i < n; i++) {
+		/* a permutation: thread i reads block p(i) into slot p(i) */
+		uint64_t p = ((uint64_t)i * 40503u) % (uint64_t)n;
+		hr[i].slba = p;
+		hr[i].nlb = 1;
+		hr[i].off = p * 4096;
+	}
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (run_ranges(g, b, hr, n, GPUNVME_CMD_READ, 30 * SEC))
+		return 1;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (memcmp(src, dst, len))
+		FAIL("65536-thread read: data mismatch\n");
+	double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	printf("many_threads: 65536 threads, one 4 KiB read each, 16 queues x 1024: ok (%.3f s, %.0f IOPS incl. launch)\n",
+	       s, n / s);
+	free(hr);
+	gpunvme_gpu_buf_free(b);
+	gpunvme_gpu_queues_destroy(g);
+	gpunvme_close(c);
+	return 0;
+}
+
+static int case_tier2(void)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:128M?mdts=5&workers=2");
+	if (!c)
+		return 1;
+	size_t len = 48u << 20;
+	uint8_t *src = (uint8_t *)gpunvme_dma_alloc(c, len);
+	fill(src, len, 9);
+	struct gpunvme_qpair *qp;
+	OK(gpunvme_qpair_create(c, 64, &qp));
+	OK(gpunvme_write_sync(qp, 1, src, 0, len / 512, NULL));
+	gpunvme_qpair_destroy(qp);
+	struct gpunvme_gpu_queues *g;
+	OK(gpunvme_gpu_queues_create(c, 1, 4, 256, &g));
+	struct gpunvme_gpu_buf *b;
+	void *vram;
+	OK(gpunvme_gpu_buf_device(g, len, &b, &vram));
+	/* warp-cooperative: 8 warps, 6 MiB each, odd-sized tails */
+	struct range hr[8];
+	for (int i = 0; i < 8; i++) {
+		hr[i].slba = (uint64_t)i * 12288;
+		hr[i].nlb = 12288 - (uint64_t)i * 7;
+		hr[i].off = (uint64_t)i * 12288 * 512;
+	}
+	struct range *dr;
+	int *dst;
+	CK(cudaMalloc(&dr, sizeof(hr)));
+	CK(cudaMallocManaged(&dst, 8 * sizeof(int)));
+	CK(cudaMemcpy(dr, hr, sizeof(hr), cudaMemcpyHostToDevice));
+	CK(cudaMemset(vram, 0, len));
+	k_warp<<<2, 128>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), dr, 8, dst, 10 * SEC);
+	CK(cudaDeviceSynchronize());
+	uint8_t *back = (uint8_t *)malloc(len);
+	CK(cudaMemcpy(back, vram, len, cudaMemcpyDeviceToHost));
+	for (int i = 0; i < 8; i++) {
+		if (dst[i])
+			FAIL("warp %d: status %d\n", i, dst[i]);
+		if (memcmp(back + hr[i].off, src + hr[i].off, hr[i].nlb * 512))
+			FAIL("warp %d: data mismatch in GPU memory\n", i);
+	}
+	printf("tier2: 8 warps read 6 MiB each into GPU memory (emulator copy engine): ok\n");
+	/* the stream API */
+	cudaStream_t s;
+	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	CK(cudaMemsetAsync(vram, 0, len, s));
+	*dst = 0;
+	OK(gpunvme_gpu_read_async(g, 1, len / 512 - 2, b, 512, dst, s, 10 * SEC));
+	CK(cudaStreamSynchronize(s));
+	if (*dst)
+		FAIL("read_async: status %d\n", *dst);
+	CK(cudaMemcpy(back, vram, len, cudaMemcpyDeviceToHost));
+	if (memcmp(back + 512, src + 512, len - 1024))
+		FAIL("read_async: data mismatch\n");
+	printf("tier2: gpunvme_gpu_read_async of %zu MiB on a stream: ok\n", len >> 20);
+	cudaStreamDestroy(s);
+	cudaFree(dr);
+	cudaFree(dst);
+	free(back);
+	gpunvme_gpu_buf_free(b);
+	gpunvme_gpu_queues_destroy(g);
+	gpunvme_close(c);
+	return 0;
+}
+
+static int case_faults(void)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:64M?lbads=12&workers=1");
+	if (!c)
+		return 1;
+	struct gpunvme_gpu_queues *g;
+	OK(gpunvme_gpu_queues_create(c, 1, 2, 64, &g));
+	size_t len = 1u << 20;
+	uint8_t *buf = (uint8_t *)gpunvme_dma_alloc(c, len);
+	struct gpunvme_gpu_buf *b;
+	OK(gpunvme_gpu_buf_host(g, buf, len, &b, NULL));
+	struct gpunvme_emu_fault f;
+	memset(&f, 0, sizeof(f));
+	f.kind = GPUNVME_EMU_FAULT_MEDIA;
+	f.nsid = 1;
+	f.slba = 77;
+	f.nlb = 1;
+	OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	struct range hr[64];
+	for (int i = 0; i < 64; i++) {
+		hr[i].slba = 64 + (uint64_t)i;
+		hr[i].nlb = 1;
+		hr[i].off = (uint64_t)i * 4096;
+	}
+	struct range *dr;
+	int *dst;
+	CK(cudaMalloc(&dr, sizeof(hr)));
+	CK(cudaMallocManaged(&dst, 64 * sizeof(int)));
+	CK(cudaMemcpy(dr, hr, sizeof(hr), cudaMemcpyHostToDevice));
+	k_ranges<<<1, 64>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), dr, 64, GPUNVME_CMD_READ, dst, 5 * SEC);
+	CK(cudaDeviceSynchronize());
+	for (int i = 0; i < 64; i++) {
+		int want = i == 13 ? GPUNVME_SC_UNRECOVERED_READ : 0;
+		if (dst[i] != want)
+			FAIL("media: thread %d status %d, want %d\n", i, dst[i], want);
+	}
+	printf("faults: media error on LBA 77 seen by thread 13 as status 0x%x, the others succeed\n",
+	       GPUNVME_SC_UNRECOVERED_READ);
+	gpunvme_emu_clear_faults(gpunvme_ctrl_emu(c));
+	memset(&f, 0, sizeof(f));
+	f.kind = GPUNVME_EMU_FAULT_DROP;
+	f.sqid = GPUNVME_EMU_SQID_ANY;
+	f.count = 1;
+	OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	k_ranges<<<1, 8>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), dr, 8, GPUNVME_CMD_READ, dst, SEC / 4);
+	CK(cudaDeviceSynchronize());
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	int timeouts = 0;
+	for (int i = 0; i < 8; i++)
+		timeouts += dst[i] == GPUNVME_DEV_ETIMEDOUT || dst[i] == GPUNVME_DEV_EIO;
+	if (timeouts < 1 || s > 3.0)
+		FAIL("drop: %d threads reported the timeout, kernel took %.2f s\n", timeouts, s);
+	printf("faults: dropped command -> %d thread(s) got a timeout status; kernel returned after %.2f s (limit 0.25 s "
+	       "per wait)\n", timeouts, s);
+	cudaFree(dr);
+	cudaFree(dst);
+	gpunvme_gpu_buf_free(b);
+	gpunvme_gpu_queues_destroy(g);
+	gpunvme_close(c);
+	return 0;
+}
+
+static int case_relaunch(void)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:64M?lbads=12&workers=2");
+	if (!c)
+		return 1;
+	size_t len = 8u << 20;
+	uint8_t *src = (uint8_t *)gpunvme_dma_alloc(c, len), *dst = (uint8_t *)gpunvme_dma_alloc(c, len);
+	fill(src, len, 3);
+	struct gpunvme_qpair *qp;
+	OK(gpunvme_qpair_create(c, 64, &qp));
+	OK(gpunvme_write_sync(qp, 1, src, 0, len / 4096, NULL));
+	gpunvme_qpair_destroy(qp);
+	struct gpunvme_gpu_queues *g;
+	OK(gpunvme_gpu_queues_create(c, 1, 4, 64, &g));
+	struct gpunvme_gpu_buf *b;
+	OK(gpunvme_gpu_buf_host(g, dst, len, &b, NULL));
+	struct range hr[256];
+	for (int i = 0; i < 256; i++) {
+		hr[i].slba = (uint64_t)i * 8;
+		hr[i].nlb = 8;
+		hr[i].off = (uint64_t)i * 8 * 4096;
+	}
+	for (int it = 0; it < 200; it++) {
+		memset(dst, 0, len);
+		if (run_ranges(g, b, hr, 256, GPUNVME_CMD_READ, 10 * SEC))
+			FAIL("launch %d\n", it);
+		if (memcmp(src, dst, len))
+			FAIL("launch %d: mismatch\n", it);
+	}
+	printf("relaunch: 200 launches x 256 threads on the same 4 queues: ok\n");
+	gpunvme_gpu_buf_free(b);
+	gpunvme_gpu_queues_destroy(g);
+	gpunvme_close(c);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int ndev = 0;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+		printf("SKIP: no CUDA device\n");
+		return 77;
+	}
+	static const struct {
+		const char *name;
+		int (*fn)(void);
+	} cases[] = {
+		{ "random_rw", case_random_rw },   { "many_threads", case_many_threads },
+		{ "tier2", case_tier2 },           { "faults", case_faults },
+		{ "relaunch", case_relaunch },
+	};
+	int rc = 0, ran = 0;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (argc > 1 && strcmp(argv[1], cases[i].name))
+			continue;
+		ran++;
+		int r = cases[i].fn();
+		printf("%s %s\n", r ? "FAIL" : "PASS", cases[i].name);
+		rc |= r;
+	}
+	if (!ran) {
+		fprintf(stderr, "unknown case %s\n", argv[1]);
+		return 2;
+	}
+	return rc;
+}
