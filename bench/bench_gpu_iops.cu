@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * IOPS of GPU-initiated 4 KiB random reads against the emulator's null
+ * namespace: GPU threads submit and complete commands themselves over Q
+ * queue pairs (device.cuh), the emulator serves them with W worker threads.
+ *   bench_gpu_iops -w WORKERS -q QUEUES -d DEPTH -t THREADS -n READS_PER_THREAD
+ * Prints one CSV line: workers,queues,depth,threads,reads,seconds,iops,errors
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "gpunvme/device.cuh"
+#include "gpunvme/gpu.h"
+#include "gpunvme/gpunvme.h"
+
+__global__ void k_iops(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, int n, unsigned long long *errors,
+		       uint64_t tmo)
+{
+	uint64_t tid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+	uint64_t x = tid * 0x9E3779B97F4A7C15ull + 12345;
+	/* spread warps over queues: one queue per warp group */
+	uint32_t qi = (uint32_t)((tid / 32) % q.nq);
+	uint64_t off = (tid % 256) * 4096; /* null namespace: the buffer is never written */
+	for (int i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		uint64_t lba = (x % (q.nsze >> 3)) << 3;
+		int rc = gpunvme_dev_rw(&q, qi, GPUNVME_CMD_READ, lba, 4096 >> q.lba_shift, &b, off, tmo);
+		if (rc) {
+			atomicAdd(errors, 1ull);
+			return;
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int workers = 4, queues = 8, depth = 1024, threads = 65536, n = 64, opt;
+	while ((opt = getopt(argc, argv, "w:q:d:t:n:")) != -1) {
+		switch (opt) {
+		case 'w': workers = atoi(optarg); break;
+		case 'q': queues = atoi(optarg); break;
+		case 'd': depth = atoi(optarg); break;
+		case 't': threads = atoi(optarg); break;
+		case 'n': n = atoi(optarg); break;
+		default:
+			fprintf(stderr, "usage: %s -w WORKERS -q QUEUES -d DEPTH -t THREADS -n READS\n", argv[0]);
+			return 2;
+		}
+	}
+	char uri[128];
+	snprintf(uri, sizeof(uri), "emu:null:1T?lbads=12&workers=%d&nsq=%d&mqes=4095", workers, queues);
+	struct gpunvme_opts o;
+	gpunvme_opts_init(&o);
+	o.nr_io_queues = (uint32_t)queues;
+	struct gpunvme_ctrl *c;
+	if (gpunvme_open(uri, &o, &c)) {
+		fprintf(stderr, "open: %s\n", gpunvme_last_error());
+		return 1;
+	}
+	struct gpunvme_gpu_queues *g;
+	if (gpunvme_gpu_queues_create(c, 1, (uint32_t)queues, (uint32_t)depth, &g)) {
+		fprintf(stderr, "queues: %s\n", gpunvme_last_error());
+		return 1;
+	}
+	size_t len = 2u << 20;
+	void *buf = gpunvme_dma_alloc(c, len);
+	struct gpunvme_gpu_buf *b;
+	if (gpunvme_gpu_buf_host(g, buf, len, &b, NULL)) {
+		fprintf(stderr, "buf: %s\n", gpunvme_last_error());
+		return 1;
+	}
+	unsigned long long *err;
+	cudaMallocManaged(&err, sizeof(*err));
+	*err = 0;
+	/* warm-up */
+	k_iops<<<(threads + 255) / 256, 256>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), 2, err,
+					      10000000000ull);
+	cudaDeviceSynchronize();
+	cudaEvent_t e0, e1;
+	cudaEventCreate(&e0);
+	cudaEventCreate(&e1);
+	cudaEventRecord(e0);
+	k_iops<<<(threads + 255) / 256, 256>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), n, err,
+					      10000000000ull);
+	cudaEventRecord(e1);
+	cudaError_t ce = cudaEventSynchronize(e1);
+	float ms = 0;
+	cudaEventElapsedTime(&ms, e0, e1);
+	double reads = (double)threads * n;
+	printf("%d,%d,%d,%d,%.0f,%.4f,%.0f,%llu%s\n", workers, queues, depth, threads, reads, ms / 1e3,
+	       reads / (ms / 1e3), *err, ce == cudaSuccess ? "" : ",cuda-error");
+	gpunvme_gpu_buf_free(b);
+	gpunvme_gpu_queues_destroy(g);
+	gpunvme_close(c);
+	return *err ? 1 : 0;
+}
