@@ -140,7 +140,7 @@ int cli_opt_u64(const char *opt, const char *val, bool size_suffix, uint64_t min
 int cli_opt_u32(const char *opt, const char *val, bool size_suffix, uint32_t min, uint32_t max,
 		uint32_t *out)
 {
-	uint64_t v;
+	uint64_t v = 0; /* gcc 13 -O3 cannot see that rc == 0 sets it */
 	int rc = cli_opt_u64(opt, val, size_suffix, min, max, &v);
 	if (rc)
 		return rc;
