@@ -80,6 +80,10 @@ int main(int argc, char **argv)
 	k_iops<<<(threads + 255) / 256, 256>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), 2, err,
 					      10000000000ull);
 	cudaDeviceSynchronize();
+	if (*err) {
+		fprintf(stderr, "warm-up: %llu threads failed\n", *err);
+		return 1;
+	}
 	cudaEvent_t e0, e1;
 	cudaEventCreate(&e0);
 	cudaEventCreate(&e1);

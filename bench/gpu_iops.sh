@@ -8,9 +8,11 @@ B=${1:-build}
 echo "# $(date -u) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) cpus=$(nproc)"
 echo "path,workers,queues,depth,threads,reads,seconds,iops,errors"
 for w in 1 2 4 8 12; do
-	for q in $w $((2 * w)); do
+	for q in $w $((2 * w)) $((4 * w)); do
+		# threads: 4 per queue slot, at most 65536
+		t=$((q * 4096)); [ $t -gt 65536 ] && t=65536
 		echo -n "gpu,"
-		"$B/bin/bench_gpu_iops" -w $w -q $q -d 1024 -t 65536 -n 32
+		"$B/bin/bench_gpu_iops" -w $w -q $q -d 1024 -t $t -n 32 || echo ",,,,,,,failed"
 	done
 	# CPU baseline: one perf thread per queue pair, as many queue pairs as workers
 	qcpu=$(( w < 4 ? w : 4 ))

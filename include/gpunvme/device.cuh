@@ -106,10 +106,12 @@ __device__ __forceinline__ unsigned int gpunvme_ld(const unsigned int *p)
 	return *(const volatile unsigned int *)p;
 }
 
+/* Exponential back-off for spinning threads: tens of thousands of threads
+ * may wait on one queue; sleeping keeps them off the memory system. */
 __device__ __forceinline__ void gpunvme_backoff(unsigned int *ns)
 {
 	__nanosleep(*ns);
-	if (*ns < 2048)
+	if (*ns < 16384)
 		*ns *= 2;
 }
 
@@ -131,7 +133,9 @@ __device__ static int gpunvme_dev_classify(const struct gpunvme_dev_queues *q, s
 __device__ static void gpunvme_dev_cq_drain(struct gpunvme_dev_qp *qp)
 {
 	struct gpunvme_dev_qstate *s = qp->s;
-	if (atomicCAS(&s->cq_lock, 0u, 1u) != 0u)
+	/* a plain read first: only try the atomic when nobody is draining,
+	 * so waiting threads do not hammer the lock word */
+	if (gpunvme_ld(&s->cq_lock) != 0u || atomicCAS(&s->cq_lock, 0u, 1u) != 0u)
 		return;
 	/* acquire: the previous drainer's head/phase stores are visible */
 	__threadfence();
@@ -266,14 +270,22 @@ __device__ static int gpunvme_dev_submit(const struct gpunvme_dev_queues *q, uin
 	if (gpunvme_ld(&s->broken))
 		return GPUNVME_DEV_EIO;
 	unsigned int ns = 32;
-	/* admission: at most depth - 1 in flight */
+	/* admission: at most depth - 1 in flight. Read before the atomic, so
+	 * a crowd of waiting threads does not keep the counter bouncing.
+	 * Running out of time here leaves nothing behind: the queue stays
+	 * usable, the caller gets a timeout. */
 	for (;;) {
-		if (atomicAdd(&s->inflight, 1u) < qp->depth - 1)
-			break;
-		atomicSub(&s->inflight, 1u);
+		if (gpunvme_ld(&s->inflight) < qp->depth - 1) {
+			if (atomicAdd(&s->inflight, 1u) < qp->depth - 1)
+				break;
+			atomicSub(&s->inflight, 1u);
+		}
 		gpunvme_dev_cq_drain(qp);
-		if (gpunvme_dev_now() > deadline)
-			return gpunvme_dev_classify(q, qp);
+		if (gpunvme_dev_now() > deadline) {
+			if (q->csts && *q->csts == 0xffffffffu)
+				return GPUNVME_DEV_ENODEV;
+			return GPUNVME_DEV_ETIMEDOUT;
+		}
 		gpunvme_backoff(&ns);
 	}
 	unsigned int t = atomicAdd(&s->ticket, 1u);
