@@ -10,6 +10,7 @@
 #   valgrind                  instruction counts (bench/callgrind_driver.sh)
 #   qemu-system-x86, cpio, kmod  the QEMU guest tests (tests/qemu); the guest
 #                             kernel and busybox come from scripts/qemu/setup.sh
+#   xfsprogs, e2fsprogs, zstd  file system images for the extent decoders' tests
 # Run as root (CI) or through sudo.
 set -euo pipefail
 
@@ -25,6 +26,9 @@ PACKAGES=(
 	qemu-system-x86
 	cpio
 	kmod
+	xfsprogs
+	e2fsprogs
+	zstd
 )
 
 SUDO=
