@@ -10,7 +10,7 @@ QEMU_CACHE ?= build/qemu-cache
 CMAKE ?= cmake
 CTEST ?= ctest
 
-.PHONY: all build test test-asan test-tsan test-gpu test-qemu fuzz fuzz-build demo bench clean
+.PHONY: all build test test-asan test-tsan test-gpu test-qemu fuzz fuzz-build demo bench fs-fixtures clean
 
 all: build
 
@@ -26,7 +26,7 @@ test: test-asan test-tsan fuzz test-gpu test-qemu
 test-asan:
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGPUNVME_SANITIZE=address,undefined
 	$(CMAKE) --build build-asan -j $(JOBS)
-	cd build-asan && $(CTEST) --output-on-failure -j $(JOBS) -L 'unit|emu|io|cli'
+	cd build-asan && $(CTEST) --output-on-failure -j $(JOBS) -L 'unit|emu|io|cli|fs'
 
 test-tsan:
 	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUNVME_SANITIZE=thread
@@ -56,6 +56,11 @@ demo: build
 
 bench: build
 	./build/bin/bench_emu_null
+
+# Rebuild the file system fixtures in tests/fs/fixtures (mkfs on the host,
+# files written through real mounts in the QEMU guest; needs the QEMU cache)
+fs-fixtures:
+	scripts/fixtures/make-fs-fixtures.sh
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

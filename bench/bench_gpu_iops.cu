@@ -3,8 +3,9 @@
  * IOPS of GPU-initiated 4 KiB random reads against the emulator's null
  * namespace: GPU threads submit and complete commands themselves over Q
  * queue pairs (device.cuh), the emulator serves them with W worker threads.
- *   bench_gpu_iops -w WORKERS -q QUEUES -d DEPTH -t THREADS -n READS_PER_THREAD
- * Prints one CSV line: workers,queues,depth,threads,reads,seconds,iops,errors
+ *   bench_gpu_iops -w WORKERS -q QUEUES -d DEPTH -t THREADS -n READS_PER_THREAD [-m 0|1]
+ * -m 1: warp batches (gpunvme_dev_rw_lanes) instead of thread-level calls.
+ * Prints one CSV line: mode,workers,queues,depth,threads,reads,seconds,iops,errors
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -15,8 +16,9 @@
 #include "gpunvme/gpu.h"
 #include "gpunvme/gpunvme.h"
 
+/* mode 0: thread-level calls; mode 1: warp batches (gpunvme_dev_rw_lanes) */
 __global__ void k_iops(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, int n, unsigned long long *errors,
-		       uint64_t tmo)
+		       uint64_t tmo, int mode)
 {
 	uint64_t tid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
 	uint64_t x = tid * 0x9E3779B97F4A7C15ull + 12345;
@@ -28,19 +30,22 @@ __global__ void k_iops(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, in
 		x ^= x >> 7;
 		x ^= x << 17;
 		uint64_t lba = (x % (q.nsze >> 3)) << 3;
-		int rc = gpunvme_dev_rw(&q, qi, GPUNVME_CMD_READ, lba, 4096 >> q.lba_shift, &b, off, tmo);
+		int rc = mode ? gpunvme_dev_rw_lanes(&q, qi, GPUNVME_CMD_READ, lba, 4096 >> q.lba_shift, &b, off, true, tmo)
+			      : gpunvme_dev_rw(&q, qi, GPUNVME_CMD_READ, lba, 4096 >> q.lba_shift, &b, off, tmo);
 		if (rc) {
 			atomicAdd(errors, 1ull);
-			return;
+			if (!mode)
+				return; /* warp batches keep all lanes in step */
 		}
 	}
 }
 
 int main(int argc, char **argv)
 {
-	int workers = 4, queues = 8, depth = 1024, threads = 65536, n = 64, opt;
-	while ((opt = getopt(argc, argv, "w:q:d:t:n:")) != -1) {
+	int workers = 4, queues = 8, depth = 1024, threads = 65536, n = 64, mode = 0, opt;
+	while ((opt = getopt(argc, argv, "w:q:d:t:n:m:")) != -1) {
 		switch (opt) {
+		case 'm': mode = atoi(optarg); break;
 		case 'w': workers = atoi(optarg); break;
 		case 'q': queues = atoi(optarg); break;
 		case 'd': depth = atoi(optarg); break;
@@ -78,7 +83,7 @@ int main(int argc, char **argv)
 	*err = 0;
 	/* warm-up */
 	k_iops<<<(threads + 255) / 256, 256>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), 2, err,
-					      10000000000ull);
+					      10000000000ull, mode);
 	cudaDeviceSynchronize();
 	if (*err) {
 		fprintf(stderr, "warm-up: %llu threads failed\n", *err);
@@ -89,13 +94,13 @@ int main(int argc, char **argv)
 	cudaEventCreate(&e1);
 	cudaEventRecord(e0);
 	k_iops<<<(threads + 255) / 256, 256>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), n, err,
-					      10000000000ull);
+					      10000000000ull, mode);
 	cudaEventRecord(e1);
 	cudaError_t ce = cudaEventSynchronize(e1);
 	float ms = 0;
 	cudaEventElapsedTime(&ms, e0, e1);
 	double reads = (double)threads * n;
-	printf("%d,%d,%d,%d,%.0f,%.4f,%.0f,%llu%s\n", workers, queues, depth, threads, reads, ms / 1e3,
+	printf("%s,%d,%d,%d,%d,%.0f,%.4f,%.0f,%llu%s\n", mode ? "warp" : "thread", workers, queues, depth, threads, reads, ms / 1e3,
 	       reads / (ms / 1e3), *err, ce == cudaSuccess ? "" : ",cuda-error");
 	gpunvme_gpu_buf_free(b);
 	gpunvme_gpu_queues_destroy(g);

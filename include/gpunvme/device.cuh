@@ -420,5 +420,137 @@ __device__ static int gpunvme_dev_rw_warp(const struct gpunvme_dev_queues *q, ui
 	return err;
 }
 
+/*
+ * Warp batch: each lane brings its own Read or Write (its own slba, nlb of at
+ * most max_blocks, buffer offset; `active` false for lanes with nothing to
+ * do) on the warp's queue pair qi (the same on every lane). All 32 lanes
+ * must call it together. One lane takes admission and tickets for the whole
+ * batch (two atomics instead of 64), rings one doorbell for it, and drains
+ * the CQ while the others wait, so per-queue contention drops by the warp
+ * size. Each lane gets its own command's result.
+ */
+__device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, uint32_t qi, uint8_t opc,
+					   uint64_t slba, uint32_t nlb, const struct gpunvme_dev_buf *b, uint64_t off,
+					   bool active, uint64_t timeout_ns)
+{
+	const unsigned int full = 0xffffffffu, lane = threadIdx.x & 31u;
+	uint64_t deadline = gpunvme_dev_now() + timeout_ns;
+	int rc = 0;
+	qi = __shfl_sync(full, qi, 0);
+	uint64_t len = (uint64_t)nlb << q->lba_shift;
+	if (active && (qi >= q->nq || nlb == 0 || nlb > q->max_blocks || slba >= q->nsze || nlb > q->nsze - slba ||
+		       off > b->len || len > b->len - off || (gpunvme_dev_buf_addr(b, off) & 3)))
+		rc = GPUNVME_DEV_EINVAL;
+	unsigned int ok = __ballot_sync(full, active && rc == 0);
+	if (!ok)
+		return rc;
+	const unsigned int k = __popc(ok), leader = __ffs(ok) - 1;
+	struct gpunvme_dev_qp *qp = &q->qp[qi];
+	struct gpunvme_dev_qstate *s = qp->s;
+	unsigned int base = 0;
+	int lrc = 0;
+	if (lane == leader) {
+		unsigned int ns = 32;
+		if (gpunvme_ld(&s->broken))
+			lrc = GPUNVME_DEV_EIO;
+		while (!lrc) {
+			if (gpunvme_ld(&s->inflight) + k <= qp->depth - 1) {
+				if (atomicAdd(&s->inflight, k) + k <= qp->depth - 1)
+					break;
+				atomicSub(&s->inflight, k);
+			}
+			gpunvme_dev_cq_drain(qp);
+			if (gpunvme_dev_now() > deadline)
+				lrc = (q->csts && *q->csts == 0xffffffffu) ? GPUNVME_DEV_ENODEV : GPUNVME_DEV_ETIMEDOUT;
+			else
+				gpunvme_backoff(&ns);
+		}
+		if (!lrc)
+			base = atomicAdd(&s->ticket, k);
+	}
+	lrc = __shfl_sync(full, lrc, leader);
+	base = __shfl_sync(full, base, leader);
+	if (lrc)
+		return (ok >> lane) & 1u ? lrc : rc;
+	const bool mine = (ok >> lane) & 1u;
+	const unsigned int t = base + __popc(ok & ((1u << lane) - 1u));
+	const uint32_t slot = t & (qp->depth - 1);
+	const unsigned int lap = t / qp->depth;
+	int err = 0;
+	if (mine) {
+		unsigned int ns = 32;
+		while (gpunvme_ld(&qp->freed[slot]) != lap && !err) {
+			gpunvme_dev_cq_drain(qp);
+			if (gpunvme_dev_now() > deadline)
+				err = gpunvme_dev_classify(q, qp);
+			else
+				gpunvme_backoff(&ns);
+		}
+		struct gpunvme_sqe e;
+		memset(&e, 0, sizeof(e));
+		e.cid = (uint16_t)slot;
+		e.nsid = q->nsid;
+		if (!err) {
+			e.opc = opc;
+			e.rw.slba = slba;
+			e.rw.nlb = (uint16_t)(nlb - 1);
+			rc = gpunvme_dev_prps(q, qp, slot, b, off, len, &e);
+			if (rc) { /* keep the ticket moving: a Flush in its place */
+				memset(&e, 0, sizeof(e));
+				e.opc = GPUNVME_CMD_FLUSH;
+				e.cid = (uint16_t)slot;
+				e.nsid = q->nsid;
+			}
+			uint4 *dst = (uint4 *)&qp->sq[slot];
+			const uint4 *src = (const uint4 *)&e;
+			for (int i = 0; i < 4; i++)
+				dst[i] = src[i];
+			/* SQE visible before its mark (see gpunvme_dev_submit) */
+			__threadfence_system();
+			atomicExch(&qp->mark[slot], t + 1u);
+		}
+	}
+	__syncwarp(full);
+	if (__ballot_sync(full, err != 0))
+		return mine ? (err ? err : GPUNVME_DEV_EIO) : rc;
+	if (lane == leader)
+		lrc = gpunvme_dev_commit(q, qp, base + k - 1u, deadline);
+	lrc = __shfl_sync(full, lrc, leader);
+	if (lrc)
+		return mine ? lrc : rc;
+	/* wait: the leader drains, everyone watches their own slot */
+	bool done = !mine;
+	int st = 0;
+	unsigned int ns = 32;
+	for (;;) {
+		if (!done && gpunvme_ld(&qp->done[slot]) != lap) {
+			__threadfence();
+			st = *(volatile uint16_t *)&qp->status[slot];
+			__threadfence();
+			atomicAdd(&qp->freed[slot], 1u);
+			done = true;
+		}
+		unsigned int pending = __ballot_sync(full, !done);
+		if (!pending)
+			break;
+		int late = 0;
+		if (lane == leader) {
+			gpunvme_dev_cq_drain(qp);
+			late = gpunvme_dev_now() > deadline;
+		}
+		if (__shfl_sync(full, late, leader)) {
+			int why = lane == leader ? gpunvme_dev_classify(q, qp) : 0;
+			why = __shfl_sync(full, why, leader);
+			return done ? (rc ? rc : st) : why; /* unfinished slots stay held */
+		}
+		__nanosleep(ns);
+		if (ns < 4096)
+			ns *= 2;
+	}
+	if (lane == leader)
+		atomicSub(&s->inflight, k);
+	return rc ? rc : st;
+}
+
 #endif /* __CUDACC__ */
 #endif

@@ -14,6 +14,12 @@
 
 #include "util.h"
 
+/* cmd_fs.c: files of ext4 / XFS file systems, no mount */
+int cmd_ls(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
+int cmd_extents(int argc, char **argv);
+int cmd_cat(int argc, char **argv);
+
 #ifndef GPUNVME_VERSION
 #define GPUNVME_VERSION "0.1.0"
 #endif
@@ -32,6 +38,10 @@ static const struct command commands[] = {
 	{"read", cmd_read, "read blocks into a file or stdout"},
 	{"write", cmd_write, "write blocks from a file or stdin"},
 	{"perf", cmd_perf, "I/O benchmark: IOPS, bandwidth, latency percentiles"},
+	{"ls", cmd_ls, "list a directory of an ext4/XFS file system (no mount)"},
+	{"stat", cmd_stat, "inode of a file in an ext4/XFS file system"},
+	{"extents", cmd_extents, "a file's extents: LBAs on the namespace (decoders or --fiemap)"},
+	{"cat", cmd_cat, "a file's bytes from an ext4/XFS file system to stdout"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -53,6 +63,7 @@ static void usage(FILE *f)
 		"  vfio:DDDD:BB:DD.F  a controller bound to vfio-pci\n"
 		"  uio:DDDD:BB:DD.F   a controller bound to uio_pci_generic\n"
 		"  pci:DDDD:BB:DD.F   whichever of the two its driver allows\n"
+		"  (ls, stat, extents, cat also take --image FILE instead of a URI)\n"
 		"\n"
 		"numbers: decimal or 0x hex; sizes also take K/M/G/T (powers of 1024).\n"
 		"exit status: 0 success, 1 runtime error, 2 usage error.\n"

@@ -1,0 +1,625 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * gpunvme ls / stat / extents / cat: files of an ext4 or XFS file system read
+ * without mounting it, through the on-disk decoders of src/fs. The source is
+ * a namespace opened through the user-space driver (URI, --nsid; emu:IMAGE
+ * makes an image file a namespace, so this path runs everywhere) or, for
+ * convenience, an image file read directly (--image FILE). `extents
+ * --fiemap FILE` asks the kernel instead, for a file on a mounted file
+ * system.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sys/stat.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpunvme/extents.h"
+#include "util.h"
+
+enum { FS_LS, FS_STAT, FS_EXTENTS, FS_CAT };
+
+struct fs_opts {
+	int cmd;
+	const char *uri;     /* device URI, or NULL with --image */
+	const char *image;   /* --image FILE */
+	const char *path;    /* path inside the file system */
+	const char *fiemap;  /* extents --fiemap FILE */
+	uint32_t nsid;
+	uint64_t offset;     /* --offset: the file system's byte offset on the device */
+	bool json, longfmt;
+};
+
+struct fs_handle {
+	struct gpunvme_ctrl *c;
+	struct gpunvme_blkdev dev;
+	bool have_dev;
+	struct gpunvme_fs *fs;
+};
+
+static void help(int cmd)
+{
+	static const char *const use[] = {
+		"usage: gpunvme ls URI [PATH] [--nsid N] [--offset BYTES] [-l] [--json]\n"
+		"       gpunvme ls --image FILE [PATH] [options]\n"
+		"\n"
+		"List a directory (default /) of the ext4 or XFS file system on a namespace,\n"
+		"without mounting it. Entries are sorted by name; '.' and '..' are left out.\n"
+		"A PATH naming a file lists that file.\n",
+		"usage: gpunvme stat URI PATH [--nsid N] [--offset BYTES] [--json]\n"
+		"       gpunvme stat --image FILE PATH [options]\n"
+		"\n"
+		"Inode of PATH: number, type, mode, links, owner, size, bytes allocated, mtime.\n",
+		"usage: gpunvme extents URI PATH [--nsid N] [--offset BYTES] [--json]\n"
+		"       gpunvme extents --image FILE PATH [options]\n"
+		"       gpunvme extents --fiemap FILE [--json]\n"
+		"\n"
+		"Where the bytes of a regular file live on the device: for every extent its\n"
+		"logical byte offset in the file, its physical byte offset on the device\n"
+		"(the namespace, partition offset included), the LBA (physical / LBA size),\n"
+		"the length and whether it is unwritten (allocated, reads as zeroes).\n"
+		"Holes are the gaps between extents. --fiemap asks the kernel (FS_IOC_FIEMAP)\n"
+		"about a file on a mounted file system; it must live on an NVMe namespace.\n",
+		"usage: gpunvme cat URI PATH [--nsid N] [--offset BYTES]\n"
+		"       gpunvme cat --image FILE PATH [options]\n"
+		"\n"
+		"The bytes of a regular file to stdout (holes and unwritten ranges read as\n"
+		"zeroes; a symbolic link gives its target).\n",
+	};
+	printf("%s", use[cmd]);
+	printf("\n"
+	       "  -n, --nsid N         namespace (default 1)\n"
+	       "      --offset BYTES   byte offset of the file system on the namespace or image\n"
+	       "                       (a partition's start; default 0; K/M/G suffixes)\n"
+	       "      --image FILE     read an image file (or block device) directly instead\n"
+	       "                       of a namespace through the driver; no URI then\n"
+	       "%s%s"
+	       "  -h, --help           this text\n"
+	       "\n"
+	       "URI: as for the other commands; emu:/path/disk.img serves an image file as a\n"
+	       "namespace of the embedded emulator (the full driver path).\n"
+	       "\n"
+	       "example: gpunvme %s emu:/tmp/ext4.img %s\n",
+	       cmd == FS_LS ? "  -l, --long           mode, links, owner, size, mtime, inode\n" : "",
+	       cmd != FS_CAT ? "  -j, --json           JSON output\n" : "",
+	       cmd == FS_LS ? "ls" : cmd == FS_STAT ? "stat" : cmd == FS_EXTENTS ? "extents" : "cat",
+	       cmd == FS_LS ? "/dir -l" : "/dir/file");
+}
+
+static int parse(int argc, char **argv, struct fs_opts *o)
+{
+	static const struct option lo[] = {
+		{"nsid", required_argument, NULL, 'n'},
+		{"namespace-id", required_argument, NULL, 'n'},
+		{"offset", required_argument, NULL, 'O'},
+		{"image", required_argument, NULL, 'I'},
+		{"fiemap", required_argument, NULL, 'F'},
+		{"long", no_argument, NULL, 'l'},
+		{"json", no_argument, NULL, 'j'},
+		{"output-format", required_argument, NULL, 'o'},
+		{"help", no_argument, NULL, 'h'},
+		{0, 0, 0, 0},
+	};
+	int c, rc;
+	while ((c = cli_getopt(argc, argv, "n:ljo:h", lo)) != -1) {
+		switch (c) {
+		case 'n':
+			if ((rc = cli_opt_u32("--nsid", optarg, false, 1, 0xfffffffe, &o->nsid)))
+				return rc;
+			break;
+		case 'O':
+			if ((rc = cli_opt_u64("--offset", optarg, true, 0, UINT64_MAX, &o->offset)))
+				return rc;
+			break;
+		case 'I': o->image = optarg; break;
+		case 'F':
+			if (o->cmd != FS_EXTENTS)
+				return cli_usage_err("--fiemap belongs to 'extents'");
+			o->fiemap = optarg;
+			break;
+		case 'l':
+			if (o->cmd != FS_LS)
+				return cli_usage_err("-l belongs to 'ls'");
+			o->longfmt = true;
+			break;
+		case 'j':
+			if (o->cmd == FS_CAT)
+				return cli_usage_err("cat writes the file's bytes; it has no --json");
+			o->json = true;
+			break;
+		case 'o':
+			if (o->cmd == FS_CAT)
+				return cli_usage_err("cat writes the file's bytes; it has no --output-format");
+			if (!strcmp(optarg, "json"))
+				o->json = true;
+			else if (!strcmp(optarg, "normal"))
+				o->json = false;
+			else
+				return cli_usage_err("--output-format '%s': expected normal or json", optarg);
+			break;
+		case 'h': help(o->cmd); return -1;
+		default: return EXIT_USAGE;
+		}
+	}
+	int npos = argc - optind;
+	char **pos = argv + optind;
+	if (o->fiemap) {
+		if (o->image || npos)
+			return cli_usage_err("--fiemap FILE takes no URI, PATH or --image");
+		return 0;
+	}
+	if (!o->image) {
+		if (npos < 1)
+			return cli_usage_err("missing device URI (e.g. emu:/path/disk.img) or --image FILE");
+		o->uri = pos[0];
+		pos++;
+		npos--;
+		struct stat st;
+		/* the common slip: an image path where the URI goes */
+		if (!strchr(o->uri, ':') && stat(o->uri, &st) == 0)
+			return cli_usage_err("'%s' is a file, not a device URI: use --image %s, or emu:%s to go "
+					     "through the driver", o->uri, o->uri, o->uri);
+		if ((rc = cli_check_uri(o->uri)))
+			return rc;
+	}
+	if (npos > 1)
+		return cli_usage_err("unexpected argument '%s' (one PATH)", pos[1]);
+	if (npos == 1)
+		o->path = pos[0];
+	else if (o->cmd == FS_LS)
+		o->path = "/";
+	else
+		return cli_usage_err("missing PATH (a file in the file system, e.g. /dir/file)");
+	return 0;
+}
+
+static void fs_done(struct fs_handle *h)
+{
+	gpunvme_fs_close(h->fs);
+	if (h->have_dev)
+		gpunvme_blkdev_close(&h->dev);
+	if (h->c)
+		gpunvme_close(h->c);
+}
+
+static int fs_start(const struct fs_opts *o, struct fs_handle *h)
+{
+	int rc;
+	memset(h, 0, sizeof(*h));
+	if (o->image) {
+		if ((rc = gpunvme_blkdev_open_file(o->image, &h->dev)))
+			return cli_lib_err(rc, "cannot open image");
+	} else {
+		if ((rc = cli_open(o->uri, NULL, &h->c)))
+			return rc;
+		struct gpunvme_ns_info ni;
+		if ((rc = cli_ns(h->c, o->nsid, &ni))) {
+			fs_done(h);
+			return rc;
+		}
+		if ((rc = gpunvme_blkdev_open_ns(h->c, o->nsid, &h->dev))) {
+			fs_done(h);
+			return cli_lib_err(rc, "namespace %u", o->nsid);
+		}
+	}
+	h->have_dev = true;
+	if (o->offset > h->dev.size) {
+		fs_done(h);
+		return cli_err(EXIT_USAGE, "--offset %" PRIu64 " is past the end of the device (%" PRIu64 " bytes)",
+			       o->offset, h->dev.size);
+	}
+	if ((rc = gpunvme_fs_open(&h->dev, o->offset, &h->fs))) {
+		fs_done(h);
+		return cli_lib_err(rc, "%s", o->image ? o->image : o->uri);
+	}
+	return 0;
+}
+
+static const char *type_name(uint32_t mode)
+{
+	switch (mode & 0170000) {
+	case 0100000: return "file";
+	case 0040000: return "directory";
+	case 0120000: return "symlink";
+	case 0020000: return "char";
+	case 0060000: return "block";
+	case 0010000: return "fifo";
+	case 0140000: return "socket";
+	default: return "unknown";
+	}
+}
+
+static void mode_str(uint32_t mode, char out[11])
+{
+	static const char types[] = "?pc?d?b?-?l?s???";
+	out[0] = types[(mode >> 12) & 15];
+	const char *rwx = "rwxrwxrwx";
+	for (int i = 0; i < 9; i++)
+		out[1 + i] = (mode & (0400u >> i)) ? rwx[i] : '-';
+	if (mode & 04000)
+		out[3] = (mode & 0100) ? 's' : 'S';
+	if (mode & 02000)
+		out[6] = (mode & 010) ? 's' : 'S';
+	if (mode & 01000)
+		out[9] = (mode & 01) ? 't' : 'T';
+	out[10] = 0;
+}
+
+static void time_str(int64_t sec, char *buf, size_t len)
+{
+	time_t t = (time_t)sec;
+	struct tm tm;
+	if (!gmtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
+		snprintf(buf, len, "%" PRId64, sec);
+}
+
+/* Names are bytes: print them as they are, but never raw control bytes
+ * (a hostile image must not drive the terminal). */
+static void put_name(FILE *f, const char *name, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)name[i];
+		if (ch < 0x20 || ch == 0x7f)
+			fprintf(f, "\\x%02x", ch);
+		else
+			fputc(ch, f);
+	}
+}
+
+/* ---- ls ------------------------------------------------------------------ */
+
+struct ent {
+	char *name;
+	size_t len;
+	uint64_t ino;
+	int ftype;
+};
+
+struct ents {
+	struct ent *v;
+	size_t n, cap;
+	int err;
+};
+
+static int collect_cb(void *arg, const char *name, size_t namelen, uint64_t ino, int ftype)
+{
+	struct ents *e = arg;
+	if ((namelen == 1 && name[0] == '.') || (namelen == 2 && name[0] == '.' && name[1] == '.'))
+		return 0;
+	if (e->n == e->cap) {
+		size_t cap = e->cap ? e->cap * 2 : 64;
+		struct ent *v = realloc(e->v, cap * sizeof(*v));
+		if (!v)
+			return e->err = -ENOMEM;
+		e->v = v;
+		e->cap = cap;
+	}
+	char *s = malloc(namelen + 1);
+	if (!s)
+		return e->err = -ENOMEM;
+	memcpy(s, name, namelen);
+	s[namelen] = 0;
+	e->v[e->n++] = (struct ent){ s, namelen, ino, ftype };
+	return 0;
+}
+
+static int cmp_ent(const void *a, const void *b)
+{
+	const struct ent *x = a, *y = b;
+	size_t m = x->len < y->len ? x->len : y->len;
+	int c = memcmp(x->name, y->name, m);
+	return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+static void json_stat(struct cli_json *j, const struct gpunvme_stat *st)
+{
+	char ts[32];
+	cj_u64(j, "ino", st->ino);
+	cj_str(j, "type", type_name(st->mode));
+	cj_u64(j, "mode", st->mode & 07777);
+	cj_u64(j, "nlink", st->nlink);
+	cj_u64(j, "uid", st->uid);
+	cj_u64(j, "gid", st->gid);
+	cj_u64(j, "size", st->size);
+	cj_u64(j, "allocated", st->blocks);
+	cj_i64(j, "mtime", st->mtime_sec);
+	cj_u64(j, "mtime_nsec", st->mtime_nsec);
+	time_str(st->mtime_sec, ts, sizeof(ts));
+	cj_str(j, "mtime_utc", ts);
+}
+
+static void long_line(const struct gpunvme_stat *st, const char *name, size_t len)
+{
+	char m[11], ts[32];
+	mode_str(st->mode, m);
+	time_str(st->mtime_sec, ts, sizeof(ts));
+	printf("%s %3u %5u %5u %12" PRIu64 " %s %10" PRIu64 " ", m, st->nlink, st->uid, st->gid, st->size, ts,
+	       st->ino);
+	put_name(stdout, name, len);
+	printf("\n");
+}
+
+static int do_ls(const struct fs_opts *o, struct fs_handle *h)
+{
+	uint64_t ino;
+	struct gpunvme_stat st;
+	int rc;
+	if ((rc = gpunvme_fs_lookup(h->fs, o->path, &ino)))
+		return cli_lib_err(rc, "lookup");
+	if ((rc = gpunvme_fs_stat(h->fs, ino, &st)))
+		return cli_lib_err(rc, "stat %s", o->path);
+	struct ents e = {0};
+	if ((st.mode & 0170000) == 0040000) {
+		rc = gpunvme_fs_readdir(h->fs, ino, collect_cb, &e);
+		if (rc < 0 || e.err) {
+			rc = cli_lib_err(e.err ? e.err : rc, "reading directory %s", o->path);
+			goto out;
+		}
+		qsort(e.v, e.n, sizeof(*e.v), cmp_ent);
+	} else {
+		collect_cb(&e, o->path, strlen(o->path), ino, 0);
+		if (e.err) {
+			rc = cli_lib_err(e.err, "ls");
+			goto out;
+		}
+	}
+	struct cli_json j;
+	if (o->json) {
+		cj_init(&j, stdout);
+		cj_obj_begin(&j, NULL);
+		cj_str(&j, "fs", gpunvme_fs_type(h->fs));
+		cj_str(&j, "path", o->path);
+		cj_arr_begin(&j, "entries");
+	}
+	rc = 0;
+	for (size_t i = 0; i < e.n; i++) {
+		struct gpunvme_stat es;
+		bool need_stat = o->longfmt || o->json;
+		if (need_stat && (rc = gpunvme_fs_stat(h->fs, e.v[i].ino, &es))) {
+			rc = cli_lib_err(rc, "stat of %s entry '%s' (inode %" PRIu64 ")", o->path, e.v[i].name,
+					 e.v[i].ino);
+			goto out;
+		}
+		if (o->json) {
+			cj_obj_begin(&j, NULL);
+			cj_str(&j, "name", e.v[i].name);
+			json_stat(&j, &es);
+			cj_obj_end(&j);
+		} else if (o->longfmt) {
+			long_line(&es, e.v[i].name, e.v[i].len);
+		} else {
+			put_name(stdout, e.v[i].name, e.v[i].len);
+			printf("\n");
+		}
+	}
+	if (o->json) {
+		cj_arr_end(&j);
+		cj_obj_end(&j);
+		cj_finish(&j);
+	}
+out:
+	for (size_t i = 0; i < e.n; i++)
+		free(e.v[i].name);
+	free(e.v);
+	return rc;
+}
+
+/* ---- stat ------------------------------------------------------------------ */
+
+static int do_stat(const struct fs_opts *o, struct fs_handle *h)
+{
+	uint64_t ino;
+	struct gpunvme_stat st;
+	int rc;
+	if ((rc = gpunvme_fs_lookup(h->fs, o->path, &ino)))
+		return cli_lib_err(rc, "lookup");
+	if ((rc = gpunvme_fs_stat(h->fs, ino, &st)))
+		return cli_lib_err(rc, "stat %s", o->path);
+	if (o->json) {
+		struct cli_json j;
+		cj_init(&j, stdout);
+		cj_obj_begin(&j, NULL);
+		cj_str(&j, "fs", gpunvme_fs_type(h->fs));
+		cj_u64(&j, "block_size", gpunvme_fs_block_size(h->fs));
+		cj_str(&j, "path", o->path);
+		json_stat(&j, &st);
+		cj_obj_end(&j);
+		cj_finish(&j);
+		return 0;
+	}
+	char m[11], ts[32];
+	mode_str(st.mode, m);
+	time_str(st.mtime_sec, ts, sizeof(ts));
+	printf("  Path: ");
+	put_name(stdout, o->path, strlen(o->path));
+	printf("\n"
+	       "    FS: %s, block size %u\n"
+	       " Inode: %" PRIu64 "\n"
+	       "  Type: %s\n"
+	       "  Mode: %04o (%s)\n"
+	       " Links: %u\n"
+	       "   Uid: %u  Gid: %u\n"
+	       "  Size: %" PRIu64 "\n"
+	       " Alloc: %" PRIu64 " bytes\n"
+	       " Mtime: %s.%09u UTC\n",
+	       gpunvme_fs_type(h->fs), gpunvme_fs_block_size(h->fs), st.ino, type_name(st.mode), st.mode & 07777, m,
+	       st.nlink, st.uid, st.gid, st.size, st.blocks, ts, st.mtime_nsec);
+	return 0;
+}
+
+/* ---- extents ------------------------------------------------------------------ */
+
+static void print_extents(const struct fs_opts *o, const char *what, const char *fstype, const char *disk,
+			  uint32_t block_size, uint64_t size, uint32_t lba_size, const struct gpunvme_extent *x,
+			  size_t n)
+{
+	if (o->json) {
+		struct cli_json j;
+		cj_init(&j, stdout);
+		cj_obj_begin(&j, NULL);
+		cj_str(&j, "path", what);
+		if (fstype)
+			cj_str(&j, "fs", fstype);
+		if (disk)
+			cj_str(&j, "device", disk);
+		if (block_size)
+			cj_u64(&j, "block_size", block_size);
+		cj_u64(&j, "size", size);
+		cj_u64(&j, "lba_size", lba_size);
+		cj_arr_begin(&j, "extents");
+		for (size_t i = 0; i < n; i++) {
+			cj_obj_begin(&j, NULL);
+			cj_u64(&j, "logical", x[i].logical);
+			cj_u64(&j, "physical", x[i].physical);
+			cj_u64(&j, "lba", x[i].physical / lba_size);
+			cj_u64(&j, "length", x[i].length);
+			cj_bool(&j, "unwritten", x[i].flags & GPUNVME_EXTENT_UNWRITTEN);
+			cj_obj_end(&j);
+		}
+		cj_arr_end(&j);
+		cj_obj_end(&j);
+		cj_finish(&j);
+		return;
+	}
+	printf("%s: ", disk ? "device" : "fs");
+	if (disk)
+		printf("%s", disk);
+	else
+		printf("%s, block size %u", fstype, block_size);
+	printf(", LBA size %u, file size %" PRIu64 ", %zu extent%s\n", lba_size, size, n, n == 1 ? "" : "s");
+	printf("%16s %16s %14s %14s  %s\n", "logical", "physical", "lba", "length", "flags");
+	for (size_t i = 0; i < n; i++)
+		printf("%16" PRIu64 " %16" PRIu64 " %14" PRIu64 " %14" PRIu64 "  %s\n", x[i].logical, x[i].physical,
+		       x[i].physical / lba_size, x[i].length,
+		       (x[i].flags & GPUNVME_EXTENT_UNWRITTEN) ? "unwritten" : "-");
+}
+
+static int do_extents(const struct fs_opts *o, struct fs_handle *h)
+{
+	uint64_t ino;
+	struct gpunvme_stat st;
+	int rc;
+	if ((rc = gpunvme_fs_lookup(h->fs, o->path, &ino)))
+		return cli_lib_err(rc, "lookup");
+	if ((rc = gpunvme_fs_stat(h->fs, ino, &st)))
+		return cli_lib_err(rc, "stat %s", o->path);
+	if ((st.mode & 0170000) != 0100000)
+		return cli_err(EXIT_RUNTIME, "%s: a %s has no file extents (regular files only)", o->path,
+			       type_name(st.mode));
+	struct gpunvme_extent *x = NULL;
+	size_t n = 0;
+	if ((rc = gpunvme_fs_extents(h->fs, ino, &x, &n)))
+		return cli_lib_err(rc, "extents of %s", o->path);
+	print_extents(o, o->path, gpunvme_fs_type(h->fs), NULL, gpunvme_fs_block_size(h->fs), st.size,
+		      h->dev.lba_size, x, n);
+	free(x);
+	return 0;
+}
+
+static int do_fiemap(const struct fs_opts *o)
+{
+	struct gpunvme_extent *x = NULL;
+	size_t n = 0;
+	char disk[64] = "";
+	int rc = gpunvme_fiemap(o->fiemap, &x, &n, disk, sizeof(disk));
+	if (rc)
+		return cli_lib_err(rc, "fiemap");
+	/* LBAs in the disk's logical block size, as the driver will see it */
+	uint32_t lba = 512;
+	const char *sys = getenv("GPUNVME_SYSFS");
+	char p[256], buf[32];
+	snprintf(p, sizeof(p), "%s/block/%s/queue/logical_block_size", sys && *sys ? sys : "/sys", disk);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t r = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (r > 0) {
+			buf[r] = 0;
+			unsigned long v = strtoul(buf, NULL, 10);
+			if (v >= 512 && v <= 65536 && !(v & (v - 1)))
+				lba = (uint32_t)v;
+		}
+	}
+	uint64_t size = 0;
+	fd = open(o->fiemap, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		off_t end = lseek(fd, 0, SEEK_END);
+		size = end > 0 ? (uint64_t)end : 0;
+		close(fd);
+	}
+	print_extents(o, o->fiemap, NULL, disk, 0, size, lba, x, n);
+	free(x);
+	return 0;
+}
+
+/* ---- cat ------------------------------------------------------------------------ */
+
+#define CAT_CHUNK (1u << 20)
+
+static int do_cat(const struct fs_opts *o, struct fs_handle *h)
+{
+	uint64_t ino;
+	struct gpunvme_stat st;
+	int rc;
+	if ((rc = gpunvme_fs_lookup(h->fs, o->path, &ino)))
+		return cli_lib_err(rc, "lookup");
+	if ((rc = gpunvme_fs_stat(h->fs, ino, &st)))
+		return cli_lib_err(rc, "stat %s", o->path);
+	uint32_t t = st.mode & 0170000;
+	if (t != 0100000 && t != 0120000)
+		return cli_err(EXIT_RUNTIME, "%s: is a %s, not a file", o->path, type_name(st.mode));
+	uint8_t *buf = malloc(CAT_CHUNK);
+	if (!buf)
+		return cli_err(EXIT_RUNTIME, "out of memory");
+	uint64_t off = 0;
+	rc = 0;
+	while (off < st.size) {
+		int64_t r = gpunvme_fs_pread(h->fs, ino, buf, CAT_CHUNK, off);
+		if (r < 0) {
+			rc = cli_lib_err((int)r, "reading %s at byte %" PRIu64, o->path, off);
+			break;
+		}
+		if (r == 0) {
+			rc = cli_err(EXIT_RUNTIME, "%s: short read at byte %" PRIu64 " of %" PRIu64, o->path, off,
+				     st.size);
+			break;
+		}
+		ssize_t w = cli_write_all(STDOUT_FILENO, buf, (size_t)r);
+		if (w < 0) {
+			rc = cli_err(EXIT_RUNTIME, "writing to stdout: %s", strerror((int)-w));
+			break;
+		}
+		off += (uint64_t)r;
+	}
+	free(buf);
+	return rc;
+}
+
+static int run(int cmd, int argc, char **argv)
+{
+	struct fs_opts o = { .cmd = cmd, .nsid = 1 };
+	int rc = parse(argc, argv, &o);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	if (o.fiemap)
+		return do_fiemap(&o);
+	struct fs_handle h;
+	if ((rc = fs_start(&o, &h)))
+		return rc;
+	switch (cmd) {
+	case FS_LS: rc = do_ls(&o, &h); break;
+	case FS_STAT: rc = do_stat(&o, &h); break;
+	case FS_EXTENTS: rc = do_extents(&o, &h); break;
+	default: rc = do_cat(&o, &h); break;
+	}
+	fs_done(&h);
+	return rc;
+}
+
+int cmd_ls(int argc, char **argv) { return run(FS_LS, argc, argv); }
+int cmd_stat(int argc, char **argv) { return run(FS_STAT, argc, argv); }
+int cmd_extents(int argc, char **argv) { return run(FS_EXTENTS, argc, argv); }
+int cmd_cat(int argc, char **argv) { return run(FS_CAT, argc, argv); }
