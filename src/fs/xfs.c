@@ -331,7 +331,7 @@ static int ino_addr(const struct xfs *x, uint64_t ino, uint64_t *addr)
 static int read_inode(struct gpunvme_fs *fs, uint64_t ino, struct xinode *ip)
 {
 	const struct xfs *x = fs->priv;
-	uint64_t addr;
+	uint64_t addr = 0; /* set by ino_addr on success (gcc 13 -O3 cannot tell) */
 	int rc = ino_addr(x, ino, &addr);
 	if (rc)
 		return rc;
@@ -615,7 +615,7 @@ static int dir_ftype(uint8_t t)
 
 static int check_ino(const struct xfs *x, uint64_t dir, uint64_t ino)
 {
-	uint64_t a;
+	uint64_t a = 0;
 	if (ino_addr(x, ino, &a))
 		return gpunvme_set_error(-EUCLEAN, "xfs: directory %llu: entry with bad inode number %llu",
 					 (unsigned long long)dir, (unsigned long long)ino);
