@@ -109,9 +109,41 @@ int gpunvme_fiemap(const char *path, struct gpunvme_extent **ext, size_t *n, cha
 /* ---- lookup tables ---------------------------------------------------------- */
 
 /* Offset -> (byte address on the device) for a sorted extent list; -1 for a
- * hole or unwritten range. Binary search; the same code runs on the GPU
- * (include/gpunvme/extents_dev.h, later). */
+ * hole or unwritten range; *contig (may be NULL) gets the bytes until the
+ * mapping changes (0 past the last extent). Binary search. The inline
+ * version is the same code for host and CUDA device functions, so a kernel
+ * can turn file offsets into LBAs from the table it was handed. */
+GPUNVME_HD int64_t gpunvme_extent_lookup(const struct gpunvme_extent *ext, size_t n, uint64_t off, uint64_t *contig)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (ext[mid].logical <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo > 0) {
+		const struct gpunvme_extent *x = &ext[lo - 1];
+		if (off < x->logical + x->length && !(x->flags & GPUNVME_EXTENT_UNWRITTEN)) {
+			if (contig)
+				*contig = x->logical + x->length - off;
+			return (int64_t)(x->physical + (off - x->logical));
+		}
+		if (off < x->logical + x->length) { /* unwritten: zeroes up to its end */
+			if (contig)
+				*contig = x->logical + x->length - off;
+			return -1;
+		}
+	}
+	if (contig)
+		*contig = lo < n ? ext[lo].logical - off : 0;
+	return -1;
+}
+
+#if !defined(__CUDA_ARCH__)
 int64_t gpunvme_extent_map(const struct gpunvme_extent *ext, size_t n, uint64_t off, uint64_t *contig);
+#endif
 
 #ifdef __cplusplus
 }

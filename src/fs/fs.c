@@ -193,26 +193,7 @@ int gpunvme_fs_extents(struct gpunvme_fs *fs, uint64_t ino, struct gpunvme_exten
 
 int64_t gpunvme_extent_map(const struct gpunvme_extent *ext, size_t n, uint64_t off, uint64_t *contig)
 {
-	size_t lo = 0, hi = n;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (ext[mid].logical <= off)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	if (lo == 0)
-		goto hole;
-	const struct gpunvme_extent *x = &ext[lo - 1];
-	if (off >= x->logical + x->length || (x->flags & GPUNVME_EXTENT_UNWRITTEN))
-		goto hole;
-	if (contig)
-		*contig = x->logical + x->length - off;
-	return (int64_t)(x->physical + (off - x->logical));
-hole:
-	if (contig)
-		*contig = lo < n ? ext[lo].logical - off : 0;
-	return -1;
+	return gpunvme_extent_lookup(ext, n, off, contig);
 }
 
 int64_t gpunvme_fs_pread(struct gpunvme_fs *fs, uint64_t ino, void *buf, size_t len, uint64_t off)
