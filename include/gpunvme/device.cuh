@@ -169,6 +169,64 @@ __device__ static void gpunvme_dev_cq_drain(struct gpunvme_dev_qp *qp)
 	atomicExch(&s->cq_lock, 0u);
 }
 
+/*
+ * The same, by a whole warp (all 32 lanes call it): lane 0 takes the lock,
+ * then each lane reads one of the next 32 entries, so a PCIe round trip
+ * fetches 32 completions instead of one. The run of new entries ends at the
+ * first lane whose phase tag is stale.
+ */
+__device__ static void gpunvme_dev_cq_drain_warp(struct gpunvme_dev_qp *qp)
+{
+	const unsigned int full = 0xffffffffu, lane = threadIdx.x & 31u;
+	struct gpunvme_dev_qstate *s = qp->s;
+	int got = 0;
+	if (lane == 0)
+		got = gpunvme_ld(&s->cq_lock) == 0u && atomicCAS(&s->cq_lock, 0u, 1u) == 0u;
+	if (!__shfl_sync(full, got, 0))
+		return;
+	__threadfence();
+	unsigned int head = gpunvme_ld(&s->cq_head), phase = gpunvme_ld(&s->cq_phase), total = 0;
+	for (;;) {
+		unsigned int pos = head + lane, ph = phase;
+		if (pos >= qp->depth) { /* past the end: the next lap, phase flipped */
+			pos -= qp->depth;
+			ph ^= 1u;
+		}
+		uint32_t dw3 = ((volatile uint32_t *)qp->cq)[pos * 4 + 3];
+		unsigned int stale = __ballot_sync(full, ((dw3 >> 16) & 1u) != ph);
+		unsigned int n = stale ? __ffs(stale) - 1 : 32u; /* consecutive new entries */
+		if (lane < n) {
+			uint32_t cid = dw3 & 0xffffu;
+			if (cid < qp->depth) {
+				qp->status[cid] = (uint16_t)(dw3 >> 17);
+				__threadfence(); /* status before the count that says so */
+				atomicAdd(&qp->done[cid], 1u);
+			}
+		}
+		head += n;
+		if (head >= qp->depth) {
+			head -= qp->depth;
+			phase ^= 1u;
+		}
+		total += n;
+		if (n < 32u)
+			break;
+	}
+	__syncwarp(full);
+	if (lane == 0) {
+		if (total) {
+			*(volatile unsigned int *)&s->cq_head = head;
+			*(volatile unsigned int *)&s->cq_phase = phase;
+			/* every lane's CQE loads precede the head doorbell */
+			__threadfence_system();
+			*qp->cq_db = head;
+		}
+		__threadfence();
+		atomicExch(&s->cq_lock, 0u);
+	}
+	__syncwarp(full);
+}
+
 /* Advance the SQ tail over consecutive written slots up to and including
  * ticket t; one doorbell write covers all of them. */
 __device__ static int gpunvme_dev_commit(const struct gpunvme_dev_queues *q, struct gpunvme_dev_qp *qp,
@@ -533,11 +591,10 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 		unsigned int pending = __ballot_sync(full, !done);
 		if (!pending)
 			break;
+		gpunvme_dev_cq_drain_warp(qp);
 		int late = 0;
-		if (lane == leader) {
-			gpunvme_dev_cq_drain(qp);
+		if (lane == leader)
 			late = gpunvme_dev_now() > deadline;
-		}
 		if (__shfl_sync(full, late, leader)) {
 			int why = lane == leader ? gpunvme_dev_classify(q, qp) : 0;
 			why = __shfl_sync(full, why, leader);

@@ -11,6 +11,7 @@
  *   faults         media error and dropped command seen as statuses in the
  *                  kernel, which returns within its timeout
  *   relaunch       the same queues over 200 kernel launches
+ *   lanes          warp-batched submission (gpunvme_dev_rw_lanes), idle lanes
  * Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
@@ -83,6 +84,22 @@ __global__ void k_warp(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, co
 	int rc = gpunvme_dev_rw_warp(&q, (uint32_t)(w % q.nq), GPUNVME_CMD_READ, r[w].slba, r[w].nlb, &b, r[w].off, tmo);
 	if ((threadIdx.x & 31) == 0)
 		st[w] = rc;
+}
+
+/* Warp batches: lane l of warp w reads block perm(w * 32 + l) into its slot;
+ * every 7th lane sits the round out (inactive lanes must be fine). */
+__global__ void k_lanes(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, int n, int rounds, int *st, uint64_t tmo)
+{
+	int t = blockIdx.x * blockDim.x + threadIdx.x;
+	int w = t / 32;
+	for (int r = 0; r < rounds; r++) {
+		int i = (w * rounds + r) * 32 + (t & 31);
+		bool active = i < n && (i % 7) != 3;
+		uint64_t p = ((uint64_t)i * 40503u) % (uint64_t)n;
+		int rc = gpunvme_dev_rw_lanes(&q, (uint32_t)(w % q.nq), GPUNVME_CMD_READ, p, 1, &b, p * 4096, active, tmo);
+		if (active && rc)
+			atomicCAS(st, 0, rc);
+	}
 }
 
 static struct gpunvme_ctrl *open_emu(const char *uri)
@@ -211,6 +228,52 @@ static int case_many_threads(void)
 	printf("many_threads: 65536 threads, one 4 KiB read each, 16 queues x 1024: ok (%.3f s, %.0f IOPS incl. launch)\n",
 	       s, n / s);
 	free(hr);
+	gpunvme_gpu_buf_free(b);
+	gpunvme_gpu_queues_destroy(g);
+	gpunvme_close(c);
+	return 0;
+}
+
+static int case_lanes(void)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:256M?lbads=12&workers=4");
+	if (!c)
+		return 1;
+	const int n = 32768;
+	size_t len = (size_t)n * 4096;
+	uint8_t *src = (uint8_t *)gpunvme_dma_alloc(c, len);
+	fill(src, len, 77);
+	struct gpunvme_qpair *qp;
+	OK(gpunvme_qpair_create(c, 64, &qp));
+	OK(gpunvme_write_sync(qp, 1, src, 0, (uint64_t)n, NULL));
+	gpunvme_qpair_destroy(qp);
+	struct gpunvme_gpu_queues *g;
+	OK(gpunvme_gpu_queues_create(c, 1, 8, 256, &g));
+	uint8_t *dst = (uint8_t *)gpunvme_dma_alloc(c, len);
+	memset(dst, 0, len);
+	struct gpunvme_gpu_buf *b;
+	OK(gpunvme_gpu_buf_host(g, dst, len, &b, NULL));
+	int *st;
+	CK(cudaMallocManaged(&st, sizeof(int)));
+	*st = 0;
+	const int rounds = 4;
+	int warps = (n + 32 * rounds - 1) / (32 * rounds);
+	k_lanes<<<(warps * 32 + 127) / 128, 128>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), n, rounds, st,
+						   10 * SEC);
+	CK(cudaDeviceSynchronize());
+	if (*st)
+		FAIL("lanes: status %d\n", *st);
+	for (int i = 0; i < n; i++) {
+		uint64_t p = ((uint64_t)i * 40503u) % (uint64_t)n;
+		int active = (i % 7) != 3;
+		for (int k = 0; k < 4096; k += 512) {
+			uint8_t want = active ? src[p * 4096 + k] : 0;
+			if (dst[p * 4096 + k] != want)
+				FAIL("lanes: block %llu byte %d\n", (unsigned long long)p, k);
+		}
+	}
+	printf("lanes: %d warp-batched reads (1 in 7 lanes idle) over 8 queues: ok\n", n);
+	cudaFree(st);
 	gpunvme_gpu_buf_free(b);
 	gpunvme_gpu_queues_destroy(g);
 	gpunvme_close(c);
@@ -395,6 +458,7 @@ int main(int argc, char **argv)
 	} cases[] = {
 		{ "random_rw", case_random_rw },   { "many_threads", case_many_threads },
 		{ "tier2", case_tier2 },           { "faults", case_faults },
+		{ "lanes", case_lanes },
 		{ "relaunch", case_relaunch },
 	};
 	int rc = 0, ran = 0;
