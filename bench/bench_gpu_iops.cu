@@ -18,20 +18,21 @@
 
 /* mode 0: thread-level calls; mode 1: warp batches (gpunvme_dev_rw_lanes) */
 __global__ void k_iops(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, int n, unsigned long long *errors,
-		       uint64_t tmo, int mode)
+		       uint64_t tmo, int mode, uint32_t io_blocks)
 {
 	uint64_t tid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
 	uint64_t x = tid * 0x9E3779B97F4A7C15ull + 12345;
 	/* spread warps over queues: one queue per warp group */
 	uint32_t qi = (uint32_t)((tid / 32) % q.nq);
-	uint64_t off = (tid % 256) * 4096; /* null namespace: the buffer is never written */
+	/* null namespace: the buffer is never written; all threads may share it */
+	uint64_t off = io_blocks == (4096u >> q.lba_shift) ? (tid % 256) * 4096 : 0;
 	for (int i = 0; i < n; i++) {
 		x ^= x << 13;
 		x ^= x >> 7;
 		x ^= x << 17;
-		uint64_t lba = (x % (q.nsze >> 3)) << 3;
-		int rc = mode ? gpunvme_dev_rw_lanes(&q, qi, GPUNVME_CMD_READ, lba, 4096 >> q.lba_shift, &b, off, true, tmo)
-			      : gpunvme_dev_rw(&q, qi, GPUNVME_CMD_READ, lba, 4096 >> q.lba_shift, &b, off, tmo);
+		uint64_t lba = (x % (q.nsze / io_blocks)) * io_blocks;
+		int rc = mode ? gpunvme_dev_rw_lanes(&q, qi, GPUNVME_CMD_READ, lba, io_blocks, &b, off, true, tmo)
+			      : gpunvme_dev_rw(&q, qi, GPUNVME_CMD_READ, lba, io_blocks, &b, off, tmo);
 		if (rc) {
 			atomicAdd(errors, 1ull);
 			if (!mode)
@@ -43,8 +44,12 @@ __global__ void k_iops(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, in
 int main(int argc, char **argv)
 {
 	int workers = 4, queues = 8, depth = 1024, threads = 65536, n = 64, mode = 0, opt;
-	while ((opt = getopt(argc, argv, "w:q:d:t:n:m:")) != -1) {
+	long io = 4096;
+	const char *extra = "";
+	while ((opt = getopt(argc, argv, "w:q:d:t:n:m:b:u:")) != -1) {
 		switch (opt) {
+		case 'b': io = atol(optarg); break;
+		case 'u': extra = optarg; break;
 		case 'm': mode = atoi(optarg); break;
 		case 'w': workers = atoi(optarg); break;
 		case 'q': queues = atoi(optarg); break;
@@ -56,8 +61,13 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	char uri[128];
-	snprintf(uri, sizeof(uri), "emu:null:1T?lbads=12&workers=%d&nsq=%d&mqes=4095", workers, queues);
+	char uri[256];
+	snprintf(uri, sizeof(uri), "emu:null:1T?lbads=12&workers=%d&nsq=%d&mqes=4095%s%s", workers, queues,
+		 *extra ? "&" : "", extra);
+	if (io < 4096 || io % 4096 || io > (2 << 20)) {
+		fprintf(stderr, "-b: 4 KiB multiples up to 2 MiB\n");
+		return 2;
+	}
 	struct gpunvme_opts o;
 	gpunvme_opts_init(&o);
 	o.nr_io_queues = (uint32_t)queues;
@@ -83,7 +93,7 @@ int main(int argc, char **argv)
 	*err = 0;
 	/* warm-up */
 	k_iops<<<(threads + 255) / 256, 256>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), 2, err,
-					      10000000000ull, mode);
+					      10000000000ull, mode, (uint32_t)(io / 4096));
 	cudaDeviceSynchronize();
 	if (*err) {
 		fprintf(stderr, "warm-up: %llu threads failed\n", *err);
@@ -94,14 +104,15 @@ int main(int argc, char **argv)
 	cudaEventCreate(&e1);
 	cudaEventRecord(e0);
 	k_iops<<<(threads + 255) / 256, 256>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), n, err,
-					      10000000000ull, mode);
+					      10000000000ull, mode, (uint32_t)(io / 4096));
 	cudaEventRecord(e1);
 	cudaError_t ce = cudaEventSynchronize(e1);
 	float ms = 0;
 	cudaEventElapsedTime(&ms, e0, e1);
 	double reads = (double)threads * n;
-	printf("%s,%d,%d,%d,%d,%.0f,%.4f,%.0f,%llu%s\n", mode ? "warp" : "thread", workers, queues, depth, threads, reads, ms / 1e3,
-	       reads / (ms / 1e3), *err, ce == cudaSuccess ? "" : ",cuda-error");
+	printf("%s,%d,%d,%d,%d,%.0f,%.4f,%.0f,%llu,%ld,%.1f%s\n", mode ? "warp" : "thread", workers, queues, depth,
+	       threads, reads, ms / 1e3, reads / (ms / 1e3), *err, io, reads * io / (ms / 1e3) / 1e6,
+	       ce == cudaSuccess ? "" : ",cuda-error");
 	gpunvme_gpu_buf_free(b);
 	gpunvme_gpu_queues_destroy(g);
 	gpunvme_close(c);

@@ -6,7 +6,7 @@
 set -uo pipefail
 B=${1:-build}
 echo "# $(date -u) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) cpus=$(nproc)"
-echo "path,mode,workers,queues,depth,threads,reads,seconds,iops,errors"
+echo "path,mode,workers,queues,depth,threads,reads,seconds,iops,errors,io_bytes,mb_per_s"
 for w in 1 2 4 8 12; do
 	for q in $w $((2 * w)) $((4 * w)); do
 		# threads: 4 per queue slot, at most 65536
