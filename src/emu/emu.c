@@ -74,11 +74,19 @@ static void *worker_main(void *arg)
 	while (!__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) {
 		pthread_mutex_lock(&w->lock);
 		int n = emu_worker_pass(w);
+		uint64_t due = w->next_due;
 		pthread_mutex_unlock(&w->lock);
-		if (n > 0)
+		if (n > 0) {
 			backoff_reset(&b);
-		else
+		} else if (due) {
+			/* a modeled completion is pending: stay awake (sleeping,
+			 * with the kernel's timer slack, would add to the modeled
+			 * latency); yield so other threads keep the core */
+			backoff_reset(&b);
+			sched_yield();
+		} else {
 			backoff_wait(&b, e->cfg.idle_sleep_max_us);
+		}
 	}
 	return NULL;
 }

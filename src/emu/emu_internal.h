@@ -132,6 +132,7 @@ struct emu_worker {
 	struct emu_cq **cqs;
 	uint32_t ncqs, cqs_cap;
 	struct emu_thread t;
+	uint64_t next_due;     /* earliest modeled completion still pending (0: none) */
 };
 
 struct emu_event { uint8_t type, info, log; };

@@ -67,7 +67,7 @@ void emu_cq_enqueue(struct emu_cq *cq, struct emu_sq *sq, uint16_t cid, uint32_t
 }
 
 /* Post what is due, in order, while the CQ has room. */
-static int cq_drain(struct emu_cq *cq, uint64_t *now)
+static int cq_drain(struct emu_cq *cq, uint64_t *now, uint64_t *next_due)
 {
 	int done = 0;
 	while (cq->pend_count) {
@@ -77,8 +77,12 @@ static int cq_drain(struct emu_cq *cq, uint64_t *now)
 		if (p->due_ns) {
 			if (!*now)
 				*now = emu_now_ns();
-			if (p->due_ns > *now)
+			if (p->due_ns > *now) {
+				/* tell the idle back-off when to be awake again */
+				if (!*next_due || p->due_ns < *next_due)
+					*next_due = p->due_ns;
 				break;
+			}
 		}
 		if (!emu_cq_post(cq, p->sq, p->cid, p->dw0, p->status))
 			break; /* back-pressure: the host has not freed a slot */
@@ -408,6 +412,7 @@ int emu_worker_pass(struct emu_worker *w)
 	int done = 0;
 	uint64_t now = 0;
 
+	w->next_due = 0;
 	if (__atomic_load_n(&e->halted, __ATOMIC_ACQUIRE))
 		return 0;
 	uint32_t ab = __atomic_load_n(&e->feat.arb, __ATOMIC_RELAXED) & 7; /* Set Features races */
@@ -423,7 +428,7 @@ int emu_worker_pass(struct emu_worker *w)
 			done += sq_process(t, sq, burst);
 		if (t->gpu_pending)
 			gpu_release(t, cq);
-		done += cq_drain(cq, &now);
+		done += cq_drain(cq, &now, &w->next_due);
 	}
 	pthread_rwlock_unlock(&e->dma.lock);
 	return done;
