@@ -164,7 +164,6 @@ __device__ static void gpunvme_dev_cq_drain(struct gpunvme_dev_qp *qp)
 		 * entries: order them before the head doorbell store */
 		__threadfence_system();
 		*qp->cq_db = head;
-		__threadfence_system(); /* deliver the head doorbell promptly */
 	}
 	__threadfence();
 	atomicExch(&s->cq_lock, 0u);
@@ -221,7 +220,6 @@ __device__ static void gpunvme_dev_cq_drain_warp(struct gpunvme_dev_qp *qp)
 			/* every lane's CQE loads precede the head doorbell */
 			__threadfence_system();
 			*qp->cq_db = head;
-			__threadfence_system(); /* deliver the head doorbell promptly */
 		}
 		__threadfence();
 		atomicExch(&s->cq_lock, 0u);
@@ -248,10 +246,6 @@ __device__ static int gpunvme_dev_commit(const struct gpunvme_dev_queues *q, str
 				 * the doorbell the controller acts on */
 				__threadfence_system();
 				*qp->sq_db = n & (qp->depth - 1);
-				/* push the doorbell out now: a store to host memory
-				 * may otherwise sit in the GPU's write path (measured:
-				 * ~1 ms per command at queue depth 1 without this) */
-				__threadfence_system();
 				*(volatile unsigned int *)&s->committed = n;
 			}
 			__threadfence();
