@@ -87,7 +87,7 @@ void gpunvme_emu_config_init(struct gpunvme_emu_config *cfg);
  *   ram:SIZE | null:SIZE | PATH   [ "?" key=value ("&" key=value)* ]
  * SIZE takes K/M/G/T suffixes (powers of 1024). Keys: lbads (9|12), nsq
  * (I/O queue pairs), mqes, mdts, dstrd, workers, latency_us, read_mbps,
- * write_mbps, iops, ready_ms, ns (extra namespaces: "ns=ram:1G,null:4G").
+ * write_mbps, iops, ready_ms, idle_us, vwc, ns (extra namespaces: "ns=ram:1G,null:4G").
  * Returns 0 or -EINVAL; on error, *err (if not NULL) points at a static
  * message naming the problem. */
 int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec,

@@ -164,6 +164,9 @@ int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec, c
 		} else if (KEY("ready_ms")) {
 			bad = parse_uint(v, vlen, 127500, &x);
 			cfg->ready_delay_ms = (uint32_t)x;
+		} else if (KEY("idle_us")) {
+			bad = parse_uint(v, vlen, 1000000, &x) || x == 0;
+			cfg->idle_sleep_max_us = (uint32_t)x;
 		} else if (KEY("vwc")) {
 			bad = parse_uint(v, vlen, 1, &x);
 			cfg->vwc = (uint8_t)x;
@@ -185,7 +188,7 @@ int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec, c
 			}
 		} else {
 			*err = "unknown option (known: lbads nsq mqes mdts dstrd workers latency_us "
-			       "read_mbps write_mbps iops ready_ms vwc ns)";
+			       "read_mbps write_mbps iops ready_ms idle_us vwc ns)";
 			return -EINVAL;
 		}
 #undef KEY
