@@ -306,6 +306,41 @@ __device__ static int gpunvme_dev_prps(const struct gpunvme_dev_queues *q, struc
 	return 0;
 }
 
+/* Build the command for ticket t in its slot, store it into the SQ and mark
+ * the slot written. Returns the PRP error, if any: the slot then carries a
+ * Flush, so the tail can still move past it, and the caller reports the
+ * error after the (harmless) completion. */
+__device__ static int gpunvme_dev_place(const struct gpunvme_dev_queues *q, struct gpunvme_dev_qp *qp,
+					unsigned int t, uint8_t opc, uint64_t slba, uint32_t nlb,
+					const struct gpunvme_dev_buf *b, uint64_t off, uint64_t len)
+{
+	const uint32_t slot = t & (qp->depth - 1);
+	struct gpunvme_sqe e;
+	memset(&e, 0, sizeof(e));
+	e.opc = opc;
+	e.cid = (uint16_t)slot;
+	e.nsid = q->nsid;
+	e.rw.slba = slba;
+	e.rw.nlb = (uint16_t)(nlb - 1);
+	int err = gpunvme_dev_prps(q, qp, slot, b, off, len, &e);
+	if (err) {
+		memset(&e, 0, sizeof(e));
+		e.opc = GPUNVME_CMD_FLUSH;
+		e.cid = (uint16_t)slot;
+		e.nsid = q->nsid;
+	}
+	/* 16-byte stores of the 64-byte entry into the SQ (host memory) */
+	uint4 *dst = (uint4 *)&qp->sq[slot];
+	const uint4 *src = (const uint4 *)&e;
+	for (int k = 0; k < 4; k++)
+		dst[k] = src[k];
+	/* the SQE must be visible to the controller before anyone can ring a
+	 * doorbell covering it: system-scope fence, then the mark */
+	__threadfence_system();
+	atomicExch(&qp->mark[slot], t + 1u);
+	return err;
+}
+
 /*
  * Submit one Read or Write of nlb blocks (at most max_blocks) between slba
  * and buffer offset off, on queue pair qi. On success *tag identifies the
@@ -357,31 +392,7 @@ __device__ static int gpunvme_dev_submit(const struct gpunvme_dev_queues *q, uin
 			return gpunvme_dev_classify(q, qp);
 		gpunvme_backoff(&ns);
 	}
-	struct gpunvme_sqe e;
-	memset(&e, 0, sizeof(e));
-	e.opc = opc;
-	e.cid = (uint16_t)slot;
-	e.nsid = q->nsid;
-	e.rw.slba = slba;
-	e.rw.nlb = (uint16_t)(nlb - 1);
-	tag->err = gpunvme_dev_prps(q, qp, slot, b, off, len, &e);
-	if (tag->err) {
-		/* the ticket is taken: send a Flush in its place so the tail
-		 * can move past the slot; wait() reports the error */
-		memset(&e, 0, sizeof(e));
-		e.opc = GPUNVME_CMD_FLUSH;
-		e.cid = (uint16_t)slot;
-		e.nsid = q->nsid;
-	}
-	/* 16-byte stores of the 64-byte entry into the SQ (host memory) */
-	uint4 *dst = (uint4 *)&qp->sq[slot];
-	const uint4 *src = (const uint4 *)&e;
-	for (int k = 0; k < 4; k++)
-		dst[k] = src[k];
-	/* the SQE must be visible to the controller before anyone can ring a
-	 * doorbell covering it: system-scope fence, then the mark */
-	__threadfence_system();
-	atomicExch(&qp->mark[slot], t + 1u);
+	tag->err = gpunvme_dev_place(q, qp, t, opc, slba, nlb, b, off, len);
 	tag->qi = qi;
 	tag->slot = slot;
 	tag->lap = lap;
@@ -544,29 +555,8 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 			else
 				gpunvme_backoff(&ns);
 		}
-		struct gpunvme_sqe e;
-		memset(&e, 0, sizeof(e));
-		e.cid = (uint16_t)slot;
-		e.nsid = q->nsid;
-		if (!err) {
-			e.opc = opc;
-			e.rw.slba = slba;
-			e.rw.nlb = (uint16_t)(nlb - 1);
-			rc = gpunvme_dev_prps(q, qp, slot, b, off, len, &e);
-			if (rc) { /* keep the ticket moving: a Flush in its place */
-				memset(&e, 0, sizeof(e));
-				e.opc = GPUNVME_CMD_FLUSH;
-				e.cid = (uint16_t)slot;
-				e.nsid = q->nsid;
-			}
-			uint4 *dst = (uint4 *)&qp->sq[slot];
-			const uint4 *src = (const uint4 *)&e;
-			for (int i = 0; i < 4; i++)
-				dst[i] = src[i];
-			/* SQE visible before its mark (see gpunvme_dev_submit) */
-			__threadfence_system();
-			atomicExch(&qp->mark[slot], t + 1u);
-		}
+		if (!err)
+			rc = gpunvme_dev_place(q, qp, t, opc, slba, nlb, b, off, len);
 	}
 	__syncwarp(full);
 	if (__ballot_sync(full, err != 0))
