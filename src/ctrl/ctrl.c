@@ -460,21 +460,24 @@ int gpunvme_reset(struct gpunvme_ctrl *c)
 	return rc;
 }
 
+/* Identify's ASCII fields are space padded, not terminated (§5.15.2.2):
+ * copy into dst (n + 1 bytes) without the padding. */
+static void copy_trimmed(char *dst, const char *src, size_t n)
+{
+	while (n > 0 && (src[n - 1] == ' ' || src[n - 1] == 0))
+		n--;
+	memcpy(dst, src, n);
+	dst[n] = 0;
+}
+
 int gpunvme_ctrl_info(struct gpunvme_ctrl *c, struct gpunvme_ctrl_info *info)
 {
 	memset(info, 0, sizeof(*info));
 	snprintf(info->transport, sizeof(info->transport), "%s", c->bus.ops->name);
 	snprintf(info->addr, sizeof(info->addr), "%s", c->bus.addr);
-	/* ASCII fields are space padded: trim for display */
-	memcpy(info->sn, c->id.sn, 20);
-	memcpy(info->mn, c->id.mn, 40);
-	memcpy(info->fr, c->id.fr, 8);
-	for (char *s = info->sn + 19; s >= info->sn && (*s == ' ' || !*s); s--)
-		*s = 0;
-	for (char *s = info->mn + 39; s >= info->mn && (*s == ' ' || !*s); s--)
-		*s = 0;
-	for (char *s = info->fr + 7; s >= info->fr && (*s == ' ' || !*s); s--)
-		*s = 0;
+	copy_trimmed(info->sn, c->id.sn, 20);
+	copy_trimmed(info->mn, c->id.mn, 40);
+	copy_trimmed(info->fr, c->id.fr, 8);
 	info->vid = c->id.vid;
 	info->ssvid = c->id.ssvid;
 	info->vs = c->vs;

@@ -15,6 +15,7 @@
 #include "gpunvme/device.cuh"
 #include "gpunvme/emu.h"
 #include "gpunvme/gpu.h"
+#include "nvme/prp.h"
 
 extern "C" {
 int gpunvme_set_error(int rc, const char *fmt, ...);
@@ -118,9 +119,11 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 	g->depth = d;
 	const uint32_t ps = gpunvme_ctrl_page_size(c);
 	const uint64_t max_xfer = gpunvme_ctrl_max_xfer(c);
-	/* list pages per command for the worst start offset (as the CPU path) */
-	uint64_t ents = (max_xfer + ps - 1) / ps + 1, per = ps / 8;
-	g->lp = ents <= 1 ? 1 : (uint32_t)(1 + (ents > per ? (ents - per + per - 2) / (per - 1) : 0));
+	/* list pages per command for the worst start offset, as the CPU path
+	 * counts them; at least one (the slot's list page is always there) */
+	g->lp = gpunvme_prp_list_pages(ps - 4, max_xfer, ps);
+	if (g->lp == 0)
+		g->lp = 1;
 	if (g->lp > GPUNVME_DEV_MAX_LISTS) {
 		uint32_t lp = g->lp;
 		free(g);

@@ -293,6 +293,9 @@ void emu_cq_enqueue(struct emu_cq *cq, struct emu_sq *sq, uint16_t cid, uint32_t
 		    uint64_t due_ns);
 bool emu_cq_post(struct emu_cq *cq, struct emu_sq *sq, uint16_t cid, uint32_t dw0, uint16_t status);
 bool emu_cq_full(const struct emu_cq *cq);
+/* Post the CQ's pending completions that are due, in order, while it has
+ * room; *next_due gets the earliest one still waiting for its time. */
+int emu_cq_drain(struct emu_cq *cq, uint64_t *now, uint64_t *next_due);
 int emu_cq_grow(struct emu_cq *cq, uint32_t extra);
 /* Read a doorbell: a value below `size` updates *val; anything else is
  * ignored and raises an Invalid Doorbell Write Value event (once per value). */

@@ -67,7 +67,7 @@ void emu_cq_enqueue(struct emu_cq *cq, struct emu_sq *sq, uint16_t cid, uint32_t
 }
 
 /* Post what is due, in order, while the CQ has room. */
-static int cq_drain(struct emu_cq *cq, uint64_t *now, uint64_t *next_due)
+int emu_cq_drain(struct emu_cq *cq, uint64_t *now, uint64_t *next_due)
 {
 	int done = 0;
 	while (cq->pend_count) {
@@ -428,7 +428,7 @@ int emu_worker_pass(struct emu_worker *w)
 			done += sq_process(t, sq, burst);
 		if (t->gpu_pending)
 			gpu_release(t, cq);
-		done += cq_drain(cq, &now, &w->next_due);
+		done += emu_cq_drain(cq, &now, &w->next_due);
 	}
 	pthread_rwlock_unlock(&e->dma.lock);
 	return done;
