@@ -26,7 +26,7 @@ test: test-asan test-tsan fuzz test-gpu test-qemu
 test-asan:
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGPUNVME_SANITIZE=address,undefined
 	$(CMAKE) --build build-asan -j $(JOBS)
-	cd build-asan && $(CTEST) --output-on-failure -j $(JOBS) -L 'unit|emu|io|cli|fs'
+	cd build-asan && $(CTEST) --output-on-failure -j $(JOBS) -L 'unit|emu|io|cli|fs|loader'
 
 test-tsan:
 	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUNVME_SANITIZE=thread
@@ -51,8 +51,11 @@ fuzz-build:
 fuzz: fuzz-build
 	cd build-fuzz && FUZZ_SECONDS=$(FUZZ_SECONDS) $(CTEST) --output-on-failure -L fuzz
 
+# The emulator trace, then the main job: a synthetic >= 512 MiB safetensors
+# model in ext4 (and XFS) images, loaded through the driver with --verify.
 demo: build
 	./build/bin/gpunvme-emu-demo
+	scripts/demo-load.sh build
 
 bench: build
 	./build/bin/bench_emu_null

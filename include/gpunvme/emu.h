@@ -136,6 +136,13 @@ int gpunvme_emu_dma_map_gpu(struct gpunvme_emu *emu, uint64_t iova, uint64_t dev
  * command that is using the region, so the memory may be freed afterwards. */
 int gpunvme_emu_dma_unmap(struct gpunvme_emu *emu, uint64_t iova);
 
+/* The host memory behind namespace nsid (RAM, or the file mapping), so a
+ * GPU library can pin it (cudaHostRegister) and copy engine transfers run
+ * at full speed. From then on Deallocate zeroes pages in place instead of
+ * returning them to the kernel (which would break the pin). -ENODATA for a
+ * null namespace, -EINVAL for a bad nsid. */
+int gpunvme_emu_ns_memory(struct gpunvme_emu *emu, uint32_t nsid, void **p, size_t *len);
+
 /* Number of copy lanes (worker threads + the admin thread). */
 unsigned gpunvme_emu_lanes(const struct gpunvme_emu *emu);
 

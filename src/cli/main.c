@@ -19,6 +19,8 @@ int cmd_ls(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_extents(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
+/* cmd_load.c: model files into GPU memory */
+int cmd_load(int argc, char **argv);
 
 #ifndef GPUNVME_VERSION
 #define GPUNVME_VERSION "0.1.0"
@@ -42,6 +44,7 @@ static const struct command commands[] = {
 	{"stat", cmd_stat, "inode of a file in an ext4/XFS file system"},
 	{"extents", cmd_extents, "a file's extents: LBAs on the namespace (decoders or --fiemap)"},
 	{"cat", cmd_cat, "a file's bytes from an ext4/XFS file system to stdout"},
+	{"load", cmd_load, "load a safetensors/GGUF model's tensors into GPU memory (no mount)"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 

@@ -47,6 +47,7 @@ struct gpunvme_gpu_queues {
 	size_t bar_len;
 	bool bar_registered;
 	unsigned lanes;
+	void *ns_pinned;                 /* the emulator namespace's memory, when we pinned it */
 	cudaStream_t lane_stream[MAX_LANES];
 	struct gpunvme_emu_gpu_ops ops;
 };
@@ -261,6 +262,19 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 		g->ops.copy = lane_copy;
 		g->ops.sync = lane_sync;
 		g->ops.ctx = g;
+		/* Copies from pageable memory go through the driver's staging
+		 * buffers at a fraction of the link rate (and synchronously), so
+		 * pin the namespace's memory. Best effort: a namespace too large
+		 * to pin still works, slower; someone else's pin is left alone. */
+		void *nsmem;
+		size_t nslen;
+		if (gpunvme_emu_ns_memory(gpunvme_ctrl_emu(c), nsid, &nsmem, &nslen) == 0) {
+			ce = cudaHostRegister(nsmem, nslen, cudaHostRegisterDefault);
+			if (ce == cudaSuccess)
+				g->ns_pinned = nsmem;
+			else
+				cudaGetLastError(); /* clear the sticky-free error */
+		}
 	}
 	*out = g;
 	return 0;
@@ -289,6 +303,8 @@ void gpunvme_gpu_queues_destroy(struct gpunvme_gpu_queues *g)
 	cudaFree(g->dev_list_iova);
 	for (unsigned i = 0; i < g->lanes; i++)
 		cudaStreamDestroy(g->lane_stream[i]);
+	if (g->ns_pinned)
+		cudaHostUnregister(g->ns_pinned);
 	free(g->qids);
 	free(g->qp_host);
 	free(g);
@@ -364,6 +380,24 @@ int gpunvme_gpu_buf_host(struct gpunvme_gpu_queues *g, void *dma_mem, size_t len
 	return 0;
 }
 
+/* Tier 2 registration: the emulator learns the GPU range (its address table
+ * moves the data with the copy engine); the buffer's 64 KiB table is just
+ * consecutive IOVAs of that range. */
+static int buf_map_vram(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b, void *dev_ptr, size_t len)
+{
+	int rc = gpunvme_ctrl_map_gpu(g->c, (uint64_t)(uintptr_t)dev_ptr, len, &g->ops, &b->gpu_iova);
+	if (rc)
+		return rc;
+	size_t n = (len + 0xffff) >> 16;
+	uint64_t *tab = (uint64_t *)malloc(n * sizeof(uint64_t));
+	for (size_t k = 0; tab && k < n; k++)
+		tab[k] = b->gpu_iova + (k << 16);
+	rc = tab ? upload_table(b, tab, n) : gpunvme_set_error(-ENOMEM, "out of memory");
+	free(tab);
+	b->dev_ptr = dev_ptr;
+	return rc;
+}
+
 int gpunvme_gpu_buf_device(struct gpunvme_gpu_queues *g, size_t len, struct gpunvme_gpu_buf **out, void **dev_ptr)
 {
 	if (!g || !len || !out)
@@ -380,25 +414,39 @@ int gpunvme_gpu_buf_device(struct gpunvme_gpu_queues *g, size_t len, struct gpun
 		free(b);
 		return cuda_err(ce, "cudaMalloc of the buffer");
 	}
-	int rc = gpunvme_ctrl_map_gpu(g->c, (uint64_t)(uintptr_t)b->vram, len, &g->ops, &b->gpu_iova);
-	if (rc) {
-		cudaFree(b->vram);
-		free(b);
-		return rc;
-	}
-	size_t n = (len + 0xffff) >> 16;
-	uint64_t *tab = (uint64_t *)malloc(n * sizeof(uint64_t));
-	for (size_t k = 0; tab && k < n; k++)
-		tab[k] = b->gpu_iova + (k << 16);
-	rc = tab ? upload_table(b, tab, n) : gpunvme_set_error(-ENOMEM, "out of memory");
-	free(tab);
-	b->dev_ptr = b->vram;
+	int rc = buf_map_vram(g, b, b->vram, len);
 	if (rc) {
 		gpunvme_gpu_buf_free(b);
 		return rc;
 	}
 	if (dev_ptr)
 		*dev_ptr = b->vram;
+	*out = b;
+	return 0;
+}
+
+int gpunvme_gpu_buf_register(struct gpunvme_gpu_queues *g, void *dev_ptr, size_t len, struct gpunvme_gpu_buf **out)
+{
+	if (!g || !dev_ptr || !len || !out)
+		return gpunvme_set_error(-EINVAL, "gpu buffer: bad arguments");
+	if (!g->ops.copy)
+		return gpunvme_ctrl_map_gpu(g->c, 0, 0, NULL, NULL); /* the -ENOTSUP message */
+	cudaPointerAttributes pa;
+	if (cudaPointerGetAttributes(&pa, dev_ptr) != cudaSuccess || pa.type != cudaMemoryTypeDevice) {
+		cudaGetLastError();
+		return gpunvme_set_error(-EINVAL, "%p is not GPU memory (cudaMalloc it, or use Tier 1 for host memory)",
+					 dev_ptr);
+	}
+	struct gpunvme_gpu_buf *b = (struct gpunvme_gpu_buf *)calloc(1, sizeof(*b));
+	if (!b)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	b->g = g;
+	b->desc.len = len;
+	int rc = buf_map_vram(g, b, dev_ptr, len);
+	if (rc) {
+		gpunvme_gpu_buf_free(b);
+		return rc;
+	}
 	*out = b;
 	return 0;
 }
@@ -465,4 +513,46 @@ int gpunvme_gpu_read_async(struct gpunvme_gpu_queues *g, uint64_t slba, uint64_t
 									  d_status, timeout_ns);
 	cudaError_t ce = cudaGetLastError();
 	return ce == cudaSuccess ? 0 : cuda_err(ce, "launching the read kernel");
+}
+
+/* ---- scattered reads ------------------------------------------------------------ */
+
+/* Warps take segments in turn; each segment is at most 32 commands, one per
+ * lane (the host cuts them), read with the warp-cooperative call on queue
+ * pair (warp % nq). A failed warp goes on with its next segment: the first
+ * failure is kept, and the rest of the data still lands. */
+__global__ void gpunvme_read_segs_kernel(struct gpunvme_dev_queues q, const struct gpunvme_gpu_seg *segs,
+					 uint32_t nseg, struct gpunvme_dev_buf b0, struct gpunvme_dev_buf b1,
+					 int *status, uint64_t timeout_ns)
+{
+	uint64_t w = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32;
+	uint64_t nw = (gridDim.x * (uint64_t)blockDim.x) / 32;
+	for (uint64_t i = w; i < nseg; i += nw) {
+		struct gpunvme_gpu_seg sg = segs[i];
+		int rc = gpunvme_dev_rw_warp(&q, (uint32_t)(w % q.nq), GPUNVME_CMD_READ, sg.slba, sg.nlb,
+					     sg.buf ? &b1 : &b0, sg.off, timeout_ns);
+		if (rc && (threadIdx.x & 31) == 0)
+			atomicCAS(status, 0, rc);
+	}
+}
+
+int gpunvme_gpu_read_segs_async(struct gpunvme_gpu_queues *g, const struct gpunvme_gpu_seg *d_segs, uint32_t nseg,
+				struct gpunvme_gpu_buf *buf0, struct gpunvme_gpu_buf *buf1, int *d_status, void *stream,
+				uint64_t timeout_ns)
+{
+	if (!g || !buf0 || !d_status || (nseg && !d_segs))
+		return gpunvme_set_error(-EINVAL, "scattered read: bad arguments");
+	if (!nseg)
+		return 0;
+	/* one warp per 32 queue entries keeps every queue full; more would
+	 * only wait for admission */
+	uint64_t warps = (uint64_t)g->nq * (g->depth / 32 > 0 ? g->depth / 32 : 1);
+	if (warps > nseg)
+		warps = nseg;
+	unsigned threads = 128;
+	unsigned blocks = (unsigned)((warps * 32 + threads - 1) / threads);
+	gpunvme_read_segs_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(
+		g->desc, d_segs, nseg, buf0->desc, buf1 ? buf1->desc : buf0->desc, d_status, timeout_ns);
+	cudaError_t ce = cudaGetLastError();
+	return ce == cudaSuccess ? 0 : cuda_err(ce, "launching the scattered read kernel");
 }

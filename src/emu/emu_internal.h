@@ -120,6 +120,9 @@ struct emu_ns {
 	uint8_t *data;         /* RAM or file mapping; NULL for null */
 	size_t map_len;
 	int fd;
+	/* handed out by gpunvme_emu_ns_memory(): someone (a GPU library) may
+	 * have pinned the pages, so Deallocate must not give them back */
+	bool exported;             /* __atomic access */
 };
 
 /* ---- the controller ------------------------------------------------------- */

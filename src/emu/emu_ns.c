@@ -123,11 +123,24 @@ void emu_ns_deallocate(struct emu_ns *ns, uint64_t off, uint64_t len)
 	 * MADV_DONTNEED on a private anonymous mapping); edges are cleared. */
 	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t a = (off + pg - 1) & ~(pg - 1), b = (off + len) & ~(pg - 1);
-	if (ns->backing == GPUNVME_EMU_BACK_RAM && b > a &&
+	if (ns->backing == GPUNVME_EMU_BACK_RAM && b > a && !__atomic_load_n(&ns->exported, __ATOMIC_RELAXED) &&
 	    madvise(ns->data + a, b - a, MADV_DONTNEED) == 0) {
 		memset(ns->data + off, 0, a - off);
 		memset(ns->data + b, 0, off + len - b);
 		return;
 	}
 	memset(ns->data + off, 0, len);
+}
+
+int gpunvme_emu_ns_memory(struct gpunvme_emu *emu, uint32_t nsid, void **p, size_t *len)
+{
+	struct emu_ns *ns = emu ? emu_ns_get(emu, nsid) : NULL;
+	if (!ns || !p || !len)
+		return -EINVAL;
+	if (!ns->data)
+		return -ENODATA; /* null backing: nothing to hand out */
+	__atomic_store_n(&ns->exported, true, __ATOMIC_RELAXED);
+	*p = ns->data;
+	*len = ns->map_len;
+	return 0;
 }

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Layer loader: stream byte ranges of a file that lives on an NVMe namespace
+ * (located through its extents, no mount) into GPU memory (Tier 2), pinned
+ * host memory the GPU reads (Tier 1), or host DMA memory through the CPU
+ * data path (no GPU). Seed 003's three calls, init / load_layer / destroy,
+ * plus an asynchronous form on a CUDA stream.
+ *
+ * Byte ranges need no alignment: the blocks that hold the first and last
+ * bytes go through a small bounce buffer; every block in between is DMAed
+ * straight into the destination, provided the destination address and the
+ * file offset agree modulo 4 (NVMe PRP entries are dword aligned, §4.3).
+ * gpunvme_layer_loader_alloc() hands out memory placed that way; any other
+ * destination still works but is staged through the bounce buffer and
+ * copied (a device-to-device copy for GPU memory).
+ */
+#ifndef GPUNVME_LOADER_H
+#define GPUNVME_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpunvme/extents.h"
+#include "gpunvme/gpunvme.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum gpunvme_tier {
+	GPUNVME_TIER_CPU = 0,   /* host DMA memory, commands from CPU threads */
+	GPUNVME_TIER_1 = 1,     /* pinned host memory, commands from GPU threads */
+	GPUNVME_TIER_2 = 2,     /* GPU memory, commands from GPU threads */
+};
+
+struct gpunvme_loader_gpu_ops; /* gpu.h: gpunvme_loader_gpu_backend() */
+
+struct gpunvme_loader_opts {
+	enum gpunvme_tier tier;
+	uint32_t queues;        /* queue pairs (default 8; CPU path: 1 per thread) */
+	uint32_t depth;         /* entries per queue (default 256) */
+	uint32_t timeout_ms;    /* each load (default 30000) */
+	uint32_t threads;       /* CPU path: submitting threads (default 1 per queue) */
+	/* Tiers 1 and 2 need the CUDA backend of libgpunvme_cuda; NULL with a
+	 * GPU tier is -ENOTSUP "built without CUDA". */
+	const struct gpunvme_loader_gpu_ops *gpu;
+};
+
+void gpunvme_loader_opts_init(struct gpunvme_loader_opts *o);
+
+struct gpunvme_layer_loader;
+
+/*
+ * A loader for one file: its extents on namespace nsid (byte units, sorted,
+ * as gpunvme_fs_extents returns them; the table is copied) and its size.
+ * Extents past the end of the namespace are -ERANGE.
+ */
+int gpunvme_layer_loader_init(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_extent *ext, size_t n,
+			      uint64_t file_size, const struct gpunvme_loader_opts *opts,
+			      struct gpunvme_layer_loader **out);
+void gpunvme_layer_loader_destroy(struct gpunvme_layer_loader *l);
+
+/*
+ * Destination memory of the loader's tier (GPU memory, mapped pinned host
+ * memory, or host DMA memory) for `len` bytes that will receive the file
+ * range starting at `file_off`: the returned address is congruent to
+ * file_off modulo 4096, so nothing but the first and last block is bounced.
+ * On Tier 1 the returned pointer is the host address; the GPU's is
+ * gpunvme_layer_loader_dev_ptr(). NULL on failure (message set).
+ */
+void *gpunvme_layer_loader_alloc(struct gpunvme_layer_loader *l, uint64_t file_off, size_t len);
+void gpunvme_layer_loader_free(struct gpunvme_layer_loader *l, void *p);
+void *gpunvme_layer_loader_dev_ptr(struct gpunvme_layer_loader *l, void *p);
+
+/*
+ * Load file bytes [off, off + len) into dst and wait. dst: GPU memory
+ * (Tier 2; any cudaMalloc'ed pointer, or loader memory), the host address
+ * of loader memory (Tier 1), host memory (CPU tier: DMA memory is filled
+ * in place, other memory through the bounce buffer). Holes and unwritten
+ * extents load as zeroes. Past the end of the file: -ERANGE. Returns 0, or
+ * -EIO (NVMe error: status in *status when not NULL), -ETIMEDOUT, -ENODEV.
+ */
+int gpunvme_load_layer(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, uint16_t *status);
+
+/*
+ * GPU tiers: queue the same work on `stream` (a cudaStream_t) and record
+ * `event` (a cudaEvent_t, may be NULL) after it; returns at once. The
+ * result of every queued load is collected by gpunvme_layer_loader_check()
+ * once the event has completed (first failure wins, then cleared).
+ */
+int gpunvme_load_layer_async(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
+			     void *event);
+int gpunvme_layer_loader_check(struct gpunvme_layer_loader *l, uint16_t *status);
+
+/* Bytes moved by DMA straight into destinations, and through the bounce
+ * buffer (first/last blocks, misaligned destinations), since init. */
+struct gpunvme_loader_stats {
+	uint64_t direct_bytes;
+	uint64_t bounced_bytes;
+	uint64_t zero_bytes;     /* holes and unwritten extents */
+	uint64_t commands;
+};
+void gpunvme_layer_loader_stats(const struct gpunvme_layer_loader *l, struct gpunvme_loader_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUNVME_LOADER_H */

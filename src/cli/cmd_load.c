@@ -1,0 +1,629 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * gpunvme load: stream the tensors of a safetensors or GGUF file that sits
+ * in an ext4/XFS file system on a namespace into GPU memory (Tier 2),
+ * pinned host memory (Tier 1) or host memory (CPU data path), through the
+ * file's extents — no mount, no page cache, no CPU copy of the bulk.
+ *
+ * Destination layout: selected tensors are grouped into runs of nearby
+ * file bytes (gaps up to RUN_GAP are loaded too, since one command over a
+ * small gap beats two commands); each run gets loader memory placed
+ * congruent to its file offset, so only a run's first and last blocks go
+ * through the bounce buffer.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef GPUNVME_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#include "gpunvme/gpu.h"
+#endif
+
+#include "gpunvme/extents.h"
+#include "gpunvme/loader.h"
+#include "gpunvme/model.h"
+#include "loader/sha256.h"
+#include "util.h"
+
+#define RUN_GAP (4u << 20)
+#define CHUNK (64u << 20)       /* progress and pipelining granularity */
+#define HOST_CHUNK (4u << 20)   /* copies back for hashing and verifying */
+
+struct load_opts {
+	const char *uri, *path, *tensors;
+	uint32_t nsid, queues, depth;
+	uint64_t offset;
+	int tier;                   /* -1 auto */
+	bool verify, json, progress;
+};
+
+struct run {
+	uint64_t start, len;        /* file bytes */
+	uint8_t *dst;               /* loader memory (device address on Tier 2) */
+};
+
+struct sel {
+	const struct gpunvme_tensor *t;
+	size_t run;
+	char sha[65];
+};
+
+struct load_ctx {
+	struct load_opts o;
+	struct gpunvme_ctrl *c;
+	struct gpunvme_blkdev dev;
+	bool have_dev;
+	struct gpunvme_fs *fs;
+	uint64_t ino;
+	struct gpunvme_stat st;
+	struct gpunvme_extent *ext;
+	size_t n_ext;
+	struct gpunvme_model *m;
+	struct sel *sel;
+	size_t nsel;
+	struct run *runs;
+	size_t nruns;
+	struct gpunvme_layer_loader *l;
+	enum gpunvme_tier tier;
+	uint64_t total;             /* tensor bytes selected */
+	uint64_t moved;             /* run bytes loaded */
+	double secs;
+	uint8_t *host;              /* HOST_CHUNK staging for Tier 2 reads back */
+	uint8_t *vbuf;              /* HOST_CHUNK for --verify */
+};
+
+static void help(void)
+{
+	printf("usage: gpunvme load URI PATH [options]\n"
+	       "\n"
+	       "Load the tensors of a safetensors or GGUF file in an ext4/XFS file system on\n"
+	       "the namespace into GPU memory, reading the file through its extents.\n"
+	       "\n"
+	       "  -n, --nsid N          namespace (default 1)\n"
+	       "      --offset BYTES    the file system's byte offset on the namespace (default 0)\n"
+	       "  -t, --tensors GLOBS   only tensors matching a pattern (* ? [..]; comma list)\n"
+	       "      --tier T          2: GPU memory, 1: pinned host memory (GPU-initiated I/O),\n"
+	       "                        cpu: host memory through the CPU data path\n"
+	       "                        (default: 2 when a GPU is usable, else cpu)\n"
+	       "  -q, --queues N        queue pairs (default 8)\n"
+	       "  -d, --depth N         entries per queue (default 256)\n"
+	       "      --verify          re-read every tensor through the CPU path and compare\n"
+	       "  -j, --json            JSON with each tensor's sha256 (of the loaded bytes)\n"
+	       "      --no-progress     no progress bar (it is shown only on a terminal)\n"
+	       "  -h, --help            this text\n"
+	       "\n"
+	       "example: gpunvme load emu:/tmp/ext4.img /models/model.safetensors --verify\n");
+}
+
+static int parse(int argc, char **argv, struct load_opts *o)
+{
+	static const struct option lo[] = {
+		{"nsid", required_argument, NULL, 'n'},
+		{"offset", required_argument, NULL, 'O'},
+		{"tensors", required_argument, NULL, 't'},
+		{"tier", required_argument, NULL, 'T'},
+		{"queues", required_argument, NULL, 'q'},
+		{"depth", required_argument, NULL, 'd'},
+		{"verify", no_argument, NULL, 'V'},
+		{"json", no_argument, NULL, 'j'},
+		{"no-progress", no_argument, NULL, 'P'},
+		{"help", no_argument, NULL, 'h'},
+		{0, 0, 0, 0},
+	};
+	int c, rc;
+	while ((c = cli_getopt(argc, argv, "n:t:q:d:jh", lo)) != -1) {
+		switch (c) {
+		case 'n':
+			if ((rc = cli_opt_u32("--nsid", optarg, false, 1, 0xfffffffe, &o->nsid)))
+				return rc;
+			break;
+		case 'O':
+			if ((rc = cli_opt_u64("--offset", optarg, true, 0, UINT64_MAX, &o->offset)))
+				return rc;
+			break;
+		case 't': o->tensors = optarg; break;
+		case 'T':
+			if (!strcmp(optarg, "cpu") || !strcmp(optarg, "0"))
+				o->tier = GPUNVME_TIER_CPU;
+			else if (!strcmp(optarg, "1"))
+				o->tier = GPUNVME_TIER_1;
+			else if (!strcmp(optarg, "2"))
+				o->tier = GPUNVME_TIER_2;
+			else
+				return cli_usage_err("--tier '%s': expected cpu, 1 or 2", optarg);
+			break;
+		case 'q':
+			if ((rc = cli_opt_u32("--queues", optarg, false, 1, 64, &o->queues)))
+				return rc;
+			break;
+		case 'd':
+			if ((rc = cli_opt_u32("--depth", optarg, false, 2, 4096, &o->depth)))
+				return rc;
+			break;
+		case 'V': o->verify = true; break;
+		case 'j': o->json = true; break;
+		case 'P': o->progress = false; break;
+		case 'h': help(); return -1;
+		default: return EXIT_USAGE;
+		}
+	}
+	int npos = argc - optind;
+	if (npos < 1)
+		return cli_usage_err("missing device URI (e.g. emu:/path/disk.img)");
+	if (npos < 2)
+		return cli_usage_err("missing PATH (the model file in the file system, e.g. /models/m.safetensors)");
+	if (npos > 2)
+		return cli_usage_err("unexpected argument '%s'", argv[optind + 2]);
+	o->uri = argv[optind];
+	o->path = argv[optind + 1];
+	struct stat sb;
+	if (!strchr(o->uri, ':') && stat(o->uri, &sb) == 0)
+		return cli_usage_err("'%s' is a file, not a device URI: use emu:%s", o->uri, o->uri);
+	return cli_check_uri(o->uri);
+}
+
+/* ---- the file -------------------------------------------------------------------- */
+
+static int model_read(void *ctx, uint64_t off, void *buf, size_t len)
+{
+	struct load_ctx *x = ctx;
+	int64_t n = gpunvme_fs_pread(x->fs, x->ino, buf, len, off);
+	if (n < 0)
+		return (int)n;
+	return (uint64_t)n == len ? 0 : -EIO;
+}
+
+static int open_file(struct load_ctx *x)
+{
+	const struct load_opts *o = &x->o;
+	struct gpunvme_ns_info ni;
+	int rc;
+	if ((rc = cli_open(o->uri, NULL, &x->c)))
+		return rc;
+	if ((rc = cli_ns(x->c, o->nsid, &ni)))
+		return rc;
+	if ((rc = gpunvme_blkdev_open_ns(x->c, o->nsid, &x->dev)))
+		return cli_lib_err(rc, "namespace %u", o->nsid);
+	x->have_dev = true;
+	if (o->offset > x->dev.size)
+		return cli_err(EXIT_USAGE, "--offset %" PRIu64 " is past the end of the namespace (%" PRIu64 " bytes)",
+			       o->offset, x->dev.size);
+	if ((rc = gpunvme_fs_open(&x->dev, o->offset, &x->fs)))
+		return cli_lib_err(rc, "%s namespace %u", o->uri, o->nsid);
+	if ((rc = gpunvme_fs_lookup(x->fs, o->path, &x->ino)))
+		return cli_lib_err(rc, "%s", o->path);
+	if ((rc = gpunvme_fs_stat(x->fs, x->ino, &x->st)))
+		return cli_lib_err(rc, "%s", o->path);
+	if ((x->st.mode & 0170000) != 0100000)
+		return cli_err(EXIT_RUNTIME, "%s: not a regular file", o->path);
+	if ((rc = gpunvme_fs_extents(x->fs, x->ino, &x->ext, &x->n_ext)))
+		return cli_lib_err(rc, "%s: extents", o->path);
+	if ((rc = gpunvme_model_parse(model_read, x, x->st.size, &x->m)))
+		return cli_lib_err(rc, "%s", o->path);
+	return 0;
+}
+
+/* ---- selection and layout ------------------------------------------------------------- */
+
+static int by_offset(const void *a, const void *b)
+{
+	const struct sel *x = a, *y = b;
+	return x->t->offset < y->t->offset ? -1 : x->t->offset > y->t->offset;
+}
+
+static int select_tensors(struct load_ctx *x)
+{
+	x->sel = calloc(x->m->n_tensors ? x->m->n_tensors : 1, sizeof(*x->sel));
+	if (!x->sel)
+		return cli_err(EXIT_RUNTIME, "out of memory");
+	for (size_t i = 0; i < x->m->n_tensors; i++) {
+		const struct gpunvme_tensor *t = &x->m->tensors[i];
+		if (x->o.tensors && !gpunvme_tensor_match(x->o.tensors, t->name))
+			continue;
+		x->sel[x->nsel++].t = t;
+		x->total += t->bytes;
+	}
+	if (x->o.tensors && !x->nsel)
+		return cli_err(EXIT_RUNTIME, "no tensor of %s matches '%s' (%zu tensors)", x->o.path, x->o.tensors,
+			       x->m->n_tensors);
+	/* runs in file order; the selection keeps the header order for output */
+	struct sel *s = malloc((x->nsel ? x->nsel : 1) * sizeof(*s));
+	x->runs = calloc(x->nsel ? x->nsel : 1, sizeof(*x->runs));
+	if (!s || !x->runs) {
+		free(s);
+		return cli_err(EXIT_RUNTIME, "out of memory");
+	}
+	memcpy(s, x->sel, x->nsel * sizeof(*s));
+	qsort(s, x->nsel, sizeof(*s), by_offset);
+	for (size_t i = 0; i < x->nsel; i++) {
+		const struct gpunvme_tensor *t = s[i].t;
+		if (!t->bytes)
+			continue;
+		struct run *r = x->nruns ? &x->runs[x->nruns - 1] : NULL;
+		if (r && t->offset <= r->start + r->len + RUN_GAP) {
+			uint64_t end = t->offset + t->bytes;
+			if (end > r->start + r->len)
+				r->len = end - r->start;
+		} else {
+			x->runs[x->nruns++] = (struct run){ t->offset, t->bytes, NULL };
+		}
+	}
+	free(s);
+	for (size_t i = 0; i < x->nsel; i++) {
+		const struct gpunvme_tensor *t = x->sel[i].t;
+		for (size_t k = 0; k < x->nruns && t->bytes; k++)
+			if (t->offset >= x->runs[k].start && t->offset + t->bytes <= x->runs[k].start + x->runs[k].len)
+				x->sel[i].run = k;
+	}
+	return 0;
+}
+
+/* ---- tier and loader ------------------------------------------------------------------ */
+
+static bool gpu_usable(void)
+{
+#ifdef GPUNVME_HAVE_CUDA
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		return false;
+	}
+	return n > 0;
+#else
+	return false;
+#endif
+}
+
+static const char *tier_str(enum gpunvme_tier t)
+{
+	return t == GPUNVME_TIER_2 ? "2" : t == GPUNVME_TIER_1 ? "1" : "cpu";
+}
+
+static int start_loader(struct load_ctx *x)
+{
+	struct gpunvme_loader_opts lo;
+	gpunvme_loader_opts_init(&lo);
+	if (x->o.queues)
+		lo.queues = x->o.queues;
+	if (x->o.depth)
+		lo.depth = x->o.depth;
+	bool gpu = gpu_usable();
+	if (x->o.tier < 0) {
+		x->tier = gpu ? GPUNVME_TIER_2 : GPUNVME_TIER_CPU;
+		if (!gpu)
+			fprintf(stderr, "gpunvme: load: no CUDA GPU %s: loading into host memory through the CPU data path\n",
+#ifdef GPUNVME_HAVE_CUDA
+				"is usable here"
+#else
+				"support in this build"
+#endif
+			);
+	} else {
+		x->tier = (enum gpunvme_tier)x->o.tier;
+		if (x->tier != GPUNVME_TIER_CPU && !gpu)
+			return cli_err(EXIT_RUNTIME, "--tier %s needs a CUDA GPU, and %s (use --tier cpu)",
+				       tier_str(x->tier),
+#ifdef GPUNVME_HAVE_CUDA
+				       "none is usable here"
+#else
+				       "this build has no CUDA support"
+#endif
+			);
+	}
+	lo.tier = x->tier;
+#ifdef GPUNVME_HAVE_CUDA
+	lo.gpu = gpunvme_loader_gpu_backend();
+#endif
+	int rc = gpunvme_layer_loader_init(x->c, x->o.nsid, x->ext, x->n_ext, x->st.size, &lo, &x->l);
+	if (rc)
+		return cli_lib_err(rc, "layer loader");
+	for (size_t k = 0; k < x->nruns; k++) {
+		x->runs[k].dst = gpunvme_layer_loader_alloc(x->l, x->runs[k].start, x->runs[k].len);
+		if (!x->runs[k].dst)
+			return cli_lib_err(-ENOMEM, "destination memory for %" PRIu64 " bytes", x->runs[k].len);
+	}
+	x->host = malloc(HOST_CHUNK);
+	x->vbuf = malloc(HOST_CHUNK);
+	if (!x->host || !x->vbuf)
+		return cli_err(EXIT_RUNTIME, "out of memory");
+	return 0;
+}
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+static void progress(const struct load_ctx *x, uint64_t done, uint64_t all, uint64_t t0, bool last)
+{
+	if (!x->o.progress)
+		return;
+	double s = (double)(cli_now_ns() - t0) / 1e9;
+	double gbps = s > 0 ? (double)done / s / 1e9 : 0;
+	double eta = gbps > 0 ? (double)(all - done) / (gbps * 1e9) : 0;
+	int w = 30, fill = all ? (int)((double)done / (double)all * w) : w;
+	char hb[32], ha[32];
+	printf("\r[%.*s%*s] %s / %s  %.2f GB/s  ETA %.0f s ", fill, "##############################", w - fill, "",
+	       cli_human_bytes(done, hb, sizeof(hb)), cli_human_bytes(all, ha, sizeof(ha)), gbps, eta);
+	if (last)
+		printf("\n");
+	fflush(stdout);
+}
+
+static int load_cpu(struct load_ctx *x, uint64_t t0, uint64_t all)
+{
+	for (size_t k = 0; k < x->nruns; k++) {
+		const struct run *r = &x->runs[k];
+		for (uint64_t o = 0; o < r->len; o += CHUNK) {
+			uint64_t n = r->len - o < CHUNK ? r->len - o : CHUNK;
+			uint16_t status = 0;
+			int rc = gpunvme_load_layer(x->l, r->start + o, n, r->dst + o, &status);
+			if (rc)
+				return cli_lib_err(rc, "loading bytes %" PRIu64 "+%" PRIu64 " of %s", r->start + o, n,
+						   x->o.path);
+			x->moved += n;
+			progress(x, x->moved, all, t0, false);
+		}
+	}
+	return 0;
+}
+
+#ifdef GPUNVME_HAVE_CUDA
+/* Every chunk is queued at once on one stream with an event behind it;
+ * the host only watches the events go by for the progress bar. */
+static int load_gpu(struct load_ctx *x, uint64_t t0, uint64_t all)
+{
+	size_t nchunks = 0;
+	for (size_t k = 0; k < x->nruns; k++)
+		nchunks += (x->runs[k].len + CHUNK - 1) / CHUNK;
+	cudaEvent_t *ev = calloc(nchunks ? nchunks : 1, sizeof(*ev));
+	uint64_t *bytes = calloc(nchunks ? nchunks : 1, sizeof(*bytes));
+	cudaStream_t s = NULL;
+	int rc = 0;
+	size_t queued = 0;
+	if (!ev || !bytes || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+		rc = cli_err(EXIT_RUNTIME, "cannot set up a CUDA stream");
+		goto out;
+	}
+	for (size_t k = 0; k < x->nruns && !rc; k++) {
+		const struct run *r = &x->runs[k];
+		for (uint64_t o = 0; o < r->len && !rc; o += CHUNK) {
+			uint64_t n = r->len - o < CHUNK ? r->len - o : CHUNK;
+			if (cudaEventCreateWithFlags(&ev[queued], cudaEventDisableTiming | cudaEventBlockingSync) !=
+			    cudaSuccess) {
+				rc = cli_err(EXIT_RUNTIME, "cannot create a CUDA event");
+				break;
+			}
+			bytes[queued] = n;
+			int lrc = gpunvme_load_layer_async(x->l, r->start + o, n, r->dst + o, s, ev[queued]);
+			queued++;
+			if (lrc)
+				rc = cli_lib_err(lrc, "queueing bytes %" PRIu64 "+%" PRIu64, r->start + o, n);
+		}
+	}
+	for (size_t i = 0; i < queued; i++) {
+		cudaEventSynchronize(ev[i]);
+		x->moved += bytes[i];
+		progress(x, x->moved, all, t0, false);
+	}
+	if (s)
+		cudaStreamSynchronize(s);
+	if (!rc) {
+		uint16_t status = 0;
+		int crc = gpunvme_layer_loader_check(x->l, &status);
+		if (crc)
+			rc = cli_lib_err(crc, "loading %s", x->o.path);
+	}
+out:
+	for (size_t i = 0; i < queued; i++)
+		cudaEventDestroy(ev[i]);
+	if (s)
+		cudaStreamDestroy(s);
+	free(ev);
+	free(bytes);
+	return rc;
+}
+#endif
+
+static int load_all(struct load_ctx *x)
+{
+	uint64_t all = 0;
+	for (size_t k = 0; k < x->nruns; k++)
+		all += x->runs[k].len;
+	uint64_t t0 = cli_now_ns();
+	int rc;
+#ifdef GPUNVME_HAVE_CUDA
+	if (x->tier != GPUNVME_TIER_CPU)
+		rc = load_gpu(x, t0, all);
+	else
+#endif
+		rc = load_cpu(x, t0, all);
+	x->secs = (double)(cli_now_ns() - t0) / 1e9;
+	if (!rc)
+		progress(x, x->moved, all, t0, true);
+	else if (x->o.progress)
+		printf("\n");
+	return rc;
+}
+
+/* ---- checking the destination ---------------------------------------------------------------- */
+
+/* Bytes [off, off + n) of a tensor as they sit in destination memory: a
+ * pointer to them (host tiers) or a copy in x->host (Tier 2). */
+static const uint8_t *dst_bytes(struct load_ctx *x, const struct sel *s, uint64_t off, size_t n)
+{
+	const struct run *r = &x->runs[s->run];
+	const uint8_t *p = r->dst + (s->t->offset - r->start) + off;
+#ifdef GPUNVME_HAVE_CUDA
+	if (x->tier == GPUNVME_TIER_2) {
+		if (cudaMemcpy(x->host, p, n, cudaMemcpyDeviceToHost) != cudaSuccess)
+			return NULL;
+		return x->host;
+	}
+#endif
+	(void)n;
+	return p;
+}
+
+static int hash_and_verify(struct load_ctx *x)
+{
+	if (!x->o.json && !x->o.verify)
+		return 0;
+	for (size_t i = 0; i < x->nsel; i++) {
+		struct sel *s = &x->sel[i];
+		struct gpunvme_sha256 h;
+		gpunvme_sha256_init(&h);
+		for (uint64_t o = 0; o < s->t->bytes; o += HOST_CHUNK) {
+			size_t n = s->t->bytes - o < HOST_CHUNK ? (size_t)(s->t->bytes - o) : HOST_CHUNK;
+			const uint8_t *p = dst_bytes(x, s, o, n);
+			if (!p)
+				return cli_err(EXIT_RUNTIME, "%s: cannot read the destination memory back", s->t->name);
+			if (x->o.json)
+				gpunvme_sha256_update(&h, p, n);
+			if (!x->o.verify)
+				continue;
+			/* the reference: the file's bytes through the CPU data
+			 * path and the decoder's own pread, not the loader */
+			int64_t got = gpunvme_fs_pread(x->fs, x->ino, x->vbuf, n, s->t->offset + o);
+			if (got != (int64_t)n)
+				return cli_lib_err(got < 0 ? (int)got : -EIO, "--verify: reading %s back", s->t->name);
+			if (memcmp(p, x->vbuf, n)) {
+				size_t d = 0;
+				while (p[d] == x->vbuf[d])
+					d++;
+				return cli_err(EXIT_RUNTIME,
+					       "--verify: tensor %s differs at byte %" PRIu64
+					       " (file offset %" PRIu64 "): loaded 0x%02x, file 0x%02x",
+					       s->t->name, o + d, s->t->offset + o + d, p[d], x->vbuf[d]);
+			}
+		}
+		uint8_t d[32];
+		gpunvme_sha256_final(&h, d);
+		gpunvme_sha256_hex(d, s->sha);
+	}
+	return 0;
+}
+
+/* ---- output -------------------------------------------------------------------------------------- */
+
+static void shape_str(const struct gpunvme_tensor *t, char *buf, size_t len)
+{
+	size_t k = (size_t)snprintf(buf, len, "[");
+	for (uint32_t d = 0; d < t->ndim && k < len; d++)
+		k += (size_t)snprintf(buf + k, len - k, "%s%" PRIu64, d ? ", " : "", t->shape[d]);
+	if (k < len)
+		snprintf(buf + k, len - k, "]");
+}
+
+/* Names come from the file: no raw control bytes to the terminal. */
+static void print_name(const char *s, int width)
+{
+	int n = 0;
+	for (; *s; s++, n++)
+		putchar((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s);
+	for (; n < width; n++)
+		putchar(' ');
+}
+
+static void print_json(struct load_ctx *x)
+{
+	struct cli_json j;
+	cj_init(&j, stdout);
+	cj_obj_begin(&j, NULL);
+	cj_str(&j, "uri", x->o.uri);
+	cj_str(&j, "path", x->o.path);
+	cj_str(&j, "format", gpunvme_model_format_name(x->m->format));
+	cj_str(&j, "fs", gpunvme_fs_type(x->fs));
+	cj_str(&j, "tier", tier_str(x->tier));
+	cj_u64(&j, "bytes", x->total);
+	cj_u64(&j, "bytes_read", x->moved);
+	cj_dbl(&j, "seconds", x->secs);
+	cj_dbl(&j, "gbps", x->secs > 0 ? (double)x->moved / x->secs / 1e9 : 0);
+	cj_bool(&j, "verified", x->o.verify);
+	struct gpunvme_loader_stats st;
+	gpunvme_layer_loader_stats(x->l, &st);
+	cj_u64(&j, "direct_bytes", st.direct_bytes);
+	cj_u64(&j, "bounced_bytes", st.bounced_bytes);
+	cj_arr_begin(&j, "tensors");
+	for (size_t i = 0; i < x->nsel; i++) {
+		const struct gpunvme_tensor *t = x->sel[i].t;
+		cj_obj_begin(&j, NULL);
+		cj_str(&j, "name", t->name);
+		cj_str(&j, "dtype", t->dtype);
+		cj_arr_begin(&j, "shape");
+		for (uint32_t d = 0; d < t->ndim; d++)
+			cj_u64(&j, NULL, t->shape[d]);
+		cj_arr_end(&j);
+		cj_u64(&j, "offset", t->offset);
+		cj_u64(&j, "bytes", t->bytes);
+		cj_str(&j, "sha256", x->sel[i].sha);
+		cj_obj_end(&j);
+	}
+	cj_arr_end(&j);
+	cj_obj_end(&j);
+	cj_finish(&j);
+}
+
+static void print_table(struct load_ctx *x)
+{
+	int w = 4;
+	for (size_t i = 0; i < x->nsel; i++) {
+		int n = (int)strlen(x->sel[i].t->name);
+		w = n > w ? (n < 60 ? n : 60) : w;
+	}
+	printf("%-*s  %-8s  %-24s  %14s\n", w, "name", "dtype", "shape", "bytes");
+	for (size_t i = 0; i < x->nsel; i++) {
+		const struct gpunvme_tensor *t = x->sel[i].t;
+		char sh[128];
+		shape_str(t, sh, sizeof(sh));
+		print_name(t->name, w);
+		printf("  %-8s  %-24s  %14" PRIu64 "\n", t->dtype, sh, t->bytes);
+	}
+	struct gpunvme_loader_stats st;
+	gpunvme_layer_loader_stats(x->l, &st);
+	char hb[32], hd[32], hbn[32];
+	printf("%s: %zu of %zu tensors, %s (%s) in %.3f s, %.2f GB/s, tier %s; %s by DMA into place, %s bounced%s\n",
+	       gpunvme_model_format_name(x->m->format), x->nsel, x->m->n_tensors, cli_human_bytes(x->total, hb, sizeof(hb)),
+	       x->o.path, x->secs, x->secs > 0 ? (double)x->moved / x->secs / 1e9 : 0, tier_str(x->tier),
+	       cli_human_bytes(st.direct_bytes, hd, sizeof(hd)), cli_human_bytes(st.bounced_bytes, hbn, sizeof(hbn)),
+	       x->o.verify ? "; verified against the CPU path" : "");
+}
+
+static void done(struct load_ctx *x)
+{
+	gpunvme_layer_loader_destroy(x->l); /* frees the run memory */
+	gpunvme_model_free(x->m);
+	free(x->sel);
+	free(x->runs);
+	free(x->ext);
+	free(x->host);
+	free(x->vbuf);
+	gpunvme_fs_close(x->fs);
+	if (x->have_dev)
+		gpunvme_blkdev_close(&x->dev);
+	if (x->c)
+		gpunvme_close(x->c);
+}
+
+int cmd_load(int argc, char **argv)
+{
+	struct load_ctx x;
+	memset(&x, 0, sizeof(x));
+	x.o.nsid = 1;
+	x.o.tier = -1;
+	x.o.progress = true;
+	int rc = parse(argc, argv, &x.o);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	x.o.progress = x.o.progress && !x.o.json && isatty(STDOUT_FILENO);
+	if (!(rc = open_file(&x)) && !(rc = select_tensors(&x)) && !(rc = start_loader(&x)) && !(rc = load_all(&x)) &&
+	    !(rc = hash_and_verify(&x))) {
+		if (x.o.json)
+			print_json(&x);
+		else
+			print_table(&x);
+	}
+	done(&x);
+	return rc;
+}

@@ -1,0 +1,365 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * CUDA backend of the layer loader (src/loader/loader.c): runs a round of a
+ * load plan on a stream — one scattered-read kernel for every direct and
+ * bounce read (GPU threads submit the NVMe commands), then the bounce
+ * copies and zero fills, all stream-ordered, no host synchronisation.
+ */
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpunvme/device.cuh"
+#include "gpunvme/gpu.h"
+#include "gpunvme/loader.h"
+#include "loader/loader_plan.h"
+
+extern "C" {
+int gpunvme_set_error(int rc, const char *fmt, ...);
+/* nvme.h hides host-only decoders from the device pass */
+const char *gpunvme_status_str(uint16_t status);
+}
+
+struct lg_alloc {
+	uint8_t *p;        /* host address (Tier 1) or device address (Tier 2) */
+	size_t len;
+	struct gpunvme_gpu_buf *buf;
+	uint8_t *dev;      /* the GPU's address of p */
+	bool dma_owned;    /* Tier 1 memory from gpunvme_dma_alloc: free it */
+	bool mem_owned;    /* loader memory (else a registration of the caller's) */
+};
+
+struct lg_ctx {
+	struct gpunvme_ctrl *c;
+	enum gpunvme_tier tier;
+	struct gpunvme_gpu_queues *g;
+	uint32_t lba_shift, max_blocks, warps;
+	struct lg_alloc bounce;
+	int *d_status;
+	cudaStream_t stream;
+	cudaEvent_t bounce_free;   /* the last round that used the bounce buffer */
+	struct lg_alloc *a;
+	size_t na, cap;
+};
+
+static int lg_cuda(cudaError_t e, const char *what)
+{
+	return gpunvme_set_error(-EIO, "%s: %s", what, cudaGetErrorString(e));
+}
+
+static int lg_mem(struct lg_ctx *x, size_t len, struct lg_alloc *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->len = len;
+	out->mem_owned = true;
+	void *dev = NULL;
+	int rc;
+	if (x->tier == GPUNVME_TIER_2) {
+		rc = gpunvme_gpu_buf_device(x->g, len, &out->buf, &dev);
+		out->p = (uint8_t *)dev;
+	} else {
+		void *h = gpunvme_dma_alloc(x->c, len);
+		if (!h)
+			return gpunvme_set_error(-ENOMEM, "cannot allocate %zu bytes of DMA memory", len);
+		out->dma_owned = true;
+		rc = gpunvme_gpu_buf_host(x->g, h, len, &out->buf, &dev);
+		out->p = (uint8_t *)h;
+		if (rc)
+			gpunvme_dma_free(x->c, h);
+	}
+	out->dev = (uint8_t *)dev;
+	return rc;
+}
+
+static void lg_release(struct lg_ctx *x, struct lg_alloc *a)
+{
+	gpunvme_gpu_buf_free(a->buf);
+	if (a->dma_owned)
+		gpunvme_dma_free(x->c, a->p);
+	memset(a, 0, sizeof(*a));
+}
+
+static int lg_push(struct lg_ctx *x, const struct lg_alloc *a)
+{
+	if (x->na == x->cap) {
+		size_t cap = x->cap ? 2 * x->cap : 16;
+		struct lg_alloc *n = (struct lg_alloc *)realloc(x->a, cap * sizeof(*n));
+		if (!n)
+			return gpunvme_set_error(-ENOMEM, "out of memory");
+		x->a = n;
+		x->cap = cap;
+	}
+	x->a[x->na++] = *a;
+	return 0;
+}
+
+static struct lg_alloc *lg_find(struct lg_ctx *x, const uint8_t *p, uint64_t len)
+{
+	for (size_t i = 0; i < x->na; i++)
+		if (p >= x->a[i].p && p - x->a[i].p <= (ptrdiff_t)x->a[i].len && len <= x->a[i].len - (size_t)(p - x->a[i].p))
+			return &x->a[i];
+	return NULL;
+}
+
+static void lg_close(void *ctx)
+{
+	struct lg_ctx *x = (struct lg_ctx *)ctx;
+	if (!x)
+		return;
+	if (x->stream)
+		cudaStreamSynchronize(x->stream);
+	for (size_t i = 0; i < x->na; i++)
+		lg_release(x, &x->a[i]);
+	free(x->a);
+	if (x->bounce.buf)
+		lg_release(x, &x->bounce);
+	cudaFree(x->d_status);
+	if (x->bounce_free)
+		cudaEventDestroy(x->bounce_free);
+	if (x->stream)
+		cudaStreamDestroy(x->stream);
+	gpunvme_gpu_queues_destroy(x->g);
+	free(x);
+}
+
+static int lg_open(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_loader_opts *o, void **ctx)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+		cudaGetLastError();
+		return gpunvme_set_error(-ENODEV, "no CUDA GPU is usable here (load with the CPU tier instead)");
+	}
+	struct lg_ctx *x = (struct lg_ctx *)calloc(1, sizeof(*x));
+	if (!x)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	x->c = c;
+	x->tier = o->tier;
+	int rc = gpunvme_gpu_queues_create(c, nsid, o->queues, o->depth, &x->g);
+	if (rc)
+		goto fail;
+	{
+		const struct gpunvme_dev_queues *q = gpunvme_gpu_queues_desc(x->g);
+		x->lba_shift = q->lba_shift;
+		x->max_blocks = q->max_blocks;
+		/* one warp per 32 entries of each queue keeps them full */
+		x->warps = q->nq * (o->depth / 32 > 0 ? o->depth / 32 : 1);
+	}
+	cudaError_t ce;
+	if ((ce = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+	    (ce = cudaEventCreateWithFlags(&x->bounce_free, cudaEventDisableTiming)) != cudaSuccess ||
+	    (ce = cudaMalloc((void **)&x->d_status, sizeof(int))) != cudaSuccess ||
+	    (ce = cudaMemset(x->d_status, 0, sizeof(int))) != cudaSuccess) {
+		rc = lg_cuda(ce, "loader set-up");
+		goto fail;
+	}
+	if ((rc = lg_mem(x, LOADER_BOUNCE_BYTES, &x->bounce)))
+		goto fail;
+	*ctx = x;
+	return 0;
+fail:
+	lg_close(x);
+	return rc;
+}
+
+static void *lg_alloc_fn(void *ctx, size_t len)
+{
+	struct lg_ctx *x = (struct lg_ctx *)ctx;
+	struct lg_alloc a;
+	if (lg_mem(x, len, &a))
+		return NULL;
+	if (lg_push(x, &a)) {
+		lg_release(x, &a);
+		return NULL;
+	}
+	return a.p;
+}
+
+static void lg_free_fn(void *ctx, void *p)
+{
+	struct lg_ctx *x = (struct lg_ctx *)ctx;
+	for (size_t i = 0; i < x->na; i++) {
+		if (x->a[i].p != p)
+			continue;
+		/* a load still queued on some stream may target it */
+		cudaDeviceSynchronize();
+		lg_release(x, &x->a[i]);
+		x->a[i] = x->a[--x->na];
+		return;
+	}
+}
+
+static void *lg_dev_ptr(void *ctx, void *p)
+{
+	struct lg_alloc *a = lg_find((struct lg_ctx *)ctx, (const uint8_t *)p, 0);
+	return a ? a->dev + ((uint8_t *)p - a->p) : NULL;
+}
+
+/* The registered buffer a destination lies in: loader memory, or (Tier 2)
+ * the caller's GPU memory registered now and kept until the loader goes. */
+static int lg_dst(struct lg_ctx *x, uint8_t *dst, uint64_t len, struct lg_alloc **out)
+{
+	if ((*out = lg_find(x, dst, len)))
+		return 0;
+	struct lg_alloc a;
+	memset(&a, 0, sizeof(a));
+	a.p = dst;
+	a.len = len;
+	int rc;
+	if (x->tier == GPUNVME_TIER_2) {
+		rc = gpunvme_gpu_buf_register(x->g, dst, len, &a.buf);
+		a.dev = dst;
+	} else {
+		void *dev = NULL;
+		if (!gpunvme_dma_iova(x->c, dst))
+			return gpunvme_set_error(-EINVAL, "Tier 1 destination %p is not memory from "
+							  "gpunvme_layer_loader_alloc or gpunvme_dma_alloc",
+						 (void *)dst);
+		rc = gpunvme_gpu_buf_host(x->g, dst, len, &a.buf, &dev);
+		a.dev = (uint8_t *)dev;
+	}
+	if (rc)
+		return rc;
+	if ((rc = lg_push(x, &a))) {
+		gpunvme_gpu_buf_free(a.buf);
+		return rc;
+	}
+	*out = &x->a[x->na - 1];
+	return 0;
+}
+
+static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_round *r, void *stream,
+		   uint64_t timeout_ns)
+{
+	struct lg_ctx *x = (struct lg_ctx *)ctx;
+	cudaStream_t s = stream ? (cudaStream_t)stream : x->stream;
+	struct lg_alloc *d = NULL;
+	int rc = 0;
+	cudaError_t ce = cudaSuccess;
+	if (len && (rc = lg_dst(x, dst, len, &d)))
+		return rc;
+	const uint64_t base = d ? (uint64_t)(dst - d->p) : 0;
+
+	/* Segments for the kernel: direct reads cut so that every warp gets
+	 * work (but no more than 32 commands, one per lane), bounce reads as
+	 * they are. */
+	uint64_t direct_blocks = 0, nseg = 0;
+	bool bounce = false;
+	for (size_t i = 0; i < r->nops; i++) {
+		direct_blocks += r->ops[i].kind == LOAD_DIRECT ? r->ops[i].nlb : 0;
+		bounce |= r->ops[i].kind == LOAD_BOUNCE;
+	}
+	uint64_t seg = direct_blocks / (x->warps ? x->warps : 1);
+	seg = (seg + x->max_blocks - 1) / x->max_blocks * x->max_blocks;
+	if (seg < x->max_blocks)
+		seg = x->max_blocks;
+	if (seg > 32ull * x->max_blocks)
+		seg = 32ull * x->max_blocks;
+	for (size_t i = 0; i < r->nops; i++) {
+		if (r->ops[i].kind == LOAD_DIRECT)
+			nseg += (r->ops[i].nlb + seg - 1) / seg;
+		else if (r->ops[i].kind == LOAD_BOUNCE)
+			nseg++;
+	}
+	if (nseg > UINT32_MAX)
+		return gpunvme_set_error(-E2BIG, "load round of %llu segments", (unsigned long long)nseg);
+	struct gpunvme_gpu_seg *h = (struct gpunvme_gpu_seg *)malloc((nseg ? nseg : 1) * sizeof(*h));
+	if (!h)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	uint64_t k = 0;
+	for (size_t i = 0; i < r->nops; i++) {
+		const struct load_op *op = &r->ops[i];
+		if (op->kind == LOAD_BOUNCE) {
+			h[k++] = (struct gpunvme_gpu_seg){ op->slba, op->bounce_off, op->nlb, 1 };
+		} else if (op->kind == LOAD_DIRECT) {
+			for (uint64_t b = 0; b < op->nlb; b += seg) {
+				uint64_t n = op->nlb - b < seg ? op->nlb - b : seg;
+				h[k++] = (struct gpunvme_gpu_seg){ op->slba + b, base + op->dst_off + (b << x->lba_shift),
+								   (uint32_t)n, 0 };
+			}
+		}
+	}
+	/* the bounce buffer is shared by every stream: wait for its last user */
+	if (bounce && (ce = cudaStreamWaitEvent(s, x->bounce_free, 0)) != cudaSuccess) {
+		free(h);
+		return lg_cuda(ce, "waiting for the bounce buffer");
+	}
+	if (nseg) {
+		struct gpunvme_gpu_seg *dseg = NULL;
+		/* stream-ordered allocation; a pageable source is staged by the
+		 * driver before cudaMemcpyAsync returns, so h can go at once */
+		if ((ce = cudaMallocAsync((void **)&dseg, nseg * sizeof(*h), s)) != cudaSuccess ||
+		    (ce = cudaMemcpyAsync(dseg, h, nseg * sizeof(*h), cudaMemcpyHostToDevice, s)) != cudaSuccess) {
+			free(h);
+			return lg_cuda(ce, "uploading the read list");
+		}
+		rc = gpunvme_gpu_read_segs_async(x->g, dseg, (uint32_t)nseg, d ? d->buf : x->bounce.buf, x->bounce.buf,
+						 x->d_status, s, timeout_ns);
+		cudaFreeAsync(dseg, s);
+	}
+	free(h);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < r->nops && ce == cudaSuccess; i++) {
+		const struct load_op *op = &r->ops[i];
+		if (op->kind == LOAD_BOUNCE)
+			ce = cudaMemcpyAsync(d->dev + base + op->dst_off, x->bounce.dev + op->bounce_off + op->skip,
+					     op->len, cudaMemcpyDefault, s);
+		else if (op->kind == LOAD_ZERO)
+			ce = cudaMemsetAsync(d->dev + base + op->dst_off, 0, op->len, s);
+	}
+	if (ce == cudaSuccess && bounce)
+		ce = cudaEventRecord(x->bounce_free, s);
+	return ce == cudaSuccess ? 0 : lg_cuda(ce, "queueing bounce copies");
+}
+
+static int lg_finish(void *ctx, void *stream, void *event, int sync)
+{
+	struct lg_ctx *x = (struct lg_ctx *)ctx;
+	cudaStream_t s = stream ? (cudaStream_t)stream : x->stream;
+	cudaError_t ce = cudaSuccess;
+	if (event)
+		ce = cudaEventRecord((cudaEvent_t)event, s);
+	if (ce == cudaSuccess && sync)
+		ce = cudaStreamSynchronize(s);
+	return ce == cudaSuccess ? 0 : lg_cuda(ce, "waiting for the load");
+}
+
+static int lg_check(void *ctx, uint16_t *status)
+{
+	struct lg_ctx *x = (struct lg_ctx *)ctx;
+	int st = 0;
+	cudaError_t ce = cudaMemcpyAsync(&st, x->d_status, sizeof(st), cudaMemcpyDeviceToHost, x->stream);
+	if (ce == cudaSuccess)
+		ce = cudaMemsetAsync(x->d_status, 0, sizeof(int), x->stream);
+	if (ce == cudaSuccess)
+		ce = cudaStreamSynchronize(x->stream);
+	if (ce != cudaSuccess)
+		return lg_cuda(ce, "reading the load status");
+	if (st > 0) {
+		if (status)
+			*status = (uint16_t)st;
+		return gpunvme_set_error(-EIO, "read failed: NVMe status 0x%x (%s)", st, gpunvme_status_str((uint16_t)st));
+	}
+	switch (st) {
+	case 0:
+		return 0;
+	case GPUNVME_DEV_ETIMEDOUT:
+		return gpunvme_set_error(-ETIMEDOUT, "a read did not complete in time (queues are now unusable)");
+	case GPUNVME_DEV_ENODEV:
+		return gpunvme_set_error(-ENODEV, "the controller is gone (registers read all ones)");
+	case GPUNVME_DEV_EINVAL:
+		return gpunvme_set_error(-EINVAL, "a read was refused by the device code (range or alignment)");
+	default:
+		return gpunvme_set_error(-EIO, "queues broken by an earlier timeout, or controller fatal status");
+	}
+}
+
+static const struct gpunvme_loader_gpu_ops lg_ops = {
+	lg_open, lg_close, lg_alloc_fn, lg_free_fn, lg_dev_ptr, lg_exec, lg_finish, lg_check, LOADER_BOUNCE_BYTES,
+};
+
+extern "C" const struct gpunvme_loader_gpu_ops *gpunvme_loader_gpu_backend(void)
+{
+	return &lg_ops;
+}

@@ -1,0 +1,565 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Layer loader: a file range becomes a work list (loader_plan.h) of direct
+ * reads into the destination, edge blocks through a bounce buffer, and zero
+ * fills for holes; the CPU data path runs it here, the GPU tiers hand it to
+ * the CUDA backend (src/cuda/loader_gpu.cu).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bus/bus.h"
+#include "gpunvme/extents.h"
+#include "gpunvme/loader.h"
+#include "loader/loader_plan.h"
+
+/* Largest single direct op of a plan: keeps nlb in 32 bits for any block
+ * size; backends cut ops further for parallelism. */
+#define PLAN_MAX_DIRECT (1ull << 30)
+/* Staged (misaligned destination) chunks and CPU-path request size: big
+ * enough that per-command costs vanish, small enough to spread over the
+ * emulator's workers and the queues. */
+#define STAGE_CHUNK (1u << 20)
+#define CPU_REQ_BYTES (1u << 20)
+#define MAX_CPU_QUEUES 64
+#define MAX_ALLOCS_GROW 16
+
+struct loader_alloc {
+	void *p;        /* what the caller got */
+	void *base;     /* what the tier allocator returned */
+	size_t len;
+};
+
+struct gpunvme_layer_loader {
+	struct gpunvme_ctrl *c;
+	uint32_t nsid;
+	uint32_t lba_shift;
+	uint64_t nsze;
+	struct gpunvme_extent *ext;
+	size_t n_ext;
+	uint64_t file_size;
+	struct gpunvme_loader_opts o;
+	uint64_t bounce_bytes;
+	/* CPU tier */
+	struct gpunvme_qpair *qp[MAX_CPU_QUEUES];
+	uint32_t nqp;
+	uint8_t *bounce;
+	/* GPU tiers */
+	const struct gpunvme_loader_gpu_ops *gpu;
+	void *gctx;
+	struct loader_alloc *allocs;
+	size_t nallocs, cap_allocs;
+	struct gpunvme_loader_stats st;
+};
+
+void gpunvme_loader_opts_init(struct gpunvme_loader_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->tier = GPUNVME_TIER_CPU;
+	o->queues = 8;
+	o->depth = 256;
+	o->timeout_ms = 30000;
+}
+
+static const char *tier_name(enum gpunvme_tier t)
+{
+	return t == GPUNVME_TIER_2 ? "Tier 2 (GPU memory)" : t == GPUNVME_TIER_1 ? "Tier 1 (pinned host memory)" : "CPU";
+}
+
+/* ---- set-up ---------------------------------------------------------------------- */
+
+static int check_extents(const struct gpunvme_extent *ext, size_t n, uint64_t dev_bytes)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct gpunvme_extent *x = &ext[i];
+		if (x->length == 0 || x->logical + x->length < x->logical || x->physical + x->length < x->physical)
+			return gpunvme_set_error(-EINVAL, "extent %zu is empty or wraps", i);
+		if (i && x->logical < ext[i - 1].logical + ext[i - 1].length)
+			return gpunvme_set_error(-EINVAL, "extents are not sorted by file offset (extent %zu)", i);
+		if (!(x->flags & GPUNVME_EXTENT_UNWRITTEN) && x->physical + x->length > dev_bytes)
+			return gpunvme_set_error(-ERANGE,
+						 "extent %zu (bytes %llu+%llu) lies past the end of the namespace (%llu bytes)",
+						 i, (unsigned long long)x->physical, (unsigned long long)x->length,
+						 (unsigned long long)dev_bytes);
+	}
+	return 0;
+}
+
+int gpunvme_layer_loader_init(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_extent *ext, size_t n,
+			      uint64_t file_size, const struct gpunvme_loader_opts *opts,
+			      struct gpunvme_layer_loader **out)
+{
+	struct gpunvme_ns_info ni;
+	int rc;
+	if (!c || !out || (n && !ext))
+		return gpunvme_set_error(-EINVAL, "layer loader: bad arguments");
+	if ((rc = gpunvme_ns_info(c, nsid, &ni)))
+		return rc;
+	if ((rc = check_extents(ext, n, ni.nsze << ni.lba_shift)))
+		return rc;
+	struct gpunvme_layer_loader *l = calloc(1, sizeof(*l));
+	if (!l)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	l->c = c;
+	l->nsid = nsid;
+	l->lba_shift = ni.lba_shift;
+	l->nsze = ni.nsze;
+	l->file_size = file_size;
+	if (opts)
+		l->o = *opts;
+	else
+		gpunvme_loader_opts_init(&l->o);
+	if (!l->o.queues)
+		l->o.queues = 8;
+	if (!l->o.depth)
+		l->o.depth = 256;
+	if (!l->o.timeout_ms)
+		l->o.timeout_ms = 30000;
+	l->ext = malloc((n ? n : 1) * sizeof(*ext));
+	if (!l->ext) {
+		free(l);
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	}
+	if (n)
+		memcpy(l->ext, ext, n * sizeof(*ext));
+	l->n_ext = n;
+	l->bounce_bytes = LOADER_BOUNCE_BYTES;
+
+	if (l->o.tier == GPUNVME_TIER_CPU) {
+		l->nqp = l->o.queues < MAX_CPU_QUEUES ? l->o.queues : MAX_CPU_QUEUES;
+		for (uint32_t i = 0; i < l->nqp; i++) {
+			rc = gpunvme_qpair_create(c, l->o.depth, &l->qp[i]);
+			if (rc == -EBUSY && i > 0) { /* fewer queues granted: use what there is */
+				l->nqp = i;
+				break;
+			}
+			if (rc)
+				goto fail;
+		}
+		l->bounce = gpunvme_dma_alloc(c, l->bounce_bytes);
+		if (!l->bounce) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+	} else if (l->o.tier == GPUNVME_TIER_1 || l->o.tier == GPUNVME_TIER_2) {
+		if (!l->o.gpu) {
+			rc = gpunvme_set_error(-ENOTSUP, "%s needs the CUDA backend (opts.gpu = gpunvme_loader_gpu_backend(), "
+							 "libgpunvme_cuda); this build has none",
+					       tier_name(l->o.tier));
+			goto fail;
+		}
+		l->gpu = l->o.gpu;
+		if ((rc = l->gpu->open(c, nsid, &l->o, &l->gctx)))
+			goto fail;
+		l->bounce_bytes = l->gpu->bounce_bytes;
+	} else {
+		rc = gpunvme_set_error(-EINVAL, "unknown tier %d (0 = CPU, 1, 2)", (int)l->o.tier);
+		goto fail;
+	}
+	*out = l;
+	return 0;
+fail:
+	gpunvme_layer_loader_destroy(l);
+	return rc;
+}
+
+void gpunvme_layer_loader_destroy(struct gpunvme_layer_loader *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->nallocs; i++) {
+		if (l->gpu)
+			l->gpu->free(l->gctx, l->allocs[i].base);
+		else
+			gpunvme_dma_free(l->c, l->allocs[i].base);
+	}
+	free(l->allocs);
+	if (l->gpu && l->gctx)
+		l->gpu->close(l->gctx);
+	for (uint32_t i = 0; i < l->nqp; i++)
+		gpunvme_qpair_destroy(l->qp[i]);
+	if (l->bounce)
+		gpunvme_dma_free(l->c, l->bounce);
+	free(l->ext);
+	free(l);
+}
+
+/* ---- destination memory ------------------------------------------------------------- */
+
+void *gpunvme_layer_loader_alloc(struct gpunvme_layer_loader *l, uint64_t file_off, size_t len)
+{
+	if (!l || len > SIZE_MAX - 8192) {
+		gpunvme_set_error(-EINVAL, "loader alloc: bad arguments");
+		return NULL;
+	}
+	if (l->nallocs == l->cap_allocs) {
+		size_t cap = l->cap_allocs ? 2 * l->cap_allocs : MAX_ALLOCS_GROW;
+		struct loader_alloc *a = realloc(l->allocs, cap * sizeof(*a));
+		if (!a) {
+			gpunvme_set_error(-ENOMEM, "out of memory");
+			return NULL;
+		}
+		l->allocs = a;
+		l->cap_allocs = cap;
+	}
+	/* 4 KiB of slack to place the start congruent to file_off */
+	size_t total = len + 4096;
+	void *base = l->gpu ? l->gpu->alloc(l->gctx, total) : gpunvme_dma_alloc(l->c, total);
+	if (!base) {
+		if (!l->gpu)
+			gpunvme_set_error(-ENOMEM, "cannot allocate %zu bytes of DMA memory", total);
+		return NULL;
+	}
+	uintptr_t b = (uintptr_t)base;
+	uintptr_t p = b + ((file_off - b) & 4095u);
+	l->allocs[l->nallocs++] = (struct loader_alloc){ (void *)p, base, total };
+	return (void *)p;
+}
+
+void gpunvme_layer_loader_free(struct gpunvme_layer_loader *l, void *p)
+{
+	if (!l || !p)
+		return;
+	for (size_t i = 0; i < l->nallocs; i++) {
+		if (l->allocs[i].p != p)
+			continue;
+		if (l->gpu)
+			l->gpu->free(l->gctx, l->allocs[i].base);
+		else
+			gpunvme_dma_free(l->c, l->allocs[i].base);
+		l->allocs[i] = l->allocs[--l->nallocs];
+		return;
+	}
+}
+
+void *gpunvme_layer_loader_dev_ptr(struct gpunvme_layer_loader *l, void *p)
+{
+	if (!l || !p)
+		return NULL;
+	return l->gpu ? l->gpu->dev_ptr(l->gctx, p) : p;
+}
+
+/* ---- planning ----------------------------------------------------------------------- */
+
+struct plan {
+	struct load_op *ops;
+	size_t nops, cap;
+	size_t *round_end;   /* ops index where each round ends */
+	size_t nrounds, cap_rounds;
+	uint64_t bounce_used;
+	uint64_t bounce_cap;
+};
+
+static int plan_push(struct plan *p, const struct load_op *op)
+{
+	if (p->nops == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 64;
+		struct load_op *n = realloc(p->ops, cap * sizeof(*n));
+		if (!n)
+			return gpunvme_set_error(-ENOMEM, "out of memory");
+		p->ops = n;
+		p->cap = cap;
+	}
+	p->ops[p->nops++] = *op;
+	return 0;
+}
+
+static int plan_end_round(struct plan *p)
+{
+	if (p->nrounds && p->round_end[p->nrounds - 1] == p->nops)
+		return 0; /* nothing since the last cut */
+	if (p->nrounds == p->cap_rounds) {
+		size_t cap = p->cap_rounds ? 2 * p->cap_rounds : 8;
+		size_t *n = realloc(p->round_end, cap * sizeof(*n));
+		if (!n)
+			return gpunvme_set_error(-ENOMEM, "out of memory");
+		p->round_end = n;
+		p->cap_rounds = cap;
+	}
+	p->round_end[p->nrounds++] = p->nops;
+	p->bounce_used = 0;
+	return 0;
+}
+
+/* A bounce read of `bytes` (whole blocks): starts a new round when the
+ * bounce buffer of this one is full. */
+static int plan_bounce(struct plan *p, uint64_t slba, uint32_t nlb, uint64_t bytes, uint64_t skip, uint64_t len,
+		       uint64_t dst_off)
+{
+	int rc;
+	if (p->bounce_used + bytes > p->bounce_cap && (rc = plan_end_round(p)))
+		return rc;
+	struct load_op op = { LOAD_BOUNCE, nlb, slba, dst_off, p->bounce_used, skip, len };
+	p->bounce_used += bytes;
+	return plan_push(p, &op);
+}
+
+static void plan_free(struct plan *p)
+{
+	free(p->ops);
+	free(p->round_end);
+}
+
+/*
+ * File bytes [off, off + len) -> dst. Within a mapped piece the device
+ * bytes are contiguous: a partial first block and a partial last block are
+ * bounced, whole blocks in between go straight to dst when the address they
+ * land at is dword aligned (§4.3: PRP entries), else in staged chunks.
+ */
+static int plan_build(const struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, uintptr_t dst, bool staged,
+		      struct plan *p)
+{
+	const uint64_t lbs = 1ull << l->lba_shift;
+	const uint64_t end = off + len;
+	uint64_t o = off;
+	int rc = 0;
+	memset(p, 0, sizeof(*p));
+	p->bounce_cap = l->bounce_bytes;
+	while (o < end && !rc) {
+		uint64_t contig = 0;
+		int64_t phys = gpunvme_extent_lookup(l->ext, l->n_ext, o, &contig);
+		uint64_t piece = contig && contig < end - o ? contig : end - o;
+		if (phys < 0) { /* hole or unwritten: zeroes */
+			struct load_op z = { LOAD_ZERO, 0, 0, o - off, 0, 0, piece };
+			rc = plan_push(p, &z);
+			o += piece;
+			continue;
+		}
+		uint64_t P = (uint64_t)phys, pend = P + piece;
+		if (P % lbs) { /* partial first block */
+			uint64_t k = lbs - P % lbs < piece ? lbs - P % lbs : piece;
+			if ((rc = plan_bounce(p, P / lbs, 1, lbs, P % lbs, k, o - off)))
+				break;
+			P += k;
+		}
+		uint64_t mid_end = pend / lbs * lbs;
+		while (P < mid_end && !rc) {
+			uint64_t dst_off = o - off + (P - (uint64_t)phys);
+			if (!staged && ((dst + dst_off) & 3) == 0) {
+				uint64_t n = mid_end - P < PLAN_MAX_DIRECT ? mid_end - P : PLAN_MAX_DIRECT;
+				struct load_op d = { LOAD_DIRECT, (uint32_t)(n / lbs), P / lbs, dst_off, 0, 0, n };
+				rc = plan_push(p, &d);
+				P += n;
+			} else {
+				uint64_t n = mid_end - P < STAGE_CHUNK ? mid_end - P : STAGE_CHUNK;
+				rc = plan_bounce(p, P / lbs, (uint32_t)(n / lbs), n, 0, n, dst_off);
+				P += n;
+			}
+		}
+		if (!rc && P < pend) /* partial last block */
+			rc = plan_bounce(p, P / lbs, 1, lbs, 0, pend - P, o - off + (P - (uint64_t)phys));
+		o += piece;
+	}
+	if (!rc)
+		rc = plan_end_round(p);
+	if (rc)
+		plan_free(p);
+	return rc;
+}
+
+/* ---- CPU data path -------------------------------------------------------------------- */
+
+struct cpu_run {
+	uint32_t pending;
+	int err;
+	uint16_t status;
+};
+
+static void cpu_done(void *arg, const struct gpunvme_cpl *cpl)
+{
+	struct cpu_run *r = arg;
+	r->pending--;
+	if (cpl->err && !r->err) {
+		r->err = cpl->err;
+		r->status = cpl->status;
+	}
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cpu_poll_all(struct gpunvme_layer_loader *l, struct cpu_run *r)
+{
+	for (uint32_t i = 0; i < l->nqp; i++) {
+		int rc = gpunvme_qpair_poll(l->qp[i], 0);
+		if (rc < 0) {
+			if (!r->err)
+				r->err = rc;
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/* Submit one read, polling for room while every queue is full. */
+static int cpu_submit(struct gpunvme_layer_loader *l, struct cpu_run *r, uint32_t *qi, uint8_t *buf, uint64_t slba,
+		      uint64_t nlb, uint64_t deadline)
+{
+	for (;;) {
+		struct gpunvme_qpair *qp = l->qp[*qi];
+		*qi = (*qi + 1) % l->nqp;
+		if (gpunvme_qpair_outstanding(qp) < l->o.depth) {
+			int rc = gpunvme_read(qp, l->nsid, buf, slba, nlb, cpu_done, r);
+			if (rc == 0) {
+				r->pending++;
+				return 0;
+			}
+			if (rc != -EAGAIN)
+				return rc;
+		}
+		int rc = cpu_poll_all(l, r);
+		if (rc)
+			return rc;
+		if (now_ns() > deadline)
+			return gpunvme_set_error(-ETIMEDOUT, "no room in %u queue pairs for %u ms", l->nqp,
+						 l->o.timeout_ms);
+	}
+}
+
+static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct load_op *ops, size_t n,
+		     uint64_t deadline, uint16_t *status)
+{
+	struct cpu_run r = { 0, 0, 0 };
+	uint32_t qi = 0;
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc && !r.err; i++) {
+		const struct load_op *op = &ops[i];
+		if (op->kind == LOAD_ZERO) {
+			memset(dst + op->dst_off, 0, op->len);
+			l->st.zero_bytes += op->len;
+			continue;
+		}
+		uint8_t *buf = op->kind == LOAD_DIRECT ? dst + op->dst_off : l->bounce + op->bounce_off;
+		uint64_t per = CPU_REQ_BYTES >> l->lba_shift;
+		for (uint64_t b = 0; b < op->nlb && !rc; b += per) {
+			uint64_t k = op->nlb - b < per ? op->nlb - b : per;
+			rc = cpu_submit(l, &r, &qi, buf + (b << l->lba_shift), op->slba + b, k, deadline);
+			l->st.commands++;
+		}
+		if (op->kind == LOAD_DIRECT)
+			l->st.direct_bytes += op->len;
+	}
+	/* drain what is in flight even after a failure: the buffers are ours */
+	while (r.pending) {
+		int prc = cpu_poll_all(l, &r);
+		if (prc) {
+			rc = rc ? rc : prc;
+			break;
+		}
+		if (now_ns() > deadline + 1000000000ull * 5) {
+			rc = gpunvme_set_error(-ETIMEDOUT, "%u reads still outstanding after the timeout", r.pending);
+			break;
+		}
+	}
+	if (!rc && r.err) {
+		rc = r.err;
+		if (status)
+			*status = r.status;
+		if (rc == -EIO)
+			gpunvme_set_error(-EIO, "read failed: NVMe status 0x%x (%s)", r.status,
+					  gpunvme_status_str(r.status));
+	}
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		const struct load_op *op = &ops[i];
+		if (op->kind != LOAD_BOUNCE)
+			continue;
+		memcpy(dst + op->dst_off, l->bounce + op->bounce_off + op->skip, op->len);
+		l->st.bounced_bytes += op->len;
+	}
+	return 0;
+}
+
+/* ---- loads ---------------------------------------------------------------------------------- */
+
+static int check_range(const struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, const void *dst)
+{
+	if (!l)
+		return gpunvme_set_error(-EINVAL, "load: no loader");
+	if (off > l->file_size || len > l->file_size - off)
+		return gpunvme_set_error(-ERANGE, "bytes %llu+%llu are past the end of the file (%llu bytes)",
+					 (unsigned long long)off, (unsigned long long)len,
+					 (unsigned long long)l->file_size);
+	if (len && !dst)
+		return gpunvme_set_error(-EINVAL, "load: no destination");
+	return 0;
+}
+
+static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
+		    void *event, int sync, uint16_t *status)
+{
+	int rc = check_range(l, off, len, dst);
+	if (rc)
+		return rc;
+	if (len == 0 && !l->gpu)
+		return 0;
+	/* CPU tier: memory the controller cannot reach is filled through the
+	 * bounce buffer (and counted as bounced) */
+	bool staged = !l->gpu && len && (!gpunvme_dma_iova(l->c, dst) ||
+					 !gpunvme_dma_iova(l->c, (const uint8_t *)dst + len - 1));
+	struct plan p;
+	if ((rc = plan_build(l, off, len, (uintptr_t)dst, staged, &p)))
+		return rc;
+	uint64_t deadline = now_ns() + (uint64_t)l->o.timeout_ms * 1000000ull;
+	size_t start = 0;
+	for (size_t k = 0; k < p.nrounds && !rc; k++) {
+		struct load_round r = { p.ops + start, p.round_end[k] - start };
+		if (l->gpu)
+			rc = l->gpu->exec(l->gctx, dst, len, &r, stream, (uint64_t)l->o.timeout_ms * 1000000ull);
+		else
+			rc = cpu_round(l, dst, r.ops, r.nops, deadline, status);
+		start = p.round_end[k];
+	}
+	if (l->gpu) {
+		for (size_t i = 0; i < p.nops; i++) {
+			const struct load_op *op = &p.ops[i];
+			l->st.direct_bytes += op->kind == LOAD_DIRECT ? op->len : 0;
+			l->st.bounced_bytes += op->kind == LOAD_BOUNCE ? op->len : 0;
+			l->st.zero_bytes += op->kind == LOAD_ZERO ? op->len : 0;
+			l->st.commands += op->kind == LOAD_ZERO ? 0 : 1;
+		}
+		int frc = l->gpu->finish(l->gctx, stream, event, sync);
+		rc = rc ? rc : frc;
+		if (!rc && sync)
+			rc = l->gpu->check(l->gctx, status);
+	}
+	plan_free(&p);
+	return rc;
+}
+
+int gpunvme_load_layer(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, uint16_t *status)
+{
+	if (status)
+		*status = 0;
+	return run_plan(l, off, len, dst, NULL, NULL, 1, status);
+}
+
+int gpunvme_load_layer_async(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
+			     void *event)
+{
+	if (l && !l->gpu)
+		return gpunvme_set_error(-ENOTSUP, "asynchronous loads need a GPU tier (this loader uses the CPU path)");
+	return run_plan(l, off, len, dst, stream, event, 0, NULL);
+}
+
+int gpunvme_layer_loader_check(struct gpunvme_layer_loader *l, uint16_t *status)
+{
+	if (status)
+		*status = 0;
+	if (!l)
+		return gpunvme_set_error(-EINVAL, "check: no loader");
+	return l->gpu ? l->gpu->check(l->gctx, status) : 0;
+}
+
+void gpunvme_layer_loader_stats(const struct gpunvme_layer_loader *l, struct gpunvme_loader_stats *st)
+{
+	if (l && st)
+		*st = l->st;
+}

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The layer loader's work list, shared by the CPU data path (loader.c) and
+ * the CUDA backend (src/cuda/loader_gpu.cu): what to read where for one
+ * load, cut into rounds that each fit the bounce buffer.
+ */
+#ifndef GPUNVME_LOADER_PLAN_H
+#define GPUNVME_LOADER_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpunvme/gpunvme.h"
+#include "gpunvme/loader.h"
+
+enum load_op_kind {
+	LOAD_DIRECT = 1,  /* read nlb blocks at slba into dst + dst_off */
+	LOAD_BOUNCE = 2,  /* read nlb blocks into bounce + bounce_off, then copy
+	                     len bytes from bounce + bounce_off + skip to dst + dst_off */
+	LOAD_ZERO = 3,    /* zero len bytes at dst + dst_off (hole, unwritten) */
+};
+
+struct load_op {
+	uint32_t kind;
+	uint32_t nlb;
+	uint64_t slba;
+	uint64_t dst_off;
+	uint64_t bounce_off;
+	uint64_t skip;
+	uint64_t len;
+};
+
+/* One round: its bounce reads fit the bounce buffer. */
+struct load_round {
+	const struct load_op *ops;
+	size_t nops;
+};
+
+/* Bounce buffer size: holds the edge blocks of many loads and the staged
+ * chunks of a misaligned destination. */
+#define LOADER_BOUNCE_BYTES (8u << 20)
+
+struct gpunvme_loader_gpu_ops {
+	int (*open)(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_loader_opts *o, void **ctx);
+	void (*close)(void *ctx);
+	/* destination memory of the tier: T2 a device pointer, T1 the host
+	 * address of pinned, GPU-mapped DMA memory */
+	void *(*alloc)(void *ctx, size_t len);
+	void (*free)(void *ctx, void *p);
+	void *(*dev_ptr)(void *ctx, void *p);
+	/* queue one round for dst (len bytes) on stream (NULL: the backend's
+	 * own); returns at once */
+	int (*exec)(void *ctx, uint8_t *dst, uint64_t len, const struct load_round *r, void *stream,
+		    uint64_t timeout_ns);
+	/* record event (may be NULL) on stream; sync: wait for the stream */
+	int (*finish)(void *ctx, void *stream, void *event, int sync);
+	/* first failure since the last check: 0, -EIO with *status, -errno */
+	int (*check)(void *ctx, uint16_t *status);
+	/* the tier's bounce buffer size (LOADER_BOUNCE_BYTES) */
+	uint64_t bounce_bytes;
+};
+
+#endif

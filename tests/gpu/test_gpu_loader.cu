@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The layer loader's GPU tiers (src/cuda/loader_gpu.cu) against the
+ * embedded emulator: a file in random fragments with holes and unwritten
+ * extents (tests/loader/layout.h), random byte ranges loaded by GPU-initiated
+ * commands and compared with the host reference. Cases (argv[1], none = all):
+ *   tier2_random   GPU memory: loader memory, the caller's cudaMalloc memory
+ *                  at every dword misalignment (staged through the bounce
+ *                  buffer and copied on the GPU)
+ *   tier1_random   pinned host memory read by the GPU
+ *   double_buffer  layers alternate between two buffers on two streams; a
+ *                  kernel sums layer i while layer i + 1 loads; the sums
+ *                  match the host's
+ *   faults         media error -> -EIO with the NVMe status; the loader
+ *                  works again after the fault is cleared
+ * Exits 77 without a GPU.
+ */
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpunvme/emu.h"
+#include "gpunvme/gpu.h"
+#include "gpunvme/gpunvme.h"
+#include "gpunvme/loader.h"
+#include "layout.h"
+
+#define CK(x)                                                                                       \
+	do {                                                                                        \
+		cudaError_t e_ = (x);                                                               \
+		if (e_ != cudaSuccess) {                                                            \
+			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+			return 1;                                                                   \
+		}                                                                                   \
+	} while (0)
+#define OK(x)                                                                                         \
+	do {                                                                                          \
+		int r_ = (x);                                                                         \
+		if (r_) {                                                                             \
+			fprintf(stderr, "%s:%d: %s = %d: %s\n", __FILE__, __LINE__, #x, r_, gpunvme_last_error()); \
+			return 1;                                                                     \
+		}                                                                                     \
+	} while (0)
+#define FAIL(...)                                      \
+	do {                                           \
+		fprintf(stderr, "FAIL: " __VA_ARGS__); \
+		return 1;                              \
+	} while (0)
+
+static int compare(const uint8_t *got, const uint8_t *want, uint64_t len, uint64_t off, const char *what)
+{
+	for (uint64_t i = 0; i < len; i++)
+		if (got[i] != want[i])
+			FAIL("%s: load at file offset %llu + %llu: byte %llu is 0x%02x, want 0x%02x\n", what,
+			     (unsigned long long)off, (unsigned long long)len, (unsigned long long)i, got[i], want[i]);
+	return 0;
+}
+
+static int setup(const char *uri, uint64_t fsize, struct gpunvme_ctrl **c, struct layout *L,
+		 enum gpunvme_tier tier, struct gpunvme_layer_loader **l)
+{
+	*c = open_emu(uri);
+	if (!*c)
+		return 1;
+	size_t ns_len;
+	uint8_t *ns = fill_ns(*c, 5, &ns_len);
+	if (!ns)
+		FAIL("namespace memory\n");
+	make_layout(L, ns, ns_len, fsize, 21);
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.tier = tier;
+	o.queues = 4;
+	o.depth = 64;
+	o.timeout_ms = 10000;
+	o.gpu = gpunvme_loader_gpu_backend();
+	OK(gpunvme_layer_loader_init(*c, 1, L->ext, L->n, L->size, &o, l));
+	return 0;
+}
+
+static int tier2_random(void)
+{
+	struct gpunvme_ctrl *c;
+	struct layout L;
+	struct gpunvme_layer_loader *l;
+	if (setup("emu:ram:64M?lbads=9&workers=4", 5 * 1024 * 1024 + 4321, &c, &L, GPUNVME_TIER_2, &l))
+		return 1;
+	uint8_t *user = NULL, *host = (uint8_t *)malloc(L.size + 16);
+	CK(cudaMalloc(&user, L.size + 16));
+	uint64_t seed = 99;
+	for (int r = 0; r < 60; r++) {
+		uint64_t off = rng(&seed) % L.size;
+		uint64_t len = rng(&seed) % (L.size - off + 1);
+		if (r % 4 == 0)
+			len %= 9000;
+		uint8_t *mem = NULL, *dst;
+		if (r % 2 == 0)
+			dst = mem = (uint8_t *)gpunvme_layer_loader_alloc(l, off, len);
+		else
+			dst = user + r % 8;
+		if (!dst)
+			FAIL("alloc: %s\n", gpunvme_last_error());
+		CK(cudaMemset(dst, 0xa5, len));
+		uint16_t st = 0;
+		OK(gpunvme_load_layer(l, off, len, dst, &st));
+		CK(cudaMemcpy(host, dst, len, cudaMemcpyDeviceToHost));
+		if (compare(host, L.ref + off, len, off, r % 2 ? "caller memory" : "loader memory"))
+			return 1;
+		if (mem)
+			gpunvme_layer_loader_free(l, mem);
+	}
+	struct gpunvme_loader_stats st;
+	gpunvme_layer_loader_stats(l, &st);
+	printf("tier2: %llu bytes direct, %llu bounced, %llu zero, %llu reads\n", (unsigned long long)st.direct_bytes,
+	       (unsigned long long)st.bounced_bytes, (unsigned long long)st.zero_bytes, (unsigned long long)st.commands);
+	if (!st.direct_bytes || !st.bounced_bytes || !st.zero_bytes)
+		FAIL("every path (direct, bounce, zero) should have been used\n");
+	gpunvme_layer_loader_destroy(l);
+	cudaFree(user);
+	free(host);
+	free(L.ref);
+	gpunvme_close(c);
+	return 0;
+}
+
+static int tier1_random(void)
+{
+	struct gpunvme_ctrl *c;
+	struct layout L;
+	struct gpunvme_layer_loader *l;
+	if (setup("emu:ram:64M?lbads=12&mdts=2&workers=2", 3 * 1024 * 1024 + 77, &c, &L, GPUNVME_TIER_1, &l))
+		return 1;
+	uint64_t seed = 7;
+	for (int r = 0; r < 40; r++) {
+		uint64_t off = rng(&seed) % L.size;
+		uint64_t len = rng(&seed) % (L.size - off + 1);
+		uint8_t *dst = (uint8_t *)gpunvme_layer_loader_alloc(l, off, len);
+		if (!dst)
+			FAIL("alloc: %s\n", gpunvme_last_error());
+		memset(dst, 0x5a, len);
+		OK(gpunvme_load_layer(l, off, len, dst, NULL));
+		if (compare(dst, L.ref + off, len, off, "tier 1"))
+			return 1;
+		gpunvme_layer_loader_free(l, dst);
+	}
+	/* heap memory is refused on Tier 1, with the reason */
+	uint8_t *heap = (uint8_t *)malloc(8192);
+	int rc = gpunvme_load_layer(l, 0, 8192, heap, NULL);
+	if (rc != -EINVAL || !strstr(gpunvme_last_error(), "Tier 1"))
+		FAIL("heap memory on tier 1: %d %s\n", rc, gpunvme_last_error());
+	free(heap);
+	gpunvme_layer_loader_destroy(l);
+	free(L.ref);
+	gpunvme_close(c);
+	return 0;
+}
+
+__global__ void k_sum(const uint8_t *p, uint64_t n, unsigned long long *out)
+{
+	unsigned long long s = 0;
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += gridDim.x * (uint64_t)blockDim.x)
+		s += p[i] * (i % 251 + 1);
+	atomicAdd(out, s);
+}
+
+static int double_buffer(void)
+{
+	struct gpunvme_ctrl *c;
+	struct layout L;
+	struct gpunvme_layer_loader *l;
+	const uint64_t layer = 256 * 1024 + 333;
+	if (setup("emu:ram:64M?lbads=9&workers=4", 6 * 1024 * 1024, &c, &L, GPUNVME_TIER_2, &l))
+		return 1;
+	const int nl = (int)(L.size / layer);
+	uint8_t *buf[2];
+	cudaStream_t io[2], compute;
+	cudaEvent_t loaded[2], used[2];
+	unsigned long long *sums;
+	CK(cudaMalloc(&buf[0], layer + 8));
+	CK(cudaMalloc(&buf[1], layer + 8));
+	CK(cudaMallocManaged(&sums, nl * sizeof(*sums)));
+	CK(cudaMemset(sums, 0, nl * sizeof(*sums)));
+	CK(cudaStreamCreate(&compute));
+	for (int i = 0; i < 2; i++) {
+		CK(cudaStreamCreate(&io[i]));
+		CK(cudaEventCreate(&loaded[i]));
+		CK(cudaEventCreate(&used[i]));
+	}
+	for (int i = 0; i < nl; i++) {
+		int b = i & 1;
+		/* the buffer is free once the sum of layer i - 2 is done */
+		CK(cudaStreamWaitEvent(io[b], used[b], 0));
+		OK(gpunvme_load_layer_async(l, (uint64_t)i * layer, layer, buf[b] + (i % 3), io[b], loaded[b]));
+		CK(cudaStreamWaitEvent(compute, loaded[b], 0));
+		k_sum<<<64, 256, 0, compute>>>(buf[b] + (i % 3), layer, &sums[i]);
+		CK(cudaEventRecord(used[b], compute));
+	}
+	CK(cudaStreamSynchronize(compute));
+	OK(gpunvme_layer_loader_check(l, NULL));
+	for (int i = 0; i < nl; i++) {
+		unsigned long long s = 0;
+		for (uint64_t k = 0; k < layer; k++)
+			s += L.ref[i * layer + k] * (k % 251 + 1);
+		if (s != sums[i])
+			FAIL("layer %d: GPU sum %llu, host %llu\n", i, sums[i], s);
+	}
+	printf("double_buffer: %d layers of %llu bytes\n", nl, (unsigned long long)layer);
+	gpunvme_layer_loader_destroy(l);
+	for (int i = 0; i < 2; i++) {
+		cudaFree(buf[i]);
+		cudaStreamDestroy(io[i]);
+		cudaEventDestroy(loaded[i]);
+		cudaEventDestroy(used[i]);
+	}
+	cudaStreamDestroy(compute);
+	cudaFree(sums);
+	free(L.ref);
+	gpunvme_close(c);
+	return 0;
+}
+
+static int faults(void)
+{
+	struct gpunvme_ctrl *c;
+	struct layout L;
+	struct gpunvme_layer_loader *l;
+	if (setup("emu:ram:32M?lbads=9", 1024 * 1024, &c, &L, GPUNVME_TIER_2, &l))
+		return 1;
+	uint8_t *dst = (uint8_t *)gpunvme_layer_loader_alloc(l, 0, L.size);
+	uint8_t *host = (uint8_t *)malloc(L.size);
+	struct gpunvme_emu_fault f;
+	memset(&f, 0, sizeof(f));
+	f.kind = GPUNVME_EMU_FAULT_MEDIA;
+	f.nsid = 1;
+	f.slba = L.ext[0].physical / 512;
+	f.nlb = 1;
+	OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	uint16_t st = 0;
+	int rc = gpunvme_load_layer(l, 0, L.size, dst, &st);
+	if (rc != -EIO || gpunvme_status_code(st) != (GPUNVME_SC_UNRECOVERED_READ & 0x7ff))
+		FAIL("media error: rc %d status 0x%x (%s)\n", rc, st, gpunvme_last_error());
+	gpunvme_emu_clear_faults(gpunvme_ctrl_emu(c));
+	OK(gpunvme_load_layer(l, 0, L.size, dst, &st));
+	CK(cudaMemcpy(host, dst, L.size, cudaMemcpyDeviceToHost));
+	if (compare(host, L.ref, L.size, 0, "after the fault"))
+		return 1;
+	rc = gpunvme_load_layer(l, L.size - 10, 11, dst, &st);
+	if (rc != -ERANGE)
+		FAIL("past EOF: %d\n", rc);
+	free(host);
+	gpunvme_layer_loader_destroy(l);
+	free(L.ref);
+	gpunvme_close(c);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+		printf("no CUDA GPU: skipped\n");
+		return 77;
+	}
+	static const struct {
+		const char *name;
+		int (*fn)(void);
+	} cases[] = {
+		{"tier2_random", tier2_random},
+		{"tier1_random", tier1_random},
+		{"double_buffer", double_buffer},
+		{"faults", faults},
+	};
+	int fails = 0, ran = 0;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (argc > 1 && strcmp(argv[1], cases[i].name))
+			continue;
+		ran++;
+		int rc = cases[i].fn();
+		printf("%s %s\n", rc ? "FAIL" : "PASS", cases[i].name);
+		fails += rc != 0;
+	}
+	if (!ran)
+		FAIL("no case named %s\n", argv[1]);
+	return fails ? 1 : 0;
+}

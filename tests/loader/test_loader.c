@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The layer loader's CPU tier against the embedded emulator: a file laid out
+ * in random fragments (with holes and unwritten extents) over a namespace
+ * filled with random bytes; random byte ranges loaded into loader memory,
+ * DMA memory at every dword misalignment, and plain malloc memory, compared
+ * with a reference built byte by byte from the extent table. Plus every
+ * error a caller can cause.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpunvme/emu.h"
+#include "gpunvme/gpunvme.h"
+#include "gpunvme/loader.h"
+#include "harness.h"
+
+#include "layout.h"
+
+static int check_loads(struct gpunvme_ctrl *c, const struct layout *L, uint64_t seed, int rounds)
+{
+	struct gpunvme_layer_loader *l = NULL;
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.queues = 3;
+	o.depth = 32;
+	H_OK(gpunvme_layer_loader_init(c, 1, L->ext, L->n, L->size, &o, &l));
+	uint8_t *dma = gpunvme_dma_alloc(c, L->size + 64);
+	uint8_t *heap = malloc(L->size + 64);
+	H_CHECK(dma && heap);
+	for (int r = 0; r < rounds; r++) {
+		uint64_t off = rng(&seed) % L->size;
+		uint64_t len = rng(&seed) % (L->size - off + 1);
+		if (r % 4 == 0)
+			len = len % 5000; /* small: inside one or two blocks */
+		int where = r % 3;
+		uint8_t *dst;
+		void *mem = NULL;
+		if (where == 0)
+			dst = mem = gpunvme_layer_loader_alloc(l, off, len);
+		else if (where == 1)
+			dst = dma + rng(&seed) % 8; /* every dword misalignment */
+		else
+			dst = heap + rng(&seed) % 8; /* not DMA memory: staged */
+		H_CHECK(dst);
+		memset(dst, 0xa5, len);
+		uint16_t st = 0xffff;
+		int rc = gpunvme_load_layer(l, off, len, dst, &st);
+		H_CHECKF(rc == 0, "load %llu+%llu (%d): %d %s", (unsigned long long)off, (unsigned long long)len, where,
+			 rc, gpunvme_last_error());
+		H_EQ(st, 0);
+		for (uint64_t i = 0; i < len; i++)
+			H_CHECKF(dst[i] == L->ref[off + i], "load %llu+%llu into %s: byte %llu is 0x%02x, want 0x%02x",
+				 (unsigned long long)off, (unsigned long long)len,
+				 where == 0 ? "loader memory" : where == 1 ? "DMA memory" : "heap memory",
+				 (unsigned long long)i, dst[i], L->ref[off + i]);
+		if (mem)
+			gpunvme_layer_loader_free(l, mem);
+	}
+	/* loader memory: only edge blocks are bounced */
+	struct gpunvme_loader_stats st0, st1;
+	gpunvme_layer_loader_stats(l, &st0);
+	uint8_t *mem = gpunvme_layer_loader_alloc(l, 1, L->size - 1);
+	H_CHECK(mem);
+	H_OK(gpunvme_load_layer(l, 1, L->size - 1, mem, NULL));
+	H_CHECK(!memcmp(mem, L->ref + 1, L->size - 1));
+	gpunvme_layer_loader_stats(l, &st1);
+	H_CHECKF(st1.bounced_bytes - st0.bounced_bytes < 2ull * L->n * 4096, "bounced %llu bytes of %llu",
+		 (unsigned long long)(st1.bounced_bytes - st0.bounced_bytes), (unsigned long long)L->size);
+	H_CHECK(st1.direct_bytes > st0.direct_bytes);
+	free(heap);
+	gpunvme_dma_free(c, dma);
+	gpunvme_layer_loader_destroy(l);
+	return 0;
+}
+
+H_CASE(random_512)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:32M?lbads=9&workers=2");
+	H_CHECK(c);
+	size_t ns_len;
+	uint8_t *ns = fill_ns(c, 1, &ns_len);
+	H_CHECK(ns);
+	struct layout L;
+	make_layout(&L, ns, ns_len, 3 * 1024 * 1024 + 12345, 7);
+	int rc = check_loads(c, &L, 11, 120);
+	free(L.ref);
+	gpunvme_close(c);
+	return rc;
+}
+
+H_CASE(random_4k_mdts)
+{
+	/* 4 KiB blocks, 8 KiB per command: many commands per fragment */
+	struct gpunvme_ctrl *c = open_emu("emu:ram:32M?lbads=12&mdts=1&workers=3");
+	H_CHECK(c);
+	size_t ns_len;
+	uint8_t *ns = fill_ns(c, 2, &ns_len);
+	H_CHECK(ns);
+	struct layout L;
+	make_layout(&L, ns, ns_len, 2 * 1024 * 1024 + 7, 9);
+	int rc = check_loads(c, &L, 13, 90);
+	free(L.ref);
+	gpunvme_close(c);
+	return rc;
+}
+
+H_CASE(unaligned_physical)
+{
+	/* extents that start mid-block on the device (FIEMAP of an inline or
+	 * tail-packed file could give that): edge blocks on both sides */
+	struct gpunvme_ctrl *c = open_emu("emu:ram:8M?lbads=12");
+	H_CHECK(c);
+	size_t ns_len;
+	uint8_t *ns = fill_ns(c, 3, &ns_len);
+	H_CHECK(ns);
+	struct gpunvme_extent ext[2] = { { 0, 4096 * 3 + 100, 5000, 0 }, { 5000, 4096 * 9 + 17, 30000, 0 } };
+	struct gpunvme_layer_loader *l = NULL;
+	H_OK(gpunvme_layer_loader_init(c, 1, ext, 2, 35000, NULL, &l));
+	uint8_t *dst = gpunvme_dma_alloc(c, 35000);
+	H_OK(gpunvme_load_layer(l, 0, 35000, dst, NULL));
+	H_CHECK(!memcmp(dst, ns + ext[0].physical, 5000));
+	H_CHECK(!memcmp(dst + 5000, ns + ext[1].physical, 30000));
+	gpunvme_dma_free(c, dst);
+	gpunvme_layer_loader_destroy(l);
+	gpunvme_close(c);
+	return 0;
+}
+
+H_CASE(errors)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:8M?lbads=12");
+	H_CHECK(c);
+	struct gpunvme_extent ext[1] = { { 0, 4096, 65536, 0 } };
+	struct gpunvme_layer_loader *l = NULL;
+	/* a file the namespace cannot hold */
+	struct gpunvme_extent far[1] = { { 0, 8u << 20, 4096, 0 } };
+	H_EQ(gpunvme_layer_loader_init(c, 1, far, 1, 4096, NULL, &l), -ERANGE);
+	H_CHECK(strstr(gpunvme_last_error(), "past the end of the namespace"));
+	struct gpunvme_extent unsorted[2] = { { 8192, 4096, 4096, 0 }, { 0, 16384, 4096, 0 } };
+	H_EQ(gpunvme_layer_loader_init(c, 1, unsorted, 2, 12288, NULL, &l), -EINVAL);
+	H_EQ(gpunvme_layer_loader_init(c, 7, ext, 1, 65536, NULL, &l), -ENOENT);
+	/* GPU tiers without the CUDA backend */
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.tier = GPUNVME_TIER_2;
+	H_EQ(gpunvme_layer_loader_init(c, 1, ext, 1, 65536, &o, &l), -ENOTSUP);
+	H_CHECK(strstr(gpunvme_last_error(), "CUDA"));
+	o.tier = (enum gpunvme_tier)9;
+	H_EQ(gpunvme_layer_loader_init(c, 1, ext, 1, 65536, &o, &l), -EINVAL);
+
+	H_OK(gpunvme_layer_loader_init(c, 1, ext, 1, 65536, NULL, &l));
+	uint8_t *dst = gpunvme_dma_alloc(c, 65536);
+	H_EQ(gpunvme_load_layer(l, 65000, 537, dst, NULL), -ERANGE);
+	H_CHECK(strstr(gpunvme_last_error(), "past the end of the file"));
+	H_EQ(gpunvme_load_layer(l, UINT64_MAX, 2, dst, NULL), -ERANGE);
+	H_EQ(gpunvme_load_layer(l, 0, 100, NULL, NULL), -EINVAL);
+	H_OK(gpunvme_load_layer(l, 65536, 0, dst, NULL)); /* empty range at EOF */
+	H_EQ(gpunvme_load_layer_async(l, 0, 100, dst, NULL, NULL), -ENOTSUP);
+
+	/* media error inside the file: -EIO with the NVMe status */
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_MEDIA, .nsid = 1, .slba = 3, .nlb = 1 };
+	H_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	uint16_t st = 0;
+	H_EQ(gpunvme_load_layer(l, 0, 65536, dst, &st), -EIO);
+	H_EQ(gpunvme_status_code(st), GPUNVME_SC_UNRECOVERED_READ & 0x7ff);
+	H_CHECK(strstr(gpunvme_last_error(), "Unrecovered Read Error"));
+	gpunvme_emu_clear_faults(gpunvme_ctrl_emu(c));
+	H_OK(gpunvme_load_layer(l, 0, 65536, dst, &st));
+
+	/* device gone: a clear error, no hang */
+	struct gpunvme_emu_fault rm = { .kind = GPUNVME_EMU_FAULT_REMOVE };
+	H_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &rm));
+	int rc = gpunvme_load_layer(l, 0, 65536, dst, &st);
+	H_CHECKF(rc == -ENODEV || rc == -EIO, "after removal: %d %s", rc, gpunvme_last_error());
+	gpunvme_dma_free(c, dst);
+	gpunvme_layer_loader_destroy(l);
+	gpunvme_close(c);
+	return 0;
+}
+int main(int argc, char **argv) { return h_main(argc, argv); }
