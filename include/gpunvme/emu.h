@@ -38,6 +38,9 @@ struct gpunvme_emu_ns_config {
 	uint64_t size;       /* bytes; FILE: 0 means the file's size */
 	uint32_t lba_shift;  /* 9 (512 B) or 12 (4 KiB) */
 	char path[GPUNVME_EMU_MAX_PATH]; /* FILE only */
+	uint8_t snapshot;    /* FILE: read the image into RAM at creation and
+	                        serve it from there; writes stay in RAM and the
+	                        file is opened read-only (benchmarks, demos) */
 };
 
 /* Device model: turns the emulator into a given SSD. All zero = as fast as
@@ -87,7 +90,8 @@ void gpunvme_emu_config_init(struct gpunvme_emu_config *cfg);
  *   ram:SIZE | null:SIZE | PATH   [ "?" key=value ("&" key=value)* ]
  * SIZE takes K/M/G/T suffixes (powers of 1024). Keys: lbads (9|12), nsq
  * (I/O queue pairs), mqes, mdts, dstrd, workers, latency_us, read_mbps,
- * write_mbps, iops, ready_ms, idle_us, vwc, ns (extra namespaces: "ns=ram:1G,null:4G").
+ * write_mbps, iops, ready_ms, idle_us, vwc, snapshot (0|1: serve an image
+ * file from a RAM copy), ns (extra namespaces: "ns=ram:1G,null:4G").
  * Returns 0 or -EINVAL; on error, *err (if not NULL) points at a static
  * message naming the problem. */
 int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec,

@@ -170,6 +170,13 @@ int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec, c
 		} else if (KEY("vwc")) {
 			bad = parse_uint(v, vlen, 1, &x);
 			cfg->vwc = (uint8_t)x;
+		} else if (KEY("snapshot")) {
+			bad = parse_uint(v, vlen, 1, &x);
+			cfg->ns[0].snapshot = (uint8_t)x;
+			if (!bad && x && cfg->ns[0].backing != GPUNVME_EMU_BACK_FILE) {
+				*err = "snapshot=1 needs an image file as the namespace";
+				return -EINVAL;
+			}
 		} else if (KEY("ns")) {
 			/* extra namespaces, comma separated */
 			const char *s = v;
@@ -188,7 +195,7 @@ int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec, c
 			}
 		} else {
 			*err = "unknown option (known: lbads nsq mqes mdts dstrd workers latency_us "
-			       "read_mbps write_mbps iops ready_ms idle_us vwc ns)";
+			       "read_mbps write_mbps iops ready_ms idle_us vwc snapshot ns)";
 			return -EINVAL;
 		}
 #undef KEY

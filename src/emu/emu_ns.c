@@ -9,6 +9,49 @@
 
 #include "emu/emu_internal.h"
 
+/* An image file copied into anonymous memory: the namespace is then RAM
+ * (fast, pinnable, never written back). Whole file, whole blocks only. */
+static int ns_snapshot(struct emu_ns *ns, const struct gpunvme_emu_ns_config *cfg)
+{
+	int fd = open(cfg->path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
+	uint64_t size = cfg->size ? cfg->size : (uint64_t)st.st_size;
+	if (size == 0 || (size & ((1ull << ns->lba_shift) - 1)) || size < (uint64_t)st.st_size) {
+		close(fd);
+		return -EINVAL;
+	}
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED) {
+		close(fd);
+		return -ENOMEM;
+	}
+	uint64_t done = 0;
+	while (done < (uint64_t)st.st_size) {
+		ssize_t n = pread(fd, (uint8_t *)p + done, (uint64_t)st.st_size - done, (off_t)done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			int rc = n < 0 ? -errno : -EIO;
+			munmap(p, size);
+			close(fd);
+			return rc;
+		}
+		done += (uint64_t)n;
+	}
+	close(fd);
+	ns->backing = GPUNVME_EMU_BACK_RAM;
+	ns->data = p;
+	ns->map_len = size;
+	ns->nlbas = size >> ns->lba_shift;
+	return 0;
+}
+
 int emu_ns_open(struct emu_ns *ns, uint32_t nsid, const struct gpunvme_emu_ns_config *cfg)
 {
 	memset(ns, 0, sizeof(*ns));
@@ -37,6 +80,8 @@ int emu_ns_open(struct emu_ns *ns, uint32_t nsid, const struct gpunvme_emu_ns_co
 		}
 		break;
 	case GPUNVME_EMU_BACK_FILE: {
+		if (cfg->snapshot)
+			return ns_snapshot(ns, cfg);
 		int fd = open(cfg->path, O_RDWR | O_CLOEXEC | (size ? O_CREAT : 0), 0644);
 		if (fd < 0)
 			return -errno;

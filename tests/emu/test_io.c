@@ -548,6 +548,62 @@ H_CASE(file_persistence)
 	return 0;
 }
 
+/* snapshot=1: the image is served from a RAM copy; writes never reach the
+ * file, a missing file fails creation, and a partial last block is refused */
+H_CASE(file_snapshot)
+{
+	struct gpunvme_emu_config cfg;
+	struct h_ctrl *c;
+	struct h_qp q;
+	struct gpunvme_cqe e;
+	char path[] = "/tmp/gpunvme-emu-snap-XXXXXX";
+	int fd = mkstemp(path);
+	H_CHECK(fd >= 0);
+	const size_t fsz = 1u << 20;
+	uint8_t *img = malloc(fsz);
+	H_CHECK(img != NULL);
+	h_fill(img, fsz, 0x5a5);
+	H_CHECK(pwrite(fd, img, fsz, 0) == (ssize_t)fsz);
+	h_cfg(&cfg);
+	cfg.ns[0].backing = GPUNVME_EMU_BACK_FILE;
+	cfg.ns[0].size = 0;
+	cfg.ns[0].lba_shift = 9;
+	cfg.ns[0].snapshot = 1;
+	snprintf(cfg.ns[0].path, sizeof(cfg.ns[0].path), "%s", path);
+	int rc = h_ctrl_up(&c, &cfg);
+	if (rc) {
+		unlink(path);
+		close(fd);
+		free(img);
+		H_OK(rc);
+	}
+	H_OK(h_qp_create(c, &q, 1, 16));
+	int r = read_cmp(&q, 1, 512, 100, 256, img + 100 * 512);
+	struct h_buf w = h_alloc(&c->arena, 4096, H_PAGE);
+	memset(w.va, 0xee, 4096);
+	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 8, w.iova, 4096, &e));
+	H_EXPECT_ST(e, 0);
+	r = r ? r : read_cmp(&q, 1, 512, 0, 8, w.va);
+	h_ctrl_close(c);
+	uint8_t first[4096];
+	H_CHECK(pread(fd, first, sizeof(first), 0) == (ssize_t)sizeof(first));
+	int untouched = !memcmp(first, img, sizeof(first));
+	/* a partial last block cannot be served */
+	H_CHECK(ftruncate(fd, (off_t)fsz + 100) == 0);
+	struct gpunvme_emu *emu = NULL;
+	int prc = gpunvme_emu_create(&cfg, &emu);
+	unlink(path);
+	close(fd);
+	free(img);
+	if (r)
+		return r;
+	H_CHECKF(untouched, "snapshot=1 wrote to the image file");
+	H_CHECKF(prc == -EINVAL, "partial last block: %d", prc);
+	snprintf(cfg.ns[0].path, sizeof(cfg.ns[0].path), "/nonexistent-dir/x");
+	H_CHECK(gpunvme_emu_create(&cfg, &emu) == -ENOENT);
+	return 0;
+}
+
 H_CASE(null_backing)
 {
 	struct gpunvme_emu_config cfg;

@@ -491,8 +491,11 @@ H_CASE(config_parse)
 	H_OK(gpunvme_emu_config_parse(&cfg, "/tmp/some-file.img?lbads=9", &err));
 	H_EQ(cfg.ns[0].backing, GPUNVME_EMU_BACK_FILE);
 	H_CHECK(strcmp(cfg.ns[0].path, "/tmp/some-file.img") == 0);
+	H_EQ(cfg.ns[0].snapshot, 0);
+	H_OK(gpunvme_emu_config_parse(&cfg, "/tmp/some-file.img?snapshot=1", &err));
+	H_EQ(cfg.ns[0].snapshot, 1);
 	static const char *bad[] = { "", "ram:", "ram:12Q", "ram:1G?bogus=1", "ram:1G?lbads", "ram:1G?lbads=10",
-				     "ram:1G?mdts=x" };
+				     "ram:1G?mdts=x", "ram:1G?snapshot=1", "/tmp/x.img?snapshot=2" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		gpunvme_emu_config_init(&cfg);
 		err = NULL;
