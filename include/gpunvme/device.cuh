@@ -108,17 +108,30 @@ __device__ __forceinline__ unsigned int gpunvme_ld(const unsigned int *p)
 
 /* Back-off for waiting threads. A command takes ~10 µs on the emulator
  * (submit ~5 µs, completion seen ~6 µs later, measured on an H100), so the
- * first rounds only poll; after that, exponential sleeps keep tens of
- * thousands of waiting threads off the memory system. Callers start with
- * *ns = 32. (A single thread still sees ~0.8 ms per command in
- * bench_gpu_iops; not understood yet, see bench/results/gpu_model.md.) */
+ * first rounds only poll; after that, exponentially growing pauses keep tens
+ * of thousands of waiting threads off the memory system. The pause watches
+ * %globaltimer rather than calling __nanosleep: a lone thread that slept
+ * with __nanosleep saw ~1 ms per command at QD1 (bench/results/gpu_model.md)
+ * while the same calls polling tightly took 12 µs. Build with
+ * -DGPUNVME_DEV_BACKOFF_NANOSLEEP=1 for the old behaviour (bench variant
+ * bench_gpu_iops_nanosleep keeps the comparison measurable). Callers start
+ * with *ns = 32. */
+#ifndef GPUNVME_DEV_BACKOFF_NANOSLEEP
+#define GPUNVME_DEV_BACKOFF_NANOSLEEP 0
+#endif
 __device__ __forceinline__ void gpunvme_backoff(unsigned int *ns)
 {
 	if (*ns < 1024) {
 		*ns += 32; /* ~31 polling rounds first */
 		return;
 	}
+#if GPUNVME_DEV_BACKOFF_NANOSLEEP
 	__nanosleep(*ns);
+#else
+	const uint64_t until = gpunvme_dev_now() + *ns;
+	while (gpunvme_dev_now() < until)
+		; /* registers only: no loads, no stores */
+#endif
 	if (*ns < 16384)
 		*ns *= 2;
 }
