@@ -67,7 +67,11 @@ typedef int (*gpunvme_model_read_fn)(void *ctx, uint64_t off, void *buf, size_t 
  * message: header length past the end of the file, JSON/metadata syntax,
  * unknown dtype / ggml type, shape product not matching the byte length,
  * tensor data outside the data section, overlapping tensors (safetensors),
- * misaligned GGUF offsets. *out is freed with gpunvme_model_free().
+ * misaligned GGUF offsets. A failed read returns the callback's -errno.
+ * Reads stay inside [0, file_size); a GGUF header is read in windows of at
+ * most 64 KiB, a safetensors header in pieces of at most 1 MiB, and no
+ * tensor data is read. *out is NULL on failure, else freed with
+ * gpunvme_model_free().
  */
 int gpunvme_model_parse(gpunvme_model_read_fn read, void *ctx, uint64_t file_size, struct gpunvme_model **out);
 /* Same over a buffer in memory. */
@@ -82,7 +86,9 @@ double gpunvme_dtype_bits(enum gpunvme_model_format f, const char *dtype);
 
 /* Shell-style pattern match of a tensor name: '*', '?', '[...]' ('[!...]'
  * negates), '\' escapes; several patterns separated by ',' match if any
- * does. 1 = match, 0 = no match. */
+ * does. 1 = match, 0 = no match. Matching is on bytes ('?' is one byte of
+ * UTF-8); '*' crosses '.'; a ',' quoted by '\' or inside [...] does not
+ * separate; a '[' without ']' is literal; NULL patterns or name: 0. */
 int gpunvme_tensor_match(const char *patterns, const char *name);
 
 #ifdef __cplusplus

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Shared pieces of the model index parsers (model.c, safetensors.c,
+ * gguf.c): the read source, the growing tensor table and the checks that
+ * both formats make on it.
+ */
+#ifndef GPUNVME_LOADER_MODEL_INTERNAL_H
+#define GPUNVME_LOADER_MODEL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpunvme/model.h"
+
+struct model_src {
+	gpunvme_model_read_fn read;
+	void *ctx;
+	uint64_t size;
+};
+
+/* Read [off, off + len) of the file; the range must lie inside it (callers
+ * check first). A failed read gives the callback's -errno and a message. */
+int model_read(const struct model_src *src, uint64_t off, void *buf, size_t len);
+
+/* Append a zeroed tensor to m (the table grows by doubling, so its size
+ * follows what was parsed, never a count the file claims). *cap is the
+ * allocated count. 0 or -ENOMEM. */
+int model_push_tensor(struct gpunvme_model *m, size_t *cap, struct gpunvme_tensor **out);
+
+/* Refuse two tensors of one name ("duplicate tensor name"). fmt is the
+ * message prefix ("safetensors", "gguf"). 0, -EINVAL, -ENOMEM. */
+int model_check_names(const struct gpunvme_model *m, const char *fmt);
+
+/* Refuse tensors whose data ranges overlap (zero-size tensors occupy no
+ * bytes and overlap nothing). 0, -EINVAL, -ENOMEM. */
+int model_check_overlap(const struct gpunvme_model *m, const char *fmt);
+
+/* a * b, false on overflow of 64 bits */
+static inline bool model_mul(uint64_t a, uint64_t b, uint64_t *r)
+{
+	return !__builtin_mul_overflow(a, b, r);
+}
+
+static inline uint64_t model_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static inline uint32_t model_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* Format parsers: fill m (format, file_size and tensors already zeroed). */
+int model_parse_safetensors(const struct model_src *src, struct gpunvme_model *m);
+int model_parse_gguf(const struct model_src *src, struct gpunvme_model *m);
+
+/* Element bits of a dtype name (0: unknown); gguf.c / safetensors.c. */
+double model_safetensors_bits(const char *dtype);
+double model_gguf_bits(const char *dtype);
+
+#endif

@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * libFuzzer target for the model file index (src/loader/model.c,
+ * safetensors.c, gguf.c): the input is a whole safetensors or GGUF file.
+ * Per input:
+ *   - gpunvme_model_parse_mem, and gpunvme_model_parse through a read
+ *     callback that serves reads in small odd pieces and refuses reads
+ *     outside the file: both must give the same result (a differential
+ *     check of the GGUF header window and the safetensors chunked read);
+ *   - on success, the index must be sane: every tensor inside the file and
+ *     after the data offset, a known dtype, ndim within bounds, names
+ *     NUL-terminated; any violation aborts;
+ *   - gpunvme_tensor_match with the input's last bytes as a pattern list
+ *     against the tensor names (or fixed names): bounded time, no overrun.
+ * The parser must return 0 or -errno, never read out of bounds, leak,
+ * crash or hang.
+ *
+ * Seeds (tests/fuzz/corpus-model, each < 4 KiB) are small valid files:
+ * safetensors with metadata, escapes, nested unknown members, zero-size and
+ * sub-byte tensors; GGUF v2 and v3 with every metadata type, nested arrays,
+ * general.alignment 64, block-type tensors, a vocabulary array. They are
+ * written by this file compiled without libFuzzer:
+ *   cc -DFUZZ_MODEL_MKSEED -Iinclude tests/fuzz/fuzz_model.c -o mkseed
+ *   ./mkseed tests/fuzz/corpus-model
+ * (the index parser is not needed for that: link nothing else).
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpunvme/model.h"
+
+#ifndef FUZZ_MODEL_MKSEED
+
+struct mem {
+	const uint8_t *p;
+	size_t n;
+};
+
+static int odd_read(void *ctx, uint64_t off, void *buf, size_t len)
+{
+	const struct mem *m = ctx;
+	if (off > m->n || len > m->n - off)
+		abort(); /* the parser checks every range before it reads */
+	/* in pieces of 5 bytes: a copy loop of its own, not one memcpy */
+	for (size_t done = 0; done < len; done += 5)
+		memcpy((uint8_t *)buf + done, m->p + off + done, len - done < 5 ? len - done : 5);
+	return 0;
+}
+
+static void check_sane(const struct gpunvme_model *m, size_t size)
+{
+	if (m->file_size != size || m->data_offset > size + (uint64_t)m->alignment || !m->alignment ||
+	    (m->alignment & (m->alignment - 1)))
+		abort();
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const struct gpunvme_tensor *t = &m->tensors[i];
+		if (!t->name || t->ndim > GPUNVME_TENSOR_MAX_DIMS || t->offset > size || t->bytes > size - t->offset ||
+		    (t->bytes && t->offset < m->data_offset) || !memchr(t->dtype, 0, sizeof(t->dtype)) ||
+		    gpunvme_dtype_bits(m->format, t->dtype) <= 0)
+			abort();
+	}
+}
+
+static int same(const struct gpunvme_model *a, const struct gpunvme_model *b)
+{
+	if (a->n_tensors != b->n_tensors || a->data_offset != b->data_offset || a->n_kv != b->n_kv ||
+	    a->alignment != b->alignment || a->version != b->version || a->format != b->format)
+		return 0;
+	for (size_t i = 0; i < a->n_tensors; i++)
+		if (strcmp(a->tensors[i].name, b->tensors[i].name) || a->tensors[i].offset != b->tensors[i].offset ||
+		    a->tensors[i].bytes != b->tensors[i].bytes || strcmp(a->tensors[i].dtype, b->tensors[i].dtype))
+			return 0;
+	return 1;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct gpunvme_model *a = NULL, *b = NULL;
+	struct mem m = { data, size };
+	int ra = gpunvme_model_parse_mem(data, size, &a);
+	int rb = gpunvme_model_parse(odd_read, &m, size, &b);
+	if (ra > 0 || ra != rb || (ra == 0) != (a != NULL) || (rb == 0) != (b != NULL))
+		abort();
+	if (a) {
+		check_sane(a, size);
+		if (!same(a, b))
+			abort();
+	}
+
+	/* the last bytes (up to 48) as a pattern list */
+	char pat[49];
+	size_t k = size < 48 ? size : 48;
+	memcpy(pat, data + size - k, k);
+	pat[k] = 0;
+	static const char *const fixed[] = { "", "blk.0.attn_q.weight", "token_embd.weight", "a,b", "[!]*?\\" };
+	if (a && a->n_tensors)
+		for (size_t i = 0; i < a->n_tensors && i < 64; i++)
+			gpunvme_tensor_match(pat, a->tensors[i].name);
+	else
+		for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+			gpunvme_tensor_match(pat, fixed[i]);
+	gpunvme_model_free(a);
+	gpunvme_model_free(b);
+	return 0;
+}
+
+#else /* FUZZ_MODEL_MKSEED: write the seed corpus */
+
+struct bb {
+	uint8_t p[4096];
+	size_t n;
+};
+
+static void put(struct bb *b, const void *d, size_t n)
+{
+	if (b->n + n > sizeof(b->p)) {
+		fprintf(stderr, "seed over 4 KiB\n");
+		exit(1);
+	}
+	memcpy(b->p + b->n, d, n);
+	b->n += n;
+}
+
+static void le(struct bb *b, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++) {
+		uint8_t c = (uint8_t)(v >> (8 * i));
+		put(b, &c, 1);
+	}
+}
+
+static void str(struct bb *b, const char *s)
+{
+	le(b, strlen(s), 8);
+	put(b, s, strlen(s));
+}
+
+static void fill(struct bb *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		le(b, 0x40 + i % 64, 1);
+}
+
+static void save(const char *dir, const char *name, const struct bb *b)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(b->p, 1, b->n, f) != b->n || fclose(f)) {
+		perror(path);
+		exit(1);
+	}
+	printf("%s: %zu bytes\n", path, b->n);
+}
+
+static void st(const char *dir, const char *name, const char *json, size_t pad, size_t data)
+{
+	struct bb b = { .n = 0 };
+	le(&b, strlen(json) + pad, 8);
+	put(&b, json, strlen(json));
+	for (size_t i = 0; i < pad; i++)
+		put(&b, " ", 1);
+	fill(&b, data);
+	save(dir, name, &b);
+}
+
+enum { U8 = 0, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 };
+
+struct ti {
+	const char *name;
+	uint32_t type, ndim;
+	uint64_t ne[4], bytes;
+};
+
+static void gg_tensors(struct bb *b, const struct ti *t, size_t n, uint32_t align)
+{
+	uint64_t off = 0, offs[16];
+	for (size_t i = 0; i < n; i++) {
+		offs[i] = off;
+		off = (off + t[i].bytes + align - 1) / align * align;
+		str(b, t[i].name);
+		le(b, t[i].ndim, 4);
+		for (uint32_t d = 0; d < t[i].ndim; d++)
+			le(b, t[i].ne[d], 8);
+		le(b, t[i].type, 4);
+		le(b, offs[i], 8);
+	}
+	while (b->n % align)
+		le(b, 0, 1);
+	uint64_t base = b->n;
+	for (size_t i = 0; i < n; i++) {
+		while (b->n < base + offs[i])
+			le(b, 0, 1);
+		fill(b, t[i].bytes);
+	}
+}
+
+static void gg_every_kv(struct bb *b)
+{
+	str(b, "general.architecture"), le(b, STR, 4), str(b, "llama");
+	str(b, "u8"), le(b, U8, 4), le(b, 1, 1);
+	str(b, "i8"), le(b, I8, 4), le(b, 0xff, 1);
+	str(b, "u16"), le(b, U16, 4), le(b, 2, 2);
+	str(b, "i16"), le(b, I16, 4), le(b, 0xfffe, 2);
+	str(b, "u32"), le(b, U32, 4), le(b, 3, 4);
+	str(b, "i32"), le(b, I32, 4), le(b, 0xfffffffd, 4);
+	str(b, "f32"), le(b, F32, 4), le(b, 0x3f800000, 4);
+	str(b, "bool"), le(b, BOOL, 4), le(b, 1, 1);
+	str(b, "u64"), le(b, U64, 4), le(b, 4, 8);
+	str(b, "i64"), le(b, I64, 4), le(b, (uint64_t)-4, 8);
+	str(b, "f64"), le(b, F64, 4), le(b, 0x4000000000000000ull, 8);
+	str(b, "arr.f32"), le(b, ARR, 4), le(b, F32, 4), le(b, 2, 8), le(b, 0, 4), le(b, 0x3f800000, 4);
+	str(b, "arr.bool"), le(b, ARR, 4), le(b, BOOL, 4), le(b, 3, 8), le(b, 0x010001, 3);
+	str(b, "arr.str"), le(b, ARR, 4), le(b, STR, 4), le(b, 2, 8), str(b, "<s>"), str(b, "</s>");
+	str(b, "arr.nested"), le(b, ARR, 4), le(b, ARR, 4), le(b, 2, 8);
+	le(b, U32, 4), le(b, 2, 8), le(b, 1, 4), le(b, 2, 4);
+	le(b, STR, 4), le(b, 1, 8), str(b, "x");
+	str(b, "arr.empty"), le(b, ARR, 4), le(b, I64, 4), le(b, 0, 8);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s DIR\n", argv[0]);
+		return 2;
+	}
+	const char *d = argv[1];
+	st(d, "st-basic",
+	   "{\"__metadata__\":{\"format\":\"pt\"},"
+	   "\"w\":{\"dtype\":\"F16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
+	   "\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[12,18]},"
+	   "\"i\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[18,26]}}",
+	   5, 26);
+	st(d, "st-escapes",
+	   "{\"\\u00e9\\ud83d\\ude00\\n\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4],"
+	   "\"extra\":[1,-2.5e3,true,false,null,{\"k\":\"\\\"\"}]},"
+	   "\"z\":{\"dtype\":\"F32\",\"shape\":[0,7],\"data_offsets\":[4,4]},"
+	   "\"f4\":{\"dtype\":\"F4\",\"shape\":[2,2],\"data_offsets\":[4,6]},"
+	   "\"f6\":{\"dtype\":\"F6_E3M2\",\"shape\":[4],\"data_offsets\":[6,9]},"
+	   "\"c\":{\"dtype\":\"C64\",\"shape\":[1],\"data_offsets\":[9,17]}}",
+	   0, 17);
+	st(d, "st-empty", "{}", 6, 0);
+
+	struct bb b = { .n = 0 };
+	static const struct ti t3[] = {
+		{ "token_embd.weight", 8, 2, { 32, 2 }, 68 },  /* Q8_0 */
+		{ "blk.0.attn_q.weight", 12, 1, { 256 }, 144 }, /* Q4_K */
+		{ "blk.0.attn_norm.weight", 0, 1, { 5 }, 20 }, /* F32 */
+		{ "empty", 1, 2, { 0, 3 }, 0 },                /* F16 */
+		{ "tq", 35, 1, { 256 }, 66 },                  /* TQ2_0 */
+	};
+	put(&b, "GGUF", 4), le(&b, 3, 4), le(&b, 5, 8), le(&b, 18, 8);
+	gg_every_kv(&b);
+	str(&b, "general.alignment"), le(&b, U32, 4), le(&b, 64, 4);
+	gg_tensors(&b, t3, 5, 64);
+	save(d, "gguf-v3-kv", &b);
+
+	b.n = 0;
+	static const struct ti t2[] = {
+		{ "a", 0, 3, { 2, 3, 1 }, 24 },   /* F32 */
+		{ "q", 2, 2, { 32, 2 }, 36 },     /* Q4_0 */
+		{ "iq", 20, 1, { 32 }, 18 },      /* IQ4_NL */
+	};
+	put(&b, "GGUF", 4), le(&b, 2, 4), le(&b, 3, 8), le(&b, 1, 8);
+	str(&b, "general.name"), le(&b, STR, 4), str(&b, "tiny");
+	gg_tensors(&b, t2, 3, 32);
+	save(d, "gguf-v2", &b);
+
+	b.n = 0;
+	static const struct ti tv[] = { { "output.weight", 30, 2, { 4, 2 }, 16 } }; /* BF16 */
+	put(&b, "GGUF", 4), le(&b, 3, 4), le(&b, 1, 8), le(&b, 1, 8);
+	str(&b, "tokenizer.ggml.tokens"), le(&b, ARR, 4), le(&b, STR, 4), le(&b, 60, 8);
+	for (int i = 0; i < 60; i++) {
+		char tok[16];
+		snprintf(tok, sizeof(tok), "t%d", i);
+		str(&b, tok);
+	}
+	gg_tensors(&b, tv, 1, 32);
+	save(d, "gguf-vocab", &b);
+	return 0;
+}
+
+#endif
