@@ -194,8 +194,12 @@ static int open_file(struct load_ctx *x)
 			       o->offset, x->dev.size);
 	if ((rc = gpunvme_fs_open(&x->dev, o->offset, &x->fs)))
 		return cli_lib_err(rc, "%s namespace %u", o->uri, o->nsid);
-	if ((rc = gpunvme_fs_lookup(x->fs, o->path, &x->ino)))
+	if ((rc = gpunvme_fs_lookup(x->fs, o->path, &x->ino))) {
+		if (rc == -ENOENT || rc == -ENOTDIR)
+			return cli_err(EXIT_RUNTIME, "%s: %s in the %s file system of %s (%s)", o->path, strerror(-rc),
+				       gpunvme_fs_type(x->fs), o->uri, gpunvme_last_error());
 		return cli_lib_err(rc, "%s", o->path);
+	}
 	if ((rc = gpunvme_fs_stat(x->fs, x->ino, &x->st)))
 		return cli_lib_err(rc, "%s", o->path);
 	if ((x->st.mode & 0170000) != 0100000)

@@ -1,0 +1,14 @@
+# SPDX-License-Identifier: BSD-2-Clause
+# `gpunvme load` (label loader): one ctest test per group of load_test.sh.
+# The fixture groups load every model file of the fragmented ext4/XFS images
+# of tests/loader/fixtures (scripts/fixtures/make-model-fixtures.sh) and
+# compare each tensor with the manifest; `mkmodel` checks the generator
+# alone; `roundtrip` builds images of random-data models with mkfs at test
+# time. Skipped (77) without zstd, python3 or the mkfs tool a group needs.
+set(GPUNVME_LOAD_TEST_GROUPS json_ext4 json_xfs tensors_glob verify tier_cpu bad_inputs usage mkmodel roundtrip)
+foreach(g IN LISTS GPUNVME_LOAD_TEST_GROUPS)
+  add_test(NAME loader.load.${g}
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/load_test.sh $<TARGET_FILE:gpunvme-cli> ${g}
+            $<TARGET_FILE:gpunvme-mkmodel>)
+  set_tests_properties(loader.load.${g} PROPERTIES LABELS loader TIMEOUT 600 SKIP_RETURN_CODE 77)
+endforeach()
