@@ -102,9 +102,10 @@ enum gpunvme_gpu_perf_workload {
  *        and waits until every one completed, then submits the next batch.
  *        The fastest path; an I/O's latency is its batch's (submission to
  *        the batch's last completion).
- *  THREAD: every I/O slot is its own thread (or lane group) that submits
- *        (gpunvme_dev_submit), waits (gpunvme_dev_wait) and resubmits at
- *        once, so DEPTH I/Os stay in flight continuously; latency is per I/O. */
+ *  THREAD: every I/O slot is a warp of its own whose lanes (one per
+ *        command of the I/O) submit (gpunvme_dev_submit), wait
+ *        (gpunvme_dev_wait) and resubmit at once, so DEPTH I/Os stay in
+ *        flight continuously; latency is per I/O. Costs a warp per slot. */
 enum gpunvme_gpu_perf_mode {
 	GPUNVME_GPU_PERF_WARP = 0,
 	GPUNVME_GPU_PERF_THREAD = 1,
@@ -152,7 +153,8 @@ struct gpunvme_gpu_perf_result {
 	uint32_t threads, blocks, threads_per_block;
 	uint32_t queue_entries; /* per queue pair */
 	uint32_t cmds_per_io;   /* commands (= lanes) per I/O */
-	uint32_t lanes_per_io;  /* lanes reserved per I/O: cmds_per_io rounded up to a power of two */
+	uint32_t lanes_per_io;  /* lanes reserved per I/O: warp mode cmds_per_io rounded
+	                           up to a power of two, thread mode 32 (a warp) */
 	char gpu_name[128];
 };
 

@@ -10,6 +10,10 @@
  * Latency: submission to callback, per I/O, collected into a log-linear
  * histogram (64 linear sub-buckets per power of two: < 1.6 % error) per
  * thread and operation, merged at the end; min/max/mean are exact.
+ *
+ * --gpu: the same workloads from GPU threads (src/cuda/gpu_perf.cu) on GPU
+ * queue pairs; the per-queue histograms come back from the GPU in the same
+ * layout and are reported by the same code.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -21,6 +25,10 @@
 #include <time.h>
 
 #include "util.h"
+
+#ifdef GPUNVME_HAVE_CUDA
+#include "gpunvme/gpu.h"
+#endif
 
 /* ---- histogram --------------------------------------------------------------- */
 
@@ -108,6 +116,9 @@ static uint64_t h_pct(const struct hist *h, double p)
 /* ---- workload ------------------------------------------------------------------ */
 
 enum wl { WL_READ, WL_RANDREAD, WL_WRITE, WL_RANDWRITE, WL_RW, WL_RANDRW };
+
+/* long-only options */
+enum { OPT_GPU = 0x100, OPT_GPU_MODE, OPT_TIER };
 static const char *wl_names[] = {"read", "randread", "write", "randwrite", "rw", "randrw"};
 
 struct perf;
@@ -289,9 +300,20 @@ static void help(void)
 	       "  -j, --json           JSON output\n"
 	       "  -h, --help           this text\n"
 	       "\n"
+	       "GPU-initiated I/O (needs an NVIDIA GPU and a build with CUDA):\n"
+	       "      --gpu            GPU threads build the commands, ring the doorbells and\n"
+	       "                       poll the completions on N GPU queue pairs; latency is\n"
+	       "                       measured on the GPU (%%globaltimer)\n"
+	       "      --gpu-mode M     warp (default): warp batches of 32 commands, latency per\n"
+	       "                       batch; thread: every I/O its own warp, resubmitted as\n"
+	       "                       soon as it completes, latency per I/O\n"
+	       "      --tier 1|2       data buffers in pinned host memory (1, default) or in\n"
+	       "                       GPU memory (2)\n"
+	       "\n"
 	       "write workloads overwrite the namespace.\n"
 	       "\n"
-	       "example: gpunvme perf 'emu:null:16G?workers=2' -q 64 -o 4K -w randread -t 5 --queues 2\n");
+	       "example: gpunvme perf 'emu:null:16G?workers=2' -q 64 -o 4K -w randread -t 5 --queues 2\n"
+	       "         gpunvme perf 'emu:null:16G?workers=4&nsq=8' -q 256 -o 4K -w randread -t 5 --queues 8 --gpu\n");
 }
 
 static int parse_seconds(const char *s, double *out)
@@ -350,6 +372,223 @@ static void stats_line(const char *name, const struct hist *h, double secs, uint
 	       h->max / 1e3);
 }
 
+/* What the GPU path adds to the report (NULL for the CPU path). */
+struct gpu_info {
+	const char *name;
+	const char *mode;      /* "warp" or "thread" */
+	const char *threading; /* one line */
+	const char *latency;   /* what the latency measures */
+	uint32_t tier;
+	uint32_t threads, blocks, threads_per_block, queue_entries, cmds_per_io;
+	double kernel_s;
+	uint64_t late;
+};
+
+static const char *tier_text(uint32_t tier)
+{
+	return tier == 2 ? "Tier 2: data buffers in GPU memory" : "Tier 1: data buffers in pinned host memory";
+}
+
+/* Merge the per-queue histograms and print the results. 0 or -ENOMEM. */
+static int report(const struct perf *p, struct worker *ws, uint32_t nw, bool json, const struct gpu_info *gi)
+{
+	char h2[32];
+	struct hist *tr = calloc(1, sizeof(struct hist)), *tw = calloc(1, sizeof(struct hist)),
+		    *tt = calloc(1, sizeof(struct hist)), *wq = calloc(1, sizeof(struct hist));
+	if (!tr || !tw || !tt || !wq) {
+		free(tr); free(tw); free(tt); free(wq);
+		return -ENOMEM;
+	}
+	uint64_t errors = 0, max_el = 0;
+	for (uint32_t i = 0; i < nw; i++) {
+		h_merge(tr, &ws[i].hr);
+		h_merge(tw, &ws[i].hw);
+		errors += ws[i].errors;
+		if (ws[i].elapsed_ns > max_el)
+			max_el = ws[i].elapsed_ns;
+	}
+	h_merge(tt, tr);
+	h_merge(tt, tw);
+	double secs = (double)max_el / 1e9;
+	bool mixed = p->wl == WL_RW || p->wl == WL_RANDRW;
+	bool reads_only = p->wl == WL_READ || p->wl == WL_RANDREAD;
+	if (json) {
+		struct cli_json j;
+		cj_init(&j, stdout);
+		cj_obj_begin(&j, NULL);
+		cj_str(&j, "uri", p->uri);
+		cj_u64(&j, "nsid", p->nsid);
+		cj_str(&j, "workload", wl_names[p->wl]);
+		cj_u64(&j, "io_size", p->bytes);
+		cj_u64(&j, "depth", p->depth);
+		cj_u64(&j, "queues", p->queues);
+		cj_str(&j, "threading", gi ? gi->threading : "one thread per queue pair");
+		if (mixed)
+			cj_u64(&j, "read_pct", p->mix);
+		cj_dbl(&j, "seconds", p->seconds);
+		cj_dbl(&j, "elapsed_s", secs);
+		cj_u64(&j, "errors", errors);
+		if (gi) {
+			cj_obj_begin(&j, "gpu");
+			cj_str(&j, "name", gi->name);
+			cj_str(&j, "mode", gi->mode);
+			cj_u64(&j, "tier", gi->tier);
+			cj_u64(&j, "threads", gi->threads);
+			cj_u64(&j, "blocks", gi->blocks);
+			cj_u64(&j, "threads_per_block", gi->threads_per_block);
+			cj_u64(&j, "queue_entries", gi->queue_entries);
+			cj_u64(&j, "commands_per_io", gi->cmds_per_io);
+			cj_dbl(&j, "kernel_s", gi->kernel_s);
+			cj_u64(&j, "late_ios", gi->late);
+			cj_str(&j, "latency", gi->latency);
+			cj_obj_end(&j);
+		}
+		stats_json(&j, "total", tt, secs, p->bytes);
+		if (tr->count || reads_only || mixed)
+			stats_json(&j, "read", tr, secs, p->bytes);
+		if (tw->count || !reads_only)
+			stats_json(&j, "write", tw, secs, p->bytes);
+		cj_arr_begin(&j, "per_queue");
+		for (uint32_t i = 0; i < nw; i++) {
+			memset(wq, 0, sizeof(*wq));
+			h_merge(wq, &ws[i].hr);
+			h_merge(wq, &ws[i].hw);
+			cj_obj_begin(&j, NULL);
+			cj_u64(&j, "queue", i);
+			cj_u64(&j, "ios", wq->count);
+			cj_dbl(&j, "iops", secs > 0 ? (double)wq->count / secs : 0);
+			cj_dbl(&j, "mib_per_s", secs > 0 ? (double)wq->count * (double)p->bytes / secs / 1048576.0 : 0);
+			lat_json(&j, "latency_us", wq);
+			cj_obj_end(&j);
+		}
+		cj_arr_end(&j);
+		cj_obj_end(&j);
+		cj_finish(&j);
+	} else {
+		printf("gpunvme perf: %s nsid %u, %s", p->uri, p->nsid, wl_names[p->wl]);
+		if (mixed)
+			printf(" (%u%% reads)", p->mix);
+		if (gi)
+			printf(", %s I/Os, depth %u, %u GPU queue pair%s, %.2f s\n"
+			       "GPU: %s; %s; %u threads (%u blocks of %u); %u entries per queue pair; %s\n",
+			       cli_human_bytes(p->bytes, h2, sizeof(h2)), p->depth, p->queues, p->queues > 1 ? "s" : "",
+			       secs, gi->name, gi->threading, gi->threads, gi->blocks, gi->threads_per_block,
+			       gi->queue_entries, tier_text(gi->tier));
+		else
+			printf(", %s I/Os, depth %u, %u queue pair%s (one thread each), %.2f s\n",
+			       cli_human_bytes(p->bytes, h2, sizeof(h2)), p->depth, p->queues, p->queues > 1 ? "s" : "",
+			       secs);
+		printf("%-22s %12s %10s %10s %10s %10s %10s\n", "", "IOPS", "MiB/s", "avg(us)", "p50(us)", "p99(us)",
+		       "max(us)");
+		for (uint32_t i = 0; i < nw && nw > 1; i++) {
+			memset(wq, 0, sizeof(*wq));
+			h_merge(wq, &ws[i].hr);
+			h_merge(wq, &ws[i].hw);
+			char name[32];
+			snprintf(name, sizeof(name), "queue %u", i);
+			stats_line(name, wq, secs, p->bytes);
+		}
+		if (mixed) {
+			stats_line("read", tr, secs, p->bytes);
+			stats_line("write", tw, secs, p->bytes);
+		}
+		stats_line("total", tt, secs, p->bytes);
+		if (gi)
+			printf("latency: %s\n", gi->latency);
+	}
+	free(tr); free(tw); free(tt); free(wq);
+	return 0;
+}
+
+#ifdef GPUNVME_HAVE_CUDA
+/* Copy one GPU histogram (same bucket layout) into a CLI one. */
+static void hist_from_gpu(struct hist *h, const struct gpunvme_gpu_perf_hist *g)
+{
+	h->count = g->count;
+	h->sum = g->sum;
+	h->min = g->min;
+	h->max = g->max;
+	for (unsigned i = 0; i < H_BUCKETS; i++)
+		h->b[i] = g->b[i];
+}
+
+/* The --gpu run: the workload engine in src/cuda/gpu_perf.cu, then the same
+ * report as the CPU path. Sets *stuck when the kernel never ended (then
+ * the controller must not be closed under it). */
+static int run_gpu(struct perf *p, struct gpunvme_ctrl *ctrl, uint32_t tier, uint32_t mode, bool json, bool *stuck)
+{
+	_Static_assert(H_BUCKETS == GPUNVME_GPU_PERF_HBUCKETS, "GPU and CPU histograms differ");
+	struct gpunvme_gpu_perf_args a;
+	memset(&a, 0, sizeof(a));
+	a.nsid = p->nsid;
+	a.workload = (uint32_t)p->wl;
+	a.mix = p->mix;
+	a.mode = mode;
+	a.tier = tier;
+	a.queues = p->queues;
+	a.depth = p->depth;
+	a.io_bytes = p->bytes;
+	a.run_ns = (uint64_t)(p->seconds * 1e9);
+	if (a.run_ns == 0)
+		a.run_ns = 1;
+	a.timeout_ns = (uint64_t)p->io_timeout_ms * 1000000ull;
+	a.seed = 0x9E3779B97F4A7C15ull ^ cli_now_ns();
+	struct gpunvme_gpu_perf_result r;
+	int e = gpunvme_gpu_perf(ctrl, &a, &r);
+	if (e) {
+		*stuck = r.stuck != 0;
+		gpunvme_gpu_perf_result_free(&r);
+		return cli_lib_err(e, "--gpu");
+	}
+	struct worker *ws = calloc(p->queues, sizeof(*ws));
+	if (!ws) {
+		gpunvme_gpu_perf_result_free(&r);
+		return cli_err(EXIT_RUNTIME, "out of memory");
+	}
+	for (uint32_t i = 0; i < p->queues; i++) {
+		hist_from_gpu(&ws[i].hr, &r.hist[2 * i]);
+		hist_from_gpu(&ws[i].hw, &r.hist[2 * i + 1]);
+		ws[i].elapsed_ns = (uint64_t)(r.elapsed_s * 1e9);
+	}
+	if (r.first_queue < p->queues)
+		ws[r.first_queue].errors = r.errors;
+	else
+		ws[0].errors = r.errors;
+	struct gpu_info gi;
+	memset(&gi, 0, sizeof(gi));
+	gi.name = r.gpu_name;
+	gi.mode = mode == GPUNVME_GPU_PERF_THREAD ? "thread" : "warp";
+	gi.threading = mode == GPUNVME_GPU_PERF_THREAD
+			       ? "GPU threads: one warp per I/O slot submits, waits and resubmits on its own "
+				 "(gpunvme_dev_submit/wait)"
+			       : "GPU warp batches: 32 commands per submission, the warp waits for all "
+				 "(gpunvme_dev_rw_lanes)";
+	gi.latency = mode == GPUNVME_GPU_PERF_THREAD
+			     ? "GPU %globaltimer, submission to the I/O's completion, per I/O"
+			     : "GPU %globaltimer, submission of the warp batch to its last completion "
+			       "(every I/O of a batch gets the batch's time)";
+	gi.tier = tier;
+	gi.threads = r.threads;
+	gi.blocks = r.blocks;
+	gi.threads_per_block = r.threads_per_block;
+	gi.queue_entries = r.queue_entries;
+	gi.cmds_per_io = r.cmds_per_io;
+	gi.kernel_s = r.kernel_s;
+	gi.late = r.late;
+	int rc = report(p, ws, p->queues, json, &gi);
+	if (rc)
+		rc = cli_err(EXIT_RUNTIME, "out of memory");
+	else if (r.errors) {
+		char why[256];
+		rc = cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s) on the GPU; first (queue pair %u): %s", r.errors,
+			     r.first_queue, gpunvme_gpu_perf_strerror(r.first_err, p->io_timeout_ms, why, sizeof(why)));
+	}
+	free(ws);
+	gpunvme_gpu_perf_result_free(&r);
+	return rc;
+}
+#endif
+
 int cmd_perf(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -364,6 +603,9 @@ int cmd_perf(int argc, char **argv)
 		{"timeout", required_argument, NULL, 'T'},
 		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
+		{"gpu", no_argument, NULL, OPT_GPU},
+		{"gpu-mode", required_argument, NULL, OPT_GPU_MODE},
+		{"tier", required_argument, NULL, OPT_TIER},
 		{0, 0, 0, 0},
 	};
 	struct perf p;
@@ -372,7 +614,8 @@ int cmd_perf(int argc, char **argv)
 	p.queues = 1;
 	p.mix = 50;
 	bool have_q = false, have_o = false, have_w = false, have_t = false, have_mix = false, json = false;
-	uint32_t timeout_ms = 0;
+	bool gpu = false, have_tier = false, have_mode = false, gpu_stuck = false;
+	uint32_t timeout_ms = 0, tier = 1, gpu_mode = 0; /* gpu_mode: 0 warp, 1 thread (gpu.h enum) */
 	int c, rc;
 	while ((c = cli_getopt(argc, argv, "q:o:w:t:Q:M:n:jh", lo)) != -1) {
 		switch (c) {
@@ -431,6 +674,21 @@ int cmd_perf(int argc, char **argv)
 			break;
 		case 'j': json = true; break;
 		case 'h': help(); return 0;
+		case OPT_GPU: gpu = true; break;
+		case OPT_TIER:
+			if ((rc = cli_opt_u32("--tier", optarg, false, 1, 2, &tier)))
+				return rc;
+			have_tier = true;
+			break;
+		case OPT_GPU_MODE:
+			if (!strcmp(optarg, "warp"))
+				gpu_mode = 0;
+			else if (!strcmp(optarg, "thread"))
+				gpu_mode = 1;
+			else
+				return cli_usage_err("--gpu-mode '%s': expected warp or thread", optarg);
+			have_mode = true;
+			break;
 		default: return EXIT_USAGE;
 		}
 	}
@@ -447,6 +705,22 @@ int cmd_perf(int argc, char **argv)
 		return cli_usage_err("missing -t SECONDS (run time)");
 	if (have_mix && p.wl != WL_RW && p.wl != WL_RANDRW)
 		return cli_usage_err("--mix applies to -w rw and randrw only");
+	if (!gpu && (have_tier || have_mode))
+		return cli_usage_err("%s applies with --gpu only", have_tier ? "--tier" : "--gpu-mode");
+	if (gpu) {
+		/* before touching the device: a machine without a GPU gets one
+		 * clear line, whatever the build */
+#ifdef GPUNVME_HAVE_CUDA
+		if (gpunvme_gpu_perf_probe())
+			return cli_err(EXIT_RUNTIME, "%s (--gpu needs an NVIDIA GPU and its driver)",
+				       gpunvme_last_error());
+#else
+		(void)tier;
+		(void)gpu_mode;
+		return cli_err(EXIT_RUNTIME, "no CUDA GPU: this gpunvme was built without CUDA (--gpu needs a "
+					     "build with nvcc)");
+#endif
+	}
 
 	struct gpunvme_opts opts;
 	gpunvme_opts_init(&opts);
@@ -468,7 +742,7 @@ int cmd_perf(int argc, char **argv)
 		rc = cli_lib_err(rc, "controller info");
 		goto out;
 	}
-	char h1[32], h2[32];
+	char h1[32];
 	if (p.bytes % p.ni.lba_size) {
 		rc = cli_usage_err("-o %" PRIu64 ": not a multiple of the %u-byte LBA size of namespace %u", p.bytes,
 				   p.ni.lba_size, p.nsid);
@@ -481,7 +755,19 @@ int cmd_perf(int argc, char **argv)
 		goto out;
 	}
 	uint32_t lim = (ci.mqes < 1024 ? ci.mqes : 1024) - 1;
-	if (p.depth > lim) {
+	if (gpu) {
+		/* GPU queue pairs: a power of two of entries, up to CAP.MQES + 1,
+		 * one kept empty (NVMe 1.4 §4.1.1) */
+		uint32_t e = 2;
+		while (e * 2 <= ci.mqes)
+			e *= 2;
+		lim = e - 1;
+		if (p.depth > lim) {
+			rc = cli_usage_err("-q %u: the queue limit is %u I/Os in flight (GPU queues: a power of two "
+					   "of entries, CAP.MQES %u entries)", p.depth, lim, ci.mqes);
+			goto out;
+		}
+	} else if (p.depth > lim) {
 		rc = cli_usage_err("-q %u: the queue limit is %u I/Os in flight (CAP.MQES %u entries, at most 1024)",
 				   p.depth, lim, ci.mqes);
 		goto out;
@@ -498,6 +784,12 @@ int cmd_perf(int argc, char **argv)
 	}
 	p.blocks_per_io = p.bytes / p.ni.lba_size;
 	p.nios = p.ni.nsze / p.blocks_per_io;
+	if (gpu) {
+#ifdef GPUNVME_HAVE_CUDA
+		rc = run_gpu(&p, ctrl, tier, gpu_mode, json, &gpu_stuck);
+#endif
+		goto out;
+	}
 	uint64_t parts = ci.max_xfer ? (p.bytes + ci.max_xfer - 1) / ci.max_xfer : 1;
 	uint64_t want = parts * p.depth + 1;
 	uint32_t qdepth = want > lim + 1 ? lim + 1 : (uint32_t)want;
@@ -578,90 +870,19 @@ int cmd_perf(int argc, char **argv)
 		pthread_join(ws[i].tid, NULL);
 
 	/* ---- results ------------------------------------------------------------- */
-	struct hist *tr = calloc(1, sizeof(struct hist)), *tw = calloc(1, sizeof(struct hist)),
-		    *tt = calloc(1, sizeof(struct hist)), *wq = calloc(1, sizeof(struct hist));
-	if (!tr || !tw || !tt || !wq) {
-		free(tr); free(tw); free(tt); free(wq);
-		rc = cli_err(EXIT_RUNTIME, "out of memory");
-		goto out;
-	}
-	uint64_t errors = 0, max_el = 0;
+	uint64_t errors = 0;
 	struct worker *fatal = NULL, *errw = NULL;
 	for (uint32_t i = 0; i < nw; i++) {
-		h_merge(tr, &ws[i].hr);
-		h_merge(tw, &ws[i].hw);
 		errors += ws[i].errors;
 		if (ws[i].fatal && !fatal)
 			fatal = &ws[i];
 		if (ws[i].errors && !errw)
 			errw = &ws[i];
-		if (ws[i].elapsed_ns > max_el)
-			max_el = ws[i].elapsed_ns;
 	}
-	h_merge(tt, tr);
-	h_merge(tt, tw);
-	double secs = (double)max_el / 1e9;
-	bool mixed = p.wl == WL_RW || p.wl == WL_RANDRW;
-	if (json) {
-		struct cli_json j;
-		cj_init(&j, stdout);
-		cj_obj_begin(&j, NULL);
-		cj_str(&j, "uri", p.uri);
-		cj_u64(&j, "nsid", p.nsid);
-		cj_str(&j, "workload", wl_names[p.wl]);
-		cj_u64(&j, "io_size", p.bytes);
-		cj_u64(&j, "depth", p.depth);
-		cj_u64(&j, "queues", p.queues);
-		cj_str(&j, "threading", "one thread per queue pair");
-		if (mixed)
-			cj_u64(&j, "read_pct", p.mix);
-		cj_dbl(&j, "seconds", p.seconds);
-		cj_dbl(&j, "elapsed_s", secs);
-		cj_u64(&j, "errors", errors);
-		stats_json(&j, "total", tt, secs, p.bytes);
-		if (tr->count || reads_only || mixed)
-			stats_json(&j, "read", tr, secs, p.bytes);
-		if (tw->count || !reads_only)
-			stats_json(&j, "write", tw, secs, p.bytes);
-		cj_arr_begin(&j, "per_queue");
-		for (uint32_t i = 0; i < nw; i++) {
-			memset(wq, 0, sizeof(*wq));
-			h_merge(wq, &ws[i].hr);
-			h_merge(wq, &ws[i].hw);
-			cj_obj_begin(&j, NULL);
-			cj_u64(&j, "queue", i);
-			cj_u64(&j, "ios", wq->count);
-			cj_dbl(&j, "iops", secs > 0 ? (double)wq->count / secs : 0);
-			cj_dbl(&j, "mib_per_s", secs > 0 ? (double)wq->count * (double)p.bytes / secs / 1048576.0 : 0);
-			lat_json(&j, "latency_us", wq);
-			cj_obj_end(&j);
-		}
-		cj_arr_end(&j);
-		cj_obj_end(&j);
-		cj_finish(&j);
-	} else {
-		printf("gpunvme perf: %s nsid %u, %s", p.uri, p.nsid, wl_names[p.wl]);
-		if (mixed)
-			printf(" (%u%% reads)", p.mix);
-		printf(", %s I/Os, depth %u, %u queue pair%s (one thread each), %.2f s\n",
-		       cli_human_bytes(p.bytes, h2, sizeof(h2)), p.depth, p.queues, p.queues > 1 ? "s" : "", secs);
-		printf("%-22s %12s %10s %10s %10s %10s %10s\n", "", "IOPS", "MiB/s", "avg(us)", "p50(us)", "p99(us)",
-		       "max(us)");
-		for (uint32_t i = 0; i < nw && nw > 1; i++) {
-			memset(wq, 0, sizeof(*wq));
-			h_merge(wq, &ws[i].hr);
-			h_merge(wq, &ws[i].hw);
-			char name[32];
-			snprintf(name, sizeof(name), "queue %u", i);
-			stats_line(name, wq, secs, p.bytes);
-		}
-		if (mixed) {
-			stats_line("read", tr, secs, p.bytes);
-			stats_line("write", tw, secs, p.bytes);
-		}
-		stats_line("total", tt, secs, p.bytes);
+	if (report(&p, ws, nw, json, NULL)) {
+		rc = cli_err(EXIT_RUNTIME, "out of memory");
+		goto out;
 	}
-	free(tr); free(tw); free(tt); free(wq);
 	if (fatal) {
 		rc = cli_err(EXIT_RUNTIME, "%s", fatal->fatal_msg);
 	} else if (errors) {
@@ -692,6 +913,8 @@ out:
 		}
 		free(ws);
 	}
+	if (gpu_stuck)
+		return rc; /* a GPU kernel may still use the controller: let exit tear it down */
 	gpunvme_close(ctrl);
 	return rc;
 }

@@ -351,6 +351,51 @@ group_perf() {
 		json_check 'd["total"]["iops"] < 3000'
 }
 
+# perf --gpu: GPU threads drive GPU queue pairs. Without a GPU the run must
+# end with exit 1 and one clear line; with one (nvidia-smi -L works), short
+# runs of each mode and tier must report I/Os and no errors.
+group_perf_gpu() {
+	bad 2 "--tier applies with --gpu only" perf 'emu:null:64M' -q 8 -o 4K -w randread -t 1 --tier 2
+	bad 2 "--gpu-mode applies with --gpu only" perf 'emu:null:64M' -q 8 -o 4K -w randread -t 1 --gpu-mode thread
+	bad 2 "expected warp or thread" perf 'emu:null:64M' -q 8 -o 4K -w randread -t 1 --gpu --gpu-mode block
+	bad 2 "--tier '3'" perf 'emu:null:64M' -q 8 -o 4K -w randread -t 1 --gpu --tier 3
+	if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
+		bad 1 "no CUDA GPU" perf 'emu:null:64M' -q 8 -o 4K -w randread -t 1 --gpu
+		bad 1 "no CUDA GPU" perf 'emu:ram:64M' -q 8 -o 4K -w randwrite -t 1 --gpu --tier 2 --json
+		return
+	fi
+	run perf 'emu:null:1G?lbads=12&workers=2&nsq=2' -q 64 -o 4K -w randread -t 1 --queues 2 --gpu --json || return
+	if [ $RC -eq 1 ] && grep -q "built without CUDA" "$ERR"; then
+		echo "SKIP: a GPU is present but this gpunvme was built without CUDA"
+		exit 77
+	fi
+	if [ $RC -ne 0 ]; then
+		fail "exit $RC, expected 0: gpunvme perf --gpu randread"
+		show
+		return
+	fi
+	json_check 'd["total"]["iops"] > 0 and d["total"]["ios"] > 0 and d["errors"] == 0 and d["gpu"]["mode"] == "warp" and len(d["per_queue"]) == 2 and d["total"]["latency_us"]["min"] <= d["total"]["latency_us"]["p50"] <= d["total"]["latency_us"]["max"]'
+	# one thread per I/O, data in GPU memory, reads and writes of a RAM namespace
+	ok perf 'emu:ram:64M?lbads=12&workers=2' -q 32 -o 64K -w randrw -t 0.5 --gpu --gpu-mode thread --tier 2 --json &&
+		json_check 'd["errors"] == 0 and d["read"]["ios"] > 0 and d["write"]["ios"] > 0 and d["gpu"]["mode"] == "thread" and d["gpu"]["tier"] == 2'
+	# I/Os above MDTS (5: 128 KiB) are several commands, one lane each, in both modes
+	ok perf 'emu:ram:64M?workers=2' -q 8 -o 512K -w read -t 0.5 --gpu --json &&
+		json_check 'd["errors"] == 0 and d["total"]["ios"] > 0 and d["gpu"]["commands_per_io"] == 4'
+	ok perf 'emu:ram:64M?workers=2' -q 8 -o 384K -w write -t 0.5 --gpu --gpu-mode thread --json &&
+		json_check 'd["errors"] == 0 and d["total"]["ios"] > 0 and d["gpu"]["commands_per_io"] == 3'
+	# text output
+	ok perf 'emu:null:64M?lbads=12' -q 16 -o 4K -w randread -t 0.3 --gpu && {
+		expect_out "IOPS"
+		expect_out "total"
+		expect_out "latency: GPU %globaltimer"
+	}
+	# an I/O error is a status decoded to text, exit 1
+	bad 1 "more than 32" perf 'emu:ram:64M?mdts=1' -q 1 -o 512K -w read -t 0.3 --gpu
+	# commands that never complete: a timeout, not a hang
+	run perf 'emu:ram:1M?latency_us=3000000' -q 4 -o 4K -w randread -t 0.5 --timeout 200 --gpu
+	[ $RC -eq 1 ] && grep -q "no completion within 200 ms" "$ERR" || { fail "perf --gpu timeout: exit $RC"; show; }
+}
+
 group_errors_uri() {
 	bad 2 "unknown bus 'foo'" id-ctrl foo:bar
 	bad 2 "not a device URI" id-ctrl nocolon
@@ -484,7 +529,7 @@ group_errors_perf() {
 }
 
 case "$GROUP" in
-help | list | id | roundtrip | shared_file | perf | errors_uri | errors_io | errors_perf)
+help | list | id | roundtrip | shared_file | perf | perf_gpu | errors_uri | errors_io | errors_perf)
 	"group_$GROUP"
 	;;
 *)
