@@ -32,7 +32,7 @@ t=$(now)
 FSZ=$(stat -c %s "$W/root/model.safetensors")
 log "model: $FSZ bytes in $(since "$t") s"
 t=$(now)
-truncate -s $(( FSZ + FSZ / 16 + (256 << 20) )) "$W/ext4.img"
+truncate -s $(( (FSZ + FSZ / 16 + (256 << 20)) / 1048576 * 1048576 )) "$W/ext4.img"  # whole blocks
 mkfs.ext4 -q -F -b 4096 -d "$W/root" "$W/ext4.img" > "$OUT/mkfs.log" 2>&1 || { cat "$OUT/mkfs.log" >&2; exit 1; }
 log "ext4 image in $(since "$t") s"
 # the other methods read the file from the page cache; keep it there

@@ -106,34 +106,29 @@ __device__ __forceinline__ unsigned int gpunvme_ld(const unsigned int *p)
 	return *(const volatile unsigned int *)p;
 }
 
-/* Back-off for waiting threads. A command takes ~10 µs on the emulator
- * (submit ~5 µs, completion seen ~6 µs later, measured on an H100), so the
- * first rounds only poll; after that, exponentially growing pauses keep tens
- * of thousands of waiting threads off the memory system. The pause watches
- * %globaltimer rather than calling __nanosleep: a lone thread that slept
- * with __nanosleep saw ~1 ms per command at QD1 (bench/results/gpu_model.md)
- * while the same calls polling tightly took 12 µs. Build with
- * -DGPUNVME_DEV_BACKOFF_NANOSLEEP=1 for the old behaviour (bench variant
- * bench_gpu_iops_nanosleep keeps the comparison measurable). Callers start
- * with *ns = 32. */
-#ifndef GPUNVME_DEV_BACKOFF_NANOSLEEP
-#define GPUNVME_DEV_BACKOFF_NANOSLEEP 0
+/* Back-off for waiting threads: poll first, then sleep with exponential
+ * growth so tens of thousands of waiting threads stay off the memory system.
+ * The polling phase is long (GPUNVME_DEV_POLL_ROUNDS rounds, each an L2
+ * load of the slot's count plus a CQ drain attempt: ~100-250 µs) because a
+ * sleeping waiter wakes late: on an H100 a lone thread that went to
+ * __nanosleep after 31 polling rounds saw ~0.8 ms per command at QD1, one
+ * that polled saw ~16 µs (bench/results/gpu_model.md), and waiting on
+ * %globaltimer instead of sleeping cost throughput (58 -> 25 M IOPS at
+ * 65,536 threads: spinning warps take the issue slots of working ones).
+ * Callers start with *ns = 0. bench_gpu_iops_shortpoll is built with
+ * -DGPUNVME_DEV_POLL_ROUNDS=31, the earlier setting, for comparison. */
+#ifndef GPUNVME_DEV_POLL_ROUNDS
+#define GPUNVME_DEV_POLL_ROUNDS 256
 #endif
 __device__ __forceinline__ void gpunvme_backoff(unsigned int *ns)
 {
-	if (*ns < 1024) {
-		*ns += 32; /* ~31 polling rounds first */
+	if (*ns < GPUNVME_DEV_POLL_ROUNDS) {
+		(*ns)++;
 		return;
 	}
-#if GPUNVME_DEV_BACKOFF_NANOSLEEP
-	__nanosleep(*ns);
-#else
-	const uint64_t until = gpunvme_dev_now() + *ns;
-	while (gpunvme_dev_now() < until)
-		; /* registers only: no loads, no stores */
-#endif
-	if (*ns < 16384)
-		*ns *= 2;
+	unsigned int t = *ns < 1024 ? 1024 : *ns;
+	__nanosleep(t);
+	*ns = t < 16384 ? 2 * t : t;
 }
 
 /* Why a wait ran out: the controller's state if we can read it. */
@@ -254,7 +249,7 @@ __device__ static int gpunvme_dev_commit(const struct gpunvme_dev_queues *q, str
 					 unsigned int t, uint64_t deadline)
 {
 	struct gpunvme_dev_qstate *s = qp->s;
-	unsigned int ns = 32;
+	unsigned int ns = 0;
 	while ((int)(gpunvme_ld(&s->committed) - t) <= 0) {
 		if (atomicCAS(&s->db_lock, 0u, 1u) == 0u) {
 			__threadfence();
@@ -383,7 +378,7 @@ __device__ static int gpunvme_dev_submit(const struct gpunvme_dev_queues *q, uin
 	struct gpunvme_dev_qstate *s = qp->s;
 	if (gpunvme_ld(&s->broken))
 		return GPUNVME_DEV_EIO;
-	unsigned int ns = 32;
+	unsigned int ns = 0;
 	/* admission: at most depth - 1 in flight. Read before the atomic, so
 	 * a crowd of waiting threads does not keep the counter bouncing.
 	 * Running out of time here leaves nothing behind: the queue stays
@@ -406,7 +401,7 @@ __device__ static int gpunvme_dev_submit(const struct gpunvme_dev_queues *q, uin
 	uint32_t slot = t & (qp->depth - 1);
 	unsigned int lap = t / qp->depth;
 	/* the slot's previous command must have been consumed */
-	ns = 32;
+	ns = 0;
 	while (gpunvme_ld(&qp->freed[slot]) != lap) {
 		gpunvme_dev_cq_drain(qp);
 		if (gpunvme_dev_now() > deadline)
@@ -426,7 +421,7 @@ __device__ static int gpunvme_dev_wait(const struct gpunvme_dev_queues *q, const
 				       uint64_t deadline)
 {
 	struct gpunvme_dev_qp *qp = &q->qp[tag->qi];
-	unsigned int ns = 32;
+	unsigned int ns = 0;
 	while (gpunvme_ld(&qp->done[tag->slot]) == tag->lap) {
 		gpunvme_dev_cq_drain(qp);
 		if (gpunvme_dev_now() > deadline)
@@ -540,7 +535,7 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 	unsigned int base = 0;
 	int lrc = 0;
 	if (lane == leader) {
-		unsigned int ns = 32;
+		unsigned int ns = 0;
 		if (gpunvme_ld(&s->broken))
 			lrc = GPUNVME_DEV_EIO;
 		while (!lrc) {
@@ -568,7 +563,7 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 	const unsigned int lap = t / qp->depth;
 	int err = 0;
 	if (mine) {
-		unsigned int ns = 32;
+		unsigned int ns = 0;
 		while (gpunvme_ld(&qp->freed[slot]) != lap && !err) {
 			gpunvme_dev_cq_drain(qp);
 			if (gpunvme_dev_now() > deadline)
@@ -590,7 +585,7 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 	/* wait: the leader drains, everyone watches their own slot */
 	bool done = !mine;
 	int st = 0;
-	unsigned int ns = 32;
+	unsigned int ns = 0;
 	for (;;) {
 		if (!done && gpunvme_ld(&qp->done[slot]) != lap) {
 			__threadfence();

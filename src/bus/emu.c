@@ -149,7 +149,11 @@ int gpunvme_bus_emu_map_gpu(struct gpunvme_bus *b, uint64_t dev, size_t len, con
 			    uint64_t *iova)
 {
 	struct emu_bus *eb = b->priv;
-	uint64_t a = __atomic_fetch_add(&eb->next_iova, ((len + 4095) & ~(uint64_t)4095) + 4096, __ATOMIC_RELAXED);
+	/* the bus address keeps the memory's offset in its page, as an IOMMU
+	 * mapping does: the dword alignment a caller checks on its pointer
+	 * (§4.3, PRP entries) is then the alignment the controller sees */
+	uint64_t lo = dev & 4095;
+	uint64_t a = __atomic_fetch_add(&eb->next_iova, ((lo + len + 4095) & ~(uint64_t)4095) + 4096, __ATOMIC_RELAXED) + lo;
 	int rc = gpunvme_emu_dma_map_gpu(eb->emu, a, dev, len, ops);
 	if (rc)
 		return gpunvme_set_error(rc, "emulator: cannot map GPU memory: %s", strerror(-rc));

@@ -68,6 +68,20 @@ static int cuda_err(cudaError_t e, const char *what)
 	return gpunvme_set_error(-EIO, "%s: %s", what, cudaGetErrorString(e));
 }
 
+/*
+ * CUDA multiplexes streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware queues
+ * (8 by default). The emulator's copy into GPU memory must never queue
+ * behind work that waits for the GPU kernel waiting for that very copy (a
+ * bounce copy after a read kernel on another stream, say): on a shared
+ * hardware queue that is a deadlock, seen as reads timing out. Ask for the
+ * most queues before the CUDA runtime starts (it reads the variable once);
+ * a value the user set is kept.
+ */
+__attribute__((constructor)) static void gpunvme_cuda_connections(void)
+{
+	setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+}
+
 /* ---- GPU memory for the emulator: copies on one stream per emulator lane ---- */
 
 static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu)
