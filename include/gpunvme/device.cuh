@@ -106,29 +106,42 @@ __device__ __forceinline__ unsigned int gpunvme_ld(const unsigned int *p)
 	return *(const volatile unsigned int *)p;
 }
 
-/* Back-off for waiting threads: poll first, then sleep with exponential
- * growth so tens of thousands of waiting threads stay off the memory system.
- * The polling phase is long (GPUNVME_DEV_POLL_ROUNDS rounds, each an L2
- * load of the slot's count plus a CQ drain attempt: ~100-250 µs) because a
- * sleeping waiter wakes late: on an H100 a lone thread that went to
- * __nanosleep after 31 polling rounds saw ~0.8 ms per command at QD1, one
- * that polled saw ~16 µs (bench/results/gpu_model.md), and waiting on
- * %globaltimer instead of sleeping cost throughput (58 -> 25 M IOPS at
- * 65,536 threads: spinning warps take the issue slots of working ones).
- * Callers start with *ns = 0. bench_gpu_iops_shortpoll is built with
- * -DGPUNVME_DEV_POLL_ROUNDS=31, the earlier setting, for comparison. */
-#ifndef GPUNVME_DEV_POLL_ROUNDS
-#define GPUNVME_DEV_POLL_ROUNDS 256
+/*
+ * Back-off for waiting threads, by how busy the queue pair is (`load`: its
+ * commands in flight).
+ *  - Lightly loaded (load <= GPUNVME_DEV_POLL_LOAD): latency is what
+ *    matters and a few pollers cost nothing, so poll with pauses of at most
+ *    256 ns timed on %globaltimer. A lone thread that went to __nanosleep
+ *    instead saw ~0.8 ms per command at QD1 on an H100 (the sleep, or the
+ *    emulator going idle meanwhile), against ~14 µs over the modeled
+ *    latency with this loop (bench/results/gpu_model.md).
+ *  - Busy: ~31 polling rounds, then exponentially growing __nanosleep, so
+ *    tens of thousands of waiting threads stay off the memory system and
+ *    the issue slots (spinning there instead cost 58 -> 25 M IOPS, and a
+ *    256-round polling phase 64 -> 46 M IOPS, at 65,536 threads).
+ * Callers start with *ns = 0. -DGPUNVME_DEV_POLL_LOAD=0 gives the earlier
+ * policy (bench_gpu_iops_shortpoll keeps that comparison measurable).
+ */
+#ifndef GPUNVME_DEV_POLL_LOAD
+#define GPUNVME_DEV_POLL_LOAD 32
 #endif
-__device__ __forceinline__ void gpunvme_backoff(unsigned int *ns)
+__device__ __forceinline__ void gpunvme_backoff(unsigned int *ns, unsigned int load)
 {
-	if (*ns < GPUNVME_DEV_POLL_ROUNDS) {
-		(*ns)++;
+	if (load <= GPUNVME_DEV_POLL_LOAD) {
+		const unsigned int p = *ns < 256 ? *ns : 256;
+		const uint64_t until = gpunvme_dev_now() + p;
+		while (gpunvme_dev_now() < until)
+			; /* registers only */
+		*ns = p + 32;
 		return;
 	}
-	unsigned int t = *ns < 1024 ? 1024 : *ns;
-	__nanosleep(t);
-	*ns = t < 16384 ? 2 * t : t;
+	if (*ns < 1024) {
+		*ns += 32;
+		return;
+	}
+	__nanosleep(*ns);
+	if (*ns < 16384)
+		*ns *= 2;
 }
 
 /* Why a wait ran out: the controller's state if we can read it. */
@@ -271,7 +284,7 @@ __device__ static int gpunvme_dev_commit(const struct gpunvme_dev_queues *q, str
 		}
 		if (gpunvme_dev_now() > deadline)
 			return gpunvme_dev_classify(q, qp);
-		gpunvme_backoff(&ns);
+		gpunvme_backoff(&ns, gpunvme_ld(&s->inflight));
 	}
 	return 0;
 }
@@ -395,7 +408,7 @@ __device__ static int gpunvme_dev_submit(const struct gpunvme_dev_queues *q, uin
 				return GPUNVME_DEV_ENODEV;
 			return GPUNVME_DEV_ETIMEDOUT;
 		}
-		gpunvme_backoff(&ns);
+		gpunvme_backoff(&ns, gpunvme_ld(&s->inflight));
 	}
 	unsigned int t = atomicAdd(&s->ticket, 1u);
 	uint32_t slot = t & (qp->depth - 1);
@@ -406,7 +419,7 @@ __device__ static int gpunvme_dev_submit(const struct gpunvme_dev_queues *q, uin
 		gpunvme_dev_cq_drain(qp);
 		if (gpunvme_dev_now() > deadline)
 			return gpunvme_dev_classify(q, qp);
-		gpunvme_backoff(&ns);
+		gpunvme_backoff(&ns, gpunvme_ld(&s->inflight));
 	}
 	tag->err = gpunvme_dev_place(q, qp, t, opc, slba, nlb, b, off, len);
 	tag->qi = qi;
@@ -426,7 +439,7 @@ __device__ static int gpunvme_dev_wait(const struct gpunvme_dev_queues *q, const
 		gpunvme_dev_cq_drain(qp);
 		if (gpunvme_dev_now() > deadline)
 			return gpunvme_dev_classify(q, qp); /* slot stays held */
-		gpunvme_backoff(&ns);
+		gpunvme_backoff(&ns, gpunvme_ld(&qp->s->inflight));
 	}
 	__threadfence();
 	int st = *(volatile uint16_t *)&qp->status[tag->slot];
@@ -548,7 +561,7 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 			if (gpunvme_dev_now() > deadline)
 				lrc = (q->csts && *q->csts == 0xffffffffu) ? GPUNVME_DEV_ENODEV : GPUNVME_DEV_ETIMEDOUT;
 			else
-				gpunvme_backoff(&ns);
+				gpunvme_backoff(&ns, gpunvme_ld(&s->inflight));
 		}
 		if (!lrc)
 			base = atomicAdd(&s->ticket, k);
@@ -569,7 +582,7 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 			if (gpunvme_dev_now() > deadline)
 				err = gpunvme_dev_classify(q, qp);
 			else
-				gpunvme_backoff(&ns);
+				gpunvme_backoff(&ns, gpunvme_ld(&s->inflight));
 		}
 		if (!err)
 			rc = gpunvme_dev_place(q, qp, t, opc, slba, nlb, b, off, len);

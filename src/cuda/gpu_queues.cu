@@ -48,6 +48,7 @@ struct gpunvme_gpu_queues {
 	bool bar_registered;
 	unsigned lanes;
 	void *ns_pinned;                 /* the emulator namespace's memory, when we pinned it */
+	cudaStream_t aux;                /* buffer tables: a stream that waits for no one */
 	cudaStream_t lane_stream[MAX_LANES];
 	struct gpunvme_emu_gpu_ops ops;
 };
@@ -132,6 +133,10 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 	g->c = c;
 	g->nq = nq;
 	g->depth = d;
+	if ((ce = cudaStreamCreateWithFlags(&g->aux, cudaStreamNonBlocking)) != cudaSuccess) {
+		free(g);
+		return cuda_err(ce, "creating a stream");
+	}
 	const uint32_t ps = gpunvme_ctrl_page_size(c);
 	const uint64_t max_xfer = gpunvme_ctrl_max_xfer(c);
 	/* list pages per command for the worst start offset, as the CPU path
@@ -319,6 +324,8 @@ void gpunvme_gpu_queues_destroy(struct gpunvme_gpu_queues *g)
 		cudaStreamDestroy(g->lane_stream[i]);
 	if (g->ns_pinned)
 		cudaHostUnregister(g->ns_pinned);
+	if (g->aux)
+		cudaStreamDestroy(g->aux);
 	free(g->qids);
 	free(g->qp_host);
 	free(g);
@@ -331,11 +338,20 @@ const struct gpunvme_dev_queues *gpunvme_gpu_queues_desc(const struct gpunvme_gp
 
 /* ---- buffers ----------------------------------------------------------------- */
 
+/* Registration may happen while read kernels run (a loader registering the
+ * next destination): nothing here may wait for them. cudaMalloc/cudaMemcpy
+ * on the legacy stream would wait for every blocking stream, and so for a
+ * kernel that waits for the emulator's copies: a deadlock, seen as reads
+ * timing out. Stream-ordered allocation and a copy on our own non-blocking
+ * stream wait for nothing else. */
 static int upload_table(struct gpunvme_gpu_buf *b, const uint64_t *tab, size_t n)
 {
-	cudaError_t ce = cudaMalloc((void **)&b->dev_tab, n * sizeof(uint64_t));
+	cudaStream_t st = b->g->aux;
+	cudaError_t ce = cudaMallocAsync((void **)&b->dev_tab, n * sizeof(uint64_t), st);
 	if (ce == cudaSuccess)
-		ce = cudaMemcpy(b->dev_tab, tab, n * sizeof(uint64_t), cudaMemcpyHostToDevice);
+		ce = cudaMemcpyAsync(b->dev_tab, tab, n * sizeof(uint64_t), cudaMemcpyHostToDevice, st);
+	if (ce == cudaSuccess)
+		ce = cudaStreamSynchronize(st);
 	if (ce != cudaSuccess)
 		return cuda_err(ce, "buffer address table");
 	b->desc.iova64k = b->dev_tab;
@@ -475,7 +491,8 @@ void gpunvme_gpu_buf_free(struct gpunvme_gpu_buf *b)
 		cudaFree(b->vram);
 	if (b->host_registered)
 		cudaHostUnregister(b->host);
-	cudaFree(b->dev_tab);
+	if (b->dev_tab) /* stream-ordered: no device-wide wait (the queues may be gone) */
+		cudaFreeAsync(b->dev_tab, 0);
 	free(b);
 }
 

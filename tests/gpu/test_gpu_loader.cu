@@ -165,7 +165,23 @@ __global__ void k_sum(const uint8_t *p, uint64_t n, unsigned long long *out)
 	atomicAdd(out, s);
 }
 
+static int double_buffer_mode(int mode);
 static int double_buffer(void)
+{
+	return double_buffer_mode(0);
+}
+/* the same with destinations at offset 0 (one registration per buffer) and
+ * with both buffers registered before the loop (none while reads run) */
+static int double_buffer_aligned(void)
+{
+	return double_buffer_mode(1);
+}
+static int double_buffer_prereg(void)
+{
+	return double_buffer_mode(2);
+}
+
+static int double_buffer_mode(int mode)
 {
 	struct gpunvme_ctrl *c;
 	struct layout L;
@@ -188,13 +204,17 @@ static int double_buffer(void)
 		CK(cudaEventCreate(&loaded[i]));
 		CK(cudaEventCreate(&used[i]));
 	}
+	if (mode == 2)
+		for (int b = 0; b < 2; b++)
+			OK(gpunvme_load_layer(l, 0, layer + 8, buf[b], NULL));
 	for (int i = 0; i < nl; i++) {
 		int b = i & 1;
+		const int shift = mode ? 0 : i % 3;
 		/* the buffer is free once the sum of layer i - 2 is done */
 		CK(cudaStreamWaitEvent(io[b], used[b], 0));
-		OK(gpunvme_load_layer_async(l, (uint64_t)i * layer, layer, buf[b] + (i % 3), io[b], loaded[b]));
+		OK(gpunvme_load_layer_async(l, (uint64_t)i * layer, layer, buf[b] + shift, io[b], loaded[b]));
 		CK(cudaStreamWaitEvent(compute, loaded[b], 0));
-		k_sum<<<64, 256, 0, compute>>>(buf[b] + (i % 3), layer, &sums[i]);
+		k_sum<<<64, 256, 0, compute>>>(buf[b] + shift, layer, &sums[i]);
 		CK(cudaEventRecord(used[b], compute));
 	}
 	CK(cudaStreamSynchronize(compute));
@@ -270,6 +290,8 @@ int main(int argc, char **argv)
 		{"tier2_random", tier2_random},
 		{"tier1_random", tier1_random},
 		{"double_buffer", double_buffer},
+		{"double_buffer_aligned", double_buffer_aligned},
+		{"double_buffer_prereg", double_buffer_prereg},
 		{"faults", faults},
 	};
 	int fails = 0, ran = 0;
