@@ -73,6 +73,15 @@ void gpunvme_layer_loader_free(struct gpunvme_layer_loader *l, void *p);
 void *gpunvme_layer_loader_dev_ptr(struct gpunvme_layer_loader *l, void *p);
 
 /*
+ * Caller memory as a direct DMA target (like cuFileBufRegister): Tier 2
+ * cudaMalloc'ed memory, Tier 1 gpunvme_dma_alloc memory. Registration is
+ * not stream-ordered: call it while none of this loader's loads is queued.
+ * Kept until destroy. Unregistered GPU memory still works on Tier 2, through
+ * the bounce buffer and a device-to-device copy.
+ */
+int gpunvme_layer_loader_register(struct gpunvme_layer_loader *l, void *p, size_t len);
+
+/*
  * Load file bytes [off, off + len) into dst and wait. dst: GPU memory
  * (Tier 2; any cudaMalloc'ed pointer, or loader memory), the host address
  * of loader memory (Tier 1), host memory (CPU tier: DMA memory is filled

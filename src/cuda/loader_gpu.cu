@@ -195,11 +195,14 @@ static void *lg_dev_ptr(void *ctx, void *p)
 	return a ? a->dev + ((uint8_t *)p - a->p) : NULL;
 }
 
-/* The registered buffer a destination lies in: loader memory, or (Tier 2)
- * the caller's GPU memory registered now and kept until the loader goes. */
-static int lg_dst(struct lg_ctx *x, uint8_t *dst, uint64_t len, struct lg_alloc **out)
+/* Caller memory made a direct target: Tier 2 GPU memory, Tier 1 DMA
+ * memory. Not stream-ordered (registering while reads run has deadlocked
+ * the CUDA runtime against the emulator's copies), hence an explicit call. */
+static int lg_reg(void *ctx, void *p, size_t len)
 {
-	if ((*out = lg_find(x, dst, len)))
+	struct lg_ctx *x = (struct lg_ctx *)ctx;
+	uint8_t *dst = (uint8_t *)p;
+	if (lg_find(x, dst, len))
 		return 0;
 	struct lg_alloc a;
 	memset(&a, 0, sizeof(a));
@@ -224,8 +227,12 @@ static int lg_dst(struct lg_ctx *x, uint8_t *dst, uint64_t len, struct lg_alloc 
 		gpunvme_gpu_buf_free(a.buf);
 		return rc;
 	}
-	*out = &x->a[x->na - 1];
 	return 0;
+}
+
+static int lg_direct(void *ctx, const void *p, uint64_t len)
+{
+	return lg_find((struct lg_ctx *)ctx, (const uint8_t *)p, len) != NULL;
 }
 
 static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_round *r, void *stream,
@@ -233,12 +240,17 @@ static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_roun
 {
 	struct lg_ctx *x = (struct lg_ctx *)ctx;
 	cudaStream_t s = stream ? (cudaStream_t)stream : x->stream;
-	struct lg_alloc *d = NULL;
 	int rc = 0;
 	cudaError_t ce = cudaSuccess;
-	if (len && (rc = lg_dst(x, dst, len, &d)))
-		return rc;
+	/* loader or registered memory: reads land there by DMA; any other
+	 * destination got a staged plan (bounce reads and copies only), which
+	 * on Tier 2 copies to the caller's GPU pointer as it is */
+	struct lg_alloc *d = len ? lg_find(x, dst, len) : NULL;
+	if (len && !d && x->tier != GPUNVME_TIER_2)
+		return gpunvme_set_error(-EINVAL, "Tier 1 destination %p is not loader memory or registered "
+						  "(gpunvme_layer_loader_register)", (void *)dst);
 	const uint64_t base = d ? (uint64_t)(dst - d->p) : 0;
+	uint8_t *const ddev = d ? d->dev : dst; /* the GPU's address of dst - base */
 
 	/* Segments for the kernel: direct reads cut so that every warp gets
 	 * work (but no more than 32 commands, one per lane), bounce reads as
@@ -303,10 +315,10 @@ static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_roun
 	for (size_t i = 0; i < r->nops && ce == cudaSuccess; i++) {
 		const struct load_op *op = &r->ops[i];
 		if (op->kind == LOAD_BOUNCE)
-			ce = cudaMemcpyAsync(d->dev + base + op->dst_off, x->bounce.dev + op->bounce_off + op->skip,
+			ce = cudaMemcpyAsync(ddev + base + op->dst_off, x->bounce.dev + op->bounce_off + op->skip,
 					     op->len, cudaMemcpyDefault, s);
 		else if (op->kind == LOAD_ZERO)
-			ce = cudaMemsetAsync(d->dev + base + op->dst_off, 0, op->len, s);
+			ce = cudaMemsetAsync(ddev + base + op->dst_off, 0, op->len, s);
 	}
 	if (ce == cudaSuccess && bounce)
 		ce = cudaEventRecord(x->bounce_free, s);
@@ -356,7 +368,8 @@ static int lg_check(void *ctx, uint16_t *status)
 }
 
 static const struct gpunvme_loader_gpu_ops lg_ops = {
-	lg_open, lg_close, lg_alloc_fn, lg_free_fn, lg_dev_ptr, lg_exec, lg_finish, lg_check, LOADER_BOUNCE_BYTES,
+	lg_open, lg_close, lg_alloc_fn, lg_free_fn, lg_dev_ptr, lg_reg, lg_direct, lg_exec, lg_finish, lg_check,
+	LOADER_BOUNCE_BYTES,
 };
 
 extern "C" const struct gpunvme_loader_gpu_ops *gpunvme_loader_gpu_backend(void)

@@ -234,6 +234,16 @@ void gpunvme_layer_loader_free(struct gpunvme_layer_loader *l, void *p)
 	}
 }
 
+int gpunvme_layer_loader_register(struct gpunvme_layer_loader *l, void *p, size_t len)
+{
+	if (!l || !p || !len)
+		return gpunvme_set_error(-EINVAL, "register: bad arguments");
+	if (!l->gpu)
+		return gpunvme_dma_iova(l->c, p) ? 0
+						 : gpunvme_set_error(-EINVAL, "%p is not DMA memory (gpunvme_dma_alloc)", p);
+	return l->gpu->reg(l->gctx, p, len);
+}
+
 void *gpunvme_layer_loader_dev_ptr(struct gpunvme_layer_loader *l, void *p)
 {
 	if (!l || !p)
@@ -500,10 +510,14 @@ static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
 		return rc;
 	if (len == 0 && !l->gpu)
 		return 0;
-	/* CPU tier: memory the controller cannot reach is filled through the
-	 * bounce buffer (and counted as bounced) */
-	bool staged = !l->gpu && len && (!gpunvme_dma_iova(l->c, dst) ||
-					 !gpunvme_dma_iova(l->c, (const uint8_t *)dst + len - 1));
+	/* memory the controller cannot reach (CPU tier: not DMA memory; GPU
+	 * tiers: not loader or registered memory) is filled through the bounce
+	 * buffer, and counted as bounced */
+	bool staged;
+	if (l->gpu)
+		staged = len && !l->gpu->direct(l->gctx, dst, len);
+	else
+		staged = len && (!gpunvme_dma_iova(l->c, dst) || !gpunvme_dma_iova(l->c, (const uint8_t *)dst + len - 1));
 	struct plan p;
 	if ((rc = plan_build(l, off, len, (uintptr_t)dst, staged, &p)))
 		return rc;

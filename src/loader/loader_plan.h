@@ -48,6 +48,10 @@ struct gpunvme_loader_gpu_ops {
 	void *(*alloc)(void *ctx, size_t len);
 	void (*free)(void *ctx, void *p);
 	void *(*dev_ptr)(void *ctx, void *p);
+	/* caller memory as a direct target (not stream-ordered) */
+	int (*reg)(void *ctx, void *p, size_t len);
+	/* 1 when [p, p + len) lies in loader or registered memory */
+	int (*direct)(void *ctx, const void *p, uint64_t len);
 	/* queue one round for dst (len bytes) on stream (NULL: the backend's
 	 * own); returns at once */
 	int (*exec)(void *ctx, uint8_t *dst, uint64_t len, const struct load_round *r, void *stream,

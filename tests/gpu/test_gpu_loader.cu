@@ -4,9 +4,9 @@
  * embedded emulator: a file in random fragments with holes and unwritten
  * extents (tests/loader/layout.h), random byte ranges loaded by GPU-initiated
  * commands and compared with the host reference. Cases (argv[1], none = all):
- *   tier2_random   GPU memory: loader memory, the caller's cudaMalloc memory
- *                  at every dword misalignment (staged through the bounce
- *                  buffer and copied on the GPU)
+ *   tier2_random   GPU memory: loader memory, registered caller memory, and
+ *                  unregistered caller memory (staged through the bounce
+ *                  buffer and copied on the GPU), at every dword misalignment
  *   tier1_random   pinned host memory read by the GPU
  *   double_buffer  layers alternate between two buffers on two streams; a
  *                  kernel sums layer i while layer i + 1 loads; the sums
@@ -87,8 +87,10 @@ static int tier2_random(void)
 	struct gpunvme_layer_loader *l;
 	if (setup("emu:ram:64M?lbads=9&workers=4", 5 * 1024 * 1024 + 4321, &c, &L, GPUNVME_TIER_2, &l))
 		return 1;
-	uint8_t *user = NULL, *host = (uint8_t *)malloc(L.size + 16);
+	uint8_t *user = NULL, *reg = NULL, *host = (uint8_t *)malloc(L.size + 16);
 	CK(cudaMalloc(&user, L.size + 16));
+	CK(cudaMalloc(&reg, L.size + 16));
+	OK(gpunvme_layer_loader_register(l, reg, L.size + 16));
 	uint64_t seed = 99;
 	for (int r = 0; r < 60; r++) {
 		uint64_t off = rng(&seed) % L.size;
@@ -98,15 +100,18 @@ static int tier2_random(void)
 		uint8_t *mem = NULL, *dst;
 		if (r % 2 == 0)
 			dst = mem = (uint8_t *)gpunvme_layer_loader_alloc(l, off, len);
+		else if (r % 4 == 1)
+			dst = reg + r % 8;  /* registered: DMA in place where aligned */
 		else
-			dst = user + r % 8;
+			dst = user + r % 8; /* not registered: bounce + device copy */
 		if (!dst)
 			FAIL("alloc: %s\n", gpunvme_last_error());
 		CK(cudaMemset(dst, 0xa5, len));
 		uint16_t st = 0;
 		OK(gpunvme_load_layer(l, off, len, dst, &st));
 		CK(cudaMemcpy(host, dst, len, cudaMemcpyDeviceToHost));
-		if (compare(host, L.ref + off, len, off, r % 2 ? "caller memory" : "loader memory"))
+		if (compare(host, L.ref + off, len, off,
+			    r % 2 == 0 ? "loader memory" : r % 4 == 1 ? "registered memory" : "caller memory"))
 			return 1;
 		if (mem)
 			gpunvme_layer_loader_free(l, mem);
@@ -119,6 +124,7 @@ static int tier2_random(void)
 		FAIL("every path (direct, bounce, zero) should have been used\n");
 	gpunvme_layer_loader_destroy(l);
 	cudaFree(user);
+	cudaFree(reg);
 	free(host);
 	free(L.ref);
 	gpunvme_close(c);
@@ -170,8 +176,8 @@ static int double_buffer(void)
 {
 	return double_buffer_mode(0);
 }
-/* the same with destinations at offset 0 (one registration per buffer) and
- * with both buffers registered before the loop (none while reads run) */
+/* the same with destinations at offset 0, and with both buffers registered
+ * (gpunvme_layer_loader_register) so the reads land in place */
 static int double_buffer_aligned(void)
 {
 	return double_buffer_mode(1);
@@ -206,7 +212,7 @@ static int double_buffer_mode(int mode)
 	}
 	if (mode == 2)
 		for (int b = 0; b < 2; b++)
-			OK(gpunvme_load_layer(l, 0, layer + 8, buf[b], NULL));
+			OK(gpunvme_layer_loader_register(l, buf[b], layer + 8));
 	for (int i = 0; i < nl; i++) {
 		int b = i & 1;
 		const int shift = mode ? 0 : i % 3;
