@@ -106,37 +106,22 @@ __device__ __forceinline__ unsigned int gpunvme_ld(const unsigned int *p)
 	return *(const volatile unsigned int *)p;
 }
 
-/*
- * Back-off for waiting threads, by how busy the queue pair is (`load`: its
- * commands in flight).
- *  - Lightly loaded (load <= GPUNVME_DEV_POLL_LOAD): latency is what
- *    matters and a few pollers cost nothing, so poll with pauses of at most
- *    256 ns timed on %globaltimer. A lone thread that went to __nanosleep
- *    instead saw ~0.8 ms per command at QD1 on an H100 (the sleep, or the
- *    emulator going idle meanwhile), against ~14 µs over the modeled
- *    latency with this loop (bench/results/gpu_model.md).
- *  - Busy: ~31 polling rounds, then exponentially growing __nanosleep, so
- *    tens of thousands of waiting threads stay off the memory system and
- *    the issue slots (spinning there instead cost 58 -> 25 M IOPS, and a
- *    256-round polling phase 64 -> 46 M IOPS, at 65,536 threads).
- * Callers start with *ns = 0. -DGPUNVME_DEV_POLL_LOAD=0 gives the earlier
- * policy (bench_gpu_iops_shortpoll keeps that comparison measurable).
- */
-#ifndef GPUNVME_DEV_POLL_LOAD
-#define GPUNVME_DEV_POLL_LOAD 32
-#endif
-__device__ __forceinline__ void gpunvme_backoff(unsigned int *ns, unsigned int load)
+/* Back-off for waiting threads. A command takes ~10 µs on the emulator
+ * (submit ~5 µs, completion seen ~6 µs later, measured on an H100), so the
+ * first rounds only poll; after that, exponential __nanosleep keeps tens of
+ * thousands of waiting threads off the memory system. Callers start with
+ * *ns = 32. Tried on the H100 and dropped (bench/results/gpu_model.md):
+ * pausing on %globaltimer instead of sleeping (throughput 58 -> 25 M IOPS,
+ * and reads that never completed), a 256-round polling phase (64 -> 46 M
+ * IOPS, QD1 unchanged), polling while a queue is lightly loaded (QD1
+ * unchanged, double-buffered loads timed out). A lone thread sees ~0.8 ms
+ * per command with this back-off; a waiter that polls the completion with
+ * sub-µs pauses (gpunvme perf --gpu --gpu-mode thread) sees ~14 µs over
+ * the device's latency. */
+__device__ __forceinline__ void gpunvme_backoff(unsigned int *ns)
 {
-	if (load <= GPUNVME_DEV_POLL_LOAD) {
-		const unsigned int p = *ns < 256 ? *ns : 256;
-		const uint64_t until = gpunvme_dev_now() + p;
-		while (gpunvme_dev_now() < until)
-			; /* registers only */
-		*ns = p + 32;
-		return;
-	}
 	if (*ns < 1024) {
-		*ns += 32;
+		*ns += 32; /* ~31 polling rounds first */
 		return;
 	}
 	__nanosleep(*ns);
@@ -262,7 +247,7 @@ __device__ static int gpunvme_dev_commit(const struct gpunvme_dev_queues *q, str
 					 unsigned int t, uint64_t deadline)
 {
 	struct gpunvme_dev_qstate *s = qp->s;
-	unsigned int ns = 0;
+	unsigned int ns = 32;
 	while ((int)(gpunvme_ld(&s->committed) - t) <= 0) {
 		if (atomicCAS(&s->db_lock, 0u, 1u) == 0u) {
 			__threadfence();
@@ -284,7 +269,7 @@ __device__ static int gpunvme_dev_commit(const struct gpunvme_dev_queues *q, str
 		}
 		if (gpunvme_dev_now() > deadline)
 			return gpunvme_dev_classify(q, qp);
-		gpunvme_backoff(&ns, gpunvme_ld(&s->inflight));
+		gpunvme_backoff(&ns);
 	}
 	return 0;
 }
@@ -391,7 +376,7 @@ __device__ static int gpunvme_dev_submit(const struct gpunvme_dev_queues *q, uin
 	struct gpunvme_dev_qstate *s = qp->s;
 	if (gpunvme_ld(&s->broken))
 		return GPUNVME_DEV_EIO;
-	unsigned int ns = 0;
+	unsigned int ns = 32;
 	/* admission: at most depth - 1 in flight. Read before the atomic, so
 	 * a crowd of waiting threads does not keep the counter bouncing.
 	 * Running out of time here leaves nothing behind: the queue stays
@@ -408,18 +393,18 @@ __device__ static int gpunvme_dev_submit(const struct gpunvme_dev_queues *q, uin
 				return GPUNVME_DEV_ENODEV;
 			return GPUNVME_DEV_ETIMEDOUT;
 		}
-		gpunvme_backoff(&ns, gpunvme_ld(&s->inflight));
+		gpunvme_backoff(&ns);
 	}
 	unsigned int t = atomicAdd(&s->ticket, 1u);
 	uint32_t slot = t & (qp->depth - 1);
 	unsigned int lap = t / qp->depth;
 	/* the slot's previous command must have been consumed */
-	ns = 0;
+	ns = 32;
 	while (gpunvme_ld(&qp->freed[slot]) != lap) {
 		gpunvme_dev_cq_drain(qp);
 		if (gpunvme_dev_now() > deadline)
 			return gpunvme_dev_classify(q, qp);
-		gpunvme_backoff(&ns, gpunvme_ld(&s->inflight));
+		gpunvme_backoff(&ns);
 	}
 	tag->err = gpunvme_dev_place(q, qp, t, opc, slba, nlb, b, off, len);
 	tag->qi = qi;
@@ -434,12 +419,12 @@ __device__ static int gpunvme_dev_wait(const struct gpunvme_dev_queues *q, const
 				       uint64_t deadline)
 {
 	struct gpunvme_dev_qp *qp = &q->qp[tag->qi];
-	unsigned int ns = 0;
+	unsigned int ns = 32;
 	while (gpunvme_ld(&qp->done[tag->slot]) == tag->lap) {
 		gpunvme_dev_cq_drain(qp);
 		if (gpunvme_dev_now() > deadline)
 			return gpunvme_dev_classify(q, qp); /* slot stays held */
-		gpunvme_backoff(&ns, gpunvme_ld(&qp->s->inflight));
+		gpunvme_backoff(&ns);
 	}
 	__threadfence();
 	int st = *(volatile uint16_t *)&qp->status[tag->slot];
@@ -548,7 +533,7 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 	unsigned int base = 0;
 	int lrc = 0;
 	if (lane == leader) {
-		unsigned int ns = 0;
+		unsigned int ns = 32;
 		if (gpunvme_ld(&s->broken))
 			lrc = GPUNVME_DEV_EIO;
 		while (!lrc) {
@@ -561,7 +546,7 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 			if (gpunvme_dev_now() > deadline)
 				lrc = (q->csts && *q->csts == 0xffffffffu) ? GPUNVME_DEV_ENODEV : GPUNVME_DEV_ETIMEDOUT;
 			else
-				gpunvme_backoff(&ns, gpunvme_ld(&s->inflight));
+				gpunvme_backoff(&ns);
 		}
 		if (!lrc)
 			base = atomicAdd(&s->ticket, k);
@@ -576,13 +561,13 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 	const unsigned int lap = t / qp->depth;
 	int err = 0;
 	if (mine) {
-		unsigned int ns = 0;
+		unsigned int ns = 32;
 		while (gpunvme_ld(&qp->freed[slot]) != lap && !err) {
 			gpunvme_dev_cq_drain(qp);
 			if (gpunvme_dev_now() > deadline)
 				err = gpunvme_dev_classify(q, qp);
 			else
-				gpunvme_backoff(&ns, gpunvme_ld(&s->inflight));
+				gpunvme_backoff(&ns);
 		}
 		if (!err)
 			rc = gpunvme_dev_place(q, qp, t, opc, slba, nlb, b, off, len);
@@ -598,7 +583,7 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 	/* wait: the leader drains, everyone watches their own slot */
 	bool done = !mine;
 	int st = 0;
-	unsigned int ns = 0;
+	unsigned int ns = 32;
 	for (;;) {
 		if (!done && gpunvme_ld(&qp->done[slot]) != lap) {
 			__threadfence();
