@@ -70,17 +70,23 @@ static int cuda_err(cudaError_t e, const char *what)
 }
 
 /*
- * CUDA multiplexes streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware queues
- * (8 by default). The emulator's copy into GPU memory must never queue
- * behind work that waits for the GPU kernel waiting for that very copy (a
- * bounce copy after a read kernel on another stream, say): on a shared
- * hardware queue that is a deadlock, seen as reads timing out. Ask for the
- * most queues before the CUDA runtime starts (it reads the variable once);
- * a value the user set is kept.
+ * Read kernels wait for the emulator's copies, which are CUDA calls from
+ * the emulator's threads; nothing those calls queue behind may wait for the
+ * read kernels, or both sides wait until the commands time out:
+ *  - CUDA multiplexes streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
+ *    queues (8 by default): a copy lane sharing a queue with a bounce copy
+ *    that follows a read kernel waits for that kernel. Ask for 32.
+ *  - Lazy module loading (the default since CUDA 12) loads a module at its
+ *    first launch and may wait for running kernels meanwhile: a second
+ *    stream's first kernel launch during a read deadlocked double-buffered
+ *    loads on an H100. Load modules eagerly.
+ * Both are read once when the CUDA runtime starts, so they are set before
+ * main; values the user set are kept.
  */
-__attribute__((constructor)) static void gpunvme_cuda_connections(void)
+__attribute__((constructor)) static void gpunvme_cuda_env(void)
 {
 	setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+	setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 }
 
 /* ---- GPU memory for the emulator: copies on one stream per emulator lane ---- */
