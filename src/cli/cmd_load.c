@@ -182,7 +182,13 @@ static int open_file(struct load_ctx *x)
 	const struct load_opts *o = &x->o;
 	struct gpunvme_ns_info ni;
 	int rc;
-	if ((rc = cli_open(o->uri, NULL, &x->c)))
+	/* the loader's queue pairs plus the file system reader's */
+	struct gpunvme_opts go;
+	gpunvme_opts_init(&go);
+	uint32_t want = (o->queues ? o->queues : 8) + 1;
+	if (go.nr_io_queues < want)
+		go.nr_io_queues = want;
+	if ((rc = cli_open(o->uri, &go, &x->c)))
 		return rc;
 	if ((rc = cli_ns(x->c, o->nsid, &ni)))
 		return rc;
