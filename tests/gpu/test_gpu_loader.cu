@@ -27,27 +27,7 @@
 #include "gpunvme/loader.h"
 #include "layout.h"
 
-#define CK(x)                                                                                       \
-	do {                                                                                        \
-		cudaError_t e_ = (x);                                                               \
-		if (e_ != cudaSuccess) {                                                            \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-			return 1;                                                                   \
-		}                                                                                   \
-	} while (0)
-#define OK(x)                                                                                         \
-	do {                                                                                          \
-		int r_ = (x);                                                                         \
-		if (r_) {                                                                             \
-			fprintf(stderr, "%s:%d: %s = %d: %s\n", __FILE__, __LINE__, #x, r_, gpunvme_last_error()); \
-			return 1;                                                                     \
-		}                                                                                     \
-	} while (0)
-#define FAIL(...)                                      \
-	do {                                           \
-		fprintf(stderr, "FAIL: " __VA_ARGS__); \
-		return 1;                              \
-	} while (0)
+#include "gpu_check.h"
 
 static int compare(const uint8_t *got, const uint8_t *want, uint64_t len, uint64_t off, const char *what)
 {
