@@ -22,6 +22,7 @@
 
 #include "gpunvme/extents.h"
 #include "gpunvme/gpunvme.h"
+#include "gpunvme/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,6 +60,7 @@ int gpunvme_layer_loader_init(struct gpunvme_ctrl *c, uint32_t nsid, const struc
 			      uint64_t file_size, const struct gpunvme_loader_opts *opts,
 			      struct gpunvme_layer_loader **out);
 void gpunvme_layer_loader_destroy(struct gpunvme_layer_loader *l);
+enum gpunvme_tier gpunvme_layer_loader_tier(const struct gpunvme_layer_loader *l);
 
 /*
  * Destination memory of the loader's tier (GPU memory, mapped pinned host
@@ -110,6 +112,46 @@ struct gpunvme_loader_stats {
 	uint64_t commands;
 };
 void gpunvme_layer_loader_stats(const struct gpunvme_layer_loader *l, struct gpunvme_loader_stats *st);
+
+/* ---- a model's tensors --------------------------------------------------------- */
+
+/* Gap between two selected tensors up to which one run reads across it:
+ * one command over a few MiB beats two commands and a second edge block. */
+#define GPUNVME_MODEL_RUN_GAP (4u << 20)
+
+struct gpunvme_model_run {
+	uint64_t off, len;         /* file bytes */
+	uint8_t *dst;              /* loader memory (device address on Tier 2) */
+};
+
+struct gpunvme_model_buffers {
+	size_t n_tensors;                       /* selected, in header order */
+	const struct gpunvme_tensor **tensors;  /* into the model: keep it alive */
+	void **ptr;                /* each tensor's bytes once loaded (loader
+	                              memory; device address on Tier 2; a valid
+	                              pointer of its run also for zero-size ones,
+	                              NULL when nothing at all was read) */
+	size_t n_runs;
+	struct gpunvme_model_run *runs;         /* in file order */
+	uint64_t bytes;            /* tensor bytes selected */
+	uint64_t run_bytes;        /* bytes the runs read, gaps included */
+};
+
+/*
+ * Select the tensors of model m (all, or those matching `patterns`, see
+ * gpunvme_tensor_match) and place them: runs of nearby file bytes, each in
+ * loader memory placed for its file offset, so that only a run's first and
+ * last blocks go through the bounce buffer. Nothing is read yet. -ENOENT
+ * when patterns match no tensor.
+ */
+int gpunvme_model_buffers_alloc(struct gpunvme_layer_loader *l, const struct gpunvme_model *m, const char *patterns,
+				struct gpunvme_model_buffers **out);
+/* Load every run: GPU tiers queue them on `stream` and record `event` (both
+ * may be NULL: the loader's own stream, and then wait); the CPU tier loads
+ * them at once. Results as for gpunvme_load_layer / _check. */
+int gpunvme_model_load(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b, void *stream, void *event,
+		       uint16_t *status);
+void gpunvme_model_buffers_free(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b);
 
 #ifdef __cplusplus
 }

@@ -5,11 +5,10 @@
  * pinned host memory (Tier 1) or host memory (CPU data path), through the
  * file's extents — no mount, no page cache, no CPU copy of the bulk.
  *
- * Destination layout: selected tensors are grouped into runs of nearby
- * file bytes (gaps up to RUN_GAP are loaded too, since one command over a
- * small gap beats two commands); each run gets loader memory placed
- * congruent to its file offset, so only a run's first and last blocks go
- * through the bounce buffer.
+ * Destination layout (gpunvme_model_buffers_alloc): selected tensors are
+ * grouped into runs of nearby file bytes, each in loader memory placed for
+ * its file offset, so only a run's first and last blocks are bounced. The
+ * runs are loaded in CHUNK pieces so a progress bar can follow them.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -29,7 +28,6 @@
 #include "loader/sha256.h"
 #include "util.h"
 
-#define RUN_GAP (4u << 20)
 #define CHUNK (64u << 20)       /* progress and pipelining granularity */
 #define HOST_CHUNK (4u << 20)   /* copies back for hashing and verifying */
 
@@ -39,17 +37,6 @@ struct load_opts {
 	uint64_t offset;
 	int tier;                   /* -1 auto */
 	bool verify, json, progress;
-};
-
-struct run {
-	uint64_t start, len;        /* file bytes */
-	uint8_t *dst;               /* loader memory (device address on Tier 2) */
-};
-
-struct sel {
-	const struct gpunvme_tensor *t;
-	size_t run;
-	char sha[65];
 };
 
 struct load_ctx {
@@ -63,13 +50,10 @@ struct load_ctx {
 	struct gpunvme_extent *ext;
 	size_t n_ext;
 	struct gpunvme_model *m;
-	struct sel *sel;
-	size_t nsel;
-	struct run *runs;
-	size_t nruns;
 	struct gpunvme_layer_loader *l;
+	struct gpunvme_model_buffers *b; /* selected tensors, runs, destinations */
+	char (*sha)[65];            /* per selected tensor */
 	enum gpunvme_tier tier;
-	uint64_t total;             /* tensor bytes selected */
 	uint64_t moved;             /* run bytes loaded */
 	double secs;
 	uint8_t *host;              /* HOST_CHUNK staging for Tier 2 reads back */
@@ -217,61 +201,6 @@ static int open_file(struct load_ctx *x)
 	return 0;
 }
 
-/* ---- selection and layout ------------------------------------------------------------- */
-
-static int by_offset(const void *a, const void *b)
-{
-	const struct sel *x = a, *y = b;
-	return x->t->offset < y->t->offset ? -1 : x->t->offset > y->t->offset;
-}
-
-static int select_tensors(struct load_ctx *x)
-{
-	x->sel = calloc(x->m->n_tensors ? x->m->n_tensors : 1, sizeof(*x->sel));
-	if (!x->sel)
-		return cli_err(EXIT_RUNTIME, "out of memory");
-	for (size_t i = 0; i < x->m->n_tensors; i++) {
-		const struct gpunvme_tensor *t = &x->m->tensors[i];
-		if (x->o.tensors && !gpunvme_tensor_match(x->o.tensors, t->name))
-			continue;
-		x->sel[x->nsel++].t = t;
-		x->total += t->bytes;
-	}
-	if (x->o.tensors && !x->nsel)
-		return cli_err(EXIT_RUNTIME, "no tensor of %s matches '%s' (%zu tensors)", x->o.path, x->o.tensors,
-			       x->m->n_tensors);
-	/* runs in file order; the selection keeps the header order for output */
-	struct sel *s = malloc((x->nsel ? x->nsel : 1) * sizeof(*s));
-	x->runs = calloc(x->nsel ? x->nsel : 1, sizeof(*x->runs));
-	if (!s || !x->runs) {
-		free(s);
-		return cli_err(EXIT_RUNTIME, "out of memory");
-	}
-	memcpy(s, x->sel, x->nsel * sizeof(*s));
-	qsort(s, x->nsel, sizeof(*s), by_offset);
-	for (size_t i = 0; i < x->nsel; i++) {
-		const struct gpunvme_tensor *t = s[i].t;
-		if (!t->bytes)
-			continue;
-		struct run *r = x->nruns ? &x->runs[x->nruns - 1] : NULL;
-		if (r && t->offset <= r->start + r->len + RUN_GAP) {
-			uint64_t end = t->offset + t->bytes;
-			if (end > r->start + r->len)
-				r->len = end - r->start;
-		} else {
-			x->runs[x->nruns++] = (struct run){ t->offset, t->bytes, NULL };
-		}
-	}
-	free(s);
-	for (size_t i = 0; i < x->nsel; i++) {
-		const struct gpunvme_tensor *t = x->sel[i].t;
-		for (size_t k = 0; k < x->nruns && t->bytes; k++)
-			if (t->offset >= x->runs[k].start && t->offset + t->bytes <= x->runs[k].start + x->runs[k].len)
-				x->sel[i].run = k;
-	}
-	return 0;
-}
-
 /* ---- tier and loader ------------------------------------------------------------------ */
 
 static bool gpu_usable(void)
@@ -331,14 +260,17 @@ static int start_loader(struct load_ctx *x)
 	int rc = gpunvme_layer_loader_init(x->c, x->o.nsid, x->ext, x->n_ext, x->st.size, &lo, &x->l);
 	if (rc)
 		return cli_lib_err(rc, "layer loader");
-	for (size_t k = 0; k < x->nruns; k++) {
-		x->runs[k].dst = gpunvme_layer_loader_alloc(x->l, x->runs[k].start, x->runs[k].len);
-		if (!x->runs[k].dst)
-			return cli_lib_err(-ENOMEM, "destination memory for %" PRIu64 " bytes", x->runs[k].len);
+	/* tensors grouped into runs of nearby file bytes, each in loader memory
+	 * placed for its offset (only a run's edge blocks are bounced) */
+	if ((rc = gpunvme_model_buffers_alloc(x->l, x->m, x->o.tensors, &x->b))) {
+		if (rc == -ENOENT)
+			return cli_err(EXIT_RUNTIME, "%s: %s", x->o.path, gpunvme_last_error());
+		return cli_lib_err(rc, "destination memory");
 	}
+	x->sha = calloc(x->b->n_tensors ? x->b->n_tensors : 1, sizeof(*x->sha));
 	x->host = malloc(HOST_CHUNK);
 	x->vbuf = malloc(HOST_CHUNK);
-	if (!x->host || !x->vbuf)
+	if (!x->host || !x->vbuf || !x->sha)
 		return cli_err(EXIT_RUNTIME, "out of memory");
 	return 0;
 }
@@ -363,14 +295,14 @@ static void progress(const struct load_ctx *x, uint64_t done, uint64_t all, uint
 
 static int load_cpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 {
-	for (size_t k = 0; k < x->nruns; k++) {
-		const struct run *r = &x->runs[k];
+	for (size_t k = 0; k < x->b->n_runs; k++) {
+		const struct gpunvme_model_run *r = &x->b->runs[k];
 		for (uint64_t o = 0; o < r->len; o += CHUNK) {
 			uint64_t n = r->len - o < CHUNK ? r->len - o : CHUNK;
 			uint16_t status = 0;
-			int rc = gpunvme_load_layer(x->l, r->start + o, n, r->dst + o, &status);
+			int rc = gpunvme_load_layer(x->l, r->off + o, n, r->dst + o, &status);
 			if (rc)
-				return cli_lib_err(rc, "loading bytes %" PRIu64 "+%" PRIu64 " of %s", r->start + o, n,
+				return cli_lib_err(rc, "loading bytes %" PRIu64 "+%" PRIu64 " of %s", r->off + o, n,
 						   x->o.path);
 			x->moved += n;
 			progress(x, x->moved, all, t0, false);
@@ -385,8 +317,8 @@ static int load_cpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 static int load_gpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 {
 	size_t nchunks = 0;
-	for (size_t k = 0; k < x->nruns; k++)
-		nchunks += (x->runs[k].len + CHUNK - 1) / CHUNK;
+	for (size_t k = 0; k < x->b->n_runs; k++)
+		nchunks += (x->b->runs[k].len + CHUNK - 1) / CHUNK;
 	cudaEvent_t *ev = calloc(nchunks ? nchunks : 1, sizeof(*ev));
 	uint64_t *bytes = calloc(nchunks ? nchunks : 1, sizeof(*bytes));
 	cudaStream_t s = NULL;
@@ -396,8 +328,8 @@ static int load_gpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 		rc = cli_err(EXIT_RUNTIME, "cannot set up a CUDA stream");
 		goto out;
 	}
-	for (size_t k = 0; k < x->nruns && !rc; k++) {
-		const struct run *r = &x->runs[k];
+	for (size_t k = 0; k < x->b->n_runs && !rc; k++) {
+		const struct gpunvme_model_run *r = &x->b->runs[k];
 		for (uint64_t o = 0; o < r->len && !rc; o += CHUNK) {
 			uint64_t n = r->len - o < CHUNK ? r->len - o : CHUNK;
 			if (cudaEventCreateWithFlags(&ev[queued], cudaEventDisableTiming | cudaEventBlockingSync) !=
@@ -406,10 +338,10 @@ static int load_gpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 				break;
 			}
 			bytes[queued] = n;
-			int lrc = gpunvme_load_layer_async(x->l, r->start + o, n, r->dst + o, s, ev[queued]);
+			int lrc = gpunvme_load_layer_async(x->l, r->off + o, n, r->dst + o, s, ev[queued]);
 			queued++;
 			if (lrc)
-				rc = cli_lib_err(lrc, "queueing bytes %" PRIu64 "+%" PRIu64, r->start + o, n);
+				rc = cli_lib_err(lrc, "queueing bytes %" PRIu64 "+%" PRIu64, r->off + o, n);
 		}
 	}
 	for (size_t i = 0; i < queued; i++) {
@@ -438,9 +370,7 @@ out:
 
 static int load_all(struct load_ctx *x)
 {
-	uint64_t all = 0;
-	for (size_t k = 0; k < x->nruns; k++)
-		all += x->runs[k].len;
+	uint64_t all = x->b->run_bytes;
 	uint64_t t0 = cli_now_ns();
 	int rc;
 #ifdef GPUNVME_HAVE_CUDA
@@ -461,10 +391,9 @@ static int load_all(struct load_ctx *x)
 
 /* Bytes [off, off + n) of a tensor as they sit in destination memory: a
  * pointer to them (host tiers) or a copy in x->host (Tier 2). */
-static const uint8_t *dst_bytes(struct load_ctx *x, const struct sel *s, uint64_t off, size_t n)
+static const uint8_t *dst_bytes(struct load_ctx *x, size_t i, uint64_t off, size_t n)
 {
-	const struct run *r = &x->runs[s->run];
-	const uint8_t *p = r->dst + (s->t->offset - r->start) + off;
+	const uint8_t *p = (const uint8_t *)x->b->ptr[i] + off;
 #ifdef GPUNVME_HAVE_CUDA
 	if (x->tier == GPUNVME_TIER_2) {
 		if (cudaMemcpy(x->host, p, n, cudaMemcpyDeviceToHost) != cudaSuccess)
@@ -480,24 +409,24 @@ static int hash_and_verify(struct load_ctx *x)
 {
 	if (!x->o.json && !x->o.verify)
 		return 0;
-	for (size_t i = 0; i < x->nsel; i++) {
-		struct sel *s = &x->sel[i];
+	for (size_t i = 0; i < x->b->n_tensors; i++) {
+		const struct gpunvme_tensor *t = x->b->tensors[i];
 		struct gpunvme_sha256 h;
 		gpunvme_sha256_init(&h);
-		for (uint64_t o = 0; o < s->t->bytes; o += HOST_CHUNK) {
-			size_t n = s->t->bytes - o < HOST_CHUNK ? (size_t)(s->t->bytes - o) : HOST_CHUNK;
-			const uint8_t *p = dst_bytes(x, s, o, n);
+		for (uint64_t o = 0; o < t->bytes; o += HOST_CHUNK) {
+			size_t n = t->bytes - o < HOST_CHUNK ? (size_t)(t->bytes - o) : HOST_CHUNK;
+			const uint8_t *p = dst_bytes(x, i, o, n);
 			if (!p)
-				return cli_err(EXIT_RUNTIME, "%s: cannot read the destination memory back", s->t->name);
+				return cli_err(EXIT_RUNTIME, "%s: cannot read the destination memory back", t->name);
 			if (x->o.json)
 				gpunvme_sha256_update(&h, p, n);
 			if (!x->o.verify)
 				continue;
 			/* the reference: the file's bytes through the CPU data
 			 * path and the decoder's own pread, not the loader */
-			int64_t got = gpunvme_fs_pread(x->fs, x->ino, x->vbuf, n, s->t->offset + o);
+			int64_t got = gpunvme_fs_pread(x->fs, x->ino, x->vbuf, n, t->offset + o);
 			if (got != (int64_t)n)
-				return cli_lib_err(got < 0 ? (int)got : -EIO, "--verify: reading %s back", s->t->name);
+				return cli_lib_err(got < 0 ? (int)got : -EIO, "--verify: reading %s back", t->name);
 			if (memcmp(p, x->vbuf, n)) {
 				size_t d = 0;
 				while (p[d] == x->vbuf[d])
@@ -505,12 +434,12 @@ static int hash_and_verify(struct load_ctx *x)
 				return cli_err(EXIT_RUNTIME,
 					       "--verify: tensor %s differs at byte %" PRIu64
 					       " (file offset %" PRIu64 "): loaded 0x%02x, file 0x%02x",
-					       s->t->name, o + d, s->t->offset + o + d, p[d], x->vbuf[d]);
+					       t->name, o + d, t->offset + o + d, p[d], x->vbuf[d]);
 			}
 		}
 		uint8_t d[32];
 		gpunvme_sha256_final(&h, d);
-		gpunvme_sha256_hex(d, s->sha);
+		gpunvme_sha256_hex(d, x->sha[i]);
 	}
 	return 0;
 }
@@ -546,7 +475,7 @@ static void print_json(struct load_ctx *x)
 	cj_str(&j, "format", gpunvme_model_format_name(x->m->format));
 	cj_str(&j, "fs", gpunvme_fs_type(x->fs));
 	cj_str(&j, "tier", tier_str(x->tier));
-	cj_u64(&j, "bytes", x->total);
+	cj_u64(&j, "bytes", x->b->bytes);
 	cj_u64(&j, "bytes_read", x->moved);
 	cj_dbl(&j, "seconds", x->secs);
 	cj_dbl(&j, "gbps", x->secs > 0 ? (double)x->moved / x->secs / 1e9 : 0);
@@ -556,8 +485,8 @@ static void print_json(struct load_ctx *x)
 	cj_u64(&j, "direct_bytes", st.direct_bytes);
 	cj_u64(&j, "bounced_bytes", st.bounced_bytes);
 	cj_arr_begin(&j, "tensors");
-	for (size_t i = 0; i < x->nsel; i++) {
-		const struct gpunvme_tensor *t = x->sel[i].t;
+	for (size_t i = 0; i < x->b->n_tensors; i++) {
+		const struct gpunvme_tensor *t = x->b->tensors[i];
 		cj_obj_begin(&j, NULL);
 		cj_str(&j, "name", t->name);
 		cj_str(&j, "dtype", t->dtype);
@@ -567,7 +496,7 @@ static void print_json(struct load_ctx *x)
 		cj_arr_end(&j);
 		cj_u64(&j, "offset", t->offset);
 		cj_u64(&j, "bytes", t->bytes);
-		cj_str(&j, "sha256", x->sel[i].sha);
+		cj_str(&j, "sha256", x->sha[i]);
 		cj_obj_end(&j);
 	}
 	cj_arr_end(&j);
@@ -578,13 +507,13 @@ static void print_json(struct load_ctx *x)
 static void print_table(struct load_ctx *x)
 {
 	int w = 4;
-	for (size_t i = 0; i < x->nsel; i++) {
-		int n = (int)strlen(x->sel[i].t->name);
+	for (size_t i = 0; i < x->b->n_tensors; i++) {
+		int n = (int)strlen(x->b->tensors[i]->name);
 		w = n > w ? (n < 60 ? n : 60) : w;
 	}
 	printf("%-*s  %-8s  %-24s  %14s\n", w, "name", "dtype", "shape", "bytes");
-	for (size_t i = 0; i < x->nsel; i++) {
-		const struct gpunvme_tensor *t = x->sel[i].t;
+	for (size_t i = 0; i < x->b->n_tensors; i++) {
+		const struct gpunvme_tensor *t = x->b->tensors[i];
 		char sh[128];
 		shape_str(t, sh, sizeof(sh));
 		print_name(t->name, w);
@@ -594,7 +523,7 @@ static void print_table(struct load_ctx *x)
 	gpunvme_layer_loader_stats(x->l, &st);
 	char hb[32], hd[32], hbn[32];
 	printf("%s: %zu of %zu tensors, %s (%s) in %.3f s, %.2f GB/s, tier %s; %s by DMA into place, %s bounced%s\n",
-	       gpunvme_model_format_name(x->m->format), x->nsel, x->m->n_tensors, cli_human_bytes(x->total, hb, sizeof(hb)),
+	       gpunvme_model_format_name(x->m->format), x->b->n_tensors, x->m->n_tensors, cli_human_bytes(x->b->bytes, hb, sizeof(hb)),
 	       x->o.path, x->secs, x->secs > 0 ? (double)x->moved / x->secs / 1e9 : 0, tier_str(x->tier),
 	       cli_human_bytes(st.direct_bytes, hd, sizeof(hd)), cli_human_bytes(st.bounced_bytes, hbn, sizeof(hbn)),
 	       x->o.verify ? "; verified against the CPU path" : "");
@@ -602,10 +531,10 @@ static void print_table(struct load_ctx *x)
 
 static void done(struct load_ctx *x)
 {
-	gpunvme_layer_loader_destroy(x->l); /* frees the run memory */
+	gpunvme_model_buffers_free(x->l, x->b);
+	gpunvme_layer_loader_destroy(x->l);
 	gpunvme_model_free(x->m);
-	free(x->sel);
-	free(x->runs);
+	free(x->sha);
 	free(x->ext);
 	free(x->host);
 	free(x->vbuf);
@@ -627,7 +556,7 @@ int cmd_load(int argc, char **argv)
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	x.o.progress = x.o.progress && !x.o.json && isatty(STDOUT_FILENO);
-	if (!(rc = open_file(&x)) && !(rc = select_tensors(&x)) && !(rc = start_loader(&x)) && !(rc = load_all(&x)) &&
+	if (!(rc = open_file(&x)) && !(rc = start_loader(&x)) && !(rc = load_all(&x)) &&
 	    !(rc = hash_and_verify(&x))) {
 		if (x.o.json)
 			print_json(&x);

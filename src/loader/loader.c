@@ -186,6 +186,11 @@ void gpunvme_layer_loader_destroy(struct gpunvme_layer_loader *l)
 	free(l);
 }
 
+enum gpunvme_tier gpunvme_layer_loader_tier(const struct gpunvme_layer_loader *l)
+{
+	return l ? l->o.tier : GPUNVME_TIER_CPU;
+}
+
 /* ---- destination memory ------------------------------------------------------------- */
 
 void *gpunvme_layer_loader_alloc(struct gpunvme_layer_loader *l, uint64_t file_off, size_t len)

@@ -179,4 +179,75 @@ H_CASE(errors)
 	gpunvme_close(c);
 	return 0;
 }
+/* A safetensors file scattered over the namespace in fragments: every
+ * tensor (or those a pattern selects) lands intact through
+ * gpunvme_model_buffers_alloc + gpunvme_model_load, far-apart tensors in
+ * separate runs, a zero-size one included. */
+H_CASE(model_load)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:32M?lbads=9&workers=2");
+	H_CHECK(c);
+	size_t ns_len;
+	uint8_t *ns = fill_ns(c, 4, &ns_len);
+	H_CHECK(ns);
+	/* data: a 1 MiB gap of padding between "a.*" and "b.*" so they form two runs
+	 * when only some are selected; header padded to an odd length */
+	const uint64_t big = 6u << 20;
+	char hdr[512];
+	int hl = snprintf(hdr, sizeof(hdr),
+			  "{\"a.w\":{\"dtype\":\"F32\",\"shape\":[3,7],\"data_offsets\":[0,84]},"
+			  "\"a.z\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[84,84]},"
+			  "\"pad\":{\"dtype\":\"U8\",\"shape\":[%llu],\"data_offsets\":[84,%llu]},"
+			  "\"b.w\":{\"dtype\":\"I8\",\"shape\":[5,1001],\"data_offsets\":[%llu,%llu]}}   ",
+			  (unsigned long long)big, (unsigned long long)(84 + big), (unsigned long long)(84 + big),
+			  (unsigned long long)(84 + big + 5005));
+	uint64_t size = 8 + (uint64_t)hl + 84 + big + 5005;
+	uint8_t *file = malloc(size);
+	H_CHECK(file);
+	uint64_t hl64 = (uint64_t)hl, seed = 77;
+	memcpy(file, &hl64, 8);
+	memcpy(file + 8, hdr, (size_t)hl);
+	for (uint64_t i = 8 + (uint64_t)hl; i < size; i++)
+		file[i] = (uint8_t)rng(&seed);
+	/* fragments of 4..40 KiB at scattered, block-aligned places */
+	struct gpunvme_extent ext[1024];
+	size_t n = 0;
+	uint64_t slot = 3;
+	for (uint64_t lo = 0; lo < size && n < 1024; n++) {
+		uint64_t len = 4096 * (1 + rng(&seed) % 10);
+		ext[n] = (struct gpunvme_extent){ lo, slot * 4096, len, 0 };
+		uint64_t k = lo + len < size ? len : size - lo;
+		memcpy(ns + slot * 4096, file + lo, k);
+		slot += len / 4096 + 1 + rng(&seed) % 3;
+		lo += len;
+		H_CHECK(slot * 4096 < ns_len);
+	}
+	struct gpunvme_model *m = NULL;
+	H_OK(gpunvme_model_parse_mem(file, size, &m));
+	struct gpunvme_layer_loader *l = NULL;
+	H_OK(gpunvme_layer_loader_init(c, 1, ext, n, size, NULL, &l));
+	const char *sel[] = { NULL, "a.*,b.w", "b.*" };
+	const size_t want_runs[] = { 1, 2, 1 };
+	for (int k = 0; k < 3; k++) {
+		struct gpunvme_model_buffers *b = NULL;
+		H_OK(gpunvme_model_buffers_alloc(l, m, sel[k], &b));
+		H_EQ(b->n_runs, want_runs[k]);
+		H_OK(gpunvme_model_load(l, b, NULL, NULL, NULL));
+		for (size_t i = 0; i < b->n_tensors; i++) {
+			const struct gpunvme_tensor *t = b->tensors[i];
+			H_CHECKF(!memcmp(b->ptr[i], file + t->offset, t->bytes), "tensor %s (selection %s)", t->name,
+				 sel[k] ? sel[k] : "all");
+		}
+		gpunvme_model_buffers_free(l, b);
+	}
+	struct gpunvme_model_buffers *none = NULL;
+	H_EQ(gpunvme_model_buffers_alloc(l, m, "nothing*", &none), -ENOENT);
+	H_CHECK(strstr(gpunvme_last_error(), "no tensor matches"));
+	gpunvme_layer_loader_destroy(l);
+	gpunvme_model_free(m);
+	free(file);
+	gpunvme_close(c);
+	return 0;
+}
+
 int main(int argc, char **argv) { return h_main(argc, argv); }

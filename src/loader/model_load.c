@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * A model's tensors into loader memory: selection by pattern, runs of
+ * nearby file bytes, one loader allocation per run placed for the run's
+ * file offset (only its edge blocks are bounced), and the loads.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bus/bus.h"
+#include "gpunvme/loader.h"
+#include "gpunvme/model.h"
+
+static int by_offset(const void *a, const void *b)
+{
+	const struct gpunvme_tensor *x = *(const struct gpunvme_tensor *const *)a;
+	const struct gpunvme_tensor *y = *(const struct gpunvme_tensor *const *)b;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Runs over the selected tensors in file order: a tensor that starts
+ * within GPUNVME_MODEL_RUN_GAP of the current run's end joins it. */
+static int make_runs(struct gpunvme_model_buffers *b)
+{
+	const struct gpunvme_tensor **s = malloc((b->n_tensors ? b->n_tensors : 1) * sizeof(*s));
+	b->runs = calloc(b->n_tensors ? b->n_tensors : 1, sizeof(*b->runs));
+	if (!s || !b->runs) {
+		free(s);
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	}
+	memcpy(s, b->tensors, b->n_tensors * sizeof(*s));
+	qsort(s, b->n_tensors, sizeof(*s), by_offset);
+	for (size_t i = 0; i < b->n_tensors; i++) {
+		const struct gpunvme_tensor *t = s[i];
+		if (!t->bytes)
+			continue;
+		struct gpunvme_model_run *r = b->n_runs ? &b->runs[b->n_runs - 1] : NULL;
+		if (r && t->offset <= r->off + r->len + GPUNVME_MODEL_RUN_GAP) {
+			if (t->offset + t->bytes > r->off + r->len)
+				r->len = t->offset + t->bytes - r->off;
+		} else {
+			b->runs[b->n_runs++] = (struct gpunvme_model_run){ t->offset, t->bytes, NULL };
+		}
+	}
+	free(s);
+	for (size_t k = 0; k < b->n_runs; k++)
+		b->run_bytes += b->runs[k].len;
+	return 0;
+}
+
+/* The run holding [off, off + len), by binary search (runs are sorted and
+ * disjoint); a zero-size tensor gets the run at or before its offset. */
+static const struct gpunvme_model_run *run_of(const struct gpunvme_model_buffers *b, uint64_t off)
+{
+	size_t lo = 0, hi = b->n_runs;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (b->runs[mid].off <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo ? &b->runs[lo - 1] : (b->n_runs ? &b->runs[0] : NULL);
+}
+
+int gpunvme_model_buffers_alloc(struct gpunvme_layer_loader *l, const struct gpunvme_model *m, const char *patterns,
+				struct gpunvme_model_buffers **out)
+{
+	if (!l || !m || !out)
+		return gpunvme_set_error(-EINVAL, "model buffers: bad arguments");
+	struct gpunvme_model_buffers *b = calloc(1, sizeof(*b));
+	size_t cap = m->n_tensors ? m->n_tensors : 1;
+	if (!b || !(b->tensors = calloc(cap, sizeof(*b->tensors))) || !(b->ptr = calloc(cap, sizeof(*b->ptr)))) {
+		gpunvme_model_buffers_free(l, b);
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const struct gpunvme_tensor *t = &m->tensors[i];
+		if (patterns && !gpunvme_tensor_match(patterns, t->name))
+			continue;
+		b->tensors[b->n_tensors++] = t;
+		b->bytes += t->bytes;
+	}
+	int rc = 0;
+	if (patterns && !b->n_tensors)
+		rc = gpunvme_set_error(-ENOENT, "no tensor matches '%s' (%zu tensors)", patterns, m->n_tensors);
+	if (!rc)
+		rc = make_runs(b);
+	for (size_t k = 0; !rc && k < b->n_runs; k++) {
+		b->runs[k].dst = gpunvme_layer_loader_alloc(l, b->runs[k].off, b->runs[k].len);
+		if (!b->runs[k].dst)
+			rc = -ENOMEM; /* message set by the allocator */
+	}
+	if (rc) {
+		gpunvme_model_buffers_free(l, b);
+		return rc;
+	}
+	for (size_t i = 0; i < b->n_tensors; i++) {
+		const struct gpunvme_model_run *r = run_of(b, b->tensors[i]->offset);
+		if (!r)
+			continue;
+		uint64_t at = b->tensors[i]->offset > r->off ? b->tensors[i]->offset - r->off : 0;
+		b->ptr[i] = r->dst + (at < r->len ? at : r->len);
+	}
+	*out = b;
+	return 0;
+}
+
+int gpunvme_model_load(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b, void *stream, void *event,
+		       uint16_t *status)
+{
+	if (!l || !b)
+		return gpunvme_set_error(-EINVAL, "model load: bad arguments");
+	if (status)
+		*status = 0;
+	const bool gpu = gpunvme_layer_loader_tier(l) != GPUNVME_TIER_CPU;
+	int rc = 0;
+	for (size_t k = 0; k < b->n_runs && !rc; k++) {
+		const struct gpunvme_model_run *r = &b->runs[k];
+		rc = gpu ? gpunvme_load_layer_async(l, r->off, r->len, r->dst, stream, k + 1 == b->n_runs ? event : NULL)
+			 : gpunvme_load_layer(l, r->off, r->len, r->dst, status);
+	}
+	if (rc || !gpu)
+		return rc;
+	if (!b->n_runs && event) /* nothing read: the event still completes */
+		rc = gpunvme_load_layer_async(l, 0, 0, NULL, stream, event);
+	/* nothing for the caller to wait on: an empty load on the loader's own
+	 * stream waits for the runs and collects their result */
+	if (!rc && !stream && !event)
+		rc = gpunvme_load_layer(l, 0, 0, NULL, status);
+	return rc;
+}
+
+void gpunvme_model_buffers_free(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b)
+{
+	if (!b)
+		return;
+	for (size_t k = 0; l && b->runs && k < b->n_runs; k++)
+		gpunvme_layer_loader_free(l, b->runs[k].dst);
+	free(b->runs);
+	free(b->ptr);
+	free(b->tensors);
+	free(b);
+}
