@@ -18,9 +18,13 @@
 
 /* mode 0: thread-level calls; mode 1: warp batches (gpunvme_dev_rw_lanes) */
 __global__ void k_iops(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, int n, unsigned long long *errors,
-		       uint64_t tmo, int mode, uint32_t io_blocks)
+		       uint64_t tmo, int mode, uint32_t io_blocks, uint64_t nthreads)
 {
 	uint64_t tid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+	/* exactly -t threads do I/O: the grid is rounded up to whole blocks
+	 * (warp mode: -t is a multiple of 32, so whole warps leave together) */
+	if (tid >= nthreads)
+		return;
 	uint64_t x = tid * 0x9E3779B97F4A7C15ull + 12345;
 	/* spread warps over queues: one queue per warp group */
 	uint32_t qi = (uint32_t)((tid / 32) % q.nq);
@@ -64,6 +68,10 @@ int main(int argc, char **argv)
 	char uri[256];
 	snprintf(uri, sizeof(uri), "emu:null:1T?lbads=12&workers=%d&nsq=%d&mqes=4095%s%s", workers, queues,
 		 *extra ? "&" : "", extra);
+	if (threads < 1 || (mode && threads % 32)) {
+		fprintf(stderr, "-t: at least 1 thread, a multiple of 32 in warp mode (-m 1)\n");
+		return 2;
+	}
 	if (io < 4096 || io % 4096 || io > (2 << 20)) {
 		fprintf(stderr, "-b: 4 KiB multiples up to 2 MiB\n");
 		return 2;
@@ -92,8 +100,9 @@ int main(int argc, char **argv)
 	cudaMallocManaged(&err, sizeof(*err));
 	*err = 0;
 	/* warm-up */
-	k_iops<<<(threads + 255) / 256, 256>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), 2, err,
-					      10000000000ull, mode, (uint32_t)(io / 4096));
+	const int tpb = threads < 256 ? threads : 256;
+	k_iops<<<(threads + tpb - 1) / tpb, tpb>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), 2, err,
+						  10000000000ull, mode, (uint32_t)(io / 4096), (uint64_t)threads);
 	cudaDeviceSynchronize();
 	if (*err) {
 		fprintf(stderr, "warm-up: %llu threads failed\n", *err);
@@ -103,8 +112,8 @@ int main(int argc, char **argv)
 	cudaEventCreate(&e0);
 	cudaEventCreate(&e1);
 	cudaEventRecord(e0);
-	k_iops<<<(threads + 255) / 256, 256>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), n, err,
-					      10000000000ull, mode, (uint32_t)(io / 4096));
+	k_iops<<<(threads + tpb - 1) / tpb, tpb>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), n, err,
+						  10000000000ull, mode, (uint32_t)(io / 4096), (uint64_t)threads);
 	cudaEventRecord(e1);
 	cudaError_t ce = cudaEventSynchronize(e1);
 	float ms = 0;
