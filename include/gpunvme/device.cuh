@@ -106,18 +106,14 @@ __device__ __forceinline__ unsigned int gpunvme_ld(const unsigned int *p)
 	return *(const volatile unsigned int *)p;
 }
 
-/* Back-off for waiting threads. A command takes ~10 µs on the emulator
- * (submit ~5 µs, completion seen ~6 µs later, measured on an H100), so the
- * first rounds only poll; after that, exponential __nanosleep keeps tens of
- * thousands of waiting threads off the memory system. Callers start with
- * *ns = 32. Tried on the H100 and dropped (bench/results/gpu_model.md):
- * pausing on %globaltimer instead of sleeping (throughput 58 -> 25 M IOPS,
- * and reads that never completed), a 256-round polling phase (64 -> 46 M
- * IOPS, QD1 unchanged), polling while a queue is lightly loaded (QD1
- * unchanged, double-buffered loads timed out). A lone thread sees ~0.8 ms
- * per command with this back-off; a waiter that polls the completion with
- * sub-µs pauses (gpunvme perf --gpu --gpu-mode thread) sees ~14 µs over
- * the device's latency. */
+/* Back-off for waiting threads. A command takes ~12 µs on the emulator at
+ * QD1 (submit ~5 µs, completion seen ~6 µs later, measured on an H100), so
+ * the first rounds only poll; after that, exponential __nanosleep keeps tens
+ * of thousands of waiting threads off the memory system. Callers start with
+ * *ns = 32. Tried on the H100 and dropped (bench/results/gpu_iops.md notes):
+ * pausing on %globaltimer instead of sleeping (throughput 58 -> 25 M IOPS:
+ * spinning warps take the issue slots of working ones), a 256-round polling
+ * phase (64 -> 46 M IOPS). */
 __device__ __forceinline__ void gpunvme_backoff(unsigned int *ns)
 {
 	if (*ns < 1024) {
