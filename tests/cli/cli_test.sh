@@ -25,81 +25,9 @@ ERR=$WORK/stderr
 FAILS=0
 CHECKS=0
 
-fail() {
-	echo "FAIL: $*" >&2
-	FAILS=$((FAILS + 1))
-}
-
-show() {
-	echo "---- stdout (head):" >&2
-	head -c 2000 "$OUT" >&2
-	echo "---- stderr:" >&2
-	head -c 2000 "$ERR" >&2
-	echo "----" >&2
-}
-
-# run ARGS...: runs the binary, sets RC; stdout in $OUT, stderr in $ERR
-run() {
-	timeout -k 5 "$T" "$BIN" "$@" >"$OUT" 2>"$ERR"
-	RC=$?
-	CHECKS=$((CHECKS + 1))
-	if [ $RC -eq 124 ] || [ $RC -eq 137 ]; then
-		fail "hang (timeout ${T}s): gpunvme $*"
-		return 1
-	fi
-	if [ $RC -ge 128 ]; then
-		fail "crash (signal $((RC - 128))): gpunvme $*"
-		show
-		return 1
-	fi
-	if grep -qE 'Sanitizer|runtime error:|LeakSanitizer' "$ERR"; then
-		fail "sanitizer report: gpunvme $*"
-		show
-		return 1
-	fi
-	return 0
-}
-
-# ok ARGS...: must exit 0
-ok() {
-	run "$@" || return 1
-	if [ $RC -ne 0 ]; then
-		fail "exit $RC, expected 0: gpunvme $*"
-		show
-		return 1
-	fi
-	return 0
-}
-
-# bad CODE PHRASE ARGS...: must exit CODE with one stderr line "gpunvme: ..." containing PHRASE
-bad() {
-	local code=$1 phrase=$2
-	shift 2
-	run "$@" || return 1
-	if [ $RC -ne "$code" ]; then
-		fail "exit $RC, expected $code: gpunvme $*"
-		show
-		return 1
-	fi
-	local lines
-	lines=$(wc -l <"$ERR")
-	if [ "$lines" -ne 1 ]; then
-		fail "stderr has $lines lines, expected exactly 1: gpunvme $*"
-		show
-		return 1
-	fi
-	if ! grep -q '^gpunvme: ' "$ERR"; then
-		fail "stderr does not start with 'gpunvme: ': gpunvme $*"
-		show
-		return 1
-	fi
-	if ! grep -qiF -- "$phrase" "$ERR"; then
-		fail "stderr lacks '$phrase': gpunvme $*"
-		show
-		return 1
-	fi
-	return 0
-}
+BAD_GREP=-F
+# fail, show, run, ok, bad
+. "$(dirname "${BASH_SOURCE[0]}")/../harness/cli_checks.sh"
 
 # expect_out PHRASE: stdout contains PHRASE
 expect_out() {

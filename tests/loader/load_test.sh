@@ -39,80 +39,10 @@ ERR=$WORK/stderr
 FAILS=0
 CHECKS=0
 
-fail() { echo "FAIL [$GROUP]: $*" >&2; FAILS=$((FAILS + 1)); }
-
-show() {
-	echo "---- stdout (head):" >&2
-	head -c 1500 "$OUT" >&2
-	echo "---- stderr (head):" >&2
-	head -c 1500 "$ERR" >&2
-	echo "----" >&2
-}
-
-# run CMD ARGS...: RC, stdout in $OUT, stderr in $ERR; hangs, signals and
-# sanitizer reports fail here
-run_cmd() {
-	timeout -k 5 "$T" "$@" >"$OUT" 2>"$ERR"
-	RC=$?
-	CHECKS=$((CHECKS + 1))
-	if [ $RC -eq 124 ] || [ $RC -eq 137 ]; then
-		fail "hang (timeout ${T}s): $*"
-		return 1
-	fi
-	if [ $RC -ge 128 ]; then
-		fail "crash (signal $((RC - 128))): $*"
-		show
-		return 1
-	fi
-	if grep -qE 'Sanitizer|runtime error:' "$ERR"; then
-		fail "sanitizer report: $*"
-		show
-		return 1
-	fi
-	return 0
-}
-run() { run_cmd "$BIN" "$@"; }
-
-# ok ARGS...: gpunvme must exit 0
-ok() {
-	run "$@" || return 1
-	if [ $RC -ne 0 ]; then
-		fail "exit $RC, expected 0: gpunvme $*"
-		show
-		return 1
-	fi
-	return 0
-}
-
-# bad CODE REGEX ARGS...: exit CODE, one stderr line "gpunvme: ...", which
-# matches the extended REGEX (case-insensitive)
-bad() {
-	local code=$1 re=$2
-	shift 2
-	run "$@" || return 1
-	if [ $RC -ne "$code" ]; then
-		fail "exit $RC, expected $code: gpunvme $*"
-		show
-		return 1
-	fi
-	local lines
-	lines=$(wc -l <"$ERR")
-	if [ "$lines" -ne 1 ]; then
-		fail "stderr has $lines lines, expected exactly 1: gpunvme $*"
-		show
-		return 1
-	fi
-	if ! grep -q '^gpunvme: ' "$ERR"; then
-		fail "stderr does not start with 'gpunvme: ': gpunvme $*"
-		show
-		return 1
-	fi
-	if ! grep -qiE -- "$re" "$ERR"; then
-		fail "stderr does not match /$re/: gpunvme $*: $(cat "$ERR")"
-		return 1
-	fi
-	return 0
-}
+FAIL_TAG=$GROUP
+BAD_GREP=-E
+# fail, show, run_cmd, run, ok, bad
+. "$HERE/../harness/cli_checks.sh"
 
 # The JSON checker: stdout must be exactly one JSON object and describe the
 # expected tensors of the manifest (all, or those matching the globs).
