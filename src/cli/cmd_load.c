@@ -233,6 +233,16 @@ static int start_loader(struct load_ctx *x)
 	bool gpu = gpu_usable();
 	if (x->o.tier < 0) {
 		x->tier = gpu ? GPUNVME_TIER_2 : GPUNVME_TIER_CPU;
+		/* a real controller cannot reach GPU memory until GPU bus
+		 * addresses exist (kernel module / dma-buf): pinned host memory
+		 * read by the GPU (Tier 1) is the GPU path there */
+		struct gpunvme_ctrl_info ci;
+		if (gpu && gpunvme_ctrl_info(x->c, &ci) == 0 && strcmp(ci.transport, "emu") != 0) {
+			x->tier = GPUNVME_TIER_1;
+			fprintf(stderr, "gpunvme: load: %s: GPU memory is not yet a DMA target on real controllers "
+					"(no GPU bus addresses): loading into pinned host memory the GPU reads (tier 1)\n",
+				x->o.uri);
+		}
 		if (!gpu)
 			fprintf(stderr, "gpunvme: load: no CUDA GPU %s: loading into host memory through the CPU data path\n",
 #ifdef GPUNVME_HAVE_CUDA
