@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "gpunvme/gpunvme.h"
+#include "gpunvme/perf_hist.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -126,20 +127,10 @@ struct gpunvme_gpu_perf_args {
 	uint64_t seed;          /* random offsets and mix */
 };
 
-/* Latency histogram in ns: 64 linear buckets per power of two (bucket of
- * v: v < 64 ? v : (msb(v) - 5) * 64 + (v >> (msb(v) - 6)) - 64), the same
- * layout as the CPU `gpunvme perf`. min/max/sum are exact. */
-#define GPUNVME_GPU_PERF_HSUB_BITS 6
-#define GPUNVME_GPU_PERF_HBUCKETS ((64 - GPUNVME_GPU_PERF_HSUB_BITS + 1) << GPUNVME_GPU_PERF_HSUB_BITS)
-struct gpunvme_gpu_perf_hist {
-	uint64_t count, sum, min, max;
-	uint64_t b[GPUNVME_GPU_PERF_HBUCKETS];
-};
-
 struct gpunvme_gpu_perf_result {
 	/* per queue pair i: hist[2 * i] reads, hist[2 * i + 1] writes; I/Os
 	 * completed inside the measurement window only */
-	struct gpunvme_gpu_perf_hist *hist;
+	struct gpunvme_perf_hist *hist;  /* latency in ns, perf_hist.h */
 	uint32_t queues;
 	double elapsed_s;       /* the window on the GPU clock: start of the
 	                           kernel to run_ns, or to the first error */

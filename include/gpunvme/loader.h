@@ -38,10 +38,9 @@ struct gpunvme_loader_gpu_ops; /* gpu.h: gpunvme_loader_gpu_backend() */
 
 struct gpunvme_loader_opts {
 	enum gpunvme_tier tier;
-	uint32_t queues;        /* queue pairs (default 8; CPU path: 1 per thread) */
+	uint32_t queues;        /* queue pairs (default 8) */
 	uint32_t depth;         /* entries per queue (default 256) */
 	uint32_t timeout_ms;    /* each load (default 30000) */
-	uint32_t threads;       /* CPU path: submitting threads (default 1 per queue) */
 	/* Tiers 1 and 2 need the CUDA backend of libgpunvme_cuda; NULL with a
 	 * GPU tier is -ENOTSUP "built without CUDA". */
 	const struct gpunvme_loader_gpu_ops *gpu;
@@ -109,7 +108,7 @@ struct gpunvme_loader_stats {
 	uint64_t direct_bytes;
 	uint64_t bounced_bytes;
 	uint64_t zero_bytes;     /* holes and unwritten extents */
-	uint64_t commands;
+	uint64_t commands;       /* reads planned (the CPU path cuts them further at 1 MiB, the GPU path per warp) */
 };
 void gpunvme_layer_loader_stats(const struct gpunvme_layer_loader *l, struct gpunvme_loader_stats *st);
 

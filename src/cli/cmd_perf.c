@@ -29,41 +29,24 @@
 #ifdef GPUNVME_HAVE_CUDA
 #include "gpunvme/gpu.h"
 #endif
+#include "gpunvme/perf_hist.h"
 
-/* ---- histogram --------------------------------------------------------------- */
-
-#define H_SUB_BITS 6
-#define H_SUB (1u << H_SUB_BITS)
-#define H_BUCKETS ((64 - H_SUB_BITS + 1) * H_SUB)
-
-struct hist {
-	uint64_t count, sum, min, max;
-	uint64_t b[H_BUCKETS];
-};
-
-static inline unsigned h_index(uint64_t v)
-{
-	if (v < H_SUB)
-		return (unsigned)v;
-	unsigned msb = 63u - (unsigned)__builtin_clzll(v);
-	unsigned shift = msb - H_SUB_BITS;
-	return (shift + 1) * H_SUB + (unsigned)((v >> shift) - H_SUB);
-}
+/* ---- histogram (struct gpunvme_perf_hist: the layout --gpu reports in too) ---- */
 
 /* value range of a bucket: [lo, hi] */
 static void h_range(unsigned idx, uint64_t *lo, uint64_t *hi)
 {
-	if (idx < 2 * H_SUB) {
+	if (idx < 2 * GPUNVME_PERF_HSUB) {
 		*lo = *hi = idx;
 		return;
 	}
-	unsigned shift = idx / H_SUB - 1;
-	uint64_t mant = idx % H_SUB + H_SUB;
+	unsigned shift = idx / GPUNVME_PERF_HSUB - 1;
+	uint64_t mant = idx % GPUNVME_PERF_HSUB + GPUNVME_PERF_HSUB;
 	*lo = mant << shift;
 	*hi = ((mant + 1) << shift) - 1;
 }
 
-static inline void h_add(struct hist *h, uint64_t v)
+static inline void h_add(struct gpunvme_perf_hist *h, uint64_t v)
 {
 	if (h->count == 0 || v < h->min)
 		h->min = v;
@@ -71,10 +54,10 @@ static inline void h_add(struct hist *h, uint64_t v)
 		h->max = v;
 	h->count++;
 	h->sum += v;
-	h->b[h_index(v)]++;
+	h->b[gpunvme_perf_hist_index(v)]++;
 }
 
-static void h_merge(struct hist *dst, const struct hist *src)
+static void h_merge(struct gpunvme_perf_hist *dst, const struct gpunvme_perf_hist *src)
 {
 	if (!src->count)
 		return;
@@ -84,12 +67,12 @@ static void h_merge(struct hist *dst, const struct hist *src)
 		dst->max = src->max;
 	dst->count += src->count;
 	dst->sum += src->sum;
-	for (unsigned i = 0; i < H_BUCKETS; i++)
+	for (unsigned i = 0; i < GPUNVME_PERF_HBUCKETS; i++)
 		dst->b[i] += src->b[i];
 }
 
 /* p in [0, 100]: midpoint of the bucket holding the p-th percentile */
-static uint64_t h_pct(const struct hist *h, double p)
+static uint64_t h_pct(const struct gpunvme_perf_hist *h, double p)
 {
 	if (!h->count)
 		return 0;
@@ -97,7 +80,7 @@ static uint64_t h_pct(const struct hist *h, double p)
 	if (rank < 1)
 		rank = 1;
 	uint64_t acc = 0;
-	for (unsigned i = 0; i < H_BUCKETS; i++) {
+	for (unsigned i = 0; i < GPUNVME_PERF_HBUCKETS; i++) {
 		acc += h->b[i];
 		if (acc >= rank) {
 			uint64_t lo, hi;
@@ -144,7 +127,7 @@ struct worker {
 	uint32_t nready;
 	uint64_t rng;
 	uint64_t seq_next, seq_lo, seq_hi;  /* in units of I/Os */
-	struct hist hr, hw;
+	struct gpunvme_perf_hist hr, hw;
 	uint64_t errors;
 	int first_err;
 	uint16_t first_status;
@@ -342,7 +325,7 @@ static int parse_seconds(const char *s, double *out)
 	return 0;
 }
 
-static void lat_json(struct cli_json *j, const char *key, const struct hist *h)
+static void lat_json(struct cli_json *j, const char *key, const struct gpunvme_perf_hist *h)
 {
 	cj_obj_begin(j, key);
 	cj_dbl(j, "min", h->count ? h->min / 1e3 : 0);
@@ -354,7 +337,7 @@ static void lat_json(struct cli_json *j, const char *key, const struct hist *h)
 	cj_obj_end(j);
 }
 
-static void stats_json(struct cli_json *j, const char *key, const struct hist *h, double secs, uint64_t bytes)
+static void stats_json(struct cli_json *j, const char *key, const struct gpunvme_perf_hist *h, double secs, uint64_t bytes)
 {
 	cj_obj_begin(j, key);
 	cj_u64(j, "ios", h->count);
@@ -364,7 +347,7 @@ static void stats_json(struct cli_json *j, const char *key, const struct hist *h
 	cj_obj_end(j);
 }
 
-static void stats_line(const char *name, const struct hist *h, double secs, uint64_t bytes)
+static void stats_line(const char *name, const struct gpunvme_perf_hist *h, double secs, uint64_t bytes)
 {
 	double iops = secs > 0 ? (double)h->count / secs : 0;
 	printf("%-22s %12.1f %10.2f %10.2f %10.2f %10.2f %10.2f\n", name, iops, iops * (double)bytes / 1048576.0,
@@ -393,8 +376,8 @@ static const char *tier_text(uint32_t tier)
 static int report(const struct perf *p, struct worker *ws, uint32_t nw, bool json, const struct gpu_info *gi)
 {
 	char h2[32];
-	struct hist *tr = calloc(1, sizeof(struct hist)), *tw = calloc(1, sizeof(struct hist)),
-		    *tt = calloc(1, sizeof(struct hist)), *wq = calloc(1, sizeof(struct hist));
+	const size_t hs = sizeof(struct gpunvme_perf_hist);
+	struct gpunvme_perf_hist *tr = calloc(1, hs), *tw = calloc(1, hs), *tt = calloc(1, hs), *wq = calloc(1, hs);
 	if (!tr || !tw || !tt || !wq) {
 		free(tr); free(tw); free(tt); free(wq);
 		return -ENOMEM;
@@ -501,23 +484,11 @@ static int report(const struct perf *p, struct worker *ws, uint32_t nw, bool jso
 }
 
 #ifdef GPUNVME_HAVE_CUDA
-/* Copy one GPU histogram (same bucket layout) into a CLI one. */
-static void hist_from_gpu(struct hist *h, const struct gpunvme_gpu_perf_hist *g)
-{
-	h->count = g->count;
-	h->sum = g->sum;
-	h->min = g->min;
-	h->max = g->max;
-	for (unsigned i = 0; i < H_BUCKETS; i++)
-		h->b[i] = g->b[i];
-}
-
 /* The --gpu run: the workload engine in src/cuda/gpu_perf.cu, then the same
  * report as the CPU path. Sets *stuck when the kernel never ended (then
  * the controller must not be closed under it). */
 static int run_gpu(struct perf *p, struct gpunvme_ctrl *ctrl, uint32_t tier, uint32_t mode, bool json, bool *stuck)
 {
-	_Static_assert(H_BUCKETS == GPUNVME_GPU_PERF_HBUCKETS, "GPU and CPU histograms differ");
 	struct gpunvme_gpu_perf_args a;
 	memset(&a, 0, sizeof(a));
 	a.nsid = p->nsid;
@@ -546,8 +517,8 @@ static int run_gpu(struct perf *p, struct gpunvme_ctrl *ctrl, uint32_t tier, uin
 		return cli_err(EXIT_RUNTIME, "out of memory");
 	}
 	for (uint32_t i = 0; i < p->queues; i++) {
-		hist_from_gpu(&ws[i].hr, &r.hist[2 * i]);
-		hist_from_gpu(&ws[i].hw, &r.hist[2 * i + 1]);
+		ws[i].hr = r.hist[2 * i];
+		ws[i].hw = r.hist[2 * i + 1];
 		ws[i].elapsed_ns = (uint64_t)(r.elapsed_s * 1e9);
 	}
 	if (r.first_queue < p->queues)

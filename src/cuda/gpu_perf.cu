@@ -76,7 +76,7 @@ struct perf_kargs {
 	struct gpunvme_dev_buf b;
 	struct perf_ctl *ctl;
 	unsigned long long *seq;            /* per queue: next sequential I/O */
-	struct gpunvme_gpu_perf_hist *hist; /* per queue: reads, writes */
+	struct gpunvme_perf_hist *hist; /* per queue: reads, writes */
 	uint64_t run_ns, timeout_ns, seed;
 	uint64_t nios;                      /* I/O-sized slots in the namespace */
 	uint64_t io_bytes;
@@ -108,16 +108,6 @@ __device__ __forceinline__ uint64_t perf_mix64(uint64_t z)
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
 	return z ^ (z >> 31);
-}
-
-__device__ __forceinline__ unsigned perf_h_index(uint64_t v)
-{
-	const unsigned sub = 1u << GPUNVME_GPU_PERF_HSUB_BITS;
-	if (v < sub)
-		return (unsigned)v;
-	unsigned msb = 63u - (unsigned)__clzll((long long)v);
-	unsigned shift = msb - GPUNVME_GPU_PERF_HSUB_BITS;
-	return (shift + 1) * sub + (unsigned)((v >> shift) - sub);
 }
 
 /* Window start, common to all threads: the first one to get here sets it. */
@@ -180,13 +170,13 @@ __device__ static void perf_record(const struct perf_kargs *a, uint32_t qi, int 
 		atomicAdd(&ctl->late, 1ull);
 		return;
 	}
-	struct gpunvme_gpu_perf_hist *h = &a->hist[2 * qi + (rd ? 0 : 1)];
+	struct gpunvme_perf_hist *h = &a->hist[2 * qi + (rd ? 0 : 1)];
 	unsigned long long v = te - ts;
 	atomicAdd((unsigned long long *)&h->count, 1ull);
 	atomicAdd((unsigned long long *)&h->sum, v);
 	atomicMin((unsigned long long *)&h->min, v);
 	atomicMax((unsigned long long *)&h->max, v);
-	atomicAdd((unsigned long long *)&h->b[perf_h_index(v)], 1ull);
+	atomicAdd((unsigned long long *)&h->b[gpunvme_perf_hist_index(v)], 1ull);
 }
 
 /* Where a lane is: queue, slot within the queue, lane within its group. */
@@ -483,7 +473,7 @@ extern "C" int gpunvme_gpu_perf(struct gpunvme_ctrl *c, const struct gpunvme_gpu
 	r->queue_entries = entries;
 	r->cmds_per_io = (uint32_t)parts;
 	r->lanes_per_io = group;
-	r->hist = (struct gpunvme_gpu_perf_hist *)calloc(2 * (size_t)a->queues, sizeof(*r->hist));
+	r->hist = (struct gpunvme_perf_hist *)calloc(2 * (size_t)a->queues, sizeof(*r->hist));
 	if (!r->hist)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 
@@ -492,9 +482,9 @@ extern "C" int gpunvme_gpu_perf(struct gpunvme_ctrl *c, const struct gpunvme_gpu
 	void *dma = NULL, *dptr = NULL;
 	struct perf_ctl *dctl = NULL;
 	unsigned long long *dseq = NULL;
-	struct gpunvme_gpu_perf_hist *dhist = NULL;
+	struct gpunvme_perf_hist *dhist = NULL;
 	cudaEvent_t e0 = NULL, e1 = NULL;
-	const size_t hist_bytes = 2 * (size_t)a->queues * sizeof(struct gpunvme_gpu_perf_hist);
+	const size_t hist_bytes = 2 * (size_t)a->queues * sizeof(struct gpunvme_perf_hist);
 
 	if ((rc = gpunvme_gpu_queues_create(c, a->nsid, a->queues, entries, &g)))
 		goto out;

@@ -26,8 +26,7 @@ struct lg_alloc {
 	size_t len;
 	struct gpunvme_gpu_buf *buf;
 	uint8_t *dev;      /* the GPU's address of p */
-	bool dma_owned;    /* Tier 1 memory from gpunvme_dma_alloc: free it */
-	bool mem_owned;    /* loader memory (else a registration of the caller's) */
+	bool owned;        /* loader memory (else a registration of the caller's) */
 };
 
 struct lg_ctx {
@@ -48,36 +47,54 @@ static int lg_cuda(cudaError_t e, const char *what)
 	return gpunvme_set_error(-EIO, "%s: %s", what, cudaGetErrorString(e));
 }
 
-static int lg_mem(struct lg_ctx *x, size_t len, struct lg_alloc *out)
+/* Make p a DMA target of the tier: GPU memory (Tier 2) or DMA memory the
+ * GPU maps (Tier 1). */
+static int lg_wrap(struct lg_ctx *x, uint8_t *p, size_t len, struct lg_alloc *a)
 {
-	memset(out, 0, sizeof(*out));
-	out->len = len;
-	out->mem_owned = true;
-	void *dev = NULL;
-	int rc;
+	memset(a, 0, sizeof(*a));
+	a->p = p;
+	a->len = len;
 	if (x->tier == GPUNVME_TIER_2) {
-		rc = gpunvme_gpu_buf_device(x->g, len, &out->buf, &dev);
-		out->p = (uint8_t *)dev;
-	} else {
-		void *h = gpunvme_dma_alloc(x->c, len);
-		if (!h)
-			return gpunvme_set_error(-ENOMEM, "cannot allocate %zu bytes of DMA memory", len);
-		out->dma_owned = true;
-		rc = gpunvme_gpu_buf_host(x->g, h, len, &out->buf, &dev);
-		out->p = (uint8_t *)h;
-		if (rc)
-			gpunvme_dma_free(x->c, h);
+		a->dev = p;
+		return gpunvme_gpu_buf_register(x->g, p, len, &a->buf);
 	}
-	out->dev = (uint8_t *)dev;
+	if (!gpunvme_dma_iova(x->c, p))
+		return gpunvme_set_error(-EINVAL, "Tier 1 destination %p is not memory from "
+						  "gpunvme_layer_loader_alloc or gpunvme_dma_alloc",
+					 (void *)p);
+	void *dev = NULL;
+	int rc = gpunvme_gpu_buf_host(x->g, p, len, &a->buf, &dev);
+	a->dev = (uint8_t *)dev;
 	return rc;
 }
 
 static void lg_release(struct lg_ctx *x, struct lg_alloc *a)
 {
 	gpunvme_gpu_buf_free(a->buf);
-	if (a->dma_owned)
+	if (a->owned && x->tier == GPUNVME_TIER_2)
+		cudaFree(a->p);
+	else if (a->owned)
 		gpunvme_dma_free(x->c, a->p);
 	memset(a, 0, sizeof(*a));
+}
+
+/* Loader memory of the tier, allocated and wrapped. */
+static int lg_mem(struct lg_ctx *x, size_t len, struct lg_alloc *out)
+{
+	void *p = NULL;
+	if (x->tier == GPUNVME_TIER_2) {
+		cudaError_t ce = cudaMalloc(&p, len);
+		if (ce != cudaSuccess)
+			return lg_cuda(ce, "cudaMalloc of loader memory");
+	} else if (!(p = gpunvme_dma_alloc(x->c, len))) {
+		return gpunvme_set_error(-ENOMEM, "cannot allocate %zu bytes of DMA memory", len);
+	}
+	int rc = lg_wrap(x, (uint8_t *)p, len, out);
+	out->p = (uint8_t *)p;
+	out->owned = true;
+	if (rc)
+		lg_release(x, out);
+	return rc;
 }
 
 static int lg_push(struct lg_ctx *x, const struct lg_alloc *a)
@@ -201,33 +218,13 @@ static void *lg_dev_ptr(void *ctx, void *p)
 static int lg_reg(void *ctx, void *p, size_t len)
 {
 	struct lg_ctx *x = (struct lg_ctx *)ctx;
-	uint8_t *dst = (uint8_t *)p;
-	if (lg_find(x, dst, len))
+	if (lg_find(x, (const uint8_t *)p, len))
 		return 0;
 	struct lg_alloc a;
-	memset(&a, 0, sizeof(a));
-	a.p = dst;
-	a.len = len;
-	int rc;
-	if (x->tier == GPUNVME_TIER_2) {
-		rc = gpunvme_gpu_buf_register(x->g, dst, len, &a.buf);
-		a.dev = dst;
-	} else {
-		void *dev = NULL;
-		if (!gpunvme_dma_iova(x->c, dst))
-			return gpunvme_set_error(-EINVAL, "Tier 1 destination %p is not memory from "
-							  "gpunvme_layer_loader_alloc or gpunvme_dma_alloc",
-						 (void *)dst);
-		rc = gpunvme_gpu_buf_host(x->g, dst, len, &a.buf, &dev);
-		a.dev = (uint8_t *)dev;
-	}
-	if (rc)
-		return rc;
-	if ((rc = lg_push(x, &a))) {
+	int rc = lg_wrap(x, (uint8_t *)p, len, &a);
+	if (!rc && (rc = lg_push(x, &a)))
 		gpunvme_gpu_buf_free(a.buf);
-		return rc;
-	}
-	return 0;
+	return rc;
 }
 
 static int lg_direct(void *ctx, const void *p, uint64_t len)

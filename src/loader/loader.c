@@ -8,9 +8,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bus/bus.h"
+#include "ctrl/ctrl.h" /* gpunvme_now_ns */
 #include "gpunvme/extents.h"
 #include "gpunvme/loader.h"
 #include "loader/loader_plan.h"
@@ -392,13 +392,6 @@ static void cpu_done(void *arg, const struct gpunvme_cpl *cpl)
 	}
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int cpu_poll_all(struct gpunvme_layer_loader *l, struct cpu_run *r)
 {
 	for (uint32_t i = 0; i < l->nqp; i++) {
@@ -431,7 +424,7 @@ static int cpu_submit(struct gpunvme_layer_loader *l, struct cpu_run *r, uint32_
 		int rc = cpu_poll_all(l, r);
 		if (rc)
 			return rc;
-		if (now_ns() > deadline)
+		if (gpunvme_now_ns() > deadline)
 			return gpunvme_set_error(-ETIMEDOUT, "no room in %u queue pairs for %u ms", l->nqp,
 						 l->o.timeout_ms);
 	}
@@ -447,7 +440,6 @@ static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct 
 		const struct load_op *op = &ops[i];
 		if (op->kind == LOAD_ZERO) {
 			memset(dst + op->dst_off, 0, op->len);
-			l->st.zero_bytes += op->len;
 			continue;
 		}
 		uint8_t *buf = op->kind == LOAD_DIRECT ? dst + op->dst_off : l->bounce + op->bounce_off;
@@ -455,10 +447,7 @@ static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct 
 		for (uint64_t b = 0; b < op->nlb && !rc; b += per) {
 			uint64_t k = op->nlb - b < per ? op->nlb - b : per;
 			rc = cpu_submit(l, &r, &qi, buf + (b << l->lba_shift), op->slba + b, k, deadline);
-			l->st.commands++;
 		}
-		if (op->kind == LOAD_DIRECT)
-			l->st.direct_bytes += op->len;
 	}
 	/* drain what is in flight even after a failure: the buffers are ours */
 	while (r.pending) {
@@ -467,7 +456,7 @@ static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct 
 			rc = rc ? rc : prc;
 			break;
 		}
-		if (now_ns() > deadline + 1000000000ull * 5) {
+		if (gpunvme_now_ns() > deadline + 1000000000ull * 5) {
 			rc = gpunvme_set_error(-ETIMEDOUT, "%u reads still outstanding after the timeout", r.pending);
 			break;
 		}
@@ -487,7 +476,6 @@ static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct 
 		if (op->kind != LOAD_BOUNCE)
 			continue;
 		memcpy(dst + op->dst_off, l->bounce + op->bounce_off + op->skip, op->len);
-		l->st.bounced_bytes += op->len;
 	}
 	return 0;
 }
@@ -526,7 +514,7 @@ static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
 	struct plan p;
 	if ((rc = plan_build(l, off, len, (uintptr_t)dst, staged, &p)))
 		return rc;
-	uint64_t deadline = now_ns() + (uint64_t)l->o.timeout_ms * 1000000ull;
+	uint64_t deadline = gpunvme_now_ns() + (uint64_t)l->o.timeout_ms * 1000000ull;
 	size_t start = 0;
 	for (size_t k = 0; k < p.nrounds && !rc; k++) {
 		struct load_round r = { p.ops + start, p.round_end[k] - start };
@@ -536,14 +524,14 @@ static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
 			rc = cpu_round(l, dst, r.ops, r.nops, deadline, status);
 		start = p.round_end[k];
 	}
+	for (size_t i = 0; i < p.nops; i++) {
+		const struct load_op *op = &p.ops[i];
+		l->st.direct_bytes += op->kind == LOAD_DIRECT ? op->len : 0;
+		l->st.bounced_bytes += op->kind == LOAD_BOUNCE ? op->len : 0;
+		l->st.zero_bytes += op->kind == LOAD_ZERO ? op->len : 0;
+		l->st.commands += op->kind == LOAD_ZERO ? 0 : 1;
+	}
 	if (l->gpu) {
-		for (size_t i = 0; i < p.nops; i++) {
-			const struct load_op *op = &p.ops[i];
-			l->st.direct_bytes += op->kind == LOAD_DIRECT ? op->len : 0;
-			l->st.bounced_bytes += op->kind == LOAD_BOUNCE ? op->len : 0;
-			l->st.zero_bytes += op->kind == LOAD_ZERO ? op->len : 0;
-			l->st.commands += op->kind == LOAD_ZERO ? 0 : 1;
-		}
 		int frc = l->gpu->finish(l->gctx, stream, event, sync);
 		rc = rc ? rc : frc;
 		if (!rc && sync)

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Latency histogram of `gpunvme perf`, shared by the CPU path (src/cli) and
+ * the GPU kernels of `perf --gpu` (src/cuda), so both report through one
+ * bucket layout: values below 2^GPUNVME_PERF_HSUB_BITS have a bucket each,
+ * above that every power of two is cut into 2^GPUNVME_PERF_HSUB_BITS linear
+ * sub-buckets (< 1.6 % error). min/max/sum are exact.
+ */
+#ifndef GPUNVME_PERF_HIST_H
+#define GPUNVME_PERF_HIST_H
+
+#include <stdint.h>
+
+#include "gpunvme/nvme.h" /* GPUNVME_HD */
+
+#define GPUNVME_PERF_HSUB_BITS 6
+#define GPUNVME_PERF_HSUB (1u << GPUNVME_PERF_HSUB_BITS)
+#define GPUNVME_PERF_HBUCKETS ((64 - GPUNVME_PERF_HSUB_BITS + 1) * GPUNVME_PERF_HSUB)
+
+struct gpunvme_perf_hist {
+	uint64_t count, sum, min, max;
+	uint64_t b[GPUNVME_PERF_HBUCKETS];
+};
+
+GPUNVME_HD unsigned gpunvme_perf_hist_index(uint64_t v)
+{
+	if (v < GPUNVME_PERF_HSUB)
+		return (unsigned)v;
+#if defined(__CUDA_ARCH__)
+	unsigned msb = 63u - (unsigned)__clzll((long long)v);
+#else
+	unsigned msb = 63u - (unsigned)__builtin_clzll(v);
+#endif
+	unsigned shift = msb - GPUNVME_PERF_HSUB_BITS;
+	return (shift + 1) * GPUNVME_PERF_HSUB + (unsigned)((v >> shift) - GPUNVME_PERF_HSUB);
+}
+
+#endif
