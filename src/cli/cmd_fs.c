@@ -33,13 +33,6 @@ struct fs_opts {
 	bool json, longfmt;
 };
 
-struct fs_handle {
-	struct gpunvme_ctrl *c;
-	struct gpunvme_blkdev dev;
-	bool have_dev;
-	struct gpunvme_fs *fs;
-};
-
 static void help(int cmd)
 {
 	static const char *const use[] = {
@@ -176,48 +169,6 @@ static int parse(int argc, char **argv, struct fs_opts *o)
 	return 0;
 }
 
-static void fs_done(struct fs_handle *h)
-{
-	gpunvme_fs_close(h->fs);
-	if (h->have_dev)
-		gpunvme_blkdev_close(&h->dev);
-	if (h->c)
-		gpunvme_close(h->c);
-}
-
-static int fs_start(const struct fs_opts *o, struct fs_handle *h)
-{
-	int rc;
-	memset(h, 0, sizeof(*h));
-	if (o->image) {
-		if ((rc = gpunvme_blkdev_open_file(o->image, &h->dev)))
-			return cli_lib_err(rc, "cannot open image");
-	} else {
-		if ((rc = cli_open(o->uri, NULL, &h->c)))
-			return rc;
-		struct gpunvme_ns_info ni;
-		if ((rc = cli_ns(h->c, o->nsid, &ni))) {
-			fs_done(h);
-			return rc;
-		}
-		if ((rc = gpunvme_blkdev_open_ns(h->c, o->nsid, &h->dev))) {
-			fs_done(h);
-			return cli_lib_err(rc, "namespace %u", o->nsid);
-		}
-	}
-	h->have_dev = true;
-	if (o->offset > h->dev.size) {
-		fs_done(h);
-		return cli_err(EXIT_USAGE, "--offset %" PRIu64 " is past the end of the device (%" PRIu64 " bytes)",
-			       o->offset, h->dev.size);
-	}
-	if ((rc = gpunvme_fs_open(&h->dev, o->offset, &h->fs))) {
-		fs_done(h);
-		return cli_lib_err(rc, "%s", o->image ? o->image : o->uri);
-	}
-	return 0;
-}
-
 static const char *type_name(uint32_t mode)
 {
 	switch (mode & 0170000) {
@@ -342,7 +293,7 @@ static void long_line(const struct gpunvme_stat *st, const char *name, size_t le
 	printf("\n");
 }
 
-static int do_ls(const struct fs_opts *o, struct fs_handle *h)
+static int do_ls(const struct fs_opts *o, struct cli_fs *h)
 {
 	uint64_t ino;
 	struct gpunvme_stat st;
@@ -409,7 +360,7 @@ out:
 
 /* ---- stat ------------------------------------------------------------------ */
 
-static int do_stat(const struct fs_opts *o, struct fs_handle *h)
+static int do_stat(const struct fs_opts *o, struct cli_fs *h)
 {
 	uint64_t ino;
 	struct gpunvme_stat st;
@@ -497,7 +448,7 @@ static void print_extents(const struct fs_opts *o, const char *what, const char 
 		       (x[i].flags & GPUNVME_EXTENT_UNWRITTEN) ? "unwritten" : "-");
 }
 
-static int do_extents(const struct fs_opts *o, struct fs_handle *h)
+static int do_extents(const struct fs_opts *o, struct cli_fs *h)
 {
 	uint64_t ino;
 	struct gpunvme_stat st;
@@ -559,7 +510,7 @@ static int do_fiemap(const struct fs_opts *o)
 
 #define CAT_CHUNK (1u << 20)
 
-static int do_cat(const struct fs_opts *o, struct fs_handle *h)
+static int do_cat(const struct fs_opts *o, struct cli_fs *h)
 {
 	uint64_t ino;
 	struct gpunvme_stat st;
@@ -606,8 +557,8 @@ static int run(int cmd, int argc, char **argv)
 		return rc < 0 ? 0 : rc;
 	if (o.fiemap)
 		return do_fiemap(&o);
-	struct fs_handle h;
-	if ((rc = fs_start(&o, &h)))
+	struct cli_fs h;
+	if ((rc = cli_fs_open(&h, o.uri, NULL, o.image, o.nsid, o.offset)))
 		return rc;
 	switch (cmd) {
 	case FS_LS: rc = do_ls(&o, &h); break;
@@ -615,7 +566,7 @@ static int run(int cmd, int argc, char **argv)
 	case FS_EXTENTS: rc = do_extents(&o, &h); break;
 	default: rc = do_cat(&o, &h); break;
 	}
-	fs_done(&h);
+	cli_fs_close(&h);
 	return rc;
 }
 

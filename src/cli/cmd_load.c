@@ -41,10 +41,7 @@ struct load_opts {
 
 struct load_ctx {
 	struct load_opts o;
-	struct gpunvme_ctrl *c;
-	struct gpunvme_blkdev dev;
-	bool have_dev;
-	struct gpunvme_fs *fs;
+	struct cli_fs f;            /* controller, namespace, file system */
 	uint64_t ino;
 	struct gpunvme_stat st;
 	struct gpunvme_extent *ext;
@@ -155,7 +152,7 @@ static int parse(int argc, char **argv, struct load_opts *o)
 static int model_read(void *ctx, uint64_t off, void *buf, size_t len)
 {
 	struct load_ctx *x = ctx;
-	int64_t n = gpunvme_fs_pread(x->fs, x->ino, buf, len, off);
+	int64_t n = gpunvme_fs_pread(x->f.fs, x->ino, buf, len, off);
 	if (n < 0)
 		return (int)n;
 	return (uint64_t)n == len ? 0 : -EIO;
@@ -164,7 +161,6 @@ static int model_read(void *ctx, uint64_t off, void *buf, size_t len)
 static int open_file(struct load_ctx *x)
 {
 	const struct load_opts *o = &x->o;
-	struct gpunvme_ns_info ni;
 	int rc;
 	/* the loader's queue pairs plus the file system reader's */
 	struct gpunvme_opts go;
@@ -172,29 +168,19 @@ static int open_file(struct load_ctx *x)
 	uint32_t want = (o->queues ? o->queues : 8) + 1;
 	if (go.nr_io_queues < want)
 		go.nr_io_queues = want;
-	if ((rc = cli_open(o->uri, &go, &x->c)))
+	if ((rc = cli_fs_open(&x->f, o->uri, &go, NULL, o->nsid, o->offset)))
 		return rc;
-	if ((rc = cli_ns(x->c, o->nsid, &ni)))
-		return rc;
-	if ((rc = gpunvme_blkdev_open_ns(x->c, o->nsid, &x->dev)))
-		return cli_lib_err(rc, "namespace %u", o->nsid);
-	x->have_dev = true;
-	if (o->offset > x->dev.size)
-		return cli_err(EXIT_USAGE, "--offset %" PRIu64 " is past the end of the namespace (%" PRIu64 " bytes)",
-			       o->offset, x->dev.size);
-	if ((rc = gpunvme_fs_open(&x->dev, o->offset, &x->fs)))
-		return cli_lib_err(rc, "%s namespace %u", o->uri, o->nsid);
-	if ((rc = gpunvme_fs_lookup(x->fs, o->path, &x->ino))) {
+	if ((rc = gpunvme_fs_lookup(x->f.fs, o->path, &x->ino))) {
 		if (rc == -ENOENT || rc == -ENOTDIR)
 			return cli_err(EXIT_RUNTIME, "%s: %s in the %s file system of %s (%s)", o->path, strerror(-rc),
-				       gpunvme_fs_type(x->fs), o->uri, gpunvme_last_error());
+				       gpunvme_fs_type(x->f.fs), o->uri, gpunvme_last_error());
 		return cli_lib_err(rc, "%s", o->path);
 	}
-	if ((rc = gpunvme_fs_stat(x->fs, x->ino, &x->st)))
+	if ((rc = gpunvme_fs_stat(x->f.fs, x->ino, &x->st)))
 		return cli_lib_err(rc, "%s", o->path);
 	if ((x->st.mode & 0170000) != 0100000)
 		return cli_err(EXIT_RUNTIME, "%s: not a regular file", o->path);
-	if ((rc = gpunvme_fs_extents(x->fs, x->ino, &x->ext, &x->n_ext)))
+	if ((rc = gpunvme_fs_extents(x->f.fs, x->ino, &x->ext, &x->n_ext)))
 		return cli_lib_err(rc, "%s: extents", o->path);
 	if ((rc = gpunvme_model_parse(model_read, x, x->st.size, &x->m)))
 		return cli_lib_err(rc, "%s", o->path);
@@ -237,7 +223,7 @@ static int start_loader(struct load_ctx *x)
 		 * addresses exist (kernel module / dma-buf): pinned host memory
 		 * read by the GPU (Tier 1) is the GPU path there */
 		struct gpunvme_ctrl_info ci;
-		if (gpu && gpunvme_ctrl_info(x->c, &ci) == 0 && strcmp(ci.transport, "emu") != 0) {
+		if (gpu && gpunvme_ctrl_info(x->f.c, &ci) == 0 && strcmp(ci.transport, "emu") != 0) {
 			x->tier = GPUNVME_TIER_1;
 			fprintf(stderr, "gpunvme: load: %s: GPU memory is not yet a DMA target on real controllers "
 					"(no GPU bus addresses): loading into pinned host memory the GPU reads (tier 1)\n",
@@ -267,7 +253,7 @@ static int start_loader(struct load_ctx *x)
 #ifdef GPUNVME_HAVE_CUDA
 	lo.gpu = gpunvme_loader_gpu_backend();
 #endif
-	int rc = gpunvme_layer_loader_init(x->c, x->o.nsid, x->ext, x->n_ext, x->st.size, &lo, &x->l);
+	int rc = gpunvme_layer_loader_init(x->f.c, x->o.nsid, x->ext, x->n_ext, x->st.size, &lo, &x->l);
 	if (rc)
 		return cli_lib_err(rc, "layer loader");
 	/* tensors grouped into runs of nearby file bytes, each in loader memory
@@ -434,7 +420,7 @@ static int hash_and_verify(struct load_ctx *x)
 				continue;
 			/* the reference: the file's bytes through the CPU data
 			 * path and the decoder's own pread, not the loader */
-			int64_t got = gpunvme_fs_pread(x->fs, x->ino, x->vbuf, n, t->offset + o);
+			int64_t got = gpunvme_fs_pread(x->f.fs, x->ino, x->vbuf, n, t->offset + o);
 			if (got != (int64_t)n)
 				return cli_lib_err(got < 0 ? (int)got : -EIO, "--verify: reading %s back", t->name);
 			if (memcmp(p, x->vbuf, n)) {
@@ -483,7 +469,7 @@ static void print_json(struct load_ctx *x)
 	cj_str(&j, "uri", x->o.uri);
 	cj_str(&j, "path", x->o.path);
 	cj_str(&j, "format", gpunvme_model_format_name(x->m->format));
-	cj_str(&j, "fs", gpunvme_fs_type(x->fs));
+	cj_str(&j, "fs", gpunvme_fs_type(x->f.fs));
 	cj_str(&j, "tier", tier_str(x->tier));
 	cj_u64(&j, "bytes", x->b->bytes);
 	cj_u64(&j, "bytes_read", x->moved);
@@ -548,11 +534,7 @@ static void done(struct load_ctx *x)
 	free(x->ext);
 	free(x->host);
 	free(x->vbuf);
-	gpunvme_fs_close(x->fs);
-	if (x->have_dev)
-		gpunvme_blkdev_close(&x->dev);
-	if (x->c)
-		gpunvme_close(x->c);
+	cli_fs_close(&x->f);
 }
 
 int cmd_load(int argc, char **argv)

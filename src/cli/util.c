@@ -520,3 +520,48 @@ void cj_finish(struct cli_json *j)
 	fputc('\n', j->f);
 	fflush(j->f);
 }
+
+/* ---- file systems ------------------------------------------------------------ */
+
+void cli_fs_close(struct cli_fs *h)
+{
+	gpunvme_fs_close(h->fs);
+	if (h->have_dev)
+		gpunvme_blkdev_close(&h->dev);
+	if (h->c)
+		gpunvme_close(h->c);
+	memset(h, 0, sizeof(*h));
+}
+
+int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *opts, const char *image,
+		uint32_t nsid, uint64_t offset)
+{
+	int rc;
+	memset(h, 0, sizeof(*h));
+	if (image) {
+		if ((rc = gpunvme_blkdev_open_file(image, &h->dev)))
+			return cli_lib_err(rc, "cannot open image");
+	} else {
+		struct gpunvme_ns_info ni;
+		if ((rc = cli_open(uri, opts, &h->c)) || (rc = cli_ns(h->c, nsid, &ni))) {
+			cli_fs_close(h);
+			return rc;
+		}
+		if ((rc = gpunvme_blkdev_open_ns(h->c, nsid, &h->dev))) {
+			cli_fs_close(h);
+			return cli_lib_err(rc, "namespace %u", nsid);
+		}
+	}
+	h->have_dev = true;
+	if (offset > h->dev.size) {
+		uint64_t size = h->dev.size;
+		cli_fs_close(h);
+		return cli_err(EXIT_USAGE, "--offset %" PRIu64 " is past the end of the device (%" PRIu64 " bytes)",
+			       offset, size);
+	}
+	if ((rc = gpunvme_fs_open(&h->dev, offset, &h->fs))) {
+		cli_fs_close(h);
+		return cli_lib_err(rc, "%s", image ? image : uri);
+	}
+	return 0;
+}

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "gpunvme/extents.h"
 #include "gpunvme/gpunvme.h"
 
 #define EXIT_RUNTIME 1
@@ -77,6 +78,20 @@ int cli_ns(struct gpunvme_ctrl *c, uint32_t nsid, struct gpunvme_ns_info *ni);
 /* Refuses an LBA range that does not fit the namespace (before any I/O),
  * naming the namespace size. 0 or EXIT_USAGE. */
 int cli_check_range(const struct gpunvme_ns_info *ni, uint64_t slba, uint64_t nlb);
+
+/* An ext4/XFS file system at byte `offset` of an image file (image set) or
+ * of namespace nsid of the controller at uri (opened with opts, may be
+ * NULL): `ls`, `stat`, `extents`, `cat` and `load` all start here. 0 or an
+ * exit code (message printed, nothing left open). */
+struct cli_fs {
+	struct gpunvme_ctrl *c;     /* NULL for an image */
+	struct gpunvme_blkdev dev;
+	bool have_dev;
+	struct gpunvme_fs *fs;
+};
+int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *opts, const char *image,
+		uint32_t nsid, uint64_t offset);
+void cli_fs_close(struct cli_fs *h);
 
 /* ---- time ---------------------------------------------------------------- */
 uint64_t cli_now_ns(void);
