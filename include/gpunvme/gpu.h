@@ -43,8 +43,11 @@ const struct gpunvme_dev_queues *gpunvme_gpu_queues_desc(const struct gpunvme_gp
 int gpunvme_gpu_buf_host(struct gpunvme_gpu_queues *g, void *dma_mem, size_t len, struct gpunvme_gpu_buf **out,
 			 void **dev_ptr);
 /* Tier 2: GPU memory (cudaMalloc'ed by the library) as the DMA target.
- * The emulator moves the data with the copy engine; real hardware returns
- * -ENOTSUP until GPU bus addresses are available (kernel module/dma-buf). */
+ * The emulator moves the data with the copy engine (the first Tier 2 buffer
+ * pins the namespace's memory for it, best effort); real hardware returns
+ * -ENOTSUP until GPU bus addresses are available (kernel module/dma-buf).
+ * Registration is not stream-ordered: do it while no read of these queues
+ * is in flight. */
 int gpunvme_gpu_buf_device(struct gpunvme_gpu_queues *g, size_t len, struct gpunvme_gpu_buf **out, void **dev_ptr);
 /* Tier 2 on GPU memory the caller allocated (cudaMalloc): registered, not
  * owned; gpunvme_gpu_buf_free() leaves the memory alone. */

@@ -48,6 +48,7 @@ struct gpunvme_gpu_queues {
 	bool bar_registered;
 	unsigned lanes;
 	void *ns_pinned;                 /* the emulator namespace's memory, when we pinned it */
+	bool ns_pin_tried;
 	cudaStream_t aux;                /* buffer tables: a stream that waits for no one */
 	cudaStream_t lane_stream[MAX_LANES];
 	struct gpunvme_emu_gpu_ops ops;
@@ -287,19 +288,6 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 		g->ops.copy = lane_copy;
 		g->ops.sync = lane_sync;
 		g->ops.ctx = g;
-		/* Copies from pageable memory go through the driver's staging
-		 * buffers at a fraction of the link rate (and synchronously), so
-		 * pin the namespace's memory. Best effort: a namespace too large
-		 * to pin still works, slower; someone else's pin is left alone. */
-		void *nsmem;
-		size_t nslen;
-		if (gpunvme_emu_ns_memory(gpunvme_ctrl_emu(c), nsid, &nsmem, &nslen) == 0) {
-			ce = cudaHostRegister(nsmem, nslen, cudaHostRegisterDefault);
-			if (ce == cudaSuccess)
-				g->ns_pinned = nsmem;
-			else
-				cudaGetLastError(); /* clear the sticky-free error */
-		}
 	}
 	*out = g;
 	return 0;
@@ -419,8 +407,29 @@ int gpunvme_gpu_buf_host(struct gpunvme_gpu_queues *g, void *dma_mem, size_t len
 /* Tier 2 registration: the emulator learns the GPU range (its address table
  * moves the data with the copy engine); the buffer's 64 KiB table is just
  * consecutive IOVAs of that range. */
+/* Copies from pageable memory go through the driver's staging buffers at a
+ * fraction of the link rate (and synchronously), so the first GPU buffer
+ * pins the emulator namespace's memory: only Tier 2 needs it, and pinning
+ * gigabytes costs seconds. Best effort: a namespace too large to pin still
+ * works, slower; someone else's pin is left alone. */
+static void pin_namespace(struct gpunvme_gpu_queues *g)
+{
+	void *nsmem;
+	size_t nslen;
+	if (g->ns_pin_tried)
+		return;
+	g->ns_pin_tried = true;
+	if (gpunvme_emu_ns_memory(gpunvme_ctrl_emu(g->c), g->desc.nsid, &nsmem, &nslen))
+		return;
+	if (cudaHostRegister(nsmem, nslen, cudaHostRegisterDefault) == cudaSuccess)
+		g->ns_pinned = nsmem;
+	else
+		cudaGetLastError(); /* clear the error: the copies still work */
+}
+
 static int buf_map_vram(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b, void *dev_ptr, size_t len)
 {
+	pin_namespace(g);
 	int rc = gpunvme_ctrl_map_gpu(g->c, (uint64_t)(uintptr_t)dev_ptr, len, &g->ops, &b->gpu_iova);
 	if (rc)
 		return rc;
