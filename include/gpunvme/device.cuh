@@ -3,18 +3,36 @@
  * GPU data path: CUDA threads build NVMe commands, ring the SQ tail doorbell
  * and poll completions themselves (device-initiated I/O, DESIGN.md §4).
  *
- * Queue protocol, per queue pair of `depth` (a power of two) entries:
- *  - admission: at most depth - 1 commands in flight (a full SQ keeps one
- *    slot empty, NVMe 1.4 §4.1.1);
- *  - a ticket t from atomicAdd picks SQ slot t % depth, which is also the
- *    command id; the slot is reused only after the thread that used it on
- *    the previous lap has read its completion (`freed`);
- *  - the SQ tail moves in ticket order: whoever holds the doorbell lock
- *    advances it over every consecutive written slot and writes the doorbell
- *    once for all of them (coalescing);
- *  - completions arrive in any order: whoever holds the CQ lock drains all
- *    new entries into per-slot status cells and writes the CQ head doorbell
- *    once; waiting threads watch their own slot's `done` counter.
+ * Queue protocol, per queue pair of `depth` (a power of two, at most 32768)
+ * entries. It is built so that one thread alone on a queue pays little more
+ * than the NVMe steps themselves (SQE stores, one system fence, the
+ * doorbell, polling the CQ): QD1 latency is one of its goals
+ * (bench/gpu_qd1_notes.md), and throughput under 65,536 threads the other.
+ *  - The ticket word packs the next ticket with the number of tickets not
+ *    yet consumed; one atomic gives both. Ticket t picks SQ slot t % depth;
+ *    the command id is t % 65536, so a completion names its slot and the
+ *    lap it belongs to.
+ *  - Room (NVMe 1.4 §4.1.1, a full SQ keeps one slot empty): fewer than
+ *    depth - 1 unconsumed tickets ahead of t, or else command t + 1 - depth
+ *    consumed. The slot: its previous command (t - depth) consumed
+ *    (`freed`, per slot). Nothing ahead means both at once.
+ *  - The SQ tail moves in ticket order: the SQ word packs the
+ *    tail (tickets covered by the doorbell) with a lock bit; its holder
+ *    advances over every consecutive written slot (`mark`) and writes the
+ *    doorbell once for all of them (coalescing).
+ *  - The CQ word packs the CQ head, the head last written to the CQ head
+ *    doorbell, the phase and a lock bit: its holder is the queue's poller.
+ *    A thread waiting alone becomes the poller and reads the CQ until its
+ *    own completion arrives; entries of other commands it finds are
+ *    published per slot in `done` (command id and status in one word).
+ *  - The CQ head doorbell is written lazily (when an eighth of the queue
+ *    has been consumed and the poller is idle, or half of it at once): the
+ *    controller only needs room to post, and each doorbell store must be
+ *    fenced against the next poller's, which would otherwise sit on the
+ *    path of every completion.
+ * Warp batches (gpunvme_dev_rw_lanes) take admission for 32 commands in
+ * one atomic, then 32 tickets, ring once and poll 32 entries per PCIe round
+ * trip.
  * Every wait is bounded by a deadline (%globaltimer); a command that times
  * out leaves its slot held (the controller may still write to its buffer)
  * and marks the queue broken: later calls fail at once with
@@ -38,14 +56,11 @@
 #define GPUNVME_DEV_MAX_LISTS 4     /* PRP list pages per command */
 
 struct gpunvme_dev_qstate {         /* device global memory, one per queue pair */
-	unsigned int ticket;        /* next ticket */
-	unsigned int inflight;      /* admitted commands */
-	unsigned int committed;     /* tickets covered by the SQ tail doorbell */
-	unsigned int db_lock;
-	unsigned int cq_lock;
-	unsigned int cq_head;
-	unsigned int cq_phase;
+	unsigned long long tw;      /* next ticket << 32 | tickets not yet consumed */
 	unsigned int broken;
+	unsigned int pad_;
+	unsigned long long sqw;     /* committed tickets << 32 | lock (bit 0) */
+	unsigned long long cqw;     /* CQ head << 32 | head rung << 16 | phase << 1 | lock */
 };
 
 struct gpunvme_dev_qp {
@@ -56,11 +71,10 @@ struct gpunvme_dev_qp {
 	uint64_t *lists;            /* lp list pages per slot, page_size bytes each */
 	const uint64_t *list_iova;  /* bus address of each list page */
 	unsigned int *mark;         /* per slot: ticket + 1 once its SQE is written */
-	unsigned int *done;         /* per slot: completions seen */
+	unsigned int *done;         /* per slot: (cid + 1) << 16 | status, published by a poller */
 	unsigned int *freed;        /* per slot: completions consumed */
-	uint16_t *status;           /* per slot: status of the last completion */
 	struct gpunvme_dev_qstate *s;
-	uint32_t depth;             /* power of two */
+	uint32_t depth;             /* power of two, at most 32768 */
 	uint32_t lp;
 	uint16_t qid;
 };
@@ -76,6 +90,8 @@ struct gpunvme_dev_queues {
 	uint32_t page_size;         /* CC.MPS */
 	const volatile uint32_t *csts; /* CSTS in BAR0 for diagnosis, or NULL
 	                               (GPU reads of a real BAR may not work) */
+	unsigned char *qstate;      /* queue pair i's gpunvme_dev_qstate is at */
+	uint32_t qstate_stride;     /* qstate + i * qstate_stride (device memory) */
 };
 
 /* A data buffer: bus address of each 64 KiB piece (seed 002's lookup table:
@@ -87,10 +103,10 @@ struct gpunvme_dev_buf {
 
 struct gpunvme_dev_tag {           /* an asynchronous command */
 	uint32_t qi;
-	uint32_t slot;
-	unsigned int lap;
+	unsigned int ticket;        /* slot = ticket % depth, command id = ticket % 65536 */
 	int err;                    /* set when the slot went out as a no-op */
 };
+
 
 #if defined(__CUDACC__)
 
@@ -106,14 +122,49 @@ __device__ __forceinline__ unsigned int gpunvme_ld(const unsigned int *p)
 	return *(const volatile unsigned int *)p;
 }
 
-/* Back-off for waiting threads. A command takes ~12 µs on the emulator at
- * QD1 (submit ~5 µs, completion seen ~6 µs later, measured on an H100), so
- * the first rounds only poll; after that, exponential __nanosleep keeps tens
- * of thousands of waiting threads off the memory system. Callers start with
- * *ns = 32. Tried on the H100 and dropped (bench/results/gpu_iops.md notes):
- * pausing on %globaltimer instead of sleeping (throughput 58 -> 25 M IOPS:
- * spinning warps take the issue slots of working ones), a 256-round polling
- * phase (64 -> 46 M IOPS). */
+__device__ __forceinline__ unsigned long long gpunvme_ld64(const unsigned long long *p)
+{
+	return *(const volatile unsigned long long *)p;
+}
+
+/*
+ * Memory order (PTX memory model). The controller writes a command's data,
+ * then its CQE (§4.6.1); a CQE is read with an acquire load at system
+ * scope, so the loads after it see that data, in host memory (Tier 1) or
+ * GPU memory (Tier 2), and no stale copy in this SM's L1. It costs no more
+ * than a relaxed load (bench_gpu_qd1: ~1.2 µs across PCIe either way), and
+ * saves the fence a relaxed load would need (~0.7 µs at system scope).
+ * A poller hands other threads their completions with a release store
+ * (GPU scope: the waiters are GPU threads; the acquire above made the data
+ * visible to the poller, and release is cumulative); a waiter reads its
+ * word relaxed and fences only once it is there, so waiting threads do not
+ * invalidate their SM's L1 on every look.
+ */
+__device__ __forceinline__ uint32_t gpunvme_ld_acquire_sys(const uint32_t *p)
+{
+	uint32_t v;
+	asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ __forceinline__ void gpunvme_st_release(unsigned int *p, unsigned int v)
+{
+	asm volatile("st.release.gpu.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void gpunvme_fence_acquire(void)
+{
+	asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+/* Back-off for waiting threads. A command takes ~4 µs on the emulator at
+ * QD1 (the NVMe steps alone, bench_gpu_qd1 on an H100), so the first rounds
+ * only poll; after that, exponential __nanosleep keeps tens of thousands of
+ * waiting threads off the memory system. Callers start with *ns = 32. Tried
+ * on the H100 and dropped (bench/results/gpu_iops.md notes): pausing on
+ * %globaltimer instead of sleeping (throughput 58 -> 25 M IOPS: spinning
+ * warps take the issue slots of working ones), a 256-round polling phase
+ * (64 -> 46 M IOPS). */
 __device__ __forceinline__ void gpunvme_backoff(unsigned int *ns)
 {
 	if (*ns < 1024) {
@@ -139,135 +190,234 @@ __device__ static int gpunvme_dev_classify(const struct gpunvme_dev_queues *q, s
 	return GPUNVME_DEV_ETIMEDOUT;
 }
 
-/* Drain new completions into the slot cells (one thread at a time). */
-__device__ static void gpunvme_dev_cq_drain(struct gpunvme_dev_qp *qp)
+/* A queue pair's descriptor, copied to registers in one round of loads.
+ * Its state's address follows from the kernel's descriptor (parameter
+ * space), so the first atomic on it does not wait for those loads: at QD1
+ * every round trip to GPU memory (~0.2 µs) shows in the latency. */
+__device__ __forceinline__ struct gpunvme_dev_qp gpunvme_dev_qp_get(const struct gpunvme_dev_queues *q, uint32_t qi)
+{
+	struct gpunvme_dev_qp qp = q->qp[qi];
+	qp.s = (struct gpunvme_dev_qstate *)(q->qstate + (size_t)qi * q->qstate_stride);
+	return qp;
+}
+
+/* ---- completion queue: the poller ------------------------------------------- */
+
+#define GPUNVME_CQW_LOCK 1ull
+
+__device__ __forceinline__ unsigned long long gpunvme_cqw(uint32_t head, uint32_t rung, uint32_t phase)
+{
+	return (unsigned long long)head << 32 | (unsigned long long)rung << 16 | (unsigned long long)phase << 1;
+}
+
+/* Is this CQE dword 3 new at the expected phase (§4.6: the Phase Tag flips
+ * on every pass through the queue)? */
+__device__ __forceinline__ bool gpunvme_cqe_new(uint32_t dw3, uint32_t phase)
+{
+	return ((dw3 >> 16) & 1u) == phase;
+}
+
+/* Publish a completion for its waiter: the command id and status in one
+ * word, so one load gives both; a release store (see above). */
+__device__ __forceinline__ void gpunvme_dev_publish(struct gpunvme_dev_qp *qp, uint32_t dw3)
+{
+	uint32_t cid = dw3 & 0xffffu;
+	gpunvme_st_release(&qp->done[cid & (qp->depth - 1)], ((cid + 1u) & 0xffffu) << 16 | (dw3 >> 17));
+}
+
+/* The CQ head doorbell. Stored lazily (see the protocol above), and fenced
+ * at once: the next poller's store must not overtake ours, or the
+ * controller would see the head move back. */
+__device__ __forceinline__ void gpunvme_dev_cq_ring(struct gpunvme_dev_qp *qp, uint32_t head, uint32_t *rung)
+{
+	*qp->cq_db = head;
+	*rung = head;
+	__threadfence_system();
+}
+
+/* The poller's lock on the CQ word. Taken with acquire and given back with
+ * release when entries were published for others: a thread that takes the
+ * lock after them must see those words (its own may be among them). */
+__device__ __forceinline__ unsigned long long gpunvme_cqw_lock(unsigned long long *w)
+{
+	unsigned long long old;
+	asm volatile("atom.acquire.gpu.or.b64 %0, [%1], 1;" : "=l"(old) : "l"(w) : "memory");
+	return old;
+}
+
+__device__ __forceinline__ void gpunvme_cqw_unlock(unsigned long long *w, unsigned long long v, bool published)
+{
+	if (published)
+		asm volatile("atom.release.gpu.exch.b64 %0, [%1], %0;" : "+l"(v) : "l"(w) : "memory");
+	else
+		atomicExch(w, v);
+}
+
+/*
+ * Become the queue's poller if nobody is, then read the CQ: with `mine`,
+ * until the completion of ticket t arrives (*st gets its status; returns 1)
+ * or `until` passes; without, one sweep over what has arrived. Every other
+ * completion found is published for its waiter. Returns 0 when it did not
+ * find t's completion or another thread is polling.
+ */
+__device__ __forceinline__ int gpunvme_dev_cq_poll(struct gpunvme_dev_qp *qp, bool mine, unsigned int t, int *st,
+					  uint64_t until)
 {
 	struct gpunvme_dev_qstate *s = qp->s;
-	/* a plain read first: only try the atomic when nobody is draining,
-	 * so waiting threads do not hammer the lock word */
-	if (gpunvme_ld(&s->cq_lock) != 0u || atomicCAS(&s->cq_lock, 0u, 1u) != 0u)
-		return;
-	/* acquire: the previous drainer's head/phase stores are visible */
-	__threadfence();
-	unsigned int head = gpunvme_ld(&s->cq_head), phase = gpunvme_ld(&s->cq_phase), n = 0;
+	/* a sweep first looks whether someone polls, so a crowd of waiting
+	 * threads does not keep the word bouncing */
+	if (!mine && (gpunvme_ld64(&s->cqw) & GPUNVME_CQW_LOCK))
+		return 0;
+	const unsigned long long w = gpunvme_cqw_lock(&s->cqw);
+	if (w & GPUNVME_CQW_LOCK)
+		return 0;
+	const uint32_t mask = qp->depth - 1, want = t & 0xffffu;
+	const uint32_t lazy = qp->depth >= 16 ? qp->depth / 8 : 1; /* ring when idle and this many unrung */
+	uint32_t head = (uint32_t)(w >> 32) & 0xffffu, rung = (uint32_t)(w >> 16) & 0xffffu;
+	uint32_t phase = (uint32_t)(w >> 1) & 1u;
+	int found = 0;
+	bool published = false, pre = false;
+	uint32_t got = 0;
+	if (mine) {
+		/* an earlier poller may have published ours already: its word
+		 * is read while the first CQ load is in flight */
+		uint32_t pub = gpunvme_ld(&qp->done[t & mask]);
+		got = gpunvme_ld_acquire_sys(qp->cq + head * 4u + 3u);
+		pre = true;
+		if ((pub >> 16) == ((t + 1u) & 0xffffu)) {
+			gpunvme_fence_acquire(); /* with the load above, an acquire */
+			*st = (int)(pub & 0xffffu);
+			gpunvme_cqw_unlock(&s->cqw, w, false);
+			return 1;
+		}
+	}
+	/* one entry at a time: loads of one line from one thread do not
+	 * overlap (four in a row take four PCIe round trips, bench_gpu_qd1),
+	 * and consecutive entries share lines */
 	for (;;) {
-		uint32_t dw3 = ((volatile uint32_t *)qp->cq)[head * 4 + 3];
-		if (((dw3 >> 16) & 1u) != phase)
-			break;
-		uint32_t cid = dw3 & 0xffffu;
-		if (cid < qp->depth) {
-			qp->status[cid] = (uint16_t)(dw3 >> 17);
-			/* the status is visible before the count that says so */
-			__threadfence();
-			atomicAdd(&qp->done[cid], 1u);
+		if (!pre)
+			got = gpunvme_ld_acquire_sys(qp->cq + head * 4u + 3u);
+		pre = false;
+		if (!gpunvme_cqe_new(got, phase)) {
+			if (!mine || gpunvme_dev_now() > until)
+				break;
+			if (((head - rung) & mask) >= lazy)
+				gpunvme_dev_cq_ring(qp, head, &rung); /* idle: a good moment */
+			continue;
+		}
+		if (mine && (got & 0xffffu) == want) {
+			*st = (int)(got >> 17);
+			found = 1;
+		} else {
+			gpunvme_dev_publish(qp, got);
+			published = true;
 		}
 		if (++head == qp->depth) {
 			head = 0;
 			phase ^= 1u;
 		}
-		n++;
+		if (found)
+			break;
 	}
-	if (n) {
-		*(volatile unsigned int *)&s->cq_head = head;
-		*(volatile unsigned int *)&s->cq_phase = phase;
-		/* our CQE loads are done before the controller may reuse the
-		 * entries: order them before the head doorbell store */
-		__threadfence_system();
-		*qp->cq_db = head;
-	}
-	__threadfence();
-	atomicExch(&s->cq_lock, 0u);
+	if (((head - rung) & mask) >= (found ? qp->depth / 2 : lazy))
+		gpunvme_dev_cq_ring(qp, head, &rung);
+	gpunvme_cqw_unlock(&s->cqw, gpunvme_cqw(head, rung, phase), published);
+	return found;
 }
 
 /*
- * The same, by a whole warp (all 32 lanes call it): lane 0 takes the lock,
- * then each lane reads one of the next 32 entries, so a PCIe round trip
- * fetches 32 completions instead of one. The run of new entries ends at the
- * first lane whose phase tag is stale.
+ * The same sweep by a whole warp (all 32 lanes call it): lane 0 takes the
+ * poller's lock, then each lane reads one of the next 32 entries, so a PCIe
+ * round trip fetches 32 completions instead of one. The run of new entries
+ * ends at the first lane whose phase tag is stale. Everything found is
+ * published, the warp's own completions too.
  */
-__device__ static void gpunvme_dev_cq_drain_warp(struct gpunvme_dev_qp *qp)
+__device__ __forceinline__ void gpunvme_dev_cq_poll_warp(struct gpunvme_dev_qp *qp)
 {
 	const unsigned int full = 0xffffffffu, lane = threadIdx.x & 31u;
 	struct gpunvme_dev_qstate *s = qp->s;
-	int got = 0;
+	unsigned long long w = 0;
 	if (lane == 0)
-		got = gpunvme_ld(&s->cq_lock) == 0u && atomicCAS(&s->cq_lock, 0u, 1u) == 0u;
-	if (!__shfl_sync(full, got, 0))
+		w = (gpunvme_ld64(&s->cqw) & GPUNVME_CQW_LOCK) ? GPUNVME_CQW_LOCK : gpunvme_cqw_lock(&s->cqw);
+	w = __shfl_sync(full, w, 0);
+	if (w & GPUNVME_CQW_LOCK)
 		return;
-	__threadfence();
-	unsigned int head = gpunvme_ld(&s->cq_head), phase = gpunvme_ld(&s->cq_phase), total = 0;
+	const uint32_t mask = qp->depth - 1;
+	uint32_t head = (uint32_t)(w >> 32) & 0xffffu, rung = (uint32_t)(w >> 16) & 0xffffu;
+	uint32_t phase = (uint32_t)(w >> 1) & 1u;
 	for (;;) {
-		unsigned int pos = head + lane, ph = phase;
+		uint32_t pos = head + lane, ph = phase;
 		if (pos >= qp->depth) { /* past the end: the next lap, phase flipped */
 			pos -= qp->depth;
 			ph ^= 1u;
 		}
-		uint32_t dw3 = ((volatile uint32_t *)qp->cq)[pos * 4 + 3];
-		unsigned int stale = __ballot_sync(full, ((dw3 >> 16) & 1u) != ph);
+		uint32_t dw3 = gpunvme_ld_acquire_sys(qp->cq + pos * 4u + 3u);
+		unsigned int stale = __ballot_sync(full, !gpunvme_cqe_new(dw3, ph));
 		unsigned int n = stale ? __ffs(stale) - 1 : 32u; /* consecutive new entries */
-		if (lane < n) {
-			uint32_t cid = dw3 & 0xffffu;
-			if (cid < qp->depth) {
-				qp->status[cid] = (uint16_t)(dw3 >> 17);
-				__threadfence(); /* status before the count that says so */
-				atomicAdd(&qp->done[cid], 1u);
-			}
-		}
+		if (lane < n)
+			gpunvme_dev_publish(qp, dw3);
 		head += n;
 		if (head >= qp->depth) {
 			head -= qp->depth;
 			phase ^= 1u;
 		}
-		total += n;
 		if (n < 32u)
 			break;
 	}
 	__syncwarp(full);
 	if (lane == 0) {
-		if (total) {
-			*(volatile unsigned int *)&s->cq_head = head;
-			*(volatile unsigned int *)&s->cq_phase = phase;
-			/* every lane's CQE loads precede the head doorbell */
-			__threadfence_system();
-			*qp->cq_db = head;
-		}
-		__threadfence();
-		atomicExch(&s->cq_lock, 0u);
+		if (((head - rung) & mask) >= (qp->depth >= 16 ? qp->depth / 8 : 1))
+			gpunvme_dev_cq_ring(qp, head, &rung);
+		gpunvme_cqw_unlock(&s->cqw, gpunvme_cqw(head, rung, phase), true);
 	}
 	__syncwarp(full);
 }
 
-/* Advance the SQ tail over consecutive written slots up to and including
- * ticket t; one doorbell write covers all of them. */
-__device__ static int gpunvme_dev_commit(const struct gpunvme_dev_queues *q, struct gpunvme_dev_qp *qp,
+/* ---- submission queue ------------------------------------------------------- */
+
+/*
+ * Advance the SQ tail over consecutive written slots up to and including
+ * ticket t; one doorbell write covers all of them. The holder of the SQ
+ * word's lock rings; a thread alone on the queue rings for its own command
+ * before looking for more.
+ */
+__device__ __forceinline__ int gpunvme_dev_commit(const struct gpunvme_dev_queues *q, struct gpunvme_dev_qp *qp,
 					 unsigned int t, uint64_t deadline)
 {
 	struct gpunvme_dev_qstate *s = qp->s;
+	const unsigned int mask = qp->depth - 1;
 	unsigned int ns = 32;
-	while ((int)(gpunvme_ld(&s->committed) - t) <= 0) {
-		if (atomicCAS(&s->db_lock, 0u, 1u) == 0u) {
-			__threadfence();
-			unsigned int c0 = gpunvme_ld(&s->committed), n = c0, end = gpunvme_ld(&s->ticket);
-			while (n != end && gpunvme_ld(&qp->mark[n & (qp->depth - 1)]) == n + 1u)
+	for (;;) {
+		const unsigned long long w = atomicOr(&s->sqw, 1ull);
+		unsigned int c = (unsigned int)(w >> 32), n = c;
+		if (!(w & 1ull)) {
+			unsigned int rung = c;
+			if (c == t) {
+				/* our own SQE, fenced by us before this */
+				n = rung = t + 1u;
+				*qp->sq_db = n & mask;
+			}
+			while (n - c < qp->depth && gpunvme_ld(&qp->mark[n & mask]) == n + 1u)
 				n++;
-			if (n != c0) {
-				/* every SQE up to n was fenced by its writer before
+			if (n != rung) {
+				/* others' SQEs: each writer fenced its SQE before
 				 * its mark; this fence orders our mark loads before
 				 * the doorbell the controller acts on */
-				__threadfence_system();
-				*qp->sq_db = n & (qp->depth - 1);
-				*(volatile unsigned int *)&s->committed = n;
+				__threadfence();
+				*qp->sq_db = n & mask;
 			}
-			__threadfence();
-			atomicExch(&s->db_lock, 0u);
-			if ((int)(n - t) > 0)
-				break;
+			/* the next holder's doorbell must not overtake ours: the
+			 * controller would see the tail move back */
+			if (n != c)
+				__threadfence_system();
+			atomicExch(&s->sqw, (unsigned long long)n << 32);
 		}
+		if ((int)(n - t) > 0)
+			return 0;
 		if (gpunvme_dev_now() > deadline)
 			return gpunvme_dev_classify(q, qp);
 		gpunvme_backoff(&ns);
 	}
-	return 0;
 }
 
 /* Bus address of buffer byte `off`. */
@@ -276,15 +426,14 @@ __device__ __forceinline__ uint64_t gpunvme_dev_buf_addr(const struct gpunvme_de
 	return b->iova64k[off >> 16] + (off & 0xffffu);
 }
 
-/* PRPs for len bytes at buffer offset off into the SQE (NVMe 1.4 §4.3);
- * list pages of this slot. Page size divides 64 KiB, so a page never spans
+/* PRPs for len bytes at buffer offset off (bus address a) into the SQE
+ * (NVMe 1.4 §4.3); list pages of this slot. Page size divides 64 KiB, so a page never spans
  * two pieces of the lookup table. */
-__device__ static int gpunvme_dev_prps(const struct gpunvme_dev_queues *q, struct gpunvme_dev_qp *qp, uint32_t slot,
-				       const struct gpunvme_dev_buf *b, uint64_t off, uint64_t len,
+__device__ __forceinline__ int gpunvme_dev_prps(const struct gpunvme_dev_queues *q, struct gpunvme_dev_qp *qp, uint32_t slot,
+				       const struct gpunvme_dev_buf *b, uint64_t off, uint64_t a, uint64_t len,
 				       struct gpunvme_sqe *e)
 {
 	const uint64_t ps = q->page_size, mask = ps - 1;
-	uint64_t a = gpunvme_dev_buf_addr(b, off);
 	if (a & 3)
 		return GPUNVME_DEV_EINVAL;
 	e->prp1 = a;
@@ -320,23 +469,23 @@ __device__ static int gpunvme_dev_prps(const struct gpunvme_dev_queues *q, struc
  * the slot written. Returns the PRP error, if any: the slot then carries a
  * Flush, so the tail can still move past it, and the caller reports the
  * error after the (harmless) completion. */
-__device__ static int gpunvme_dev_place(const struct gpunvme_dev_queues *q, struct gpunvme_dev_qp *qp,
+__device__ __forceinline__ int gpunvme_dev_place(const struct gpunvme_dev_queues *q, struct gpunvme_dev_qp *qp,
 					unsigned int t, uint8_t opc, uint64_t slba, uint32_t nlb,
-					const struct gpunvme_dev_buf *b, uint64_t off, uint64_t len)
+					const struct gpunvme_dev_buf *b, uint64_t off, uint64_t a, uint64_t len)
 {
 	const uint32_t slot = t & (qp->depth - 1);
 	struct gpunvme_sqe e;
 	memset(&e, 0, sizeof(e));
 	e.opc = opc;
-	e.cid = (uint16_t)slot;
+	e.cid = (uint16_t)t;
 	e.nsid = q->nsid;
 	e.rw.slba = slba;
 	e.rw.nlb = (uint16_t)(nlb - 1);
-	int err = gpunvme_dev_prps(q, qp, slot, b, off, len, &e);
+	int err = gpunvme_dev_prps(q, qp, slot, b, off, a, len, &e);
 	if (err) {
 		memset(&e, 0, sizeof(e));
 		e.opc = GPUNVME_CMD_FLUSH;
-		e.cid = (uint16_t)slot;
+		e.cid = (uint16_t)t;
 		e.nsid = q->nsid;
 	}
 	/* 16-byte stores of the 64-byte entry into the SQ (host memory) */
@@ -344,18 +493,63 @@ __device__ static int gpunvme_dev_place(const struct gpunvme_dev_queues *q, stru
 	const uint4 *src = (const uint4 *)&e;
 	for (int k = 0; k < 4; k++)
 		dst[k] = src[k];
-	/* the SQE must be visible to the controller before anyone can ring a
-	 * doorbell covering it: system-scope fence, then the mark */
+	/* the SQE and its PRP list must be visible to the controller before
+	 * anyone can ring a doorbell covering it: system-scope fence, then
+	 * the mark */
 	__threadfence_system();
-	atomicExch(&qp->mark[slot], t + 1u);
+	*(volatile unsigned int *)&qp->mark[slot] = t + 1u;
 	return err;
+}
+
+/* Is ticket x's slot free: has the slot's command of the previous lap been
+ * consumed? freed[] counts consumptions per slot; times depth it is the
+ * slot's next ticket with the slot bits cleared, modulo 2^32 like tickets. */
+__device__ __forceinline__ bool gpunvme_dev_slot_free(const struct gpunvme_dev_qp *qp, unsigned int freed,
+						      unsigned int x)
+{
+	return freed * qp->depth == (x & ~(qp->depth - 1u));
+}
+
+/*
+ * May ticket t go into its slot? `ahead` is how many tickets before t were
+ * not yet consumed when t was taken (the ticket word's low half).
+ *  - Room in the SQ (§4.1.1: at most depth - 1 entries between the
+ *    controller's head and our tail): every entry waiting there belongs to
+ *    a ticket not yet consumed, so ahead < depth - 1 is room enough.
+ *    Otherwise t waits until command t + 1 - depth was consumed: it
+ *    completed, so the controller fetched it and, in order, all before it.
+ *  - The slot itself: its previous command (t - depth) must have been
+ *    consumed (its PRP list page and `done` word are reused). ahead == 0
+ *    says so already: every earlier ticket was consumed.
+ * f0, f1: freed[] of the slots of t and t + 1, loaded by the caller when
+ * it needs them. Command t + 1 - depth is the previous one in the slot of
+ * ticket t + 1.
+ */
+__device__ __forceinline__ int gpunvme_dev_slot_wait(const struct gpunvme_dev_queues *q, struct gpunvme_dev_qp *qp,
+						    unsigned int t, unsigned int ahead, uint64_t deadline)
+{
+	if (ahead == 0)
+		return 0;
+	const unsigned int mask = qp->depth - 1;
+	const bool room = ahead < qp->depth - 1u;
+	unsigned int ns = 32, f0 = gpunvme_ld(&qp->freed[t & mask]), f1 = room ? 0 : gpunvme_ld(&qp->freed[(t + 1u) & mask]);
+	while (!gpunvme_dev_slot_free(qp, f0, t) || (!room && !gpunvme_dev_slot_free(qp, f1, t + 1u))) {
+		gpunvme_dev_cq_poll(qp, false, 0, NULL, 0);
+		if (gpunvme_dev_now() > deadline)
+			return gpunvme_dev_classify(q, qp); /* our ticket is lost: the queue is */
+		gpunvme_backoff(&ns);
+		f0 = gpunvme_ld(&qp->freed[t & mask]);
+		if (!room)
+			f1 = gpunvme_ld(&qp->freed[(t + 1u) & mask]);
+	}
+	return 0;
 }
 
 /*
  * Submit one Read or Write of nlb blocks (at most max_blocks) between slba
  * and buffer offset off, on queue pair qi. On success *tag identifies the
- * command for gpunvme_dev_wait(). While waiting for room it drains
- * completions, so threads that only submit still make progress.
+ * command for gpunvme_dev_wait(). While waiting for room it polls the CQ,
+ * so threads that only submit still make progress.
  */
 __device__ static int gpunvme_dev_submit(const struct gpunvme_dev_queues *q, uint32_t qi, uint8_t opc,
 					 uint64_t slba, uint32_t nlb, const struct gpunvme_dev_buf *b, uint64_t off,
@@ -366,68 +560,68 @@ __device__ static int gpunvme_dev_submit(const struct gpunvme_dev_queues *q, uin
 	uint64_t len = (uint64_t)nlb << q->lba_shift;
 	if (off > b->len || len > b->len - off)
 		return GPUNVME_DEV_EINVAL;
-	if (gpunvme_dev_buf_addr(b, off) & 3) /* §4.3: dword-aligned data */
+	const uint64_t a = gpunvme_dev_buf_addr(b, off);
+	if (a & 3) /* §4.3: dword-aligned data */
 		return GPUNVME_DEV_EINVAL;
-	struct gpunvme_dev_qp *qp = &q->qp[qi];
+	struct gpunvme_dev_qp lq = gpunvme_dev_qp_get(q, qi), *qp = &lq;
 	struct gpunvme_dev_qstate *s = qp->s;
-	if (gpunvme_ld(&s->broken))
+	/* ticket and count of unconsumed ones in one atomic, the broken flag
+	 * read in the same round trip; a ticket taken on a broken queue is
+	 * lost with the queue */
+	unsigned int br = gpunvme_ld(&s->broken);
+	const unsigned long long o = atomicAdd(&s->tw, (1ull << 32) | 1ull);
+	const unsigned int t = (unsigned int)(o >> 32);
+	if (br)
 		return GPUNVME_DEV_EIO;
-	unsigned int ns = 32;
-	/* admission: at most depth - 1 in flight. Read before the atomic, so
-	 * a crowd of waiting threads does not keep the counter bouncing.
-	 * Running out of time here leaves nothing behind: the queue stays
-	 * usable, the caller gets a timeout. */
-	for (;;) {
-		if (gpunvme_ld(&s->inflight) < qp->depth - 1) {
-			if (atomicAdd(&s->inflight, 1u) < qp->depth - 1)
-				break;
-			atomicSub(&s->inflight, 1u);
-		}
-		gpunvme_dev_cq_drain(qp);
-		if (gpunvme_dev_now() > deadline) {
-			if (q->csts && *q->csts == 0xffffffffu)
-				return GPUNVME_DEV_ENODEV;
-			return GPUNVME_DEV_ETIMEDOUT;
-		}
-		gpunvme_backoff(&ns);
-	}
-	unsigned int t = atomicAdd(&s->ticket, 1u);
-	uint32_t slot = t & (qp->depth - 1);
-	unsigned int lap = t / qp->depth;
-	/* the slot's previous command must have been consumed */
-	ns = 32;
-	while (gpunvme_ld(&qp->freed[slot]) != lap) {
-		gpunvme_dev_cq_drain(qp);
-		if (gpunvme_dev_now() > deadline)
-			return gpunvme_dev_classify(q, qp);
-		gpunvme_backoff(&ns);
-	}
-	tag->err = gpunvme_dev_place(q, qp, t, opc, slba, nlb, b, off, len);
+	int rc = gpunvme_dev_slot_wait(q, qp, t, (unsigned int)o, deadline);
+	if (rc)
+		return rc;
+	tag->err = gpunvme_dev_place(q, qp, t, opc, slba, nlb, b, off, a, len);
 	tag->qi = qi;
-	tag->slot = slot;
-	tag->lap = lap;
+	tag->ticket = t;
 	return gpunvme_dev_commit(q, qp, t, deadline);
 }
 
+/* Give the slot back for its next lap, then uncount the ticket (the low
+ * half never borrows: our ticket is still counted in it). */
+__device__ __forceinline__ void gpunvme_dev_release(struct gpunvme_dev_qp *qp, unsigned int t)
+{
+	atomicAdd(&qp->freed[t & (qp->depth - 1)], 1u);
+	atomicAdd(&qp->s->tw, ~0ull);
+}
+
+/* Has a poller published ticket t's completion? Then *st is its status. */
+__device__ __forceinline__ bool gpunvme_dev_published(const struct gpunvme_dev_qp *qp, unsigned int t, int *st)
+{
+	unsigned int w = gpunvme_ld(&qp->done[t & (qp->depth - 1)]);
+	if ((w >> 16) != ((t + 1u) & 0xffffu))
+		return false;
+	gpunvme_fence_acquire(); /* with the load above, an acquire */
+	*st = (int)(w & 0xffffu);
+	return true;
+}
+
 /* Wait for a submitted command; returns its NVMe status (0 = success) or a
- * negative GPUNVME_DEV_E* code. */
+ * negative GPUNVME_DEV_E* code. Alone on the queue, the caller becomes its
+ * poller and reads the CQ until its completion arrives; otherwise it
+ * watches its slot's word, trying to take over polling between pauses. */
 __device__ static int gpunvme_dev_wait(const struct gpunvme_dev_queues *q, const struct gpunvme_dev_tag *tag,
 				       uint64_t deadline)
 {
-	struct gpunvme_dev_qp *qp = &q->qp[tag->qi];
+	struct gpunvme_dev_qp lq = gpunvme_dev_qp_get(q, tag->qi), *qp = &lq;
+	const unsigned int t = tag->ticket;
 	unsigned int ns = 32;
-	while (gpunvme_ld(&qp->done[tag->slot]) == tag->lap) {
-		gpunvme_dev_cq_drain(qp);
+	int st = 0;
+	for (bool first = true;; first = false) {
+		/* after the first try, look before asking for the poller's lock */
+		bool ask = first || !(gpunvme_ld64(&qp->s->cqw) & GPUNVME_CQW_LOCK);
+		if ((ask && gpunvme_dev_cq_poll(qp, true, t, &st, deadline)) || gpunvme_dev_published(qp, t, &st))
+			break;
 		if (gpunvme_dev_now() > deadline)
 			return gpunvme_dev_classify(q, qp); /* slot stays held */
 		gpunvme_backoff(&ns);
 	}
-	__threadfence();
-	int st = *(volatile uint16_t *)&qp->status[tag->slot];
-	/* release the slot for the next lap, then the admission count */
-	__threadfence();
-	atomicAdd(&qp->freed[tag->slot], 1u);
-	atomicSub(&qp->s->inflight, 1u);
+	gpunvme_dev_release(qp, t);
 	return tag->err ? tag->err : st;
 }
 
@@ -503,9 +697,9 @@ __device__ static int gpunvme_dev_rw_warp(const struct gpunvme_dev_queues *q, ui
  * Warp batch: each lane brings its own Read or Write (its own slba, nlb of at
  * most max_blocks, buffer offset; `active` false for lanes with nothing to
  * do) on the warp's queue pair qi (the same on every lane). All 32 lanes
- * must call it together. One lane takes admission and tickets for the whole
- * batch (two atomics instead of 64), rings one doorbell for it, and drains
- * the CQ while the others wait, so per-queue contention drops by the warp
+ * must call it together. One lane takes the tickets for the whole batch (one
+ * atomic instead of 32), rings one doorbell for it, and polls the CQ for the
+ * warp while the others wait, so per-queue contention drops by the warp
  * size. Each lane gets its own command's result.
  */
 __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, uint32_t qi, uint8_t opc,
@@ -524,49 +718,53 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 	if (!ok)
 		return rc;
 	const unsigned int k = __popc(ok), leader = __ffs(ok) - 1;
-	struct gpunvme_dev_qp *qp = &q->qp[qi];
+	struct gpunvme_dev_qp lq = gpunvme_dev_qp_get(q, qi), *qp = &lq;
 	struct gpunvme_dev_qstate *s = qp->s;
-	unsigned int base = 0;
+	const unsigned int mask = qp->depth - 1;
 	int lrc = 0;
+	unsigned long long o = 0;
 	if (lane == leader) {
+		/* admission for the batch, exact: k more in the low half of
+		 * the ticket word while it stays at most depth - 1 (given back
+		 * otherwise), then the k tickets. So the batch always finds
+		 * room (every SQ entry belongs to a counted command), one lane
+		 * per warp waits instead of 32, and running out of time here
+		 * leaves nothing behind. */
 		unsigned int ns = 32;
-		if (gpunvme_ld(&s->broken))
-			lrc = GPUNVME_DEV_EIO;
-		while (!lrc) {
-			if (gpunvme_ld(&s->inflight) + k <= qp->depth - 1) {
-				if (atomicAdd(&s->inflight, k) + k <= qp->depth - 1)
-					break;
-				atomicSub(&s->inflight, k);
+		for (;;) {
+			unsigned int br = gpunvme_ld(&s->broken);
+			unsigned int ahead = (unsigned int)gpunvme_ld64(&s->tw);
+			if (br) {
+				lrc = GPUNVME_DEV_EIO;
+				break;
 			}
-			gpunvme_dev_cq_drain(qp);
-			if (gpunvme_dev_now() > deadline)
+			if (ahead + k <= qp->depth - 1u) {
+				if ((unsigned int)atomicAdd(&s->tw, (unsigned long long)k) + k <= qp->depth - 1u)
+					break;
+				atomicAdd(&s->tw, 0ull - k);
+			}
+			gpunvme_dev_cq_poll(qp, false, 0, NULL, 0);
+			if (gpunvme_dev_now() > deadline) {
 				lrc = (q->csts && *q->csts == 0xffffffffu) ? GPUNVME_DEV_ENODEV : GPUNVME_DEV_ETIMEDOUT;
-			else
-				gpunvme_backoff(&ns);
+				break;
+			}
+			gpunvme_backoff(&ns);
 		}
 		if (!lrc)
-			base = atomicAdd(&s->ticket, k);
+			o = atomicAdd(&s->tw, (unsigned long long)k << 32) - k; /* unconsumed before the batch */
 	}
 	lrc = __shfl_sync(full, lrc, leader);
-	base = __shfl_sync(full, base, leader);
+	o = __shfl_sync(full, o, leader);
 	if (lrc)
 		return (ok >> lane) & 1u ? lrc : rc;
 	const bool mine = (ok >> lane) & 1u;
-	const unsigned int t = base + __popc(ok & ((1u << lane) - 1u));
-	const uint32_t slot = t & (qp->depth - 1);
-	const unsigned int lap = t / qp->depth;
+	const unsigned int before = __popc(ok & ((1u << lane) - 1u)), base = (unsigned int)(o >> 32);
+	const unsigned int t = base + before;
 	int err = 0;
 	if (mine) {
-		unsigned int ns = 32;
-		while (gpunvme_ld(&qp->freed[slot]) != lap && !err) {
-			gpunvme_dev_cq_drain(qp);
-			if (gpunvme_dev_now() > deadline)
-				err = gpunvme_dev_classify(q, qp);
-			else
-				gpunvme_backoff(&ns);
-		}
+		err = gpunvme_dev_slot_wait(q, qp, t, (unsigned int)o + before, deadline);
 		if (!err)
-			rc = gpunvme_dev_place(q, qp, t, opc, slba, nlb, b, off, len);
+			rc = gpunvme_dev_place(q, qp, t, opc, slba, nlb, b, off, gpunvme_dev_buf_addr(b, off), len);
 	}
 	__syncwarp(full);
 	if (__ballot_sync(full, err != 0))
@@ -576,22 +774,19 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 	lrc = __shfl_sync(full, lrc, leader);
 	if (lrc)
 		return mine ? lrc : rc;
-	/* wait: the leader drains, everyone watches their own slot */
+	/* wait: the warp polls the CQ, everyone watches their own slot */
 	bool done = !mine;
 	int st = 0;
 	unsigned int ns = 32;
 	for (;;) {
-		if (!done && gpunvme_ld(&qp->done[slot]) != lap) {
-			__threadfence();
-			st = *(volatile uint16_t *)&qp->status[slot];
-			__threadfence();
-			atomicAdd(&qp->freed[slot], 1u);
+		if (!done && gpunvme_dev_published(qp, t, &st)) {
+			atomicAdd(&qp->freed[t & mask], 1u); /* the leader uncounts all k below */
 			done = true;
 		}
 		unsigned int pending = __ballot_sync(full, !done);
 		if (!pending)
 			break;
-		gpunvme_dev_cq_drain_warp(qp);
+		gpunvme_dev_cq_poll_warp(qp);
 		int late = 0;
 		if (lane == leader)
 			late = gpunvme_dev_now() > deadline;
@@ -605,7 +800,7 @@ __device__ static int gpunvme_dev_rw_lanes(const struct gpunvme_dev_queues *q, u
 			ns *= 2;
 	}
 	if (lane == leader)
-		atomicSub(&s->inflight, k);
+		atomicAdd(&s->tw, 0ull - k);
 	return rc ? rc : st;
 }
 

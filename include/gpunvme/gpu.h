@@ -26,7 +26,7 @@ struct gpunvme_loader_gpu_ops;
 
 /*
  * nq queue pairs of `depth` entries (rounded down to a power of two, at most
- * CAP.MQES + 1) for namespace nsid, queues and PRP lists in host pinned
+ * CAP.MQES + 1 and 32768) for namespace nsid, queues and PRP lists in host pinned
  * memory mapped into the current CUDA device (Tier 1 placement). BAR0 is
  * mapped for the GPU: cudaHostRegisterIoMemory on a real BAR, pinned mapped
  * memory for the emulator.

@@ -291,23 +291,32 @@ __global__ void perf_kernel_thread(struct perf_kargs a)
 						off, &tag, deadline);
 			/* a failed submit left nothing to wait for (or the queue
 			 * is marked broken); a successful one is consumed here,
-			 * before the group barrier below. The slot's completion
-			 * count is polled with pauses of at most 256 ns (not
-			 * gpunvme_dev_wait's back-off, which grows to 16 us),
-			 * timed on %globaltimer as device.cuh does (no
-			 * __nanosleep); then gpunvme_dev_wait consumes the
-			 * completion at once, or classifies the timeout. */
+			 * before the group barrier below. Alone on its queue the
+			 * thread becomes the CQ poller (gpunvme_dev_cq_poll);
+			 * otherwise it watches its slot with pauses of at most
+			 * 256 ns (not gpunvme_dev_wait's back-off, which grows to
+			 * 16 us and would show in the latencies), timed on
+			 * %globaltimer (no __nanosleep); a timeout is classified
+			 * by gpunvme_dev_wait. */
 			if (rc == 0) {
-				struct gpunvme_dev_qp *qp = &a.q.qp[tag.qi];
+				struct gpunvme_dev_qp lq = gpunvme_dev_qp_get(&a.q, tag.qi), *qp = &lq;
 				unsigned ns = 0;
-				while (gpunvme_ld(&qp->done[tag.slot]) == tag.lap && gpunvme_dev_now() <= deadline) {
-					gpunvme_dev_cq_drain(qp);
+				int st = 0;
+				bool got = false;
+				while (!(got = gpunvme_dev_cq_poll(qp, true, tag.ticket, &st, deadline) ||
+					       gpunvme_dev_published(qp, tag.ticket, &st)) &&
+				       gpunvme_dev_now() <= deadline) {
 					const uint64_t until = gpunvme_dev_now() + ns;
 					while (gpunvme_dev_now() < until)
 						;
 					ns = ns < 256 ? ns + 32 : 256;
 				}
-				rc = gpunvme_dev_wait(&a.q, &tag, deadline);
+				if (got) {
+					gpunvme_dev_release(qp, tag.ticket);
+					rc = tag.err ? tag.err : st;
+				} else {
+					rc = gpunvme_dev_wait(&a.q, &tag, deadline);
+				}
 			}
 		}
 		unsigned bad = __ballot_sync(p.gmask, rc != 0);

@@ -131,8 +131,10 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 	gpunvme_ctrl_info(c, &ci);
 	if (ni.ms)
 		return gpunvme_set_error(-ENOTSUP, "namespace %u has metadata: not supported", nsid);
+	/* at most 32768 entries: command ids are tickets modulo 65536, and
+	 * a slot's laps must differ in them (device.cuh) */
 	uint32_t d = 2;
-	while (d * 2 <= depth && d * 2 <= ci.mqes)
+	while (d * 2 <= depth && d * 2 <= ci.mqes && d * 2 <= 32768)
 		d *= 2;
 	struct gpunvme_gpu_queues *g = (struct gpunvme_gpu_queues *)calloc(1, sizeof(*g));
 	if (!g)
@@ -205,8 +207,8 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 		}
 		uint8_t *dmem;
 		cudaHostGetDevicePointer((void **)&dmem, g->mem, 0);
-		/* device state: per queue the counters and four slot arrays */
-		size_t st_per = sizeof(struct gpunvme_dev_qstate) + (size_t)d * (3 * sizeof(unsigned) + sizeof(uint16_t));
+		/* device state: per queue the counters and three slot arrays */
+		size_t st_per = sizeof(struct gpunvme_dev_qstate) + (size_t)d * 3 * sizeof(unsigned);
 		st_per = align_up(st_per, 256);
 		size_t st_len = st_per * nq + sizeof(struct gpunvme_dev_qp) * nq;
 		if ((ce = cudaMalloc(&g->dev_state, st_len)) != cudaSuccess ||
@@ -245,7 +247,6 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 			qp->mark = (unsigned *)(s + sizeof(struct gpunvme_dev_qstate));
 			qp->done = qp->mark + d;
 			qp->freed = qp->done + d;
-			qp->status = (uint16_t *)(qp->freed + d);
 			if ((rc = gpunvme_ctrl_create_qpair_raw(c, qp->qid, gpunvme_dma_iova(c, base),
 							       gpunvme_dma_iova(c, base + sq), d))) {
 				gpunvme_ctrl_release_qid(c, g->qids[i]);
@@ -254,10 +255,11 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 				goto fail;
 			}
 		}
-		/* the CQ phase starts at 1 (§4.6): seed each queue's state */
+		/* the CQ phase starts at 1 (§4.6): seed each queue's CQ word
+		 * (head 0, nothing rung, phase 1, unlocked; device.cuh) */
 		for (uint32_t i = 0; i < nq; i++) {
-			unsigned one = 1;
-			cudaMemcpy(&g->qp_host[i].s->cq_phase, &one, sizeof(one), cudaMemcpyHostToDevice);
+			unsigned long long cqw = 1ull << 1;
+			cudaMemcpy(&g->qp_host[i].s->cqw, &cqw, sizeof(cqw), cudaMemcpyHostToDevice);
 		}
 		cudaMemcpy(g->dev_list_iova, li, (size_t)nq * d * g->lp * sizeof(uint64_t), cudaMemcpyHostToDevice);
 		free(li);
@@ -267,6 +269,8 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 			goto fail;
 		}
 		g->desc.qp = dqp;
+		g->desc.qstate = st; /* queue i's state at st + i * st_per, above */
+		g->desc.qstate_stride = (uint32_t)st_per;
 	}
 	g->desc.nq = nq;
 	g->desc.nsid = nsid;

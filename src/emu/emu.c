@@ -81,9 +81,17 @@ static void *worker_main(void *arg)
 		} else if (due) {
 			/* a modeled completion is pending: stay awake (sleeping,
 			 * with the kernel's timer slack, would add to the modeled
-			 * latency); yield so other threads keep the core */
+			 * latency). Far from it, yield so other threads keep the
+			 * core; within 20 us, spin: a sched_yield costs about a
+			 * microsecond, which would show in the modeled latency
+			 * (QD1 on the GPU path, bench/gpu_qd1_notes.md) */
 			backoff_reset(&b);
-			sched_yield();
+			if (due > emu_now_ns() + 20000)
+				sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+			else
+				__builtin_ia32_pause();
+#endif
 		} else {
 			backoff_wait(&b, e->cfg.idle_sleep_max_us);
 		}
