@@ -16,7 +16,7 @@ ix = {k: i for i, k in enumerate(head)}
 fig, ax = plt.subplots(figsize=(8, 5))
 series = {}
 for r in data:
-    if len(r) < len(head) or not r[ix["iops"]]:
+    if len(r) <= ix["iops"] or not r[ix["iops"]]:
         continue
     key = (r[ix["path"]], r[ix["mode"]], int(r[ix["workers"]]))
     series.setdefault(key, []).append((int(r[ix["queues"]]), float(r[ix["iops"]]) / 1e6))
