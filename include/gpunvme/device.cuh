@@ -107,7 +107,6 @@ struct gpunvme_dev_tag {           /* an asynchronous command */
 	int err;                    /* set when the slot went out as a no-op */
 };
 
-
 #if defined(__CUDACC__)
 
 __device__ __forceinline__ uint64_t gpunvme_dev_now(void)
@@ -131,9 +130,10 @@ __device__ __forceinline__ unsigned long long gpunvme_ld64(const unsigned long l
  * Memory order (PTX memory model). The controller writes a command's data,
  * then its CQE (§4.6.1); a CQE is read with an acquire load at system
  * scope, so the loads after it see that data, in host memory (Tier 1) or
- * GPU memory (Tier 2), and no stale copy in this SM's L1. It costs no more
- * than a relaxed load (bench_gpu_qd1: ~1.2 µs across PCIe either way), and
- * saves the fence a relaxed load would need (~0.7 µs at system scope).
+ * GPU memory (Tier 2), and no stale copy in this SM's L1. Polling this way
+ * costs ~0.3 µs per command more than relaxed loads and saves the fence
+ * that relaxed loads would need after the CQE (~0.7 µs at system scope;
+ * bench_gpu_qd1's floor variants, bench/gpu_qd1_notes.md).
  * A poller hands other threads their completions with a release store
  * (GPU scope: the waiters are GPU threads; the acquire above made the data
  * visible to the poller, and release is cumulative); a waiter reads its
