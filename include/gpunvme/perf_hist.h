@@ -4,7 +4,8 @@
  * the GPU kernels of `perf --gpu` (src/cuda), so both report through one
  * bucket layout: values below 2^GPUNVME_PERF_HSUB_BITS have a bucket each,
  * above that every power of two is cut into 2^GPUNVME_PERF_HSUB_BITS linear
- * sub-buckets (< 1.6 % error). min/max/sum are exact.
+ * sub-buckets (< 1.6 % error). min/max/sum are exact. Also the random
+ * offsets both draw, from the same generator.
  */
 #ifndef GPUNVME_PERF_HIST_H
 #define GPUNVME_PERF_HIST_H
@@ -33,6 +34,17 @@ GPUNVME_HD unsigned gpunvme_perf_hist_index(uint64_t v)
 #endif
 	unsigned shift = msb - GPUNVME_PERF_HSUB_BITS;
 	return (shift + 1) * GPUNVME_PERF_HSUB + (unsigned)((v >> shift) - GPUNVME_PERF_HSUB);
+}
+
+/* xorshift64*: the offsets and the read/write mix of perf workloads */
+GPUNVME_HD uint64_t gpunvme_perf_rnd(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545F4914F6CDD1Dull;
 }
 
 #endif

@@ -151,17 +151,6 @@ struct perf {
 	uint64_t t_start, t_end;
 };
 
-static inline uint64_t rnd(uint64_t *s)
-{
-	/* xorshift64* */
-	uint64_t x = *s;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	*s = x;
-	return x * 0x2545F4914F6CDD1Dull;
-}
-
 static void io_cb(void *arg, const struct gpunvme_cpl *cpl)
 {
 	struct io *io = arg;
@@ -184,7 +173,7 @@ static void io_cb(void *arg, const struct gpunvme_cpl *cpl)
 static int submit(struct worker *w, struct io *io)
 {
 	struct perf *p = w->p;
-	uint64_t r = rnd(&w->rng);
+	uint64_t r = gpunvme_perf_rnd(&w->rng);
 	uint64_t n;
 	bool random = p->wl == WL_RANDREAD || p->wl == WL_RANDWRITE || p->wl == WL_RANDRW;
 	if (random) {
@@ -197,7 +186,7 @@ static int submit(struct worker *w, struct io *io)
 	switch (p->wl) {
 	case WL_READ: case WL_RANDREAD: io->is_read = true; break;
 	case WL_WRITE: case WL_RANDWRITE: io->is_read = false; break;
-	default: io->is_read = (rnd(&w->rng) % 100) < p->mix; break;
+	default: io->is_read = (gpunvme_perf_rnd(&w->rng) % 100) < p->mix; break;
 	}
 	io->done = false;
 	io->start = cli_now_ns();
@@ -815,7 +804,7 @@ int cmd_perf(int argc, char **argv)
 			uint64_t s = w->rng;
 			uint64_t *q = (uint64_t *)w->dma;
 			for (size_t i = 0; i < (size_t)(p.depth * p.bytes) / 8; i++)
-				q[i] = rnd(&s);
+				q[i] = gpunvme_perf_rnd(&s);
 		}
 	}
 

@@ -90,17 +90,6 @@ struct perf_kargs {
 
 /* ---- device helpers -------------------------------------------------------- */
 
-__device__ __forceinline__ uint64_t perf_rnd(uint64_t *s)
-{
-	/* xorshift64*, as the CPU perf */
-	uint64_t x = *s;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	*s = x;
-	return x * 0x2545F4914F6CDD1Dull;
-}
-
 __device__ __forceinline__ uint64_t perf_mix64(uint64_t z)
 {
 	/* splitmix64 finaliser: independent seeds per slot */
@@ -125,7 +114,7 @@ __device__ __forceinline__ uint64_t perf_t0(struct perf_ctl *ctl)
 __device__ static void perf_pick(const struct perf_kargs *a, uint32_t qi, uint64_t *rng, uint64_t *slba, int *rd)
 {
 	const uint32_t wl = a->workload;
-	uint64_t r = perf_rnd(rng), n;
+	uint64_t r = gpunvme_perf_rnd(rng), n;
 	if (wl == GPUNVME_GPU_PERF_RANDREAD || wl == GPUNVME_GPU_PERF_RANDWRITE || wl == GPUNVME_GPU_PERF_RANDRW) {
 		n = r % a->nios;
 	} else {
@@ -142,7 +131,7 @@ __device__ static void perf_pick(const struct perf_kargs *a, uint32_t qi, uint64
 	else if (wl == GPUNVME_GPU_PERF_WRITE || wl == GPUNVME_GPU_PERF_RANDWRITE)
 		*rd = 0;
 	else
-		*rd = (perf_rnd(rng) % 100) < a->mix;
+		*rd = (gpunvme_perf_rnd(rng) % 100) < a->mix;
 	*slba = n * a->blocks_per_io;
 }
 
