@@ -601,12 +601,18 @@ __device__ __forceinline__ bool gpunvme_dev_published(const struct gpunvme_dev_q
 	return true;
 }
 
-/* Wait for a submitted command; returns its NVMe status (0 = success) or a
+/*
+ * Wait for a submitted command; returns its NVMe status (0 = success) or a
  * negative GPUNVME_DEV_E* code. Alone on the queue, the caller becomes its
  * poller and reads the CQ until its completion arrives; otherwise it
- * watches its slot's word, trying to take over polling between pauses. */
-__device__ static int gpunvme_dev_wait(const struct gpunvme_dev_queues *q, const struct gpunvme_dev_tag *tag,
-				       uint64_t deadline)
+ * watches its slot's word, trying to take over polling between pauses.
+ * max_pause_ns 0: the pauses are gpunvme_backoff's (__nanosleep growing to
+ * 16 µs, for crowds of waiting threads); otherwise spins on %globaltimer of
+ * at most max_pause_ns, where a sleeping waiter would show in a latency
+ * measurement (perf --gpu).
+ */
+__device__ static int gpunvme_dev_wait_paced(const struct gpunvme_dev_queues *q, const struct gpunvme_dev_tag *tag,
+					     uint64_t deadline, unsigned int max_pause_ns)
 {
 	struct gpunvme_dev_qp lq = gpunvme_dev_qp_get(q, tag->qi), *qp = &lq;
 	const unsigned int t = tag->ticket;
@@ -619,10 +625,22 @@ __device__ static int gpunvme_dev_wait(const struct gpunvme_dev_queues *q, const
 			break;
 		if (gpunvme_dev_now() > deadline)
 			return gpunvme_dev_classify(q, qp); /* slot stays held */
-		gpunvme_backoff(&ns);
+		if (!max_pause_ns) {
+			gpunvme_backoff(&ns);
+			continue;
+		}
+		for (const uint64_t until = gpunvme_dev_now() + ns; gpunvme_dev_now() < until;)
+			;
+		ns = ns + 32 < max_pause_ns ? ns + 32 : max_pause_ns;
 	}
 	gpunvme_dev_release(qp, t);
 	return tag->err ? tag->err : st;
+}
+
+__device__ static int gpunvme_dev_wait(const struct gpunvme_dev_queues *q, const struct gpunvme_dev_tag *tag,
+				       uint64_t deadline)
+{
+	return gpunvme_dev_wait_paced(q, tag, deadline, 0);
 }
 
 /* Thread level: read or write nlb blocks of any size (split at MDTS), one

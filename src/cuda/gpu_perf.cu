@@ -280,33 +280,11 @@ __global__ void perf_kernel_thread(struct perf_kargs a)
 						off, &tag, deadline);
 			/* a failed submit left nothing to wait for (or the queue
 			 * is marked broken); a successful one is consumed here,
-			 * before the group barrier below. Alone on its queue the
-			 * thread becomes the CQ poller (gpunvme_dev_cq_poll);
-			 * otherwise it watches its slot with pauses of at most
-			 * 256 ns (not gpunvme_dev_wait's back-off, which grows to
-			 * 16 us and would show in the latencies), timed on
-			 * %globaltimer (no __nanosleep); a timeout is classified
-			 * by gpunvme_dev_wait. */
-			if (rc == 0) {
-				struct gpunvme_dev_qp lq = gpunvme_dev_qp_get(&a.q, tag.qi), *qp = &lq;
-				unsigned ns = 0;
-				int st = 0;
-				bool got = false;
-				while (!(got = gpunvme_dev_cq_poll(qp, true, tag.ticket, &st, deadline) ||
-					       gpunvme_dev_published(qp, tag.ticket, &st)) &&
-				       gpunvme_dev_now() <= deadline) {
-					const uint64_t until = gpunvme_dev_now() + ns;
-					while (gpunvme_dev_now() < until)
-						;
-					ns = ns < 256 ? ns + 32 : 256;
-				}
-				if (got) {
-					gpunvme_dev_release(qp, tag.ticket);
-					rc = tag.err ? tag.err : st;
-				} else {
-					rc = gpunvme_dev_wait(&a.q, &tag, deadline);
-				}
-			}
+			 * before the group barrier below, with pauses of at most
+			 * 256 ns: the back-off of gpunvme_dev_wait grows to 16 us
+			 * and would show in the latencies */
+			if (rc == 0)
+				rc = gpunvme_dev_wait_paced(&a.q, &tag, deadline, 256);
 		}
 		unsigned bad = __ballot_sync(p.gmask, rc != 0);
 		int grc = __shfl_sync(p.gmask, rc, bad ? __ffs(bad) - 1 : lane);
