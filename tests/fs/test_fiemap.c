@@ -26,18 +26,7 @@
 #include <linux/fs.h>
 
 #include "gpunvme/extents.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);   \
-			fprintf(stderr, __VA_ARGS__);                          \
-			fprintf(stderr, " [last error: %s]\n", gpunvme_last_error()); \
-			failures++;                                            \
-		}                                                              \
-	} while (0)
+#include "../harness/check.h"
 
 static void put(const char *path, const char *text)
 {
