@@ -276,48 +276,42 @@ __device__ __forceinline__ int gpunvme_dev_cq_poll(struct gpunvme_dev_qp *qp, bo
 	uint32_t head = (uint32_t)(w >> 32) & 0xffffu, rung = (uint32_t)(w >> 16) & 0xffffu;
 	uint32_t phase = (uint32_t)(w >> 1) & 1u;
 	int found = 0;
-	bool published = false, pre = false;
-	uint32_t got = 0;
-	if (mine) {
-		/* an earlier poller may have published ours already: its word
-		 * is read while the first CQ load is in flight */
-		uint32_t pub = gpunvme_ld(&qp->done[t & mask]);
-		got = gpunvme_ld_acquire_sys(qp->cq + head * 4u + 3u);
-		pre = true;
-		if ((pub >> 16) == ((t + 1u) & 0xffffu)) {
-			gpunvme_fence_acquire(); /* with the load above, an acquire */
-			*st = (int)(pub & 0xffffu);
-			gpunvme_cqw_unlock(&s->cqw, w, false);
-			return 1;
-		}
+	bool published = false;
+	/* an earlier poller may have published ours already: its word is read
+	 * while the first CQ load is in flight. CQ entries are read one at a
+	 * time: loads of one line from one thread do not overlap (four in a
+	 * row take four PCIe round trips, bench_gpu_qd1), and consecutive
+	 * entries share lines. */
+	const uint32_t pub = mine ? gpunvme_ld(&qp->done[t & mask]) : 0;
+	uint32_t got = gpunvme_ld_acquire_sys(qp->cq + head * 4u + 3u);
+	if (mine && (pub >> 16) == ((t + 1u) & 0xffffu)) {
+		gpunvme_fence_acquire(); /* with the load above, an acquire */
+		*st = (int)(pub & 0xffffu);
+		gpunvme_cqw_unlock(&s->cqw, w, false);
+		return 1;
 	}
-	/* one entry at a time: loads of one line from one thread do not
-	 * overlap (four in a row take four PCIe round trips, bench_gpu_qd1),
-	 * and consecutive entries share lines */
 	for (;;) {
-		if (!pre)
-			got = gpunvme_ld_acquire_sys(qp->cq + head * 4u + 3u);
-		pre = false;
-		if (!gpunvme_cqe_new(got, phase)) {
+		if (gpunvme_cqe_new(got, phase)) {
+			if (mine && (got & 0xffffu) == want) {
+				*st = (int)(got >> 17);
+				found = 1;
+			} else {
+				gpunvme_dev_publish(qp, got);
+				published = true;
+			}
+			if (++head == qp->depth) {
+				head = 0;
+				phase ^= 1u;
+			}
+			if (found)
+				break;
+		} else {
 			if (!mine || gpunvme_dev_now() > until)
 				break;
 			if (((head - rung) & mask) >= lazy)
 				gpunvme_dev_cq_ring(qp, head, &rung); /* idle: a good moment */
-			continue;
 		}
-		if (mine && (got & 0xffffu) == want) {
-			*st = (int)(got >> 17);
-			found = 1;
-		} else {
-			gpunvme_dev_publish(qp, got);
-			published = true;
-		}
-		if (++head == qp->depth) {
-			head = 0;
-			phase ^= 1u;
-		}
-		if (found)
-			break;
+		got = gpunvme_ld_acquire_sys(qp->cq + head * 4u + 3u);
 	}
 	if (((head - rung) & mask) >= (found ? qp->depth / 2 : lazy))
 		gpunvme_dev_cq_ring(qp, head, &rung);
