@@ -54,6 +54,8 @@
 #define GPUNVME_DEV_ETIMEDOUT (-110)
 
 #define GPUNVME_DEV_MAX_LISTS 4     /* PRP list pages per command */
+#define GPUNVME_DEV_MAX_DEPTH 32768 /* entries per queue: command ids are tickets mod 65536,
+                                       and a slot's laps must differ in them */
 
 struct gpunvme_dev_qstate {         /* device global memory, one per queue pair */
 	unsigned long long tw;      /* next ticket << 32 | tickets not yet consumed */

@@ -131,10 +131,8 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 	gpunvme_ctrl_info(c, &ci);
 	if (ni.ms)
 		return gpunvme_set_error(-ENOTSUP, "namespace %u has metadata: not supported", nsid);
-	/* at most 32768 entries: command ids are tickets modulo 65536, and
-	 * a slot's laps must differ in them (device.cuh) */
 	uint32_t d = 2;
-	while (d * 2 <= depth && d * 2 <= ci.mqes && d * 2 <= 32768)
+	while (d * 2 <= depth && d * 2 <= ci.mqes && d * 2 <= GPUNVME_DEV_MAX_DEPTH)
 		d *= 2;
 	struct gpunvme_gpu_queues *g = (struct gpunvme_gpu_queues *)calloc(1, sizeof(*g));
 	if (!g)

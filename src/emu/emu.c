@@ -42,12 +42,17 @@ struct backoff {
 	uint32_t sleep_us;
 };
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
 static void backoff_wait(struct backoff *b, uint32_t max_us)
 {
 	if (b->idle < 256) {
-#if defined(__x86_64__) || defined(__i386__)
-		__builtin_ia32_pause();
-#endif
+		cpu_relax();
 	} else if (b->idle < 512) {
 		sched_yield();
 	} else {
@@ -88,10 +93,8 @@ static void *worker_main(void *arg)
 			backoff_reset(&b);
 			if (due > emu_now_ns() + 20000)
 				sched_yield();
-#if defined(__x86_64__) || defined(__i386__)
 			else
-				__builtin_ia32_pause();
-#endif
+				cpu_relax();
 		} else {
 			backoff_wait(&b, e->cfg.idle_sleep_max_us);
 		}
