@@ -31,7 +31,12 @@ struct io_req {
 	uint8_t *buf;            /* what remains to submit */
 	uint64_t slba, nlb;
 	uint32_t lba_shift, max_blocks;
-	const struct dma_alloc *dma;
+	/* The buffer's mapping, owned by the request for its whole life: its
+	 * later commands (waiting for free ids) build PRPs from it, never from
+	 * a cache another request may have replaced since. Looked up again
+	 * when an allocation was freed meanwhile (dma_gen moved). */
+	struct dma_alloc dma;
+	uint64_t dma_gen;
 	bool waiting;            /* linked in the wait FIFO */
 	struct io_req *next;     /* free list or wait FIFO */
 };
@@ -66,7 +71,8 @@ struct gpunvme_qpair {
 	struct io_req *reqs, *free_reqs, *wait_head, *wait_tail;
 	uint32_t outstanding;
 	uint64_t timeout_ticks, next_check;
-	struct dma_alloc cache;  /* last DMA allocation used, valid for cache_gen */
+	struct dma_alloc cache;  /* last DMA allocation looked up, valid for cache_gen;
+				  * only a lookup shortcut: requests keep copies */
 	uint64_t cache_gen;
 	const struct gpunvme_ns *ns_cache;
 };
@@ -305,6 +311,32 @@ static uint64_t prp_iova(const void *ctx, size_t off)
 	return s->bus->ops->iova_of(s->bus, s->a->handle, s->a->handle_off + s->off + off);
 }
 
+/* The allocation holding [buf, buf + len), copied to *out with the DMA
+ * generation it is valid for. Returns 0 or -EFAULT. */
+static int lookup_dma(struct gpunvme_qpair *qp, const void *buf, size_t len, struct dma_alloc *out, uint64_t *gen_out)
+{
+	/* acquire pairs with the release increment in gpunvme_dma_free: an
+	 * unchanged generation means no allocation went away since */
+	uint64_t gen = __atomic_load_n(&gpunvme_dma_gen, __ATOMIC_ACQUIRE);
+	const uint8_t *p = buf;
+	*gen_out = gen;
+	/* offset first: p beyond the allocation must not wrap the length test */
+	if (gen == qp->cache_gen && qp->cache.va && p >= qp->cache.va &&
+	    (size_t)(p - qp->cache.va) < qp->cache.len && len <= qp->cache.len - (size_t)(p - qp->cache.va)) {
+		*out = qp->cache;
+		return 0;
+	}
+	struct gpunvme_ctrl *c = qp->c;
+	pthread_mutex_lock(&c->dma_lock);
+	int rc = dma_lookup_user(c, buf, len, out);
+	pthread_mutex_unlock(&c->dma_lock);
+	if (rc)
+		return -EFAULT;
+	qp->cache = *out;
+	qp->cache_gen = gen;
+	return 0;
+}
+
 /* Build and place the next command of r in the SQ. Returns 0 or -errno
  * (the request is then failed by the caller). */
 static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
@@ -325,11 +357,21 @@ static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 		if (nlb > r->max_blocks)
 			nlb = r->max_blocks;
 		size_t len = (size_t)nlb << r->lba_shift;
+		if (__atomic_load_n(&gpunvme_dma_gen, __ATOMIC_ACQUIRE) != r->dma_gen) {
+			/* an allocation was freed while this request waited:
+			 * never build PRPs from a mapping that may be gone */
+			if (lookup_dma(qp, r->buf, (size_t)r->nlb << r->lba_shift, &r->dma, &r->dma_gen)) {
+				qp->free_cids[qp->nfree++] = cid;
+				return gpunvme_set_error(-EFAULT,
+							 "buffer %p was freed while a request on it was queued: free DMA memory only after its I/O completed",
+							 (void *)r->buf);
+			}
+		}
 		uint64_t *vas[MAX_LIST_PAGES];
 		for (uint32_t k = 0; k < qp->lp; k++)
 			vas[k] = (uint64_t *)(void *)(qp->lists + ((size_t)cid * qp->lp + k) * c->page_size);
 		struct gpunvme_prp_lists lists = { vas, &qp->list_iova[(size_t)cid * qp->lp], qp->lp };
-		struct prp_src src = { &c->bus, r->dma, (size_t)(r->buf - r->dma->va) };
+		struct prp_src src = { &c->bus, &r->dma, (size_t)(r->buf - r->dma.va) };
 		int rc = gpunvme_prp_build(prp_iova, &src, len, c->page_size, &lists, &e->prp1, &e->prp2);
 		if (rc) {
 			qp->free_cids[qp->nfree++] = cid;
@@ -412,33 +454,14 @@ static const struct gpunvme_ns *lookup_ns(struct gpunvme_qpair *qp, uint32_t nsi
 	return NULL;
 }
 
-static const struct dma_alloc *lookup_dma(struct gpunvme_qpair *qp, const void *buf, size_t len)
-{
-	uint64_t gen = __atomic_load_n(&gpunvme_dma_gen, __ATOMIC_ACQUIRE);
-	const uint8_t *p = buf;
-	/* offset first: p beyond the allocation must not wrap the length test */
-	if (gen == qp->cache_gen && qp->cache.va && p >= qp->cache.va &&
-	    (size_t)(p - qp->cache.va) < qp->cache.len && len <= qp->cache.len - (size_t)(p - qp->cache.va))
-		return &qp->cache;
-	struct gpunvme_ctrl *c = qp->c;
-	struct dma_alloc a;
-	pthread_mutex_lock(&c->dma_lock);
-	int rc = dma_lookup_user(c, buf, len, &a);
-	pthread_mutex_unlock(&c->dma_lock);
-	if (rc)
-		return NULL;
-	qp->cache = a;
-	qp->cache_gen = gen;
-	return &qp->cache;
-}
-
 static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const void *buf, uint64_t slba,
 		     uint64_t nlb, gpunvme_cb cb, void *arg)
 {
 	if (!qp)
 		return gpunvme_set_error(-EINVAL, "no queue pair");
 	const struct gpunvme_ns *ns = NULL;
-	const struct dma_alloc *dma = NULL;
+	struct dma_alloc dma = { 0 };
+	uint64_t dma_gen = 0;
 	if (opc != GPUNVME_CMD_FLUSH || nsid != GPUNVME_NSID_ALL) {
 		ns = lookup_ns(qp, nsid);
 		if (!ns)
@@ -461,8 +484,7 @@ static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const
 						 buf);
 		if (nlb > (SIZE_MAX >> ns->info.lba_shift))
 			return gpunvme_set_error(-EINVAL, "transfer too large");
-		dma = lookup_dma(qp, buf, (size_t)nlb << ns->info.lba_shift);
-		if (!dma)
+		if (lookup_dma(qp, buf, (size_t)nlb << ns->info.lba_shift, &dma, &dma_gen))
 			return gpunvme_set_error(-EFAULT, "buffer %p + %llu bytes is not inside memory from gpunvme_dma_alloc",
 						 buf, (unsigned long long)(nlb << ns->info.lba_shift));
 	}
@@ -484,6 +506,7 @@ static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const
 	r->lba_shift = ns ? ns->info.lba_shift : 0;
 	r->max_blocks = ns ? ns->info.max_blocks : 0;
 	r->dma = dma;
+	r->dma_gen = dma_gen;
 	r->waiting = false;
 	r->next = NULL;
 	qp->outstanding++;

@@ -14,6 +14,7 @@
 #include "gpunvme/emu.h"
 #include "gpunvme/gpunvme.h"
 #include "harness.h"
+#include "randio.h"
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)
 {
@@ -158,6 +159,81 @@ static int wait_one(struct gpunvme_qpair *qp, struct counter *k, int want)
 		if (gpunvme_qpair_poll(qp, 0) < 0)
 			return -1;
 	return k->done >= want ? 0 : -1;
+}
+
+/*
+ * The report that found the request/buffer mix-up: depth 4 (3 command ids),
+ * a 1 MiB read into A (8 commands at MDTS 128 KiB) and then one into B
+ * before polling. A's commands that waited for ids must still target A;
+ * B gets exactly its blocks; C, never a target, stays as it was.
+ */
+H_CASE(requests_keep_their_buffers)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M", 0);
+	H_CHECK(c);
+	struct gpunvme_qpair *qp;
+	H_OK(gpunvme_qpair_create(c, 4, &qp));
+	const size_t mib = 1u << 20;
+	uint8_t *w = gpunvme_dma_alloc(c, 2 * mib), *a = gpunvme_dma_alloc(c, mib), *b = gpunvme_dma_alloc(c, mib),
+		*cc = gpunvme_dma_alloc(c, mib), *want_c = malloc(mib);
+	H_CHECK(w && a && b && cc && want_c);
+	fill(w, 2 * mib, 21);
+	H_OK(gpunvme_write_sync(qp, 1, w, 0, 2 * mib / 512, NULL));
+	memset(a, 0x11, mib);
+	memset(b, 0x22, mib);
+	fill(cc, mib, 22);
+	memcpy(want_c, cc, mib);
+	struct counter k = { 0, 0 };
+	H_OK(gpunvme_read(qp, 1, a, 0, mib / 512, count_cb, &k));
+	H_OK(gpunvme_read(qp, 1, b, mib / 512, mib / 512, count_cb, &k));
+	for (uint64_t t0 = h_now_ms(); k.done < 2 && h_now_ms() - t0 < 5000;)
+		H_CHECK(gpunvme_qpair_poll(qp, 0) >= 0);
+	H_EQ(k.done, 2);
+	H_EQ(k.errors, 0);
+	H_CHECK(memcmp(a, w, mib) == 0);
+	H_CHECK(memcmp(b, w + mib, mib) == 0);
+	H_CHECK(memcmp(cc, want_c, mib) == 0);
+	free(want_c);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+static int randio_on(const char *uri, uint32_t max_cmds, uint32_t ops, uint64_t seed)
+{
+	struct gpunvme_ctrl *c = open_or_null(uri, 0);
+	H_CHECK(c);
+	struct randio_opts o;
+	randio_defaults(&o);
+	o.max_cmds = max_cmds;
+	o.ops = ops;
+	o.seed = seed;
+	int rc = randio_run(c, &o, stderr);
+	gpunvme_close(c);
+	H_CHECKF(rc == 0, "randio on %s (seed %llu)", uri, (unsigned long long)seed);
+	return 0;
+}
+
+/* Randomized: depths 2..8, requests of 1..64 commands, many buffers. */
+H_CASE(randio_mdts16k)
+{
+	return randio_on("emu:ram:16M?mdts=2&workers=2", 64, 40, 1);
+}
+
+H_CASE(randio_4k_mdts32k)
+{
+	return randio_on("emu:ram:16M?lbads=12&mdts=3&workers=3", 64, 40, 2);
+}
+
+H_CASE(randio_mdts128k)
+{
+	return randio_on("emu:ram:16M?workers=2", 64, 16, 3);
+}
+
+/* 2 MiB commands: PRP lists chained over two list pages. */
+H_CASE(randio_no_mdts)
+{
+	return randio_on("emu:ram:32M?mdts=0&lbads=12&workers=2", 8, 16, 4);
 }
 
 H_CASE(zeroes_dealloc_flush)
