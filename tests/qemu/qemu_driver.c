@@ -8,6 +8,9 @@
  *   qemu_driver iommu-fault URI          DMA to an unmapped IOVA fails cleanly
  *   qemu_driver write URI NSID SLBA NLB SEED    write the pattern
  *   qemu_driver verify URI NSID SLBA NLB SEED   read and compare
+ *   qemu_driver randio URI NSID SEED OPS MAX_CMDS   randomized queue-pressure
+ *                                        check (tests/io/randio.c): overwrites the
+ *                                        first 16 MiB of the namespace
  *   qemu_driver pattern SEED START BYTES the pattern of byte offsets START.. on
  *                                        stdout (for dd + cmp with the kernel driver)
  *
@@ -20,6 +23,7 @@
 #include <unistd.h>
 
 #include "gpunvme/gpunvme.h"
+#include "randio.h"
 
 static int fails;
 
@@ -337,8 +341,33 @@ static int rw_pattern(const char *uri, uint32_t nsid, uint64_t slba, uint64_t nl
 	return fails ? 1 : 0;
 }
 
+static int randio(const char *uri, uint32_t nsid, uint64_t seed, uint32_t ops, uint32_t max_cmds)
+{
+	struct gpunvme_ctrl *c = NULL;
+	int rc = gpunvme_open(uri, NULL, &c);
+	CHECK(rc == 0, "open %s: %s", uri, rc ? gpunvme_last_error() : "ok");
+	if (rc)
+		return 1;
+	struct randio_opts o;
+	randio_defaults(&o);
+	o.nsid = nsid;
+	o.seed = seed;
+	o.ops = ops;
+	o.max_cmds = max_cmds;
+	o.rounds = 2;
+	o.timeout_ms = 60000; /* TCG */
+	rc = randio_run(c, &o, stdout);
+	CHECK(rc == 0, "randio on %s ns %u, seed %llu, depths %u..%u, 1..%u commands per request", uri, nsid,
+	      (unsigned long long)seed, o.min_depth, o.max_depth, max_cmds);
+	gpunvme_close(c);
+	return fails ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 7 && !strcmp(argv[1], "randio"))
+		return randio(argv[2], (uint32_t)strtoul(argv[3], NULL, 0), strtoull(argv[4], NULL, 0),
+			      (uint32_t)strtoul(argv[5], NULL, 0), (uint32_t)strtoul(argv[6], NULL, 0));
 	if (argc == 3 && !strcmp(argv[1], "selftest"))
 		return selftest(argv[2]);
 	if (argc == 3 && !strcmp(argv[1], "iommu-fault"))
@@ -362,6 +391,6 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	fprintf(stderr, "usage: %s selftest URI | iommu-fault URI | write|verify URI NSID SLBA NLB SEED | "
-			"pattern SEED START BYTES\n", argv[0]);
+			"randio URI NSID SEED OPS MAX_CMDS | pattern SEED START BYTES\n", argv[0]);
 	return 2;
 }

@@ -8,7 +8,7 @@ nvme_ctrl serial=gpunvme-u0 size=64M lbs=512 ioq=4
 nvme_ctrl serial=gpunvme-u1 size=64M lbs=4096 mdts=2
 plan <<'PLAN'
 require_ctrls 2
-hugepages 8
+hugepages 32
 bind uio_pci_generic all
 timeout 300
 run drv.uio.a.selftest qemu_driver selftest uio:$BDF0
@@ -26,4 +26,6 @@ kwrite kernel.b.write $DISK1_1 4194304 /tmp/pk.bin
 bind uio_pci_generic all
 run drv.uio.a.reads-kernel-data qemu_driver verify uio:$BDF0 1 8192 256 41
 run drv.uio.b.reads-kernel-data qemu_driver verify uio:$BDF1 1 1024 32 41
+# last: it overwrites the first 16 MiB of the namespace
+run drv.uio.b.randio-mdts2 qemu_driver randio uio:$BDF1 1 7 64 64
 PLAN

@@ -43,4 +43,7 @@ hugepages 8
 bind uio_pci_generic 2
 run drv.uio.c2.reads-vfio-data qemu_driver verify uio:$BDF2 2 16 32 13
 run drv.uio.c.selftest qemu_driver selftest uio:$BDF2
+# last: they overwrite the first 16 MiB of the namespaces
+run drv.vfio.a.randio qemu_driver randio vfio:$BDF0 1 5 48 16
+run drv.vfio.b.randio-mdts2 qemu_driver randio vfio:$BDF1 1 6 64 64
 PLAN
