@@ -31,12 +31,18 @@ struct gpunvme_blkdev {
 	void *ctx;
 	uint64_t size;        /* bytes */
 	uint32_t lba_size;    /* the device's block size (512 for image files) */
+	/* optional: give back what reads hold between calls (a namespace
+	 * reader's I/O queue pair); the next read takes it again */
+	void (*release)(void *ctx);
 };
 
 /* An image file, read with pread. */
 int gpunvme_blkdev_open_file(const char *path, struct gpunvme_blkdev *out);
 /* A namespace through the user-space driver (its own queue pair). */
 int gpunvme_blkdev_open_ns(struct gpunvme_ctrl *c, uint32_t nsid, struct gpunvme_blkdev *out);
+/* Calls b->release where there is one: a namespace reader gives its queue
+ * pair back to the controller until its next read. */
+void gpunvme_blkdev_release(struct gpunvme_blkdev *b);
 void gpunvme_blkdev_close(struct gpunvme_blkdev *b);
 
 /* ---- file systems --------------------------------------------------------- */

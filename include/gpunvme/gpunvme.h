@@ -156,6 +156,9 @@ int gpunvme_deallocate(struct gpunvme_qpair *qp, uint32_t nsid, uint64_t slba, u
 int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max);
 /* Requests submitted and not yet completed. */
 uint32_t gpunvme_qpair_outstanding(const struct gpunvme_qpair *qp);
+/* I/O queue pairs the controller granted that no CPU queue pair or GPU
+ * queue holds now: what a new user of queues can still create. */
+uint32_t gpunvme_io_queues_free(struct gpunvme_ctrl *c);
 
 /* Synchronous helpers: submit, poll to completion. 0, or -errno with the
  * NVMe status in *status when -EIO (status may be NULL). */

@@ -38,8 +38,12 @@ struct gpunvme_loader_gpu_ops; /* gpu.h: gpunvme_loader_gpu_backend() */
 
 struct gpunvme_loader_opts {
 	enum gpunvme_tier tier;
-	uint32_t queues;        /* queue pairs (default 8) */
-	uint32_t depth;         /* entries per queue (default 256) */
+	/* 0 = fit to the controller: 8 queue pairs at most, as many as are
+	 * free (gpunvme_io_queues_free); 256 entries at most, CAP.MQES + 1.
+	 * More queues than are free: the free ones. A depth the controller
+	 * does not allow: -EINVAL. */
+	uint32_t queues;
+	uint32_t depth;
 	uint32_t timeout_ms;    /* each load (default 30000) */
 	/* Tiers 1 and 2 need the CUDA backend of libgpunvme_cuda; NULL with a
 	 * GPU tier is -ENOTSUP "built without CUDA". */
@@ -60,6 +64,10 @@ int gpunvme_layer_loader_init(struct gpunvme_ctrl *c, uint32_t nsid, const struc
 			      struct gpunvme_layer_loader **out);
 void gpunvme_layer_loader_destroy(struct gpunvme_layer_loader *l);
 enum gpunvme_tier gpunvme_layer_loader_tier(const struct gpunvme_layer_loader *l);
+/* Give the loader's I/O queues back to the controller (no load may be in
+ * flight); the next load takes them again. For a controller that granted
+ * too few queues for the loader and another reader at once. */
+int gpunvme_layer_loader_release_queues(struct gpunvme_layer_loader *l);
 
 /*
  * Destination memory of the loader's tier (GPU memory, mapped pinned host

@@ -253,6 +253,20 @@ static int start_loader(struct load_ctx *x)
 #ifdef GPUNVME_HAVE_CUDA
 	lo.gpu = gpunvme_loader_gpu_backend();
 #endif
+	/* The file system reader holds one queue pair. A controller that
+	 * granted no other: the reader gives its one to the loader, and gets
+	 * it back for --verify once the loads are done (the CPU tier can hand
+	 * its queues back; the GPU tiers keep theirs). */
+	if (gpunvme_io_queues_free(x->f.c) == 0) {
+		struct gpunvme_ctrl_info ci;
+		gpunvme_ctrl_info(x->f.c, &ci);
+		if (x->o.verify && x->tier != GPUNVME_TIER_CPU)
+			return cli_err(EXIT_RUNTIME,
+				       "--verify reads the file back on a second I/O queue pair while tier %s holds its own; "
+				       "the controller granted %u (use --tier cpu, or leave out --verify)",
+				       tier_str(x->tier), ci.nr_io_queues);
+		gpunvme_blkdev_release(&x->f.dev);
+	}
 	int rc = gpunvme_layer_loader_init(x->f.c, x->o.nsid, x->ext, x->n_ext, x->st.size, &lo, &x->l);
 	if (rc)
 		return cli_lib_err(rc, "layer loader");
@@ -405,6 +419,9 @@ static int hash_and_verify(struct load_ctx *x)
 {
 	if (!x->o.json && !x->o.verify)
 		return 0;
+	/* the reference reader needs a queue pair: the loads are done */
+	if (x->o.verify && gpunvme_io_queues_free(x->f.c) == 0)
+		gpunvme_layer_loader_release_queues(x->l);
 	for (size_t i = 0; i < x->b->n_tensors; i++) {
 		const struct gpunvme_tensor *t = x->b->tensors[i];
 		struct gpunvme_sha256 h;

@@ -35,7 +35,7 @@ struct lg_ctx {
 	struct gpunvme_gpu_queues *g;
 	uint32_t lba_shift, max_blocks, warps;
 	struct lg_alloc bounce;
-	int *d_status;
+	int *d_status;             /* [0] first failure (sticky), [1] what lg_check took */
 	cudaStream_t stream;
 	cudaEvent_t bounce_free;   /* the last round that used the bounce buffer */
 	struct lg_alloc *a;
@@ -165,8 +165,8 @@ static int lg_open(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_l
 	cudaError_t ce;
 	if ((ce = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking)) != cudaSuccess ||
 	    (ce = cudaEventCreateWithFlags(&x->bounce_free, cudaEventDisableTiming)) != cudaSuccess ||
-	    (ce = cudaMalloc((void **)&x->d_status, sizeof(int))) != cudaSuccess ||
-	    (ce = cudaMemset(x->d_status, 0, sizeof(int))) != cudaSuccess) {
+	    (ce = cudaMalloc((void **)&x->d_status, 2 * sizeof(int))) != cudaSuccess ||
+	    (ce = cudaMemset(x->d_status, 0, 2 * sizeof(int))) != cudaSuccess) {
 		rc = lg_cuda(ce, "loader set-up");
 		goto fail;
 	}
@@ -334,13 +334,22 @@ static int lg_finish(void *ctx, void *stream, void *event, int sync)
 	return ce == cudaSuccess ? 0 : lg_cuda(ce, "waiting for the load");
 }
 
+/* Read and clear the status word in one atomic step: loads on other
+ * streams may still be running, and a failure they store between a read
+ * and a separate clear would be lost (wrong data reported as success). */
+static __global__ void lg_take_status(int *d)
+{
+	d[1] = atomicExch(&d[0], 0);
+}
+
 static int lg_check(void *ctx, uint16_t *status)
 {
 	struct lg_ctx *x = (struct lg_ctx *)ctx;
 	int st = 0;
-	cudaError_t ce = cudaMemcpyAsync(&st, x->d_status, sizeof(st), cudaMemcpyDeviceToHost, x->stream);
+	lg_take_status<<<1, 1, 0, x->stream>>>(x->d_status);
+	cudaError_t ce = cudaGetLastError();
 	if (ce == cudaSuccess)
-		ce = cudaMemsetAsync(x->d_status, 0, sizeof(int), x->stream);
+		ce = cudaMemcpyAsync(&st, x->d_status + 1, sizeof(st), cudaMemcpyDeviceToHost, x->stream);
 	if (ce == cudaSuccess)
 		ce = cudaStreamSynchronize(x->stream);
 	if (ce != cudaSuccess)

@@ -139,10 +139,30 @@ struct ns_src {
 	uint64_t clock;
 };
 
+/* synchronous reads: one command at a time is all a decoder needs */
+static int ns_queue(struct ns_src *s)
+{
+	struct gpunvme_ctrl_info ci;
+	int rc = gpunvme_ctrl_info(s->c, &ci);
+	if (!rc)
+		rc = gpunvme_qpair_create(s->c, ci.mqes < 4 ? ci.mqes : 4, &s->qp);
+	return rc;
+}
+
+static void ns_release(void *ctx)
+{
+	struct ns_src *s = ctx;
+	gpunvme_qpair_destroy(s->qp);
+	s->qp = NULL;
+}
+
 static int ns_cmd(struct ns_src *s, void *buf, uint64_t slba, uint32_t nlb)
 {
 	uint16_t status = 0;
-	int rc = gpunvme_read_sync(s->qp, s->nsid, buf, slba, nlb, &status);
+	int rc = s->qp ? 0 : ns_queue(s);
+	if (rc)
+		return rc;
+	rc = gpunvme_read_sync(s->qp, s->nsid, buf, slba, nlb, &status);
 	if (rc == -EIO)
 		return gpunvme_set_error(rc, "namespace %u: read of LBA %llu+%u failed: %s", s->nsid,
 					 (unsigned long long)slba, nlb, gpunvme_status_str(status));
@@ -258,8 +278,7 @@ int gpunvme_blkdev_open_ns(struct gpunvme_ctrl *c, uint32_t nsid, struct gpunvme
 	s->lba_shift = ni.lba_shift;
 	s->nsze = ni.nsze;
 	s->bounce_lbas = NS_BOUNCE >> ni.lba_shift;
-	/* synchronous reads: one command at a time is all a decoder needs */
-	if ((rc = gpunvme_qpair_create(c, 4, &s->qp))) {
+	if ((rc = ns_queue(s))) {
 		free(s);
 		return rc;
 	}
@@ -270,8 +289,14 @@ int gpunvme_blkdev_open_ns(struct gpunvme_ctrl *c, uint32_t nsid, struct gpunvme
 		return gpunvme_set_error(-ENOMEM, "namespace %u: no DMA memory for a %u KiB bounce buffer", nsid,
 					 NS_BOUNCE >> 10);
 	}
-	*out = (struct gpunvme_blkdev){ ns_read, ns_close, s, ni.nsze << ni.lba_shift, ni.lba_size };
+	*out = (struct gpunvme_blkdev){ ns_read, ns_close, s, ni.nsze << ni.lba_shift, ni.lba_size, ns_release };
 	return 0;
+}
+
+void gpunvme_blkdev_release(struct gpunvme_blkdev *b)
+{
+	if (b && b->release)
+		b->release(b->ctx);
 }
 
 void gpunvme_blkdev_close(struct gpunvme_blkdev *b)

@@ -211,6 +211,18 @@ int gpunvme_qpair_create(struct gpunvme_ctrl *c, uint32_t depth, struct gpunvme_
 	return 0;
 }
 
+uint32_t gpunvme_io_queues_free(struct gpunvme_ctrl *c)
+{
+	uint32_t n = 0;
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->qp_lock);
+	for (uint32_t q = 1; q <= c->nr_io_queues; q++)
+		n += !c->qps[q] && !c->qid_gpu[q];
+	pthread_mutex_unlock(&c->qp_lock);
+	return n;
+}
+
 int qpair_recreate(struct gpunvme_qpair *qp)
 {
 	reset_ring_state(qp);

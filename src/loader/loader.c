@@ -24,6 +24,10 @@
 #define STAGE_CHUNK (1u << 20)
 #define CPU_REQ_BYTES (1u << 20)
 #define MAX_CPU_QUEUES 64
+/* What the loader takes when the caller leaves the choice to it (0): more
+ * queues or entries than this add nothing the emulator or one SSD shows. */
+#define AUTO_QUEUES 8
+#define AUTO_DEPTH 256
 #define MAX_ALLOCS_GROW 16
 
 struct loader_alloc {
@@ -58,8 +62,8 @@ void gpunvme_loader_opts_init(struct gpunvme_loader_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->tier = GPUNVME_TIER_CPU;
-	o->queues = 8;
-	o->depth = 256;
+	o->queues = 0; /* fit to the controller */
+	o->depth = 0;
 	o->timeout_ms = 30000;
 }
 
@@ -69,6 +73,46 @@ static const char *tier_name(enum gpunvme_tier t)
 }
 
 /* ---- set-up ---------------------------------------------------------------------- */
+
+/* Queue count and depth fitted to what the controller granted and what is
+ * still free, so that the defaults work on any controller. */
+static int fit_queues(struct gpunvme_layer_loader *l)
+{
+	struct gpunvme_ctrl_info ci;
+	int rc = gpunvme_ctrl_info(l->c, &ci);
+	if (rc)
+		return rc;
+	uint32_t nfree = gpunvme_io_queues_free(l->c);
+	if (!nfree)
+		return gpunvme_set_error(-EBUSY,
+					 "all %u I/O queue pairs the controller granted are in use: the loader needs one "
+					 "(destroy a queue pair first, or open the controller asking for more: opts.nr_io_queues)",
+					 ci.nr_io_queues);
+	if (!l->o.depth)
+		l->o.depth = ci.mqes < AUTO_DEPTH ? ci.mqes : AUTO_DEPTH;
+	else if (l->o.depth < 2 || l->o.depth > ci.mqes)
+		return gpunvme_set_error(-EINVAL, "queue depth %u: this controller allows 2..%u entries per queue (CAP.MQES + 1)",
+					 l->o.depth, ci.mqes);
+	uint32_t want = l->o.queues ? l->o.queues : AUTO_QUEUES;
+	l->o.queues = want < nfree ? want : nfree;
+	return 0;
+}
+
+/* The CPU tier's queue pairs: as many as fit_queues chose, or fewer when
+ * another user took some since (never none). */
+static int cpu_queues_acquire(struct gpunvme_layer_loader *l)
+{
+	uint32_t n = l->o.queues < MAX_CPU_QUEUES ? l->o.queues : MAX_CPU_QUEUES;
+	for (uint32_t i = 0; i < n; i++) {
+		int rc = gpunvme_qpair_create(l->c, l->o.depth, &l->qp[i]);
+		if (rc == -EBUSY && i > 0)
+			break;
+		if (rc)
+			return rc;
+		l->nqp = i + 1;
+	}
+	return 0;
+}
 
 static int check_extents(const struct gpunvme_extent *ext, size_t n, uint64_t dev_bytes)
 {
@@ -111,10 +155,6 @@ int gpunvme_layer_loader_init(struct gpunvme_ctrl *c, uint32_t nsid, const struc
 		l->o = *opts;
 	else
 		gpunvme_loader_opts_init(&l->o);
-	if (!l->o.queues)
-		l->o.queues = 8;
-	if (!l->o.depth)
-		l->o.depth = 256;
 	if (!l->o.timeout_ms)
 		l->o.timeout_ms = 30000;
 	l->ext = malloc((n ? n : 1) * sizeof(*ext));
@@ -126,18 +166,12 @@ int gpunvme_layer_loader_init(struct gpunvme_ctrl *c, uint32_t nsid, const struc
 		memcpy(l->ext, ext, n * sizeof(*ext));
 	l->n_ext = n;
 	l->bounce_bytes = LOADER_BOUNCE_BYTES;
+	if ((rc = fit_queues(l)))
+		goto fail;
 
 	if (l->o.tier == GPUNVME_TIER_CPU) {
-		l->nqp = l->o.queues < MAX_CPU_QUEUES ? l->o.queues : MAX_CPU_QUEUES;
-		for (uint32_t i = 0; i < l->nqp; i++) {
-			rc = gpunvme_qpair_create(c, l->o.depth, &l->qp[i]);
-			if (rc == -EBUSY && i > 0) { /* fewer queues granted: use what there is */
-				l->nqp = i;
-				break;
-			}
-			if (rc)
-				goto fail;
-		}
+		if ((rc = cpu_queues_acquire(l)))
+			goto fail;
 		l->bounce = gpunvme_dma_alloc(c, l->bounce_bytes);
 		if (!l->bounce) {
 			rc = -ENOMEM;
@@ -184,6 +218,19 @@ void gpunvme_layer_loader_destroy(struct gpunvme_layer_loader *l)
 		gpunvme_dma_free(l->c, l->bounce);
 	free(l->ext);
 	free(l);
+}
+
+int gpunvme_layer_loader_release_queues(struct gpunvme_layer_loader *l)
+{
+	if (!l)
+		return gpunvme_set_error(-EINVAL, "release_queues: no loader");
+	/* GPU queues hold the tier's buffer registrations: they stay */
+	if (l->gpu)
+		return gpunvme_set_error(-ENOTSUP, "the GPU tiers keep their queues for the loader's life");
+	for (uint32_t i = 0; i < l->nqp; i++)
+		gpunvme_qpair_destroy(l->qp[i]);
+	l->nqp = 0;
+	return 0;
 }
 
 enum gpunvme_tier gpunvme_layer_loader_tier(const struct gpunvme_layer_loader *l)
@@ -511,6 +558,8 @@ static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
 		staged = len && !l->gpu->direct(l->gctx, dst, len);
 	else
 		staged = len && (!gpunvme_dma_iova(l->c, dst) || !gpunvme_dma_iova(l->c, (const uint8_t *)dst + len - 1));
+	if (!l->gpu && !l->nqp && (rc = cpu_queues_acquire(l)))
+		return rc; /* released: take them again */
 	struct plan p;
 	if ((rc = plan_build(l, off, len, (uintptr_t)dst, staged, &p)))
 		return rc;

@@ -5,7 +5,7 @@
 # compare each tensor with the manifest; `mkmodel` checks the generator
 # alone; `roundtrip` builds images of random-data models with mkfs at test
 # time. Skipped (77) without zstd, python3 or the mkfs tool a group needs.
-set(GPUNVME_LOAD_TEST_GROUPS json_ext4 json_xfs tensors_glob verify tier_cpu bad_inputs usage mkmodel roundtrip)
+set(GPUNVME_LOAD_TEST_GROUPS json_ext4 json_xfs tensors_glob verify tier_cpu bad_inputs usage mkmodel roundtrip queue_sweep)
 foreach(g IN LISTS GPUNVME_LOAD_TEST_GROUPS)
   add_test(NAME loader.load.${g}
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/load_test.sh $<TARGET_FILE:gpunvme-cli> ${g}

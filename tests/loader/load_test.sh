@@ -4,7 +4,7 @@
 # `gpunvme load` on the fragmented ext4/XFS fixtures of tests/loader/fixtures
 # (scripts/fixtures/make-model-fixtures.sh) and on images built at test time:
 #   load_test.sh GPUNVME_BINARY GROUP [MKMODEL_BINARY]
-# Groups: json_ext4 json_xfs tensors_glob verify tier_cpu bad_inputs usage
+# Groups: json_ext4 json_xfs tensors_glob verify tier_cpu bad_inputs usage queue_sweep
 # (fixtures), mkmodel (the generator alone), roundtrip (mkmodel + mkfs.ext4 -d
 # / mkfs.xfs -p images of random-data models).
 #
@@ -398,6 +398,52 @@ PY
 			echo "note: mkfs.xfs -p failed or made an unclean image ($(grep -m 1 -iE 'bad|error|refus' "$WORK/mkfs.txt")); XFS part skipped"
 		fi
 	fi
+}
+
+# Every queue count, depth and MDTS a user can combine gives the same
+# bytes: the edge-case model and a random one whose tensors span many
+# commands, through controllers that grant few queues, shallow queues or
+# small transfers. Explicit settings the controller cannot honour fail
+# with the reason; defaults fit themselves to what it granted.
+group_queue_sweep() {
+	need_mkmodel
+	command -v mkfs.ext4 >/dev/null 2>&1 || skip "no mkfs.ext4"
+	local d=$WORK/tree img=$WORK/qs.img u o f
+	mkdir -p "$d/m"
+	"$MKMODEL" --format safetensors --edge --seed 31 -o "$d/m/e.safetensors" --manifest "$WORK/e.man" &&
+		"$MKMODEL" --format safetensors --size 12M --seed 32 -o "$d/m/r.safetensors" --manifest "$WORK/r.man" ||
+		{ fail "mkmodel failed"; return; }
+	python3 - "$d" >"$WORK/qs.manifest" <<'PY' || { fail "manifest"; return; }
+import hashlib, sys
+d = sys.argv[1]
+for f, man in (("e.safetensors", "e.man"), ("r.safetensors", "r.man")):
+    data = open("%s/m/%s" % (d, f), "rb").read()
+    for l in open("%s/../%s" % (d, man), encoding="utf-8"):
+        n, dt, sh, off, size = l.rstrip("\n").split("\t")
+        h = hashlib.sha256(data[int(off):int(off) + int(size)]).hexdigest()
+        print("/m/%s\t%s\t%s\t%s\t%s\t%s\t%s" % (f, n, dt, sh, off, size, h))
+PY
+	truncate -s 64M "$img"
+	mkfs.ext4 -q -F -b 4096 -d "$d" "$img" || { fail "mkfs.ext4 -d"; return; }
+	for u in "" "?mdts=2" "?mdts=3" "?nsq=1" "?mqes=3" "?nsq=2&mqes=1" "?nsq=1&mqes=1&mdts=2"; do
+		for o in "" "--queues 1" "--queues 3 --depth 5" "--depth 2" "--depth 64" "--queues 64"; do
+			# an explicit depth beyond the controller's is the user's to fix
+			case "$u/$o" in
+			*mqes=3*--depth\ 5* | *mqes=3*--depth\ 64* | *mqes=1*--depth\ 5* | *mqes=1*--depth\ 64*)
+				# shellcheck disable=SC2086
+				bad 1 "entries per queue" load "emu:$img$u" /m/r.safetensors --tier cpu --no-progress $o
+				continue ;;
+			esac
+			for f in /m/e.safetensors /m/r.safetensors; do
+				# shellcheck disable=SC2086
+				ok load "emu:$img$u" "$f" --json --tier cpu --no-progress $o &&
+					check_json "$WORK/qs.manifest" "$f" "emu:$img$u" ext4 false
+			done
+		done
+		# the reference reader needs its own queue pair after the loads
+		ok load "emu:$img$u" /m/r.safetensors --json --verify --tier cpu --no-progress &&
+			check_json "$WORK/qs.manifest" /m/r.safetensors "emu:$img$u" ext4 true
+	done
 }
 
 if ! declare -F "group_$GROUP" >/dev/null; then
