@@ -15,7 +15,7 @@
 # error cases check the exit code (1 runtime, 2 usage), that stderr is
 # exactly one line starting with "gpunvme: " and a key phrase; a signal,
 # a hang or a sanitizer report is always a failure.
-# LOAD_TEST_TIER=1|2 runs the json_*, tensors_glob and verify groups at that
+# LOAD_TEST_TIER=1|2 runs the json_*, tensors_glob, verify and queue_sweep groups at that
 # tier (GPU machines; default cpu). Exit 0 pass, 1 fail, 77 skip (no zstd /
 # python3 / tool the group needs).
 set -u # not -e: a failed check is counted and the group goes on
@@ -409,6 +409,7 @@ group_queue_sweep() {
 	need_mkmodel
 	command -v mkfs.ext4 >/dev/null 2>&1 || skip "no mkfs.ext4"
 	local d=$WORK/tree img=$WORK/qs.img u o f
+	CHECK_TIER=$TIER
 	mkdir -p "$d/m"
 	"$MKMODEL" --format safetensors --edge --seed 31 -o "$d/m/e.safetensors" --manifest "$WORK/e.man" &&
 		"$MKMODEL" --format safetensors --size 12M --seed 32 -o "$d/m/r.safetensors" --manifest "$WORK/r.man" ||
@@ -431,17 +432,24 @@ PY
 			case "$u/$o" in
 			*mqes=3*--depth\ 5* | *mqes=3*--depth\ 64* | *mqes=1*--depth\ 5* | *mqes=1*--depth\ 64*)
 				# shellcheck disable=SC2086
-				bad 1 "entries per queue" load "emu:$img$u" /m/r.safetensors --tier cpu --no-progress $o
+				bad 1 "entries per queue" load "emu:$img$u" /m/r.safetensors --tier "$TIER" --no-progress $o
 				continue ;;
 			esac
 			for f in /m/e.safetensors /m/r.safetensors; do
 				# shellcheck disable=SC2086
-				ok load "emu:$img$u" "$f" --json --tier cpu --no-progress $o &&
+				ok load "emu:$img$u" "$f" --json --tier "$TIER" --no-progress $o &&
 					check_json "$WORK/qs.manifest" "$f" "emu:$img$u" ext4 false
 			done
 		done
-		# the reference reader needs its own queue pair after the loads
-		ok load "emu:$img$u" /m/r.safetensors --json --verify --tier cpu --no-progress &&
+		# the reference reader needs its own queue pair after the loads:
+		# the GPU tiers keep theirs, so one granted queue is too few
+		case "$TIER/$u" in
+		cpu/* | */ | */?mdts* | */?mqes*) ;;
+		*nsq=1*)
+			bad 1 "second I/O queue pair" load "emu:$img$u" /m/r.safetensors --verify --tier "$TIER" --no-progress
+			continue ;;
+		esac
+		ok load "emu:$img$u" /m/r.safetensors --json --verify --tier "$TIER" --no-progress &&
 			check_json "$WORK/qs.manifest" /m/r.safetensors "emu:$img$u" ext4 true
 	done
 }
