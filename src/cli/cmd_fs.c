@@ -540,7 +540,7 @@ static int do_cat(const struct fs_opts *o, struct cli_fs *h)
 		}
 		ssize_t w = cli_write_all(STDOUT_FILENO, buf, (size_t)r);
 		if (w < 0) {
-			rc = cli_err(EXIT_RUNTIME, "writing to stdout: %s", strerror((int)-w));
+			rc = cli_write_err((int)w, "to stdout");
 			break;
 		}
 		off += (uint64_t)r;

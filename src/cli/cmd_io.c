@@ -53,7 +53,7 @@ static void help(bool is_write)
 	       "  -h, --help           this text\n"
 	       "\n"
 	       "Numbers: decimal or 0x hex; SIZE also takes K/M/G. A summary line (bytes,\n"
-	       "MiB/s) goes to stderr.\n"
+	       "GB/s) goes to stderr.\n"
 	       "\n"
 	       "example: gpunvme %s 'emu:/tmp/disk.img' --slba 0 --nlb 2048 %s\n",
 	       is_write ? "  -d, --in FILE        input file, '-' for stdin (also --data)\n"
@@ -382,8 +382,9 @@ static int run(int argc, char **argv, bool is_write)
 			if (!is_write) {
 				ssize_t w = cli_write_all(fd, s->buf, (size_t)(s->nlb * ni.lba_size));
 				if (w < 0) {
-					rc = cli_err(EXIT_RUNTIME, "writing '%s': %s", path,
-						     strerror((int)-w));
+					char dst[300];
+					snprintf(dst, sizeof(dst), "'%s'", path);
+					rc = cli_write_err((int)w, dst);
 					break;
 				}
 			}
@@ -452,9 +453,9 @@ static int run(int argc, char **argv, bool is_write)
 		double secs = (double)(t1 - t0) / 1e9;
 		char h[32];
 		fprintf(stderr, "%s %" PRIu64 " bytes (%s, %" PRIu64 " block%s of %u B, LBA %" PRIu64 "..%" PRIu64
-			", nsid %u) in %.3f s: %.1f MiB/s\n",
+			", nsid %u) in %.3f s: %.3f GB/s\n",
 			is_write ? "wrote" : "read", total, cli_human_bytes(total, h, sizeof(h)), nlb, nlb == 1 ? "" : "s", ni.lba_size,
-			slba, slba + nlb - 1, nsid, secs, secs > 0 ? (double)total / secs / 1048576.0 : 0.0);
+			slba, slba + nlb - 1, nsid, secs, secs > 0 ? (double)total / secs / 1e9 : 0.0);
 	}
 
 out:

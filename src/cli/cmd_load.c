@@ -106,7 +106,11 @@ static int parse(int argc, char **argv, struct load_opts *o)
 			if ((rc = cli_opt_u64("--offset", optarg, true, 0, UINT64_MAX, &o->offset)))
 				return rc;
 			break;
-		case 't': o->tensors = optarg; break;
+		case 't':
+			if (!*optarg)
+				return cli_usage_err("--tensors '': give one or more patterns, e.g. 'blk.0.*,token_embd*'");
+			o->tensors = optarg;
+			break;
 		case 'T':
 			if (!strcmp(optarg, "cpu") || !strcmp(optarg, "0"))
 				o->tier = GPUNVME_TIER_CPU;
@@ -225,12 +229,12 @@ static int start_loader(struct load_ctx *x)
 		struct gpunvme_ctrl_info ci;
 		if (gpu && gpunvme_ctrl_info(x->f.c, &ci) == 0 && strcmp(ci.transport, "emu") != 0) {
 			x->tier = GPUNVME_TIER_1;
-			fprintf(stderr, "gpunvme: load: %s: GPU memory is not yet a DMA target on real controllers "
+			fprintf(stderr, "gpunvme: load: note: %s: GPU memory is not yet a DMA target on real controllers "
 					"(no GPU bus addresses): loading into pinned host memory the GPU reads (tier 1)\n",
 				x->o.uri);
 		}
 		if (!gpu)
-			fprintf(stderr, "gpunvme: load: no CUDA GPU %s: loading into host memory through the CPU data path\n",
+			fprintf(stderr, "gpunvme: load: note: no CUDA GPU %s: loading into host memory through the CPU data path\n",
 #ifdef GPUNVME_HAVE_CUDA
 				"is usable here"
 #else

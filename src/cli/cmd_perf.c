@@ -258,7 +258,7 @@ static void help(void)
 	       "I/O benchmark in the manner of SPDK perf. One thread per queue pair; each keeps\n"
 	       "DEPTH I/Os of BYTES in flight. Random offsets are aligned to BYTES and uniform\n"
 	       "over the namespace; sequential workloads give each queue pair its own slice\n"
-	       "of the namespace and wrap around in it. Prints IOPS, MiB/s and latency\n"
+	       "of the namespace and wrap around in it. Prints IOPS, GB/s and latency\n"
 	       "(average, p50, p99, max) from a log-linear histogram.\n"
 	       "\n"
 	       "  -q, --depth N        I/Os in flight per queue pair (1 .. queue entries - 1)\n"
@@ -331,6 +331,7 @@ static void stats_json(struct cli_json *j, const char *key, const struct gpunvme
 	cj_obj_begin(j, key);
 	cj_u64(j, "ios", h->count);
 	cj_dbl(j, "iops", secs > 0 ? (double)h->count / secs : 0);
+	cj_dbl(j, "gb_per_s", secs > 0 ? (double)h->count * (double)bytes / secs / 1e9 : 0);
 	cj_dbl(j, "mib_per_s", secs > 0 ? (double)h->count * (double)bytes / secs / 1048576.0 : 0);
 	lat_json(j, "latency_us", h);
 	cj_obj_end(j);
@@ -339,7 +340,9 @@ static void stats_json(struct cli_json *j, const char *key, const struct gpunvme
 static void stats_line(const char *name, const struct gpunvme_perf_hist *h, double secs, uint64_t bytes)
 {
 	double iops = secs > 0 ? (double)h->count / secs : 0;
-	printf("%-22s %12.1f %10.2f %10.2f %10.2f %10.2f %10.2f\n", name, iops, iops * (double)bytes / 1048576.0,
+	/* GB/s (10^9 bytes), as `load`, read/write and SSD datasheets quote;
+	 * IOPS as a whole number */
+	printf("%-22s %12.0f %10.3f %10.2f %10.2f %10.2f %10.2f\n", name, iops, iops * (double)bytes / 1e9,
 	       h->count ? (double)h->sum / (double)h->count / 1e3 : 0.0, h_pct(h, 50) / 1e3, h_pct(h, 99) / 1e3,
 	       h->max / 1e3);
 }
@@ -429,6 +432,7 @@ static int report(const struct perf *p, struct worker *ws, uint32_t nw, bool jso
 			cj_u64(&j, "queue", i);
 			cj_u64(&j, "ios", wq->count);
 			cj_dbl(&j, "iops", secs > 0 ? (double)wq->count / secs : 0);
+			cj_dbl(&j, "gb_per_s", secs > 0 ? (double)wq->count * (double)p->bytes / secs / 1e9 : 0);
 			cj_dbl(&j, "mib_per_s", secs > 0 ? (double)wq->count * (double)p->bytes / secs / 1048576.0 : 0);
 			lat_json(&j, "latency_us", wq);
 			cj_obj_end(&j);
@@ -450,7 +454,7 @@ static int report(const struct perf *p, struct worker *ws, uint32_t nw, bool jso
 			printf(", %s I/Os, depth %u, %u queue pair%s (one thread each), %.2f s\n",
 			       cli_human_bytes(p->bytes, h2, sizeof(h2)), p->depth, p->queues, p->queues > 1 ? "s" : "",
 			       secs);
-		printf("%-22s %12s %10s %10s %10s %10s %10s\n", "", "IOPS", "MiB/s", "avg(us)", "p50(us)", "p99(us)",
+		printf("%-22s %12s %10s %10s %10s %10s %10s\n", "", "IOPS", "GB/s", "avg(us)", "p50(us)", "p99(us)",
 		       "max(us)");
 		for (uint32_t i = 0; i < nw && nw > 1; i++) {
 			memset(wq, 0, sizeof(*wq));

@@ -93,7 +93,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(name, "help")) {
-		if (argc < 3) {
+		if (argc < 3 || !strcmp(argv[2], "-h") || !strcmp(argv[2], "--help")) {
 			usage(stdout);
 			return 0;
 		}
@@ -112,7 +112,7 @@ int main(int argc, char **argv)
 			optind = 0;  /* full getopt re-initialisation */
 			int rc = commands[i].fn(argc - 1, argv + 1);
 			if (fflush(stdout) != 0 && rc == 0)
-				return cli_err(EXIT_RUNTIME, "writing to stdout: %s", strerror(errno));
+				return cli_write_err(-errno, "to stdout");
 			return rc;
 		}
 	if (name[0] == '-')

@@ -318,10 +318,11 @@ int cli_check_range(const struct gpunvme_ns_info *ni, uint64_t slba, uint64_t nl
 	if (nlb == 0)
 		return cli_usage_err("--nlb must be at least 1");
 	if (slba >= ni->nsze || nlb > ni->nsze - slba)
-		return cli_err(EXIT_USAGE, "LBA range %" PRIu64 "..%" PRIu64 " is past the end of namespace "
+		/* start and count, not an end LBA: slba + nlb may not fit 64 bits */
+		return cli_err(EXIT_USAGE, "%" PRIu64 " blocks at LBA %" PRIu64 " run past the end of namespace "
 				     "%u, which holds %" PRIu64 " blocks of %u bytes (%s; last LBA %" PRIu64
 				     ")",
-				     slba, slba + nlb - 1 >= slba ? slba + nlb - 1 : UINT64_MAX, ni->nsid,
+				     nlb, slba, ni->nsid,
 				     ni->nsze, ni->lba_size,
 				     cli_human_bytes(ni->nsze * (uint64_t)ni->lba_size, h, sizeof(h)),
 				     ni->nsze ? ni->nsze - 1 : 0);
@@ -333,6 +334,13 @@ uint64_t cli_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int cli_write_err(int err, const char *what)
+{
+	if (err == -EPIPE)
+		return EXIT_PIPE;
+	return cli_err(EXIT_RUNTIME, "writing %s: %s", what, strerror(-err));
 }
 
 ssize_t cli_write_all(int fd, const void *buf, size_t len)

@@ -22,6 +22,10 @@
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
+/* The reader of our stdout went away (EPIPE; SIGPIPE is ignored so that a
+ * controller is always shut down cleanly): stop quietly with the status a
+ * shell shows for a tool that SIGPIPE ended, 128 + 13, as coreutils' do. */
+#define EXIT_PIPE 141
 
 /* The subcommand being run ("gpunvme: <cmd>: ..."); NULL at top level. */
 extern const char *cli_cmd;
@@ -100,6 +104,9 @@ uint64_t cli_now_ns(void);
 /* Write / read all of len bytes (retrying on EINTR and short transfers).
  * Returns bytes moved (read: less than len only at EOF) or -errno. */
 ssize_t cli_write_all(int fd, const void *buf, size_t len);
+/* A failed write of output `what`: EXIT_PIPE without a message for EPIPE,
+ * else the error line and EXIT_RUNTIME. err is -errno. */
+int cli_write_err(int err, const char *what);
 ssize_t cli_read_full(int fd, void *buf, size_t len);
 
 /* ---- JSON ------------------------------------------------------------------ */

@@ -314,10 +314,16 @@ extern "C" int gpunvme_gpu_perf_probe(void)
 	cudaError_t e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess) {
 		cudaGetLastError();
-		return gpunvme_set_error(-ENODEV, "no CUDA GPU: %s (cudaGetDeviceCount)", cudaGetErrorString(e));
+		/* no driver loaded reads as "driver version is insufficient":
+		 * say what the user has to know first */
+		if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
+			return gpunvme_set_error(-ENODEV, "no NVIDIA GPU or driver found (CUDA: %s): run without --gpu, "
+							  "or install the NVIDIA driver",
+						 cudaGetErrorString(e));
+		return gpunvme_set_error(-ENODEV, "no CUDA GPU usable: %s (cudaGetDeviceCount)", cudaGetErrorString(e));
 	}
 	if (n <= 0)
-		return gpunvme_set_error(-ENODEV, "no CUDA GPU: the CUDA runtime sees no device");
+		return gpunvme_set_error(-ENODEV, "no NVIDIA GPU or driver found: the CUDA runtime sees no device");
 	return 0;
 }
 

@@ -483,8 +483,9 @@ static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const
 		if (nlb == 0)
 			return gpunvme_set_error(-EINVAL, "a transfer of 0 blocks");
 		if (slba >= ns->info.nsze || nlb > ns->info.nsze - slba)
-			return gpunvme_set_error(-ERANGE, "blocks %llu..%llu are past the end of namespace %u (%llu blocks)",
-						 (unsigned long long)slba, (unsigned long long)(slba + nlb - 1), nsid,
+			/* start and count: slba + nlb may not fit 64 bits */
+			return gpunvme_set_error(-ERANGE, "%llu blocks at LBA %llu run past the end of namespace %u (%llu blocks)",
+						 (unsigned long long)nlb, (unsigned long long)slba, nsid,
 						 (unsigned long long)ns->info.nsze);
 		if (ns->info.ms)
 			return gpunvme_set_error(-ENOTSUP, "namespace %u has metadata (%u bytes per block): not supported",

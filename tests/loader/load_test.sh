@@ -285,6 +285,7 @@ group_usage() {
 	bad 2 "nsid" load "$U" "$P" --nsid 0
 	bad 2 "unknown option|unrecognized" load "$U" "$P" --frob
 	bad 2 "tensors|argument|value" load "$U" "$P" --tensors
+	bad 2 "--tensors ''" load "$U" "$P" --tensors ''
 	bad 2 "unexpected|argument" load "$U" "$P" extra
 	if ok load --help; then grep -q 'usage: gpunvme load' "$OUT" || { fail "load --help has no usage line"; show; }; fi
 	if ok help load; then grep -q 'usage: gpunvme load' "$OUT" || { fail "help load has no usage line"; show; }; fi
