@@ -6,6 +6,7 @@
  * exercised exactly as behind an IOMMU.
  */
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -41,9 +42,27 @@ static int emu_open(struct gpunvme_bus *b, const char *addr, const struct gpunvm
 	rc = gpunvme_emu_create(&cfg, &eb->emu);
 	if (rc) {
 		free(eb);
-		if (cfg.ns[0].backing == GPUNVME_EMU_BACK_FILE && rc == -ENOENT)
-			return gpunvme_set_error(rc, "emu:%s: cannot open the image: %s (create one with: truncate -s 1G %s)",
-						 addr, strerror(-rc), cfg.ns[0].path);
+		/* name the image that failed: any namespace may be one */
+		for (uint32_t i = 0; i < cfg.nr_ns; i++) {
+			const struct gpunvme_emu_ns_config *ns = &cfg.ns[i];
+			struct stat st;
+			if (ns->backing != GPUNVME_EMU_BACK_FILE)
+				continue;
+			if (stat(ns->path, &st) != 0)
+				return gpunvme_set_error(rc, "emu:%s: namespace %u: cannot open the image '%s': %s (give "
+							     "ram:SIZE, null:SIZE or an image file; create one with: truncate -s 1G %s)",
+							 addr, i + 1, ns->path, strerror(errno), ns->path);
+			if (!S_ISREG(st.st_mode))
+				return gpunvme_set_error(rc, "emu:%s: namespace %u: '%s' is not a regular file (an image "
+							     "file is needed; block devices go through vfio:/uio:)",
+							 addr, i + 1, ns->path);
+			uint64_t bs = 1ull << ns->lba_shift;
+			if (st.st_size == 0 || (uint64_t)st.st_size % bs)
+				return gpunvme_set_error(rc, "emu:%s: namespace %u: image '%s' holds %lld bytes, not a "
+							     "non-empty whole number of %llu-byte blocks (truncate -s SIZE %s)",
+							 addr, i + 1, ns->path, (long long)st.st_size,
+							 (unsigned long long)bs, ns->path);
+		}
 		if (cfg.ns[0].backing == GPUNVME_EMU_BACK_FILE && rc != -EINVAL)
 			return gpunvme_set_error(rc, "emu:%s: cannot open the image: %s", addr, strerror(-rc));
 		if (rc == -EINVAL)

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "gpunvme/gpunvme.h"
 #include "harness.h"
 
 /* One block write + read back on nsid 1 through q, checked by CRC. */
@@ -502,6 +503,50 @@ H_CASE(config_parse)
 		int rc = gpunvme_emu_config_parse(&cfg, bad[i], &err);
 		H_CHECKF(rc == -EINVAL, "\"%s\" -> %d", bad[i], rc);
 		H_CHECKF(err != NULL && err[0], "\"%s\": no error message", bad[i]);
+	}
+	return 0;
+}
+
+/* Every bad option value says which option, what was given and what is
+ * allowed; a missing image names itself (through gpunvme_open, which also
+ * creates the emulator). */
+H_CASE(config_messages)
+{
+	static const struct {
+		const char *uri, *want[3];
+	} cases[] = {
+		{ "emu:ram:1M?lbads=13", { "lbads", "'13'", "9 (512-byte blocks) or 12" } },
+		{ "emu:ram:1M?workers=0", { "workers", "'0'", "1..256" } },
+		{ "emu:ram:1M?nsq=100000", { "nsq", "'100000'", "1..65535" } },
+		{ "emu:ram:1M?mqes=70000", { "mqes", "'70000'", "1..65535" } },
+		{ "emu:ram:1M?vwc=2", { "vwc", "'2'", "0..1" } },
+		{ "emu:ram:1M?ready_ms=10001", { "ready_ms", "'10001'", "0..10000" } },
+		{ "emu:ram:1M?mdts=21", { "mdts", "'21'", "0..20" } },
+		{ "emu:ram:1M?dstrd=16", { "dstrd", "'16'", "0..15" } },
+		{ "emu:ram:1M?idle_us=0", { "idle_us", "'0'", "1..1000000" } },
+		{ "emu:ram:1M?latency_us=-1", { "latency_us", "'-1'", "0..10000000" } },
+		{ "emu:ram:1M?iops=1x", { "iops", "'1x'", "0..1000000000" } },
+		{ "emu:ram:1M?read_mbps=99999999999", { "read_mbps", "'99999999999'", "0..1000000000" } },
+		{ "emu:ram:1M?write_mbps=", { "write_mbps", "''", "0..1000000000" } },
+		{ "emu:ram:1M?snapshot=2", { "snapshot", "'2'", "0..1" } },
+		{ "emu:ram:1M?nsq", { "'nsq'", "no value", "key=value" } },
+		{ "emu:ram:1M?frob=1", { "'frob'", "unknown", "lbads nsq" } },
+		{ "emu:ram:1M?ns=/nonexistent/foo.img", { "namespace 2", "'/nonexistent/foo.img'", "truncate -s" } },
+		{ "emu:ram:1M?ns=ram:1M?lbads=12", { "ram:1M?lbads=12", "first '?'", "every namespace" } },
+		{ "emu:ram:1M?ns=ram:", { "namespace 'ram:'", "bad size", "512M" } },
+		{ "emu:ram:1000?lbads=12", { "namespace 1", "1000 bytes", "4096-byte blocks" } },
+		{ "emu:ram:1M?snapshot=1", { "snapshot=1", "image file", "" } },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct gpunvme_ctrl *c = NULL;
+		int rc = gpunvme_open(cases[i].uri, NULL, &c);
+		H_CHECKF(rc == -EINVAL || rc == -ENOENT, "%s -> %d", cases[i].uri, rc);
+		const char *e = gpunvme_last_error();
+		for (int k = 0; k < 3; k++)
+			H_CHECKF(strstr(e, cases[i].want[k]), "%s: message lacks \"%s\": %s", cases[i].uri,
+				 cases[i].want[k], e);
+		if (c)
+			gpunvme_close(c);
 	}
 	return 0;
 }
