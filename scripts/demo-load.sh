@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
 # The model loader end to end, on a fresh machine right after the build, with
 # no root, no mount and no NVMe hardware:
-#   1. gpunvme-mkmodel writes a 512 MiB safetensors model (fixed seed);
+#   1. gpunvme-mkmodel writes a safetensors model of at least 512 MiB
+#      (570 MiB: whole layers; fixed seed);
 #   2. mkfs.ext4 -d puts it into an ext4 image, and mkfs.xfs -p (protofile)
 #      into an XFS image when xfsprogs is installed;
 #   3. each image becomes namespace 1 of the embedded NVMe emulator

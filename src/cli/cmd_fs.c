@@ -211,13 +211,7 @@ static void time_str(int64_t sec, char *buf, size_t len)
  * (a hostile image must not drive the terminal). */
 static void put_name(FILE *f, const char *name, size_t len)
 {
-	for (size_t i = 0; i < len; i++) {
-		unsigned char ch = (unsigned char)name[i];
-		if (ch < 0x20 || ch == 0x7f)
-			fprintf(f, "\\x%02x", ch);
-		else
-			fputc(ch, f);
-	}
+	cli_put_name(f, name, len);
 }
 
 /* ---- ls ------------------------------------------------------------------ */
@@ -426,6 +420,9 @@ static void print_extents(const struct fs_opts *o, const char *what, const char 
 			cj_u64(&j, "logical", x[i].logical);
 			cj_u64(&j, "physical", x[i].physical);
 			cj_u64(&j, "lba", x[i].physical / lba_size);
+			/* a file system block smaller than the LBA can start
+			 * inside one: the LBA alone would round it down */
+			cj_u64(&j, "lba_offset", x[i].physical % lba_size);
 			cj_u64(&j, "length", x[i].length);
 			cj_bool(&j, "unwritten", x[i].flags & GPUNVME_EXTENT_UNWRITTEN);
 			cj_obj_end(&j);
@@ -442,10 +439,22 @@ static void print_extents(const struct fs_opts *o, const char *what, const char 
 		printf("%s, block size %u", fstype, block_size);
 	printf(", LBA size %u, file size %" PRIu64 ", %zu extent%s\n", lba_size, size, n, n == 1 ? "" : "s");
 	printf("%16s %16s %14s %14s  %s\n", "logical", "physical", "lba", "length", "flags");
-	for (size_t i = 0; i < n; i++)
-		printf("%16" PRIu64 " %16" PRIu64 " %14" PRIu64 " %14" PRIu64 "  %s\n", x[i].logical, x[i].physical,
-		       x[i].physical / lba_size, x[i].length,
-		       (x[i].flags & GPUNVME_EXTENT_UNWRITTEN) ? "unwritten" : "-");
+	bool inside = false;
+	for (size_t i = 0; i < n; i++) {
+		/* LBA+BYTES where an extent starts inside an LBA (a file system
+		 * block smaller than the LBA), never a rounded-down LBA alone */
+		char lba[48];
+		uint64_t rem = x[i].physical % lba_size;
+		if (rem)
+			snprintf(lba, sizeof(lba), "%" PRIu64 "+%" PRIu64, x[i].physical / lba_size, rem);
+		else
+			snprintf(lba, sizeof(lba), "%" PRIu64, x[i].physical / lba_size);
+		inside |= rem != 0;
+		printf("%16" PRIu64 " %16" PRIu64 " %14s %14" PRIu64 "  %s\n", x[i].logical, x[i].physical, lba,
+		       x[i].length, (x[i].flags & GPUNVME_EXTENT_UNWRITTEN) ? "unwritten" : "-");
+	}
+	if (inside)
+		printf("(LBA+N: the extent starts N bytes into that LBA: the file system block is smaller than the LBA)\n");
 }
 
 static int do_extents(const struct fs_opts *o, struct cli_fs *h)
@@ -520,7 +529,20 @@ static int do_cat(const struct fs_opts *o, struct cli_fs *h)
 	if ((rc = gpunvme_fs_stat(h->fs, ino, &st)))
 		return cli_lib_err(rc, "stat %s", o->path);
 	uint32_t t = st.mode & 0170000;
-	if (t != 0100000 && t != 0120000)
+	if (t == 0120000) {
+		/* never print link text as if it were the file's bytes */
+		char target[256];
+		size_t n = st.size < sizeof(target) - 1 ? (size_t)st.size : sizeof(target) - 1;
+		int64_t r = gpunvme_fs_pread(h->fs, ino, target, n, 0);
+		target[r > 0 ? (size_t)r : 0] = 0;
+		for (char *c = target; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
+		return cli_err(EXIT_RUNTIME, "%s is a symbolic link (to '%s%s'): symlinks are not followed; give the "
+					     "target's path",
+			       o->path, target, st.size > n ? "..." : "");
+	}
+	if (t != 0100000)
 		return cli_err(EXIT_RUNTIME, "%s: is a %s, not a file", o->path, type_name(st.mode));
 	uint8_t *buf = malloc(CAT_CHUNK);
 	if (!buf)

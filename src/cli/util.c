@@ -402,19 +402,94 @@ static void cj_indent(struct cli_json *j)
 		fputs("  ", j->f);
 }
 
+size_t cli_utf8_seq(const char *p, size_t n)
+{
+	const unsigned char *s = (const unsigned char *)p;
+	uint32_t cp, min;
+	size_t len;
+	if (n == 0)
+		return 0;
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		len = 2, cp = s[0] & 0x1fu, min = 0x80;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		len = 3, cp = s[0] & 0x0fu, min = 0x800;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		len = 4, cp = s[0] & 0x07u, min = 0x10000;
+	else
+		return 0; /* continuation byte, 0xc0/0xc1 (overlong) or past U+10FFFF */
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3fu);
+	}
+	/* RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF */
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+static bool utf8_valid(const char *s, size_t n)
+{
+	for (size_t i = 0, k; i < n; i += k)
+		if ((k = cli_utf8_seq(s + i, n - i)) == 0)
+			return false;
+	return true;
+}
+
+void cli_put_name(FILE *f, const char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		size_t k = cli_utf8_seq(s + i, n - i);
+		unsigned char ch = (unsigned char)s[i];
+		if (k == 0 || ch < 0x20 || ch == 0x7f) {
+			fprintf(f, "\\x%02x", ch);
+			i++;
+		} else if (ch == '\\') {
+			fputs("\\\\", f); /* so that \xHH above is unambiguous */
+			i++;
+		} else {
+			fwrite(s + i, 1, k, f);
+			i += k;
+		}
+	}
+}
+
+/*
+ * A JSON string is Unicode: valid UTF-8 goes out as it is (control bytes
+ * as \u00XX). A string with bytes that are not UTF-8 (file and tensor
+ * names are bytes) is written as cli_put_name prints it: each such byte
+ * as the text \xHH and each backslash doubled, so the decoded string is
+ * the same text `ls` shows and no two names collide.
+ */
 static void cj_escape(FILE *f, const char *s, size_t n)
 {
+	n = strnlen(s, n);
+	bool raw = !utf8_valid(s, n);
 	fputc('"', f);
-	for (size_t i = 0; i < n && s[i]; i++) {
+	for (size_t i = 0; i < n; i++) {
 		unsigned char ch = (unsigned char)s[i];
+		size_t k = raw ? cli_utf8_seq(s + i, n - i) : 1;
+		if (raw && k == 0) {
+			fprintf(f, "\\\\x%02x", ch);
+			continue;
+		}
+		if (k > 1) { /* a whole valid multi-byte sequence */
+			fwrite(s + i, 1, k, f);
+			i += k - 1;
+			continue;
+		}
 		switch (ch) {
 		case '"': fputs("\\\"", f); break;
-		case '\\': fputs("\\\\", f); break;
+		case '\\': fputs(raw ? "\\\\\\\\" : "\\\\", f); break;
 		case '\n': fputs("\\n", f); break;
 		case '\t': fputs("\\t", f); break;
 		case '\r': fputs("\\r", f); break;
 		default:
-			if (ch < 0x20 || ch == 0x7f)  /* bytes >= 0x80: UTF-8, kept */
+			if (ch < 0x20 || ch == 0x7f)
 				fprintf(f, "\\u%04x", ch);
 			else
 				fputc(ch, f);

@@ -120,6 +120,15 @@ struct cli_json {
 	bool in_array[32];
 };
 
+/* Length of the valid UTF-8 sequence at p (1..4), 0 if the bytes there are
+ * not UTF-8 (RFC 3629). */
+size_t cli_utf8_seq(const char *p, size_t n);
+/* A name from a file system or a model file, for a terminal: UTF-8 as it
+ * is; control bytes and bytes that are not UTF-8 as \xHH; a backslash as
+ * \\ (so the escapes are unambiguous). JSON output decodes to the same text
+ * for names that are not valid UTF-8. */
+void cli_put_name(FILE *f, const char *s, size_t n);
+
 void cj_init(struct cli_json *j, FILE *f);
 void cj_obj_begin(struct cli_json *j, const char *key);
 void cj_obj_end(struct cli_json *j);

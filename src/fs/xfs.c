@@ -254,6 +254,16 @@ static int xfs_mount(struct gpunvme_fs *fs)
 		rc = gpunvme_set_error(-EUCLEAN, "xfs: superblock says mkfs did not finish (sb_inprogress)");
 		goto fail;
 	}
+	/* The data section must lie on the device: refuse a truncated image
+	 * here, as ext4 does, rather than file by file later. */
+	if (x->dblocks > fs->size / x->blocksize) {
+		rc = gpunvme_set_error(-EUCLEAN,
+				       "xfs: the file system needs %llu blocks of %u bytes (%llu bytes) but the device "
+				       "holds %llu bytes: the image is truncated (or --offset is wrong)",
+				       (unsigned long long)x->dblocks, x->blocksize,
+				       (unsigned long long)(x->dblocks * x->blocksize), (unsigned long long)fs->size);
+		goto fail;
+	}
 	x->blocklog = blocklog;
 	x->agblklog = agblklog;
 	x->inopblog = inopblog;

@@ -62,6 +62,96 @@ rand_file() { # path bytes
 
 # ---------------------------------------------------------------------------
 
+# File system edge cases a new user hit (issue 11): names that are not
+# UTF-8, an inline_data file that is all hole, symlinks, extents inside an
+# LBA, truncated images.
+group_fs_edges() {
+	command -v mkfs.ext4 >/dev/null 2>&1 || { echo "SKIP: no mkfs.ext4"; exit 77; }
+	local d=$WORK/fse img=$WORK/fse.img
+	mkdir -p "$d/t"
+	: >"$d/t/caf$(printf '\xe9')"
+	: >"$d/t/a$(printf '\x01')b"
+	: >"$d/t/ok-é"
+	: >"$d/t/back\\slash"
+	truncate -s 16M "$img"
+	mkfs.ext4 -q -F -d "$d/t" "$img" || { fail "mkfs.ext4"; return; }
+	# text: every byte that is not UTF-8 escaped like a control byte
+	ok ls "emu:$img" / && {
+		expect_out 'caf\xe9'
+		expect_out 'a\x01b'
+		expect_out 'ok-é'
+		grep -q "$(printf '\xe9')" "$OUT" && fail "ls printed a raw 0xe9 byte"
+	}
+	# JSON: always valid, and the undecodable name decodes to what ls shows
+	ok ls "emu:$img" / --json &&
+		json_check '"caf\\xe9" in [e["name"] for e in d["entries"]] and "ok-é" in [e["name"] for e in d["entries"]] and "back\\slash" in [e["name"] for e in d["entries"]]'
+	if command -v python3 >/dev/null 2>&1; then
+		python3 -c 'import sys; open(sys.argv[1], "rb").read().decode("utf-8", "strict")' "$OUT" ||
+			fail "ls --json is not valid UTF-8"
+	fi
+
+	# inline_data: a 2 MiB file never written (all hole) reads as zeros
+	rm -rf "$d/t" && mkdir -p "$d/t"
+	truncate -s 2M "$d/t/hole.bin"
+	printf 'x.bin' >"$d/t/x.bin"
+	ln -s x.bin "$d/t/fast"
+	ln -s "$(printf 'y%.0s' $(seq 1 100))" "$d/t/slow"
+	mkfs.ext4 -q -F -O inline_data -d "$d/t" "$img" || { fail "mkfs.ext4 -O inline_data"; return; }
+	head -c 2097152 /dev/zero >"$WORK/zeros"
+	ok cat "emu:$img" /hole.bin && same "$OUT" "$WORK/zeros"
+	ok stat "emu:$img" /hole.bin && expect_out "2097152"
+	# symlinks: refused, never their target text printed as data
+	bad 1 "/fast is a symbolic link (to 'x.bin')" cat "emu:$img" /fast
+	[ -s "$OUT" ] && fail "cat of a symlink wrote to stdout"
+	bad 1 "/slow is a symbolic link (to 'yyy" cat "emu:$img" /slow
+	[ -s "$OUT" ] && fail "cat of a slow symlink wrote to stdout"
+
+	# extents: 1 KiB blocks on 4 KiB LBAs; an extent inside an LBA says so
+	rm -rf "$d/t" && mkdir -p "$d/t"
+	local i
+	for i in 1 2 3 4 5 6 7 8; do head -c $((1536 * i)) /dev/urandom >"$d/t/f$i"; done
+	mkfs.ext4 -q -F -b 1024 -d "$d/t" "$img" || { fail "mkfs.ext4 -b 1024"; return; }
+	local n_in=0
+	for i in 1 2 3 4 5 6 7 8; do
+		ok extents "emu:$img?lbads=12" "/f$i" --json &&
+			json_check 'd["lba_size"] == 4096 and all(e["lba"] * 4096 + e["lba_offset"] == e["physical"] for e in d["extents"])' &&
+			grep -q '"lba_offset": [1-9]' "$OUT" && n_in=$((n_in + 1))
+		ok extents "emu:$img?lbads=12" "/f$i"
+		# the byte-exact read of the same file through 4 KiB LBAs
+		ok cat "emu:$img?lbads=12" "/f$i" && same "$OUT" "$d/t/f$i"
+	done
+	[ "$n_in" -gt 0 ] || fail "no extent started inside a 4 KiB LBA: the check did not run"
+	ok extents "emu:$img?lbads=12" /f2 && grep -q '+' "$OUT" || true
+
+	# a truncated image is refused at open, naming the sizes
+	cp "$img" "$WORK/trunc.img"
+	truncate -s 8M "$WORK/trunc.img"
+	bad 1 "does not fit the device" ls "emu:$WORK/trunc.img" /
+	if command -v mkfs.xfs >/dev/null 2>&1; then
+		truncate -s 64M "$WORK/x.img"
+		if mkfs.xfs -q -f "$WORK/x.img" >/dev/null 2>&1; then
+			ok ls "emu:$WORK/x.img" /
+			truncate -s 40M "$WORK/x.img"
+			bad 1 "the image is truncated" ls "emu:$WORK/x.img" /
+		fi
+	fi
+}
+
+# The README's usage lines for write/read run as written (the image and the
+# input they need included), against this build.
+group_readme() {
+	local readme
+	readme="$(dirname "${BASH_SOURCE[0]}")/../../README.md"
+	[ -f "$readme" ] || { fail "no README.md"; return; }
+	sed -n '/^truncate -s 1G \/tmp\/disk.img/,/gpunvme read  emu:\/tmp\/disk.img/p' "$readme" |
+		sed -e 's|build/bin/gpunvme|"$BIN"|g' -e "s|/tmp/disk.img|$WORK/disk.img|g" \
+			-e "s| data.bin| $WORK/data.bin|g" -e "s| copy.bin| $WORK/copy.bin|g" -e 's|  *#.*$||' >"$WORK/readme.sh"
+	[ "$(wc -l <"$WORK/readme.sh")" -ge 4 ] || { fail "README lacks the write/read example with its set-up"; cat "$WORK/readme.sh" >&2; return; }
+	CHECKS=$((CHECKS + 1))
+	BIN=$BIN timeout "$T" bash -e "$WORK/readme.sh" >"$OUT" 2>"$ERR" || { fail "the README example failed"; show; return; }
+	same "$WORK/data.bin" "$WORK/copy.bin"
+}
+
 # A reader that stops early (head): no error line, the status a tool ended
 # by SIGPIPE shows (141), and the device closed cleanly.
 group_pipe() {
@@ -499,7 +589,7 @@ group_errors_perf() {
 }
 
 case "$GROUP" in
-help | list | id | roundtrip | shared_file | perf | perf_gpu | errors_uri | errors_io | errors_perf | pipe)
+help | list | id | roundtrip | shared_file | perf | perf_gpu | errors_uri | errors_io | errors_perf | pipe | fs_edges | readme)
 	"group_$GROUP"
 	;;
 *)
