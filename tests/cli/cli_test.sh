@@ -90,6 +90,18 @@ group_fs_edges() {
 			fail "ls --json is not valid UTF-8"
 	fi
 
+	# a safetensors header is UTF-8 JSON (its spec): a tensor name that is
+	# not UTF-8 is refused by name, never echoed raw into --json
+	if command -v python3 >/dev/null 2>&1; then
+		rm -rf "$d/t" && mkdir -p "$d/t"
+		python3 -c 'import struct,sys
+h = b"{\"t\xe9\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}"
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + b"abcd")' "$d/t/m.safetensors"
+		mkfs.ext4 -q -F -d "$d/t" "$img" || { fail "mkfs.ext4"; return; }
+		bad 1 "invalid UTF-8" load "emu:$img" /m.safetensors --json --tier cpu --no-progress
+	fi
+
 	# inline_data: a 2 MiB file never written (all hole) reads as zeros
 	rm -rf "$d/t" && mkdir -p "$d/t"
 	truncate -s 2M "$d/t/hole.bin"
