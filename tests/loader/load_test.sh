@@ -235,6 +235,8 @@ group_tier_cpu() {
 		ok load "emu:$IMG" /models/edge.safetensors --json --no-progress &&
 			check_json "$MAN" /models/edge.safetensors "emu:$IMG" ext4 false
 		grep -qi 'cpu' "$ERR" || { fail "no-GPU load does not say it uses the CPU path"; show; }
+		# a notice, and reads as one (not like the error lines)
+		grep -q '^gpunvme: load: note: ' "$ERR" || { fail "the no-GPU notice does not read as a note"; show; }
 		[ "$(wc -l <"$ERR")" -le 2 ] || { fail "no-GPU load: more than a notice on stderr"; show; }
 	fi
 	# explicit namespace
