@@ -304,10 +304,10 @@ H_CASE(bad_uris)
 		{ "emu:", "", -EINVAL },
 		{ "emu:ram:0", "size", -EINVAL },
 		{ "emu:ram:12Q", "size", -EINVAL },
-		{ "emu:ram:1M?lbads=10", "option value", -EINVAL },
-		{ "emu:ram:1M?bogus=1", "unknown option", -EINVAL },
+		{ "emu:ram:1M?lbads=10", "lbads: '10' is not allowed", -EINVAL },
+		{ "emu:ram:1M?bogus=1", "unknown emulator option 'bogus'", -EINVAL },
 		{ "emu:/nonexistent/dir/img", "cannot open", -ENOENT },
-		{ "emu:ram:1000", "invalid configuration", -EINVAL },
+		{ "emu:ram:1000", "not a whole number of 512-byte blocks", -EINVAL },
 		{ "pci:zz:00.0", "not a PCI address", -EINVAL },
 		{ "pci:0000:ff:1f.7", "no such PCI device", -ENODEV },
 	};
