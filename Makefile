@@ -10,7 +10,7 @@ QEMU_CACHE ?= build/qemu-cache
 CMAKE ?= cmake
 CTEST ?= ctest
 
-.PHONY: all build test test-asan test-tsan test-gpu test-qemu fuzz fuzz-build demo bench fs-fixtures clean
+.PHONY: all build lint test test-asan test-tsan test-gpu test-qemu fuzz fuzz-build demo bench fs-fixtures clean
 
 all: build
 
@@ -21,7 +21,11 @@ build:
 # Every suite that can run on this machine: unit + emulator conformance under
 # ASan/UBSan, the stress test under TSan, fuzz smoke runs, GPU tests (they
 # report "skipped" without a GPU).
-test: test-asan test-tsan fuzz test-gpu test-qemu
+test: lint test-asan test-tsan fuzz test-gpu test-qemu
+
+# No include cycles between src/ folders (scripts/lint-includes.sh).
+lint:
+	scripts/lint-includes.sh
 
 test-asan:
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGPUNVME_SANITIZE=address,undefined

@@ -774,7 +774,8 @@ GPUNVME_CHECK_OFF(gpunvme_smart_log, thm_temp1_trans_count, 216);
 /* ---------------------------------------------------------------------- */
 /* Decoding to text (src/nvme/status.c; host only)                         */
 /* ---------------------------------------------------------------------- */
-#if !defined(__CUDA_ARCH__)
+/* Declared in nvcc's device pass too: it parses host functions that call
+ * these, and a declaration costs nothing there. */
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -786,7 +787,6 @@ const char *gpunvme_status_str(uint16_t status);
 const char *gpunvme_opcode_str(int admin, uint8_t opc);
 #ifdef __cplusplus
 }
-#endif
 #endif
 
 #endif /* GPUNVME_NVME_H */

@@ -1,27 +1,11 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* URI dispatch to a bus, and the thread's last error message. */
+/* URI dispatch to a bus. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "bus/bus.h"
-
-static _Thread_local char last_error[512];
-
-const char *gpunvme_last_error(void)
-{
-	return last_error;
-}
-
-int gpunvme_set_error(int rc, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(last_error, sizeof(last_error), fmt, ap);
-	va_end(ap);
-	return rc;
-}
 
 int gpunvme_bus_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_bus *b)
 {

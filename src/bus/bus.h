@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
 #include "gpunvme/gpunvme.h"
 
 struct gpunvme_bus;
@@ -53,9 +54,6 @@ extern const struct gpunvme_bus_ops gpunvme_bus_uio;
 /* Parse a URI, open the matching bus. */
 int gpunvme_bus_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_bus *b);
 void gpunvme_bus_close(struct gpunvme_bus *b);
-
-/* Set this thread's error message (printf style); returns rc for chaining. */
-int gpunvme_set_error(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* PCI helpers (src/bus/pci.c): parse "DDDD:BB:DD.F" (or "BB:DD.F") into the
  * canonical form; the name of the bound driver ("" when none). */

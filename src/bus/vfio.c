@@ -28,7 +28,7 @@
 
 #include "bus/bus.h"
 #include "bus/pci.h"
-#include "dma/iova.h"
+#include "bus/iova.h"
 
 #ifndef MAP_HUGE_2MB
 #define MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)

@@ -11,14 +11,8 @@
 #include <time.h>
 
 #include "ctrl/ctrl.h"
+#include "ctrl/ctrl_gpu.h"
 #include "gpunvme/emu.h"
-
-uint64_t gpunvme_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void relax(uint32_t spins)
 {
@@ -333,7 +327,7 @@ int gpunvme_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvm
 	else
 		gpunvme_opts_init(&c->opts);
 	pthread_mutex_init(&c->admin_lock, NULL);
-	pthread_mutex_init(&c->dma_lock, NULL);
+	dma_registry_init(&c->dma, &c->bus);
 	pthread_mutex_init(&c->qp_lock, NULL);
 	if ((rc = gpunvme_bus_open(uri, &c->opts, &c->bus))) {
 		free(c);
@@ -389,7 +383,7 @@ fail:;
 	/* keep the first error message: cleanup must not overwrite it */
 	char msg[512];
 	snprintf(msg, sizeof(msg), "%s", gpunvme_last_error());
-	dma_free_all(c);
+	dma_free_all(&c->dma);
 	gpunvme_bus_close(&c->bus);
 	free(c->ns);
 	free(c->qps);
@@ -397,6 +391,28 @@ fail:;
 	free(c);
 	gpunvme_set_error(rc, "%s", msg);
 	return rc;
+}
+
+/* ---- DMA memory: the controller's registry (src/dma) ------------------------ */
+
+void *gpunvme_dma_alloc(struct gpunvme_ctrl *c, size_t len)
+{
+	if (!c) {
+		gpunvme_set_error(-EINVAL, "DMA allocation: no controller");
+		return NULL;
+	}
+	return dma_alloc(&c->dma, len);
+}
+
+void gpunvme_dma_free(struct gpunvme_ctrl *c, void *p)
+{
+	if (c)
+		dma_free(&c->dma, p);
+}
+
+uint64_t gpunvme_dma_iova(struct gpunvme_ctrl *c, const void *p)
+{
+	return c ? dma_iova(&c->dma, p) : 0;
 }
 
 void gpunvme_close(struct gpunvme_ctrl *c)
@@ -422,13 +438,13 @@ void gpunvme_close(struct gpunvme_ctrl *c)
 			relax(spins);
 		}
 	}
-	dma_free_all(c);
+	dma_free_all(&c->dma);
 	gpunvme_bus_close(&c->bus);
 	free(c->qps);
 	free(c->qid_gpu);
 	free(c->ns);
 	pthread_mutex_destroy(&c->admin_lock);
-	pthread_mutex_destroy(&c->dma_lock);
+	pthread_mutex_destroy(&c->dma.lock);
 	pthread_mutex_destroy(&c->qp_lock);
 	free(c);
 }

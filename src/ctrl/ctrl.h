@@ -8,34 +8,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/base.h"
 #include "bus/bus.h"
+#include "dma/dma.h"
 #include "gpunvme/gpunvme.h"
 
 /* Longest transfer per command we build, whatever MDTS allows: bounds the
  * PRP list pages reserved per command (2 MiB = 2 list pages of 4 KiB). */
 #define GPUNVME_MAX_XFER (2u << 20)
-
-/* Small allocations (under 1 MiB) are carved from 2 MiB heap chunks at
- * 4 KiB granularity: on UIO every bus allocation costs a whole hugepage. */
-#define DMA_CHUNK (2u << 20)
-#define DMA_PAGE 4096u
-#define DMA_CHUNK_PAGES (DMA_CHUNK / DMA_PAGE)
-
-struct dma_heap_chunk {
-	uint16_t run[DMA_CHUNK_PAGES];  /* pages of the allocation starting here, 0 = free */
-	uint8_t used[DMA_CHUNK_PAGES];  /* page in use */
-	uint32_t nused;
-};
-
-struct dma_alloc {
-	uint8_t *va;
-	size_t len;
-	void *handle;
-	size_t contig;         /* bytes contiguous in bus space from any chunk start */
-	uint64_t iova0;        /* bus address of va when contig == len */
-	struct dma_heap_chunk *heap; /* non-NULL: a heap chunk holding small allocations */
-	size_t handle_off;     /* offset of va within the bus allocation `handle` */
-};
 
 struct gpunvme_ns {
 	struct gpunvme_ns_info info;
@@ -67,10 +47,7 @@ struct gpunvme_ctrl {
 	uint16_t acid;
 	uint8_t *abuf;           /* 4 KiB bounce buffer for admin data */
 
-	/* DMA allocations, sorted by address, for va -> iova */
-	pthread_mutex_t dma_lock;
-	struct dma_alloc *dma;
-	size_t ndma, dma_cap;
+	struct dma_registry dma;
 
 	/* I/O queue pairs */
 	pthread_mutex_t qp_lock;
@@ -91,17 +68,7 @@ static inline void ctrl_wr32(struct gpunvme_ctrl *c, uint32_t off, uint32_t v)
 	__atomic_store_n((volatile uint32_t *)(c->bus.bar0 + off), v, __ATOMIC_RELEASE);
 }
 
-uint64_t gpunvme_now_ns(void);
 int ctrl_check_alive(struct gpunvme_ctrl *c, const char *what);
-
-/* DMA registry (src/dma/dma.c) */
-int dma_register(struct gpunvme_ctrl *c, uint8_t *va, size_t len, void *handle);
-struct dma_alloc *dma_lookup(struct gpunvme_ctrl *c, const void *p, size_t len);
-/* The allocation the caller made that holds [p, p + len): for a heap chunk,
- * narrowed to the small allocation inside it. Caller holds dma_lock. */
-int dma_lookup_user(struct gpunvme_ctrl *c, const void *p, size_t len, struct dma_alloc *out);
-extern uint64_t gpunvme_dma_gen;
-void dma_free_all(struct gpunvme_ctrl *c);
 
 /* queue pairs (src/io/qpair.c) */
 int qpair_recreate(struct gpunvme_qpair *qp);

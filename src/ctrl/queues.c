@@ -3,6 +3,7 @@
 #include <errno.h>
 
 #include "ctrl/ctrl.h"
+#include "ctrl/ctrl_gpu.h"
 
 /* Create I/O CQ `qid` and SQ `qid` bound to it, both physically contiguous
  * (PC = 1), polled (IEN = 0): nobody takes interrupts in this driver. */

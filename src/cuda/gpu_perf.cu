@@ -51,12 +51,7 @@
 #include "gpunvme/device.cuh"
 #include "gpunvme/gpu.h"
 
-extern "C" {
-int gpunvme_set_error(int rc, const char *fmt, ...);
-/* nvme.h declares it for the host pass only; nvcc's device pass parses
- * host functions too */
-const char *gpunvme_status_str(uint16_t status);
-}
+#include "base/base.h"
 
 #define PERF_TPB 128u /* threads per block */
 

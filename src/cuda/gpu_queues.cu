@@ -16,20 +16,8 @@
 #include "gpunvme/emu.h"
 #include "gpunvme/gpu.h"
 #include "nvme/prp.h"
-
-extern "C" {
-int gpunvme_set_error(int rc, const char *fmt, ...);
-int gpunvme_ctrl_reserve_qid(struct gpunvme_ctrl *c, uint16_t *qid);
-void gpunvme_ctrl_release_qid(struct gpunvme_ctrl *c, uint16_t qid);
-int gpunvme_ctrl_create_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid, uint64_t sq_iova, uint64_t cq_iova,
-				  uint32_t depth);
-int gpunvme_ctrl_delete_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid);
-uint32_t gpunvme_ctrl_page_size(struct gpunvme_ctrl *c);
-uint64_t gpunvme_ctrl_max_xfer(struct gpunvme_ctrl *c);
-int gpunvme_ctrl_map_gpu(struct gpunvme_ctrl *c, uint64_t dev, size_t len, const struct gpunvme_emu_gpu_ops *ops,
-			 uint64_t *iova);
-int gpunvme_ctrl_unmap_gpu(struct gpunvme_ctrl *c, uint64_t iova);
-}
+#include "base/base.h"
+#include "ctrl/ctrl_gpu.h"
 
 #define MAX_LANES 257
 

@@ -15,11 +15,7 @@
 #include "gpunvme/loader.h"
 #include "loader/loader_plan.h"
 
-extern "C" {
-int gpunvme_set_error(int rc, const char *fmt, ...);
-/* nvme.h hides host-only decoders from the device pass */
-const char *gpunvme_status_str(uint16_t status);
-}
+#include "base/base.h"
 
 struct lg_alloc {
 	uint8_t *p;        /* host address (Tier 1) or device address (Tier 2) */

@@ -9,16 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctrl/ctrl.h"
+#include "dma/dma.h"
 
 uint64_t gpunvme_dma_gen; /* bumped on every free: invalidates cached lookups */
 
-static size_t upper(const struct gpunvme_ctrl *c, const void *p)
+static size_t upper(const struct dma_registry *r, const void *p)
 {
-	size_t lo = 0, hi = c->ndma;
+	size_t lo = 0, hi = r->n;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		if ((const uint8_t *)p >= c->dma[mid].va)
+		if ((const uint8_t *)p >= r->v[mid].va)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -26,35 +26,35 @@ static size_t upper(const struct gpunvme_ctrl *c, const void *p)
 	return lo;
 }
 
-int dma_register(struct gpunvme_ctrl *c, uint8_t *va, size_t len, void *handle)
+int dma_register(struct dma_registry *r, uint8_t *va, size_t len, void *handle)
 {
-	pthread_mutex_lock(&c->dma_lock);
-	if (c->ndma == c->dma_cap) {
-		size_t cap = c->dma_cap ? 2 * c->dma_cap : 16;
-		struct dma_alloc *n = realloc(c->dma, cap * sizeof(*n));
+	pthread_mutex_lock(&r->lock);
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? 2 * r->cap : 16;
+		struct dma_alloc *n = realloc(r->v, cap * sizeof(*n));
 		if (!n) {
-			pthread_mutex_unlock(&c->dma_lock);
+			pthread_mutex_unlock(&r->lock);
 			return -ENOMEM;
 		}
-		c->dma = n;
-		c->dma_cap = cap;
+		r->v = n;
+		r->cap = cap;
 	}
-	size_t i = upper(c, va);
-	memmove(&c->dma[i + 1], &c->dma[i], (c->ndma - i) * sizeof(*c->dma));
-	size_t contig = c->bus.ops->contig(&c->bus, handle);
-	c->dma[i] = (struct dma_alloc){ va, len, handle, contig, c->bus.ops->iova_of(&c->bus, handle, 0), NULL };
-	c->ndma++;
-	pthread_mutex_unlock(&c->dma_lock);
+	size_t i = upper(r, va);
+	memmove(&r->v[i + 1], &r->v[i], (r->n - i) * sizeof(*r->v));
+	size_t contig = r->bus->ops->contig(r->bus, handle);
+	r->v[i] = (struct dma_alloc){ va, len, handle, contig, r->bus->ops->iova_of(r->bus, handle, 0), NULL };
+	r->n++;
+	pthread_mutex_unlock(&r->lock);
 	return 0;
 }
 
 /* The allocation holding [p, p + len), or NULL. Caller holds dma_lock. */
-struct dma_alloc *dma_lookup(struct gpunvme_ctrl *c, const void *p, size_t len)
+struct dma_alloc *dma_lookup(struct dma_registry *r, const void *p, size_t len)
 {
-	size_t i = upper(c, p);
+	size_t i = upper(r, p);
 	if (i == 0)
 		return NULL;
-	struct dma_alloc *a = &c->dma[i - 1];
+	struct dma_alloc *a = &r->v[i - 1];
 	size_t off = (size_t)((const uint8_t *)p - a->va);
 	if (off >= a->len || len > a->len - off)
 		return NULL;
@@ -73,12 +73,12 @@ static int heap_fit(const struct dma_heap_chunk *h, uint32_t pages)
 	return -1;
 }
 
-static void *heap_alloc(struct gpunvme_ctrl *c, size_t len)
+static void *heap_alloc(struct dma_registry *r, size_t len)
 {
 	uint32_t pages = (uint32_t)(len / DMA_PAGE);
-	pthread_mutex_lock(&c->dma_lock);
-	for (size_t k = 0; k < c->ndma; k++) {
-		struct dma_alloc *a = &c->dma[k];
+	pthread_mutex_lock(&r->lock);
+	for (size_t k = 0; k < r->n; k++) {
+		struct dma_alloc *a = &r->v[k];
 		if (!a->heap || DMA_CHUNK_PAGES - a->heap->nused < pages)
 			continue;
 		int first = heap_fit(a->heap, pages);
@@ -88,42 +88,42 @@ static void *heap_alloc(struct gpunvme_ctrl *c, size_t len)
 		a->heap->run[first] = (uint16_t)pages;
 		a->heap->nused += pages;
 		uint8_t *p = a->va + (size_t)first * DMA_PAGE;
-		pthread_mutex_unlock(&c->dma_lock);
+		pthread_mutex_unlock(&r->lock);
 		memset(p, 0, len); /* the memory was used before */
 		return p;
 	}
-	pthread_mutex_unlock(&c->dma_lock);
+	pthread_mutex_unlock(&r->lock);
 	return NULL;
 }
 
-static void *bus_alloc(struct gpunvme_ctrl *c, size_t len, bool heap)
+static void *bus_alloc(struct dma_registry *r, size_t len, bool heap)
 {
 	void *va, *handle;
-	if (c->bus.ops->dma_alloc(&c->bus, len, &va, &handle))
+	if (r->bus->ops->dma_alloc(r->bus, len, &va, &handle))
 		return NULL; /* the bus said why */
 	struct dma_heap_chunk *h = NULL;
 	if (heap && !(h = calloc(1, sizeof(*h)))) {
-		c->bus.ops->dma_free(&c->bus, va, len, handle);
+		r->bus->ops->dma_free(r->bus, va, len, handle);
 		gpunvme_set_error(-ENOMEM, "out of memory");
 		return NULL;
 	}
-	if (dma_register(c, va, len, handle)) {
-		c->bus.ops->dma_free(&c->bus, va, len, handle);
+	if (dma_register(r, va, len, handle)) {
+		r->bus->ops->dma_free(r->bus, va, len, handle);
 		free(h);
 		gpunvme_set_error(-ENOMEM, "out of memory");
 		return NULL;
 	}
 	if (h) {
-		pthread_mutex_lock(&c->dma_lock);
-		dma_lookup(c, va, 1)->heap = h;
-		pthread_mutex_unlock(&c->dma_lock);
+		pthread_mutex_lock(&r->lock);
+		dma_lookup(r, va, 1)->heap = h;
+		pthread_mutex_unlock(&r->lock);
 	}
 	return va;
 }
 
-int dma_lookup_user(struct gpunvme_ctrl *c, const void *p, size_t len, struct dma_alloc *out)
+int dma_lookup_user(struct dma_registry *r, const void *p, size_t len, struct dma_alloc *out)
 {
-	struct dma_alloc *a = dma_lookup(c, p, 1);
+	struct dma_alloc *a = dma_lookup(r, p, 1);
 	if (!a)
 		return -EFAULT;
 	*out = *a;
@@ -151,9 +151,9 @@ int dma_lookup_user(struct gpunvme_ctrl *c, const void *p, size_t len, struct dm
 	return 0;
 }
 
-void *gpunvme_dma_alloc(struct gpunvme_ctrl *c, size_t len)
+void *dma_alloc(struct dma_registry *r, size_t len)
 {
-	if (!c || len == 0) {
+	if (len == 0) {
 		gpunvme_set_error(-EINVAL, "DMA allocation of 0 bytes");
 		return NULL;
 	}
@@ -163,23 +163,23 @@ void *gpunvme_dma_alloc(struct gpunvme_ctrl *c, size_t len)
 	}
 	len = (len + DMA_PAGE - 1) & ~(size_t)(DMA_PAGE - 1);
 	if (len > DMA_CHUNK / 2)
-		return bus_alloc(c, len, false);
-	void *p = heap_alloc(c, len);
+		return bus_alloc(r, len, false);
+	void *p = heap_alloc(r, len);
 	if (p)
 		return p;
 	/* a new chunk, then carve from it */
-	if (!bus_alloc(c, DMA_CHUNK, true))
+	if (!bus_alloc(r, DMA_CHUNK, true))
 		return NULL;
-	return heap_alloc(c, len);
+	return heap_alloc(r, len);
 }
 
-void gpunvme_dma_free(struct gpunvme_ctrl *c, void *p)
+void dma_free(struct dma_registry *r, void *p)
 {
-	if (!c || !p)
+	if (!p)
 		return;
-	pthread_mutex_lock(&c->dma_lock);
-	size_t i = upper(c, p);
-	struct dma_alloc *h = i ? &c->dma[i - 1] : NULL;
+	pthread_mutex_lock(&r->lock);
+	size_t i = upper(r, p);
+	struct dma_alloc *h = i ? &r->v[i - 1] : NULL;
 	if (h && h->heap && (uint8_t *)p < h->va + h->len) {
 		/* a small allocation: give its pages back to the chunk (the
 		 * chunk stays mapped, so cached lookups remain valid) */
@@ -191,37 +191,50 @@ void gpunvme_dma_free(struct gpunvme_ctrl *c, void *p)
 			h->heap->run[first] = 0;
 			h->heap->nused -= pages;
 		}
-		pthread_mutex_unlock(&c->dma_lock);
+		pthread_mutex_unlock(&r->lock);
 		return;
 	}
-	if (i == 0 || c->dma[i - 1].va != p) {
-		pthread_mutex_unlock(&c->dma_lock);
+	if (i == 0 || r->v[i - 1].va != p) {
+		pthread_mutex_unlock(&r->lock);
 		return; /* not an allocation start: ignore rather than corrupt */
 	}
-	struct dma_alloc a = c->dma[i - 1];
-	memmove(&c->dma[i - 1], &c->dma[i], (c->ndma - i) * sizeof(*c->dma));
-	c->ndma--;
+	struct dma_alloc a = r->v[i - 1];
+	memmove(&r->v[i - 1], &r->v[i], (r->n - i) * sizeof(*r->v));
+	r->n--;
 	__atomic_fetch_add(&gpunvme_dma_gen, 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&c->dma_lock);
-	c->bus.ops->dma_free(&c->bus, a.va, a.len, a.handle);
+	pthread_mutex_unlock(&r->lock);
+	r->bus->ops->dma_free(r->bus, a.va, a.len, a.handle);
 }
 
-uint64_t gpunvme_dma_iova(struct gpunvme_ctrl *c, const void *p)
+uint64_t dma_iova(struct dma_registry *r, const void *p)
 {
-	pthread_mutex_lock(&c->dma_lock);
-	struct dma_alloc *a = dma_lookup(c, p, 1);
-	uint64_t iova = a ? c->bus.ops->iova_of(&c->bus, a->handle, (size_t)((const uint8_t *)p - a->va)) : 0;
-	pthread_mutex_unlock(&c->dma_lock);
+	pthread_mutex_lock(&r->lock);
+	struct dma_alloc *a = dma_lookup(r, p, 1);
+	uint64_t iova = a ? r->bus->ops->iova_of(r->bus, a->handle, (size_t)((const uint8_t *)p - a->va)) : 0;
+	pthread_mutex_unlock(&r->lock);
 	return iova;
 }
 
-void dma_free_all(struct gpunvme_ctrl *c)
+void dma_registry_init(struct dma_registry *r, struct gpunvme_bus *bus)
 {
-	for (size_t i = 0; i < c->ndma; i++) {
-		c->bus.ops->dma_free(&c->bus, c->dma[i].va, c->dma[i].len, c->dma[i].handle);
-		free(c->dma[i].heap);
+	memset(r, 0, sizeof(*r));
+	r->bus = bus;
+	pthread_mutex_init(&r->lock, NULL);
+}
+
+void dma_free_all(struct dma_registry *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		r->bus->ops->dma_free(r->bus, r->v[i].va, r->v[i].len, r->v[i].handle);
+		free(r->v[i].heap);
 	}
-	free(c->dma);
-	c->dma = NULL;
-	c->ndma = c->dma_cap = 0;
+	free(r->v);
+	r->v = NULL;
+	r->n = r->cap = 0;
+}
+
+void dma_registry_fini(struct dma_registry *r)
+{
+	dma_free_all(r);
+	pthread_mutex_destroy(&r->lock);
 }

@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <linux/fs.h>
 
-#include "bus/bus.h"
+#include "base/base.h"
 #include "gpunvme/extents.h"
 
 /* ---- image files and block devices --------------------------------------- */

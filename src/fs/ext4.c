@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/bus.h"
+#include "base/base.h"
 #include "fs/fs_internal.h"
 
 /* ---- constants ("The Super Block", "Inode Table", "Extent Tree") -------- */

@@ -24,7 +24,7 @@
 #include <linux/fiemap.h>
 #include <linux/fs.h>
 
-#include "bus/bus.h"
+#include "base/base.h"
 #include "fs/fs_internal.h"
 
 #define FIEMAP_BATCH 256u

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/bus.h"
+#include "base/base.h"
 #include "fs/fs_internal.h"
 
 #define FS_MAX_DEPTH 256  /* path components: a bound, not a limit users meet */

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/bus.h"
+#include "base/base.h"
 #include "fs/fs_internal.h"
 
 #define XFS_SB_MAGIC      0x58465342u  /* "XFSB" */

@@ -339,9 +339,9 @@ static int lookup_dma(struct gpunvme_qpair *qp, const void *buf, size_t len, str
 		return 0;
 	}
 	struct gpunvme_ctrl *c = qp->c;
-	pthread_mutex_lock(&c->dma_lock);
-	int rc = dma_lookup_user(c, buf, len, out);
-	pthread_mutex_unlock(&c->dma_lock);
+	pthread_mutex_lock(&c->dma.lock);
+	int rc = dma_lookup_user(&c->dma, buf, len, out);
+	pthread_mutex_unlock(&c->dma.lock);
 	if (rc)
 		return -EFAULT;
 	qp->cache = *out;

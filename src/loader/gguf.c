@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/bus.h"
+#include "base/base.h"
 #include "loader/model_internal.h"
 
 #define RD_WIN          (64u << 10)  /* header window */

@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/bus.h"
-#include "ctrl/ctrl.h" /* gpunvme_now_ns */
+#include "base/base.h"
 #include "gpunvme/extents.h"
 #include "gpunvme/loader.h"
 #include "loader/loader_plan.h"

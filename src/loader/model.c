@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/bus.h"
+#include "base/base.h"
 #include "loader/model_internal.h"
 
 /* ---- reading ------------------------------------------------------------ */

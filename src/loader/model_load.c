@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/bus.h"
+#include "base/base.h"
 #include "gpunvme/loader.h"
 #include "gpunvme/model.h"
 

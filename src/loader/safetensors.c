@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/bus.h"
+#include "base/base.h"
 #include "loader/model_internal.h"
 
 #define JS_MAX_DEPTH 64u          /* bits of the skip stack */

@@ -6,8 +6,8 @@
  * holes such as the MSI window are carved out with reserve(). Ranges handed
  * out never overlap. Not thread-safe: the caller locks.
  */
-#ifndef GPUNVME_DMA_IOVA_H
-#define GPUNVME_DMA_IOVA_H
+#ifndef GPUNVME_BUS_IOVA_H
+#define GPUNVME_BUS_IOVA_H
 
 #include <stddef.h>
 #include <stdint.h>

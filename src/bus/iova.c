@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dma/iova.h"
+#include "bus/iova.h"
 
 void gpunvme_iova_init(struct gpunvme_iova *a)
 {

@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* The thread's last error message (gpunvme_last_error in gpunvme.h). */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "base/base.h"
+#include "gpunvme/gpunvme.h"
+
+static _Thread_local char last_error[512];
+
+const char *gpunvme_last_error(void)
+{
+	return last_error;
+}
+
+int gpunvme_set_error(int rc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+	return rc;
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * What the GPU data path (src/cuda) needs from the control plane: I/O queue
+ * ids it owns, queue creation without a CPU queue pair, transfer limits, and
+ * GPU memory mapped for the emulator's copy engine. Implemented in
+ * src/ctrl/queues.c and ctrl.c; C linkage for the CUDA C++ side.
+ */
+#ifndef GPUNVME_CTRL_GPU_H
+#define GPUNVME_CTRL_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct gpunvme_ctrl;
+struct gpunvme_emu_gpu_ops;
+
+int gpunvme_ctrl_reserve_qid(struct gpunvme_ctrl *c, uint16_t *qid);
+void gpunvme_ctrl_release_qid(struct gpunvme_ctrl *c, uint16_t qid);
+int gpunvme_ctrl_create_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid, uint64_t sq_iova, uint64_t cq_iova,
+				  uint32_t depth);
+int gpunvme_ctrl_delete_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid);
+uint32_t gpunvme_ctrl_page_size(struct gpunvme_ctrl *c);
+uint64_t gpunvme_ctrl_max_xfer(struct gpunvme_ctrl *c);
+int gpunvme_ctrl_map_gpu(struct gpunvme_ctrl *c, uint64_t dev, size_t len, const struct gpunvme_emu_gpu_ops *ops,
+			 uint64_t *iova);
+int gpunvme_ctrl_unmap_gpu(struct gpunvme_ctrl *c, uint64_t iova);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
