@@ -15,7 +15,7 @@
 
 #include "bus/bus.h"
 #include "bus/pci.h"
-#include "dma/iova.h"
+#include "bus/iova.h"
 #include "gpunvme/gpunvme.h"
 #include "unit.h"
 
