@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "gpunvme/nvme.h"
+#include "gpunvme/queue.h"
 
 #define GPUNVME_DEV_EIO (-5)        /* queue broken by an earlier timeout, or controller fatal */
 #define GPUNVME_DEV_ENODEV (-19)    /* registers read all ones: device gone */
@@ -212,19 +213,12 @@ __device__ __forceinline__ unsigned long long gpunvme_cqw(uint32_t head, uint32_
 	return (unsigned long long)head << 32 | (unsigned long long)rung << 16 | (unsigned long long)phase << 1;
 }
 
-/* Is this CQE dword 3 new at the expected phase (§4.6: the Phase Tag flips
- * on every pass through the queue)? */
-__device__ __forceinline__ bool gpunvme_cqe_new(uint32_t dw3, uint32_t phase)
-{
-	return ((dw3 >> 16) & 1u) == phase;
-}
-
 /* Publish a completion for its waiter: the command id and status in one
  * word, so one load gives both; a release store (see above). */
 __device__ __forceinline__ void gpunvme_dev_publish(struct gpunvme_dev_qp *qp, uint32_t dw3)
 {
-	uint32_t cid = dw3 & 0xffffu;
-	gpunvme_st_release(&qp->done[cid & (qp->depth - 1)], ((cid + 1u) & 0xffffu) << 16 | (dw3 >> 17));
+	uint32_t cid = gpunvme_dw3_cid(dw3);
+	gpunvme_st_release(&qp->done[cid & (qp->depth - 1)], ((cid + 1u) & 0xffffu) << 16 | gpunvme_dw3_status(dw3));
 }
 
 /* The CQ head doorbell. Stored lazily (see the protocol above), and fenced
@@ -293,9 +287,9 @@ __device__ __forceinline__ int gpunvme_dev_cq_poll(struct gpunvme_dev_qp *qp, bo
 		return 1;
 	}
 	for (;;) {
-		if (gpunvme_cqe_new(got, phase)) {
-			if (mine && (got & 0xffffu) == want) {
-				*st = (int)(got >> 17);
+		if (gpunvme_dw3_new(got, phase)) {
+			if (mine && gpunvme_dw3_cid(got) == want) {
+				*st = (int)gpunvme_dw3_status(got);
 				found = 1;
 			} else {
 				gpunvme_dev_publish(qp, got);
@@ -348,7 +342,7 @@ __device__ __forceinline__ void gpunvme_dev_cq_poll_warp(struct gpunvme_dev_qp *
 			ph ^= 1u;
 		}
 		uint32_t dw3 = gpunvme_ld_acquire_sys(qp->cq + pos * 4u + 3u);
-		unsigned int stale = __ballot_sync(full, !gpunvme_cqe_new(dw3, ph));
+		unsigned int stale = __ballot_sync(full, !gpunvme_dw3_new(dw3, ph));
 		unsigned int n = stale ? __ffs(stale) - 1 : 32u; /* consecutive new entries */
 		if (lane < n)
 			gpunvme_dev_publish(qp, dw3);

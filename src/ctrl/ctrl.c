@@ -95,23 +95,19 @@ static int disable(struct gpunvme_ctrl *c)
  * commands that timed out) are consumed and ignored. */
 static int admin_exec_locked(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, struct gpunvme_cqe *out)
 {
+	struct gpunvme_ring *aq = &c->aq;
 	cmd->cid = c->acid++;
-	memcpy(&c->asq[c->asq_tail], cmd, sizeof(*cmd));
-	c->asq_tail = (c->asq_tail + 1) % c->adepth;
-	/* the release store orders the SQE before the doorbell */
-	ctrl_wr32(c, gpunvme_sq_doorbell(0, c->dstrd), c->asq_tail);
+	*gpunvme_ring_sqe(aq) = *cmd;
+	gpunvme_ring_sq_push(aq);
+	gpunvme_ring_sq_doorbell(aq);
 	uint64_t deadline = gpunvme_now_ns() + (uint64_t)c->opts.admin_timeout_ms * 1000000ull;
 	for (uint32_t spins = 0;; spins++) {
-		volatile uint32_t *dw = (volatile uint32_t *)&c->acq[c->acq_head];
-		uint32_t dw3 = __atomic_load_n(&dw[3], __ATOMIC_ACQUIRE);
-		if (((dw3 >> 16) & 1) == c->acq_phase) {
+		uint32_t dw3;
+		if (gpunvme_ring_cq_peek(aq, &dw3)) {
 			struct gpunvme_cqe e;
-			memcpy(&e, (const void *)dw, sizeof(e));
-			if (++c->acq_head == c->adepth) {
-				c->acq_head = 0;
-				c->acq_phase ^= 1;
-			}
-			ctrl_wr32(c, gpunvme_cq_doorbell(0, c->dstrd), c->acq_head);
+			memcpy(&e, (const void *)&aq->cq[aq->cq_head], sizeof(e));
+			gpunvme_ring_cq_pop(aq);
+			gpunvme_ring_cq_doorbell(aq);
 			if (e.cid != cmd->cid)
 				continue;
 			if (out)
@@ -203,12 +199,9 @@ int gpunvme_set_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, ui
 /* CC.EN 0 -> 1 with fresh admin queues (§7.6.1 steps 3-6). */
 static int enable(struct gpunvme_ctrl *c)
 {
-	memset(c->asq, 0, (size_t)c->adepth * sizeof(*c->asq));
-	memset(c->acq, 0, (size_t)c->adepth * sizeof(*c->acq));
-	c->asq_tail = c->acq_head = 0;
-	c->acq_phase = 1;
-	uint64_t asq = gpunvme_dma_iova(c, c->asq), acq = gpunvme_dma_iova(c, c->acq);
-	ctrl_wr32(c, GPUNVME_REG_AQA, GPUNVME_AQA(c->adepth - 1, c->adepth - 1));
+	gpunvme_ring_reset(&c->aq);
+	uint64_t asq = gpunvme_dma_iova(c, c->aq.sq), acq = gpunvme_dma_iova(c, c->aq.cq);
+	ctrl_wr32(c, GPUNVME_REG_AQA, GPUNVME_AQA(c->aq.depth - 1, c->aq.depth - 1));
 	/* 64-bit registers as two 32-bit writes, low first (§3.1: 32-bit
 	 * accesses are always allowed) */
 	ctrl_wr32(c, GPUNVME_REG_ASQ, (uint32_t)asq);
@@ -355,17 +348,18 @@ int gpunvme_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvm
 		rc = gpunvme_set_error(-ENOTSUP, "%s: controller does not support the NVM command set", uri);
 		goto fail;
 	}
-	c->adepth = c->opts.admin_depth ? c->opts.admin_depth : 64;
-	if (c->adepth < 2)
-		c->adepth = 2;
-	if (c->adepth > 4096) /* AQA sizes are 12 bits (§3.1.8) */
-		c->adepth = 4096;
-	if (c->adepth > c->mqes)
-		c->adepth = c->mqes;
-	c->asq = gpunvme_dma_alloc(c, (size_t)c->adepth * sizeof(struct gpunvme_sqe));
-	c->acq = gpunvme_dma_alloc(c, (size_t)c->adepth * sizeof(struct gpunvme_cqe));
+	uint32_t adepth = c->opts.admin_depth ? c->opts.admin_depth : 64;
+	if (adepth < 2)
+		adepth = 2;
+	if (adepth > 4096) /* AQA sizes are 12 bits (§3.1.8) */
+		adepth = 4096;
+	if (adepth > c->mqes)
+		adepth = c->mqes;
+	struct gpunvme_sqe *asq = gpunvme_dma_alloc(c, (size_t)adepth * sizeof(struct gpunvme_sqe));
+	struct gpunvme_cqe *acq = gpunvme_dma_alloc(c, (size_t)adepth * sizeof(struct gpunvme_cqe));
 	c->abuf = gpunvme_dma_alloc(c, 4096);
-	if (!c->asq || !c->acq || !c->abuf) {
+	gpunvme_ring_init(&c->aq, asq, acq, c->bus.bar0, 0, c->dstrd, adepth);
+	if (!asq || !acq || !c->abuf) {
 		rc = -ENOMEM;
 		goto fail;
 	}

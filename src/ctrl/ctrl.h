@@ -12,6 +12,7 @@
 #include "bus/bus.h"
 #include "dma/dma.h"
 #include "gpunvme/gpunvme.h"
+#include "gpunvme/queue.h"
 
 /* Longest transfer per command we build, whatever MDTS allows: bounds the
  * PRP list pages reserved per command (2 MiB = 2 list pages of 4 KiB). */
@@ -41,9 +42,7 @@ struct gpunvme_ctrl {
 
 	/* admin queue; admin commands are serialised by admin_lock */
 	pthread_mutex_t admin_lock;
-	struct gpunvme_sqe *asq;
-	struct gpunvme_cqe *acq;
-	uint32_t adepth, asq_tail, acq_head, acq_phase;
+	struct gpunvme_ring aq;  /* queue 0 on the queue core */
 	uint16_t acid;
 	uint8_t *abuf;           /* 4 KiB bounce buffer for admin data */
 

@@ -58,10 +58,7 @@ struct gpunvme_qpair {
 	struct gpunvme_ctrl *c;
 	uint16_t qid;
 	uint32_t depth;
-	struct gpunvme_sqe *sq;
-	struct gpunvme_cqe *cq;
-	volatile uint32_t *sq_db, *cq_db;
-	uint32_t sq_tail, cq_head, cq_phase;
+	struct gpunvme_ring ring; /* SQ/CQ on the queue core (gpunvme/queue.h) */
 	uint16_t *free_cids;
 	uint32_t nfree;
 	struct io_cmd *cmds;
@@ -110,10 +107,7 @@ static pthread_once_t calib_once = PTHREAD_ONCE_INIT;
 
 static void reset_ring_state(struct gpunvme_qpair *qp)
 {
-	memset(qp->sq, 0, (size_t)qp->depth * sizeof(*qp->sq));
-	memset(qp->cq, 0, (size_t)qp->depth * sizeof(*qp->cq));
-	qp->sq_tail = qp->cq_head = 0;
-	qp->cq_phase = 1;
+	gpunvme_ring_reset(&qp->ring);
 	/* at most depth - 1 commands in flight: a full SQ keeps one slot
 	 * empty (§4.1.1), so CIDs never outnumber usable SQ slots */
 	qp->nfree = 0;
@@ -126,8 +120,8 @@ static void reset_ring_state(struct gpunvme_qpair *qp)
 static void free_mem(struct gpunvme_qpair *qp)
 {
 	struct gpunvme_ctrl *c = qp->c;
-	gpunvme_dma_free(c, qp->sq);
-	gpunvme_dma_free(c, qp->cq);
+	gpunvme_dma_free(c, qp->ring.sq);
+	gpunvme_dma_free(c, qp->ring.cq);
 	gpunvme_dma_free(c, qp->lists);
 	free(qp->list_iova);
 	free(qp->free_cids);
@@ -159,15 +153,16 @@ int gpunvme_qpair_create(struct gpunvme_ctrl *c, uint32_t depth, struct gpunvme_
 		free(qp);
 		return gpunvme_set_error(-EINVAL, "transfer size needs %u PRP list pages", lp);
 	}
-	qp->sq = gpunvme_dma_alloc(c, (size_t)depth * sizeof(struct gpunvme_sqe));
-	qp->cq = gpunvme_dma_alloc(c, (size_t)depth * sizeof(struct gpunvme_cqe));
+	qp->ring.sq = gpunvme_dma_alloc(c, (size_t)depth * sizeof(struct gpunvme_sqe));
+	qp->ring.cq = gpunvme_dma_alloc(c, (size_t)depth * sizeof(struct gpunvme_cqe));
+	qp->ring.depth = depth;
 	qp->lists = gpunvme_dma_alloc(c, (size_t)depth * qp->lp * c->page_size);
 	qp->list_iova = calloc((size_t)depth * qp->lp, sizeof(uint64_t));
 	qp->free_cids = calloc(depth, sizeof(uint16_t));
 	qp->cmds = calloc(depth, sizeof(struct io_cmd));
 	uint32_t nreqs = depth * 4;
 	qp->reqs = calloc(nreqs, sizeof(struct io_req));
-	if (!qp->sq || !qp->cq || !qp->lists || !qp->list_iova || !qp->free_cids || !qp->cmds || !qp->reqs) {
+	if (!qp->ring.sq || !qp->ring.cq || !qp->lists || !qp->list_iova || !qp->free_cids || !qp->cmds || !qp->reqs) {
 		free_mem(qp);
 		return gpunvme_set_error(-ENOMEM, "cannot allocate a queue pair of depth %u", depth);
 	}
@@ -197,9 +192,8 @@ int gpunvme_qpair_create(struct gpunvme_ctrl *c, uint32_t depth, struct gpunvme_
 	c->qps[qid] = qp;
 	pthread_mutex_unlock(&c->qp_lock);
 	qp->qid = qid;
-	qp->sq_db = (volatile uint32_t *)(c->bus.bar0 + gpunvme_sq_doorbell(qid, c->dstrd));
-	qp->cq_db = (volatile uint32_t *)(c->bus.bar0 + gpunvme_cq_doorbell(qid, c->dstrd));
-	rc = ctrl_create_io_queues(c, qid, gpunvme_dma_iova(c, qp->sq), gpunvme_dma_iova(c, qp->cq), depth);
+	gpunvme_ring_init(&qp->ring, qp->ring.sq, qp->ring.cq, c->bus.bar0, qid, c->dstrd, depth);
+	rc = ctrl_create_io_queues(c, qid, gpunvme_dma_iova(c, qp->ring.sq), gpunvme_dma_iova(c, qp->ring.cq), depth);
 	if (rc) {
 		pthread_mutex_lock(&c->qp_lock);
 		c->qps[qid] = NULL;
@@ -226,7 +220,7 @@ uint32_t gpunvme_io_queues_free(struct gpunvme_ctrl *c)
 int qpair_recreate(struct gpunvme_qpair *qp)
 {
 	reset_ring_state(qp);
-	return ctrl_create_io_queues(qp->c, qp->qid, gpunvme_dma_iova(qp->c, qp->sq), gpunvme_dma_iova(qp->c, qp->cq),
+	return ctrl_create_io_queues(qp->c, qp->qid, gpunvme_dma_iova(qp->c, qp->ring.sq), gpunvme_dma_iova(qp->c, qp->ring.cq),
 				     qp->depth);
 }
 
@@ -356,7 +350,7 @@ static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 	struct gpunvme_ctrl *c = qp->c;
 	uint16_t cid = qp->free_cids[--qp->nfree];
 	struct io_cmd *cmd = &qp->cmds[cid];
-	struct gpunvme_sqe *e = &qp->sq[qp->sq_tail];
+	struct gpunvme_sqe *e = gpunvme_ring_sqe(&qp->ring);
 	uint64_t nlb = r->nlb;
 
 	memset(e, 0, sizeof(*e));
@@ -423,8 +417,7 @@ static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 	cmd->req = r;
 	cmd->deadline = now + qp->timeout_ticks;
 	cmd->timed_out = false;
-	if (++qp->sq_tail == qp->depth)
-		qp->sq_tail = 0;
+	gpunvme_ring_sq_push(&qp->ring);
 	return 0;
 }
 
@@ -447,9 +440,7 @@ static bool submit_req(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 
 static inline void ring_sq(struct gpunvme_qpair *qp)
 {
-	/* release: the SQEs written above are visible to the controller
-	 * before it can observe the new tail (§4.1, Linux uses writel) */
-	__atomic_store_n(qp->sq_db, qp->sq_tail, __ATOMIC_RELEASE);
+	gpunvme_ring_sq_doorbell(&qp->ring);
 }
 
 static const struct gpunvme_ns *lookup_ns(struct gpunvme_qpair *qp, uint32_t nsid)
@@ -524,7 +515,7 @@ static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const
 	r->next = NULL;
 	qp->outstanding++;
 	uint64_t now = ticks();
-	uint32_t tail0 = qp->sq_tail;
+	uint32_t tail0 = qp->ring.sq_tail;
 	if (!qp->wait_head && submit_req(qp, r, now)) {
 		if (r->inflight == 0) {
 			/* failed before anything went out */
@@ -543,7 +534,7 @@ static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const
 			qp->wait_head = r;
 		qp->wait_tail = r;
 	}
-	if (qp->sq_tail != tail0)
+	if (qp->ring.sq_tail != tail0)
 		ring_sq(qp);
 	return 0;
 }
@@ -578,7 +569,7 @@ static inline int rw_fast(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, 
 		return 1;
 	uint16_t cid = qp->free_cids[--qp->nfree];
 	struct io_cmd *cmd = &qp->cmds[cid];
-	struct gpunvme_sqe *e = &qp->sq[qp->sq_tail];
+	struct gpunvme_sqe *e = gpunvme_ring_sqe(&qp->ring);
 	cmd->state = CMD_SINGLE;
 	cmd->cb = cb;
 	cmd->arg = arg;
@@ -591,8 +582,7 @@ static inline int rw_fast(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, 
 	e->prp2 = len > first ? iova + first : 0;
 	e->rw.slba = slba;
 	e->rw.nlb = (uint16_t)(nlb - 1);
-	if (++qp->sq_tail == qp->depth)
-		qp->sq_tail = 0;
+	gpunvme_ring_sq_push(&qp->ring);
 	qp->outstanding++;
 	ring_sq(qp);
 	return 0;
@@ -676,20 +666,14 @@ int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max)
 	int done = 0;
 	uint32_t reaped = 0;
 	for (;;) {
-		volatile uint32_t *dw = (volatile uint32_t *)&qp->cq[qp->cq_head];
-		/* acquire on the dword holding the phase tag: the rest of the
-		 * entry, written before it by the controller, is then valid */
-		uint32_t dw3 = __atomic_load_n(&dw[3], __ATOMIC_ACQUIRE);
-		if (((dw3 >> 16) & 1) != qp->cq_phase)
+		uint32_t dw3;
+		if (!gpunvme_ring_cq_peek(&qp->ring, &dw3))
 			break;
-		uint32_t dw0 = dw[0];
-		if (++qp->cq_head == qp->depth) {
-			qp->cq_head = 0;
-			qp->cq_phase ^= 1;
-		}
+		uint32_t dw0 = gpunvme_ring_cq_dw0(&qp->ring);
+		gpunvme_ring_cq_pop(&qp->ring);
 		reaped++;
-		uint16_t cid = (uint16_t)dw3;
-		uint16_t st = (uint16_t)(dw3 >> 17);
+		uint16_t cid = gpunvme_dw3_cid(dw3);
+		uint16_t st = gpunvme_dw3_status(dw3);
 		struct io_cmd *cmd = cid < qp->depth ? &qp->cmds[cid] : NULL;
 		if (!cmd || cmd->state == CMD_FREE)
 			continue; /* not ours: a controller bug, ignored */
@@ -724,8 +708,8 @@ int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max)
 		}
 	}
 	if (reaped)
-		__atomic_store_n(qp->cq_db, qp->cq_head, __ATOMIC_RELEASE);
-	uint32_t tail0 = qp->sq_tail;
+		gpunvme_ring_cq_doorbell(&qp->ring);
+	uint32_t tail0 = qp->ring.sq_tail;
 	uint64_t now = 0;
 	while (qp->wait_head) {
 		struct io_req *r = qp->wait_head;
@@ -745,7 +729,7 @@ int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max)
 			done++;
 		}
 	}
-	if (qp->sq_tail != tail0)
+	if (qp->ring.sq_tail != tail0)
 		ring_sq(qp);
 	if (!reaped && qp->outstanding) {
 		if (!now)

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The queue core: what every user of an NVMe submission/completion queue
+ * pair does the same way (NVMe 1.4 §4.1 queues, §4.6 completion entries,
+ * §3.1.24-25 doorbells). No allocation, no callbacks, no locks.
+ *
+ *  - Decoders of completion dword 3 (command id, phase tag, status), for
+ *    host and GPU code alike: pollers read dword 3 alone, with acquire
+ *    ordering, and decode it with these.
+ *  - struct gpunvme_ring: one owner's view of a queue pair (tail, head,
+ *    phase, doorbells at the controller's stride) and the host's ring
+ *    operations, each memory-ordering rule written once here. The admin
+ *    queue (src/ctrl) and the CPU queue pairs (src/io) are rings; the GPU
+ *    queues (device.cuh) keep tail and head in shared words for many
+ *    threads, with the same decoders and doorbell layout.
+ */
+#ifndef GPUNVME_QUEUE_H
+#define GPUNVME_QUEUE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gpunvme/nvme.h"
+
+/* ---- completion dword 3 (§4.6.1, Figure 124): CID 15:0, P 16, SF 31:17 ---- */
+
+GPUNVME_HD uint16_t gpunvme_dw3_cid(uint32_t dw3)
+{
+	return (uint16_t)dw3;
+}
+
+GPUNVME_HD uint32_t gpunvme_dw3_phase(uint32_t dw3)
+{
+	return (dw3 >> 16) & 1u;
+}
+
+/* The status value (Status Field without the phase tag; nvme.h layout). */
+GPUNVME_HD uint16_t gpunvme_dw3_status(uint32_t dw3)
+{
+	return (uint16_t)(dw3 >> 17);
+}
+
+/* §4.6: the controller inverts the Phase Tag on each pass through the
+ * queue; an entry is new when its tag equals the one the consumer expects
+ * (1 on the first pass over zeroed memory). */
+GPUNVME_HD bool gpunvme_dw3_new(uint32_t dw3, uint32_t phase)
+{
+	return gpunvme_dw3_phase(dw3) == phase;
+}
+
+/* ---- a queue pair driven by one owner (host) ---------------------------- */
+
+#if !defined(__CUDA_ARCH__)
+
+struct gpunvme_ring {
+	struct gpunvme_sqe *sq;
+	struct gpunvme_cqe *cq;
+	volatile uint32_t *sq_db, *cq_db;
+	uint32_t depth;
+	uint32_t sq_tail, cq_head, cq_phase;
+};
+
+/* Queue memory must be zeroed before the controller learns of it (the
+ * first pass expects phase 1 over phase-0 memory). */
+static inline void gpunvme_ring_init(struct gpunvme_ring *r, struct gpunvme_sqe *sq, struct gpunvme_cqe *cq,
+				     volatile uint8_t *bar0, uint16_t qid, uint32_t dstrd, uint32_t depth)
+{
+	r->sq = sq;
+	r->cq = cq;
+	r->sq_db = (volatile uint32_t *)(bar0 + gpunvme_sq_doorbell(qid, dstrd));
+	r->cq_db = (volatile uint32_t *)(bar0 + gpunvme_cq_doorbell(qid, dstrd));
+	r->depth = depth;
+	r->sq_tail = r->cq_head = 0;
+	r->cq_phase = 1;
+}
+
+/* After a controller reset or queue re-creation: empty again. */
+static inline void gpunvme_ring_reset(struct gpunvme_ring *r)
+{
+	memset(r->sq, 0, (size_t)r->depth * sizeof(*r->sq));
+	memset(r->cq, 0, (size_t)r->depth * sizeof(*r->cq));
+	r->sq_tail = r->cq_head = 0;
+	r->cq_phase = 1;
+}
+
+/* The SQ slot at the tail, to fill before gpunvme_ring_sq_push. The caller
+ * keeps at most depth - 1 entries outstanding (§4.1.1: a full queue leaves
+ * one slot empty). */
+static inline struct gpunvme_sqe *gpunvme_ring_sqe(struct gpunvme_ring *r)
+{
+	return &r->sq[r->sq_tail];
+}
+
+static inline void gpunvme_ring_sq_push(struct gpunvme_ring *r)
+{
+	if (++r->sq_tail == r->depth)
+		r->sq_tail = 0;
+}
+
+/* Release: the SQEs written before are visible to the controller before it
+ * can observe the new tail (as Linux's writel; MMIO stores stay in order on
+ * x86, and the emulator reads the doorbell with an acquire load). */
+static inline void gpunvme_ring_sq_doorbell(struct gpunvme_ring *r)
+{
+	__atomic_store_n(r->sq_db, r->sq_tail, __ATOMIC_RELEASE);
+}
+
+/* Dword 3 of the entry at the head when it is new (true), read with
+ * acquire ordering: the rest of the entry, written by the controller
+ * before dword 3, is then valid to read. */
+static inline bool gpunvme_ring_cq_peek(const struct gpunvme_ring *r, uint32_t *dw3)
+{
+	const volatile uint32_t *dw = (const volatile uint32_t *)&r->cq[r->cq_head];
+	uint32_t v = __atomic_load_n(&dw[3], __ATOMIC_ACQUIRE);
+	if (!gpunvme_dw3_new(v, r->cq_phase))
+		return false;
+	*dw3 = v;
+	return true;
+}
+
+/* Dword 0 (command specific) of the entry at the head, after a peek. */
+static inline uint32_t gpunvme_ring_cq_dw0(const struct gpunvme_ring *r)
+{
+	return ((const volatile uint32_t *)&r->cq[r->cq_head])[0];
+}
+
+/* Consume the entry at the head (not yet told to the controller). */
+static inline void gpunvme_ring_cq_pop(struct gpunvme_ring *r)
+{
+	if (++r->cq_head == r->depth) {
+		r->cq_head = 0;
+		r->cq_phase ^= 1;
+	}
+}
+
+/* Release: our reads of the consumed entries complete before the
+ * controller may reuse their slots. */
+static inline void gpunvme_ring_cq_doorbell(struct gpunvme_ring *r)
+{
+	__atomic_store_n(r->cq_db, r->cq_head, __ATOMIC_RELEASE);
+}
+
+#endif /* !__CUDA_ARCH__ */
+
+#endif
