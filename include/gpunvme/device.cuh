@@ -413,46 +413,24 @@ __device__ __forceinline__ int gpunvme_dev_commit(const struct gpunvme_dev_queue
 /* Bus address of buffer byte `off`. */
 __device__ __forceinline__ uint64_t gpunvme_dev_buf_addr(const struct gpunvme_dev_buf *b, uint64_t off)
 {
-	return b->iova64k[off >> 16] + (off & 0xffffu);
+	const struct gpunvme_prp_addr src = { 0, b->iova64k, 0, 16 };
+	return gpunvme_prp_addr_of(&src, off);
 }
 
-/* PRPs for len bytes at buffer offset off (bus address a) into the SQE
- * (NVMe 1.4 §4.3); list pages of this slot. Page size divides 64 KiB, so a page never spans
- * two pieces of the lookup table. */
+/* PRPs for len bytes at buffer offset off (bus address a) into the SQE,
+ * with the list pages of this slot: the queue core's builder over the
+ * buffer's 64 KiB table (page size divides 64 KiB, so a page never spans
+ * two pieces). */
 __device__ __forceinline__ int gpunvme_dev_prps(const struct gpunvme_dev_queues *q, struct gpunvme_dev_qp *qp, uint32_t slot,
 				       const struct gpunvme_dev_buf *b, uint64_t off, uint64_t a, uint64_t len,
 				       struct gpunvme_sqe *e)
 {
-	const uint64_t ps = q->page_size, mask = ps - 1;
-	if (a & 3)
-		return GPUNVME_DEV_EINVAL;
-	e->prp1 = a;
-	uint64_t first = ps - (a & mask);
-	if (len <= first)
-		return 0;
-	uint64_t rest = len - first, o = off + first;
-	if (rest <= ps) {
-		e->prp2 = gpunvme_dev_buf_addr(b, o);
-		return 0;
-	}
-	const uint32_t per = (uint32_t)(ps / 8);
-	uint32_t page = 0, i = 0;
-	uint64_t *list = qp->lists + (size_t)slot * qp->lp * per;
-	e->prp2 = qp->list_iova[(size_t)slot * qp->lp];
-	while (rest > 0) {
-		if (i == per - 1 && rest > ps) {
-			if (++page >= qp->lp)
-				return GPUNVME_DEV_EINVAL;
-			list[i] = qp->list_iova[(size_t)slot * qp->lp + page];
-			list = qp->lists + ((size_t)slot * qp->lp + page) * per;
-			i = 0;
-		}
-		list[i++] = gpunvme_dev_buf_addr(b, o);
-		uint64_t chunk = rest < ps ? rest : ps;
-		o += chunk;
-		rest -= chunk;
-	}
-	return 0;
+	const struct gpunvme_prp_addr src = { 0, b->iova64k, 0, 16 };
+	const size_t first = (size_t)slot * qp->lp;
+	return gpunvme_prp_fill_at(&src, off, a, len, q->page_size, qp->lists + first * (q->page_size / 8),
+				   &qp->list_iova[first], qp->lp, &e->prp1, &e->prp2)
+		       ? GPUNVME_DEV_EINVAL
+		       : 0;
 }
 
 /* Build the command for ticket t in its slot, store it into the SQ and mark

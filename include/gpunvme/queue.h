@@ -7,6 +7,8 @@
  *  - Decoders of completion dword 3 (command id, phase tag, status), for
  *    host and GPU code alike: pollers read dword 3 alone, with acquire
  *    ordering, and decode it with these.
+ *  - The PRP builder (§4.3), driven by an address table, for host DMA
+ *    memory, pinned memory and GPU memory alike.
  *  - struct gpunvme_ring: one owner's view of a queue pair (tail, head,
  *    phase, doorbells at the controller's stride) and the host's ring
  *    operations, each memory-ordering rule written once here. The admin
@@ -17,6 +19,7 @@
 #ifndef GPUNVME_QUEUE_H
 #define GPUNVME_QUEUE_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -47,6 +50,108 @@ GPUNVME_HD uint16_t gpunvme_dw3_status(uint32_t dw3)
 GPUNVME_HD bool gpunvme_dw3_new(uint32_t dw3, uint32_t phase)
 {
 	return gpunvme_dw3_phase(dw3) == phase;
+}
+
+/* ---- PRPs (§4.3): the one builder, for host and GPU ----------------------- */
+
+/*
+ * Where a buffer's bytes are on the bus: contiguous from iova0 (table NULL),
+ * or through a table holding the bus address of each 2^shift-byte piece of
+ * the allocation (hugepages on UIO; 64 KiB pieces of pinned host or GPU
+ * memory on the GPU path). A piece holds whole memory pages, aligned, so a
+ * page never straddles two pieces. base: where the buffer's byte 0 lies in
+ * the table's span (a small allocation inside a larger mapping).
+ */
+struct gpunvme_prp_addr {
+	uint64_t iova0;
+	const uint64_t *table;
+	uint64_t base;
+	uint32_t shift;
+};
+
+GPUNVME_HD uint64_t gpunvme_prp_addr_of(const struct gpunvme_prp_addr *a, uint64_t off)
+{
+	if (!a->table)
+		return a->iova0 + off;
+	uint64_t o = a->base + off;
+	return a->table[o >> a->shift] + (o & ((1ull << a->shift) - 1));
+}
+
+/* List pages a transfer of len bytes starting at page offset first_off
+ * needs (0 when PRP1/PRP2 suffice): a full page holds page/8 - 1 data
+ * entries and a chain pointer, the last one page/8. */
+GPUNVME_HD uint32_t gpunvme_prp_list_pages(uint64_t first_off, uint64_t len, uint32_t page_size)
+{
+	if (len == 0 || len <= page_size - first_off)
+		return 0;
+	uint64_t ents = (len - (page_size - first_off) + page_size - 1) / page_size;
+	if (ents <= 1)
+		return 0; /* PRP2 is the data pointer */
+	uint64_t per = page_size / 8;
+	if (ents <= per)
+		return 1;
+	return (uint32_t)(1 + (ents - per + (per - 1) - 1) / (per - 1));
+}
+
+/*
+ * PRP1/PRP2, and list pages where needed, for len bytes of the buffer from
+ * byte off, whose bus address p the caller found already (the GPU path
+ * checks its alignment before it takes a queue ticket). List page k is at list_va + k * page_size / 8 entries, bus
+ * address list_iova[k]. Returns 0; -EINVAL for len 0 or a start that is not
+ * dword aligned (§4.3: a PRP entry's offset has bits 1:0 clear); -E2BIG
+ * when more than nlists list pages are needed.
+ */
+GPUNVME_HD int gpunvme_prp_fill_at(const struct gpunvme_prp_addr *a, uint64_t off, uint64_t p, uint64_t len,
+				   uint32_t page_size, uint64_t *list_va, const uint64_t *list_iova, uint32_t nlists,
+				   uint64_t *prp1, uint64_t *prp2)
+{
+	const uint64_t ps = page_size;
+	if (len == 0)
+		return -EINVAL;
+	if (p & 3)
+		return -EINVAL;
+	*prp1 = p;
+	*prp2 = 0;
+	uint64_t first = ps - (p & (ps - 1));
+	if (len <= first)
+		return 0;
+	uint64_t o = off + first, rest = len - first;
+	if (rest <= ps) {
+		/* the transfer ends in the second page: PRP2 points at it */
+		*prp2 = gpunvme_prp_addr_of(a, o);
+		return 0;
+	}
+	/* PRP2 points to a list; when more entries remain than a page holds,
+	 * its last entry chains to the next list page */
+	if (nlists == 0)
+		return -E2BIG;
+	const uint32_t per = page_size / 8;
+	uint32_t page = 0, i = 0;
+	uint64_t *list = list_va;
+	*prp2 = list_iova[0];
+	while (rest > 0) {
+		if (i == per - 1 && rest > ps) {
+			if (++page >= nlists)
+				return -E2BIG;
+			list[i] = list_iova[page];
+			list = list_va + (uint64_t)page * per;
+			i = 0;
+		}
+		list[i++] = gpunvme_prp_addr_of(a, o);
+		uint64_t chunk = rest < ps ? rest : ps;
+		o += chunk;
+		rest -= chunk;
+	}
+	return 0;
+}
+
+/* The same, finding the bus address of byte off itself. */
+GPUNVME_HD int gpunvme_prp_fill(const struct gpunvme_prp_addr *a, uint64_t off, uint64_t len, uint32_t page_size,
+				uint64_t *list_va, const uint64_t *list_iova, uint32_t nlists, uint64_t *prp1,
+				uint64_t *prp2)
+{
+	return gpunvme_prp_fill_at(a, off, gpunvme_prp_addr_of(a, off), len, page_size, list_va, list_iova, nlists,
+				   prp1, prp2);
 }
 
 /* ---- a queue pair driven by one owner (host) ---------------------------- */

@@ -15,7 +15,6 @@
 #include "gpunvme/device.cuh"
 #include "gpunvme/emu.h"
 #include "gpunvme/gpu.h"
-#include "nvme/prp.h"
 #include "base/base.h"
 #include "ctrl/ctrl_gpu.h"
 

@@ -39,13 +39,42 @@ int dma_register(struct dma_registry *r, uint8_t *va, size_t len, void *handle)
 		r->v = n;
 		r->cap = cap;
 	}
+	size_t contig = r->bus->ops->contig(r->bus, handle);
+	uint64_t *table = NULL;
+	uint32_t shift = 0;
+	if (contig < len) {
+		/* pieces contiguous on the bus: a power of two holding whole
+		 * pages (UIO: 2 MiB hugepages), so the PRP builder can index */
+		while (shift < 63 && (1ull << (shift + 1)) <= contig)
+			shift++;
+		if ((1ull << shift) != contig || contig < DMA_PAGE) {
+			pthread_mutex_unlock(&r->lock);
+			return gpunvme_set_error(-EINVAL, "DMA memory contiguous in pieces of %zu bytes: not a power of two of at least %u",
+						 contig, DMA_PAGE);
+		}
+		size_t n = (len + contig - 1) >> shift;
+		if (!(table = malloc(n * sizeof(*table)))) {
+			pthread_mutex_unlock(&r->lock);
+			return -ENOMEM;
+		}
+		for (size_t k = 0; k < n; k++)
+			table[k] = r->bus->ops->iova_of(r->bus, handle, k << shift);
+	}
 	size_t i = upper(r, va);
 	memmove(&r->v[i + 1], &r->v[i], (r->n - i) * sizeof(*r->v));
-	size_t contig = r->bus->ops->contig(r->bus, handle);
-	r->v[i] = (struct dma_alloc){ va, len, handle, contig, r->bus->ops->iova_of(r->bus, handle, 0), NULL };
+	r->v[i] = (struct dma_alloc){ va, len, handle, contig, r->bus->ops->iova_of(r->bus, handle, 0), NULL, 0, table,
+				      shift };
 	r->n++;
 	pthread_mutex_unlock(&r->lock);
 	return 0;
+}
+
+void dma_prp_addr(const struct dma_alloc *a, size_t off, struct gpunvme_prp_addr *out)
+{
+	if (a->contig >= a->len)
+		*out = (struct gpunvme_prp_addr){ a->iova0 + off, NULL, 0, 0 };
+	else
+		*out = (struct gpunvme_prp_addr){ 0, a->table, a->handle_off + off, a->table_shift };
 }
 
 /* The allocation holding [p, p + len), or NULL. Caller holds dma_lock. */
@@ -199,6 +228,7 @@ void dma_free(struct dma_registry *r, void *p)
 		return; /* not an allocation start: ignore rather than corrupt */
 	}
 	struct dma_alloc a = r->v[i - 1];
+	free(a.table);
 	memmove(&r->v[i - 1], &r->v[i], (r->n - i) * sizeof(*r->v));
 	r->n--;
 	__atomic_fetch_add(&gpunvme_dma_gen, 1, __ATOMIC_RELEASE);
@@ -227,6 +257,7 @@ void dma_free_all(struct dma_registry *r)
 	for (size_t i = 0; i < r->n; i++) {
 		r->bus->ops->dma_free(r->bus, r->v[i].va, r->v[i].len, r->v[i].handle);
 		free(r->v[i].heap);
+		free(r->v[i].table);
 	}
 	free(r->v);
 	r->v = NULL;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "bus/bus.h"
+#include "gpunvme/queue.h"
 
 /* Small allocations (under 1 MiB) are carved from 2 MiB heap chunks at
  * 4 KiB granularity: on UIO every bus allocation costs a whole hugepage. */
@@ -36,6 +37,10 @@ struct dma_alloc {
 	uint64_t iova0;        /* bus address of va when contig == len */
 	struct dma_heap_chunk *heap; /* non-NULL: a heap chunk holding small allocations */
 	size_t handle_off;     /* offset of va within the bus allocation `handle` */
+	/* contig < len: the bus address of each 2^table_shift-byte piece of the
+	 * bus allocation (index by handle_off + offset), for the PRP builder */
+	uint64_t *table;
+	uint32_t table_shift;
 };
 
 struct dma_registry {
@@ -55,6 +60,9 @@ void dma_free(struct dma_registry *r, void *p);
 uint64_t dma_iova(struct dma_registry *r, const void *p);
 
 int dma_register(struct dma_registry *r, uint8_t *va, size_t len, void *handle);
+/* Where byte `off` of a (possibly narrowed) allocation onwards lies on the
+ * bus, in the form the PRP builder (gpunvme/queue.h) takes. */
+void dma_prp_addr(const struct dma_alloc *a, size_t off, struct gpunvme_prp_addr *out);
 /* The allocation holding [p, p + len), or NULL. Caller holds r->lock. */
 struct dma_alloc *dma_lookup(struct dma_registry *r, const void *p, size_t len);
 /* The allocation the caller made that holds [p, p + len): for a heap chunk,

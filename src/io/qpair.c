@@ -15,7 +15,6 @@
 #endif
 
 #include "ctrl/ctrl.h"
-#include "nvme/prp.h"
 
 #define MAX_LIST_PAGES 4  /* per command: 2 MiB at 4 KiB pages needs 2 */
 
@@ -303,20 +302,6 @@ uint32_t gpunvme_qpair_outstanding(const struct gpunvme_qpair *qp)
 
 /* ---- submission ------------------------------------------------------------------ */
 
-struct prp_src {
-	struct gpunvme_bus *bus;
-	const struct dma_alloc *a;
-	size_t off;
-};
-
-static uint64_t prp_iova(const void *ctx, size_t off)
-{
-	const struct prp_src *s = ctx;
-	if (s->a->contig >= s->a->len)
-		return s->a->iova0 + s->off + off;
-	return s->bus->ops->iova_of(s->bus, s->a->handle, s->a->handle_off + s->off + off);
-}
-
 /* The allocation holding [buf, buf + len), copied to *out with the DMA
  * generation it is valid for. Returns 0 or -EFAULT. */
 static int lookup_dma(struct gpunvme_qpair *qp, const void *buf, size_t len, struct dma_alloc *out, uint64_t *gen_out)
@@ -373,12 +358,12 @@ static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 							 (void *)r->buf);
 			}
 		}
-		uint64_t *vas[MAX_LIST_PAGES];
-		for (uint32_t k = 0; k < qp->lp; k++)
-			vas[k] = (uint64_t *)(void *)(qp->lists + ((size_t)cid * qp->lp + k) * c->page_size);
-		struct gpunvme_prp_lists lists = { vas, &qp->list_iova[(size_t)cid * qp->lp], qp->lp };
-		struct prp_src src = { &c->bus, &r->dma, (size_t)(r->buf - r->dma.va) };
-		int rc = gpunvme_prp_build(prp_iova, &src, len, c->page_size, &lists, &e->prp1, &e->prp2);
+		/* this command's list pages: lp of them, contiguous */
+		uint64_t *list_va = (uint64_t *)(void *)(qp->lists + (size_t)cid * qp->lp * c->page_size);
+		struct gpunvme_prp_addr src;
+		dma_prp_addr(&r->dma, (size_t)(r->buf - r->dma.va), &src);
+		int rc = gpunvme_prp_fill(&src, 0, len, c->page_size, list_va, &qp->list_iova[(size_t)cid * qp->lp], qp->lp,
+					  &e->prp1, &e->prp2);
 		if (rc) {
 			qp->free_cids[qp->nfree++] = cid;
 			return rc;
@@ -562,10 +547,10 @@ static inline int rw_fast(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, 
 	if (__atomic_load_n(&gpunvme_dma_gen, __ATOMIC_ACQUIRE) != qp->cache_gen || !a->va || p < a->va ||
 	    (size_t)(p - a->va) >= a->len || len > a->len - (size_t)(p - a->va) || a->contig < a->len)
 		return 1;
-	const uint32_t ps = qp->c->page_size;
-	uint64_t iova = a->iova0 + (uint64_t)(p - a->va);
-	uint64_t first = ps - (iova & (ps - 1));
-	if (len > first + ps)
+	/* PRP1 and PRP2 only, no list page: within two memory pages */
+	uint64_t prp1, prp2;
+	const struct gpunvme_prp_addr src = { a->iova0 + (uint64_t)(p - a->va), NULL, 0, 0 };
+	if (gpunvme_prp_fill(&src, 0, len, qp->c->page_size, NULL, NULL, 0, &prp1, &prp2))
 		return 1;
 	uint16_t cid = qp->free_cids[--qp->nfree];
 	struct io_cmd *cmd = &qp->cmds[cid];
@@ -578,8 +563,8 @@ static inline int rw_fast(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, 
 	e->opc = opc;
 	e->cid = cid;
 	e->nsid = nsid;
-	e->prp1 = iova;
-	e->prp2 = len > first ? iova + first : 0;
+	e->prp1 = prp1;
+	e->prp2 = prp2;
 	e->rw.slba = slba;
 	e->rw.nlb = (uint16_t)(nlb - 1);
 	gpunvme_ring_sq_push(&qp->ring);

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * PRP builder (src/nvme/prp.c): every start offset class and every length up
- * to several chained list pages, for 4 KiB and 64 KiB memory pages, checked
+ * The PRP builder of the queue core (gpunvme/queue.h, gpunvme_prp_fill, the
+ * one the CPU queue pairs and the GPU queues use): every start offset class
+ * and every length up to several chained list pages, for 4 KiB and 64 KiB
+ * memory pages, buffers contiguous on the bus or scattered page by page
+ * through an address table, checked
  * by an independent walker that follows the PRPs the way a controller does
  * (NVMe 1.4 §4.3) and verifies that byte i of the transfer lands at the bus
  * address of byte i of the buffer. Also: the list-page count formula is
@@ -12,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nvme/prp.h"
+#include "gpunvme/queue.h"
 
 static int failures;
 #define CHECK(c, ...)                                                     \
@@ -29,8 +32,9 @@ static int failures;
 /* The buffer: page p of it lives at a scattered bus address (pages are not
  * contiguous, so a builder that assumes contiguity fails). */
 struct buf {
-	uint64_t start;     /* bus address of byte 0 */
+	uint64_t start;     /* bus address of byte 0 (contig), or its page offset */
 	uint32_t ps;
+	int contig;         /* one contiguous range instead of scattered pages */
 };
 
 static uint64_t page_bus(uint32_t ps, uint64_t p)
@@ -41,6 +45,8 @@ static uint64_t page_bus(uint32_t ps, uint64_t p)
 static uint64_t buf_iova(const void *ctx, size_t off)
 {
 	const struct buf *b = ctx;
+	if (b->contig)
+		return b->start + off;
 	uint64_t a = (b->start & (b->ps - 1)) + off; /* offset from the first page start */
 	return page_bus(b->ps, a / b->ps) + a % b->ps;
 }
@@ -100,37 +106,77 @@ next:;
 	}
 }
 
-static void run(uint32_t ps, uint64_t start_off, size_t len)
+static uint32_t log2u(uint64_t v)
 {
+	uint32_t s = 0;
+	while ((1ull << s) < v)
+		s++;
+	return s;
+}
+
+/* The builder's view of the buffer: contiguous, or a table of the bus
+ * address of each page (the page's pieces in the table's terms). */
+static void addr_of_buf(const struct buf *b, size_t len, struct gpunvme_prp_addr *a, uint64_t **table)
+{
+	*table = NULL;
+	if (b->contig) {
+		*a = (struct gpunvme_prp_addr){ b->start, NULL, 0, 0 };
+		return;
+	}
+	uint64_t base = b->start & (b->ps - 1);
+	size_t n = (size_t)((base + len) / b->ps + 2);
+	*table = malloc(n * sizeof(**table));
+	for (size_t k = 0; k < n; k++)
+		(*table)[k] = page_bus(b->ps, k);
+	*a = (struct gpunvme_prp_addr){ 0, *table, base, log2u(b->ps) };
+}
+
+static void run1(uint32_t ps, uint64_t start_off, size_t len, int contig)
+{
+	static uint64_t *block;
 	static uint64_t *lists_va[MAXL];
 	static uint64_t lists_iova[MAXL];
-	if (!lists_va[0] || lists_iova[1] - lists_iova[0] != ps) {
+	static uint32_t block_ps;
+	if (block_ps != ps) {
+		/* list pages are contiguous for the builder: page k at
+		 * block + k * ps / 8 entries */
+		free(block);
+		block = calloc(MAXL, ps);
+		block_ps = ps;
 		for (int i = 0; i < MAXL; i++) {
-			free(lists_va[i]);
-			lists_va[i] = calloc(1, ps);
+			lists_va[i] = block + (size_t)i * (ps / 8);
 			lists_iova[i] = LIST_BASE + (uint64_t)i * ps;
 		}
 	}
-	struct buf b = { 0x123400000ull + start_off, ps };
+	struct buf b = { (contig ? 0x123400000ull : 0) + start_off, ps, contig };
 	uint32_t need = gpunvme_prp_list_pages(start_off % ps, len, ps);
 	CHECK(need <= MAXL, "need %u list pages", need);
-	uint64_t prp1, prp2;
+	uint64_t prp1, prp2, *table;
+	struct gpunvme_prp_addr a;
+	addr_of_buf(&b, len, &a, &table);
 	/* exactly `need` pages suffice... */
-	struct gpunvme_prp_lists l = { lists_va, lists_iova, need };
-	int rc = gpunvme_prp_build(buf_iova, &b, len, ps, &l, &prp1, &prp2);
+	int rc = gpunvme_prp_fill(&a, 0, len, ps, block, lists_iova, need, &prp1, &prp2);
 	CHECK(rc == 0, "ps %u off %llu len %zu: rc %d with %u list pages", ps, (unsigned long long)start_off, len, rc,
 	      need);
-	if (rc)
+	if (rc) {
+		free(table);
 		return;
+	}
 	long w = walk(&b, prp1, prp2, len, lists_va, need);
 	CHECK(w == (long)len, "ps %u off %llu len %zu: walk %ld", ps, (unsigned long long)start_off, len, w);
 	/* ...and one fewer does not */
 	if (need > 0) {
-		struct gpunvme_prp_lists l2 = { lists_va, lists_iova, need - 1 };
-		rc = gpunvme_prp_build(buf_iova, &b, len, ps, &l2, &prp1, &prp2);
+		rc = gpunvme_prp_fill(&a, 0, len, ps, block, lists_iova, need - 1, &prp1, &prp2);
 		CHECK(rc == -E2BIG, "ps %u off %llu len %zu: %u pages accepted", ps, (unsigned long long)start_off, len,
 		      need - 1);
 	}
+	free(table);
+}
+
+static void run(uint32_t ps, uint64_t start_off, size_t len)
+{
+	run1(ps, start_off, len, 0);
+	run1(ps, start_off, len, 1);
 }
 
 int main(void)
@@ -161,13 +207,11 @@ int main(void)
 		}
 	}
 	/* a start that is not dword aligned is refused */
-	struct buf b = { 0x1002, 4096 };
-	uint64_t *va[1] = { NULL };
+	const struct gpunvme_prp_addr odd = { 0x1002, NULL, 0, 0 };
 	uint64_t iova[1] = { LIST_BASE };
-	struct gpunvme_prp_lists l = { va, iova, 0 };
 	uint64_t p1, p2;
-	CHECK(gpunvme_prp_build(buf_iova, &b, 512, 4096, &l, &p1, &p2) == -EINVAL, "odd start accepted");
-	CHECK(gpunvme_prp_build(buf_iova, &b, 0, 4096, &l, &p1, &p2) == -EINVAL, "zero length accepted");
+	CHECK(gpunvme_prp_fill(&odd, 0, 512, 4096, NULL, iova, 0, &p1, &p2) == -EINVAL, "odd start accepted");
+	CHECK(gpunvme_prp_fill(&odd, 2, 0, 4096, NULL, iova, 0, &p1, &p2) == -EINVAL, "zero length accepted");
 	if (failures)
 		return 1;
 	printf("prp: all combinations mapped every byte correctly\n");
