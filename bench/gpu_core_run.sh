@@ -19,16 +19,17 @@ build /tmp/old old & p2=$!
 build . new & p1=$!; wait $p1 $p2
 N=bd/bin; O=/tmp/old/bd/bin
 M="latency_us=80&read_mbps=7000&iops=1000000&mdts=8"
-echo "=== GPU tests (new)"; (cd bd && timeout 150 ctest -L gpu > $R/ctest-gpu.log 2>&1; grep -E "tests passed|Failed" $R/ctest-gpu.log)
+echo "=== GPU tests (new)"; (cd bd && timeout 150 ctest -L gpu > $R/ctest-gpu.log 2>&1; grep -E "Passed|Failed|tests passed" $R/ctest-gpu.log)
 echo "=== qd1 model (lib gpunvme_dev_rw line: median us)"; i=0
-for v in old new old new old new; do i=$((i+1)); F=$R/qd1-model-$i-$v.txt; B=$N; [ $v = old ] && B=$O
-  timeout 60 $B/bench_gpu_qd1 -n 2000 -u "$M" > $F 2>&1; echo "$v $(grep 'lib gpunvme_dev_rw' $F)"; done
+for v in old new old new old new; do i=$((i+1)); F=$R/qd1-model.txt; B=$N; [ $v = old ] && B=$O
+  echo "### run $i $v" >> $F; timeout 60 $B/bench_gpu_qd1 -n 2000 -u "$M" > $R/qd1.tmp 2>&1; cat $R/qd1.tmp >> $F
+  echo "$v $(grep 'lib gpunvme_dev_rw' $R/qd1.tmp)"; done; rm -f $R/qd1.tmp
 echo "=== iops old/new (bench_gpu_iops csv)"; for v in old new old new; do B=$N; [ $v = old ] && B=$O
   echo -n "$v,"; timeout 40 $B/bench_gpu_iops -w 12 -q 48 -d 1024 -t 65536 -n 32 -m 1
   echo -n "$v,"; timeout 40 $B/bench_gpu_iops -w 12 -q 48 -d 1024 -t 65536 -n 16 -m 0
 done | tee $R/iops_old_new.csv
-echo "=== sanitizers (new)"; for c in lanes faults; do timeout 60 compute-sanitizer --tool memcheck $N/test_gpu_queues $c > $R/memcheck-$c.log 2>&1; echo "memcheck $c rc=$? $(grep -E 'ERROR SUMMARY' $R/memcheck-$c.log)"; done
-timeout 60 compute-sanitizer --tool racecheck $N/test_gpu_queues random_rw > $R/racecheck.log 2>&1; echo "racecheck random_rw rc=$? $(grep -E 'RACECHECK SUMMARY' $R/racecheck.log)"
+echo "=== sanitizers (new)"; for c in lanes faults; do timeout 60 compute-sanitizer --tool memcheck $N/test_gpu_queues $c > $R/san.tmp 2>&1; echo "memcheck $c rc=$? $(grep -E 'ERROR SUMMARY' $R/san.tmp)"; cat $R/san.tmp >> $R/sanitizers.log; done
+timeout 60 compute-sanitizer --tool racecheck $N/test_gpu_queues random_rw > $R/san.tmp 2>&1; echo "racecheck random_rw rc=$? $(grep -E 'RACECHECK SUMMARY' $R/san.tmp)"; cat $R/san.tmp >> $R/sanitizers.log; rm -f $R/san.tmp
 echo "=== Tier 2 bandwidth, 8 GiB, every word verified (cudaMemcpy the link's rate)"
 timeout 60 $N/bench_gpu_bw -m memcpy -s 8G -r 2 -c 256M -H | tee $R/bw_memcpy.csv
 for v in old new; do B=$N; [ $v = old ] && B=$O

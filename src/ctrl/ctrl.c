@@ -175,7 +175,7 @@ int gpunvme_get_log_page(struct gpunvme_ctrl *c, uint32_t nsid, uint8_t lid, voi
 int gpunvme_get_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, uint32_t *dw0)
 {
 	struct gpunvme_sqe cmd = { .opc = GPUNVME_ADM_GET_FEATURES };
-	struct gpunvme_cqe e;
+	struct gpunvme_cqe e = { 0 };
 	cmd.cdw[0] = fid;
 	cmd.cdw[1] = cdw11;
 	int rc = gpunvme_admin(c, &cmd, NULL, 0, 0, &e);
@@ -187,7 +187,7 @@ int gpunvme_get_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, ui
 int gpunvme_set_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, uint32_t *dw0)
 {
 	struct gpunvme_sqe cmd = { .opc = GPUNVME_ADM_SET_FEATURES };
-	struct gpunvme_cqe e;
+	struct gpunvme_cqe e = { 0 };
 	cmd.cdw[0] = fid;
 	cmd.cdw[1] = cdw11;
 	int rc = gpunvme_admin(c, &cmd, NULL, 0, 0, &e);
