@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* Minimal polled NVMe driver for the QEMU guest probes; see probe_common.h. */
+/* Minimal polled NVMe driver for the QEMU guest probes; see probe_common.h.
+ * Deliberately an independent oracle: its own queue code, not the library's
+ * queue core, proves the buses against QEMU's controller on their own. */
 #include "probe_common.h"
 
 #include <errno.h>
