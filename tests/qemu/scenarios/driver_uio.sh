@@ -28,4 +28,7 @@ run drv.uio.a.reads-kernel-data qemu_driver verify uio:$BDF0 1 8192 256 41
 run drv.uio.b.reads-kernel-data qemu_driver verify uio:$BDF1 1 1024 32 41
 # last: it overwrites the first 16 MiB of the namespace
 run drv.uio.b.randio-mdts2 qemu_driver randio uio:$BDF1 1 7 64 64
+# buffers of several 2 MiB hugepages: PRPs through the DMA registry's
+# per-hugepage address table (physical pages are not contiguous)
+run drv.uio.a.randio-hugepages qemu_driver randio uio:$BDF0 1 8 32 16
 PLAN
