@@ -475,12 +475,10 @@ static void shape_str(const struct gpunvme_tensor *t, char *buf, size_t len)
 		snprintf(buf + k, len - k, "]");
 }
 
-/* Names come from the file: no raw control bytes to the terminal. */
+/* Names come from the file: escaped as `ls` escapes file names. */
 static void print_name(const char *s, int width)
 {
-	int n = 0;
-	for (; *s; s++, n++)
-		putchar((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s);
+	int n = (int)cli_put_name(stdout, s, strlen(s));
 	for (; n < width; n++)
 		putchar(' ');
 }

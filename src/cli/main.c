@@ -8,9 +8,11 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -74,11 +76,37 @@ static void usage(FILE *f)
 		"help", "this text, or 'help <command>'", "version", "print the version");
 }
 
+/*
+ * What a command printed through stdio must have arrived: a failed write
+ * while it buffered sets only the stream's error flag (its errno is gone by
+ * now), so a reader that went away is recognised by the pipe itself
+ * (POLLERR on a pipe without readers) and ends quietly like EPIPE does.
+ */
+static int stdout_done(int rc)
+{
+	int e = fflush(stdout) ? errno : 0;
+	if ((!e && !ferror(stdout)) || rc)
+		return rc;
+	struct pollfd p = {.fd = STDOUT_FILENO, .events = POLLOUT};
+	if (e != EPIPE && poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)))
+		e = EPIPE;
+	if (!e)
+		return cli_err(EXIT_RUNTIME, "writing to stdout failed: the output is incomplete "
+			       "(is the disk full?)");
+	return cli_write_err(-e, "to stdout");
+}
+
+static int run_command(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
 	/* a closed pipe on stdout is an error we report, not a silent death */
 	signal(SIGPIPE, SIG_IGN);
+	return stdout_done(run_command(argc, argv));
+}
 
+static int run_command(int argc, char **argv)
+{
 	if (argc < 2) {
 		usage(stderr);
 		return EXIT_USAGE;
@@ -110,10 +138,7 @@ int main(int argc, char **argv)
 		if (!strcmp(name, commands[i].name)) {
 			cli_cmd = commands[i].name;
 			optind = 0;  /* full getopt re-initialisation */
-			int rc = commands[i].fn(argc - 1, argv + 1);
-			if (fflush(stdout) != 0 && rc == 0)
-				return cli_write_err(-errno, "to stdout");
-			return rc;
+			return commands[i].fn(argc - 1, argv + 1);
 		}
 	if (name[0] == '-')
 		return cli_err(EXIT_USAGE, "unknown option '%s' (a command comes first; see 'gpunvme --help')",

@@ -440,46 +440,58 @@ static bool utf8_valid(const char *s, size_t n)
 	return true;
 }
 
-void cli_put_name(FILE *f, const char *s, size_t n)
+/* How cli_put_name shows the bytes at s[i]: *k of them as they are, or
+ * (returns true) the one byte s[i] as \xHH. */
+static bool name_byte_escaped(const char *s, size_t i, size_t n, size_t *k)
 {
-	for (size_t i = 0; i < n;) {
-		size_t k = cli_utf8_seq(s + i, n - i);
-		unsigned char ch = (unsigned char)s[i];
-		if (k == 0 || ch < 0x20 || ch == 0x7f) {
-			fprintf(f, "\\x%02x", ch);
-			i++;
-		} else if (ch == '\\') {
+	unsigned char ch = (unsigned char)s[i];
+	*k = cli_utf8_seq(s + i, n - i);
+	if (*k == 0 || ch < 0x20 || ch == 0x7f) {
+		*k = 1;
+		return true;
+	}
+	return false;
+}
+
+size_t cli_put_name(FILE *f, const char *s, size_t n)
+{
+	size_t cols = 0;
+	for (size_t i = 0, k = 1; i < n; i += k) {
+		if (name_byte_escaped(s, i, n, &k)) {
+			fprintf(f, "\\x%02x", (unsigned char)s[i]);
+			cols += 4;
+		} else if (s[i] == '\\') {
 			fputs("\\\\", f); /* so that \xHH above is unambiguous */
-			i++;
+			cols += 2;
 		} else {
 			fwrite(s + i, 1, k, f);
-			i += k;
+			cols++;
 		}
 	}
+	return cols;
 }
 
 /*
  * A JSON string is Unicode: valid UTF-8 goes out as it is (control bytes
  * as \u00XX). A string with bytes that are not UTF-8 (file and tensor
- * names are bytes) is written as cli_put_name prints it: each such byte
- * as the text \xHH and each backslash doubled, so the decoded string is
- * the same text `ls` shows and no two names collide.
+ * names are bytes) cannot be: it is written as the text cli_put_name
+ * prints (each such byte and each control byte as \xHH, each backslash
+ * doubled), so its decoded value is exactly what `ls` shows, and cj_str
+ * adds the bytes themselves in hex (a valid name can read the same).
  */
 static void cj_escape(FILE *f, const char *s, size_t n)
 {
 	n = strnlen(s, n);
 	bool raw = !utf8_valid(s, n);
 	fputc('"', f);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0, k = 1; i < n; i += k) {
 		unsigned char ch = (unsigned char)s[i];
-		size_t k = raw ? cli_utf8_seq(s + i, n - i) : 1;
-		if (raw && k == 0) {
+		if (raw && name_byte_escaped(s, i, n, &k)) {
 			fprintf(f, "\\\\x%02x", ch);
 			continue;
 		}
 		if (k > 1) { /* a whole valid multi-byte sequence */
 			fwrite(s + i, 1, k, f);
-			i += k - 1;
 			continue;
 		}
 		switch (ch) {
@@ -545,8 +557,21 @@ void cj_arr_end(struct cli_json *j) { cj_close(j, ']'); }
 
 void cj_str(struct cli_json *j, const char *key, const char *v)
 {
+	v = v ? v : "";
 	cj_key(j, key);
-	cj_escape(j->f, v ? v : "", SIZE_MAX);
+	cj_escape(j->f, v, SIZE_MAX);
+	size_t n = strlen(v);
+	if (!key || j->depth == 0 || j->in_array[j->depth] || utf8_valid(v, n))
+		return;
+	/* the escaped text of a name that is not UTF-8 can equal a valid
+	 * name ("caf\xe9" typed with a backslash): the bytes settle it */
+	char k2[128];
+	snprintf(k2, sizeof(k2), "%s_hex", key);
+	cj_key(j, k2);
+	fputc('"', j->f);
+	for (size_t i = 0; i < n; i++)
+		fprintf(j->f, "%02x", (unsigned char)v[i]);
+	fputc('"', j->f);
 }
 
 void cj_strn(struct cli_json *j, const char *key, const char *v, size_t n)

@@ -112,7 +112,9 @@ ssize_t cli_read_full(int fd, void *buf, size_t len);
 /* ---- JSON ------------------------------------------------------------------ */
 
 /* A streaming writer with indentation. Keys are ignored inside arrays.
- * Strings are escaped; 64-bit integers are written as numbers. */
+ * Strings are escaped and always valid JSON: one that is not UTF-8 is
+ * written as cli_put_name's text and, in an object, followed by
+ * "<key>_hex" with its bytes. 64-bit integers are written as numbers. */
 struct cli_json {
 	FILE *f;
 	int depth;
@@ -126,8 +128,9 @@ size_t cli_utf8_seq(const char *p, size_t n);
 /* A name from a file system or a model file, for a terminal: UTF-8 as it
  * is; control bytes and bytes that are not UTF-8 as \xHH; a backslash as
  * \\ (so the escapes are unambiguous). JSON output decodes to the same text
- * for names that are not valid UTF-8. */
-void cli_put_name(FILE *f, const char *s, size_t n);
+ * for names that are not valid UTF-8. Returns the characters printed (for
+ * padding a column). */
+size_t cli_put_name(FILE *f, const char *s, size_t n);
 
 void cj_init(struct cli_json *j, FILE *f);
 void cj_obj_begin(struct cli_json *j, const char *key);

@@ -73,6 +73,8 @@ group_fs_edges() {
 	: >"$d/t/a$(printf '\x01')b"
 	: >"$d/t/ok-é"
 	: >"$d/t/back\\slash"
+	: >"$d/t/m$(printf '\x01\xe9')"
+	: >"$d/t/ov$(printf '\xc0\xaf')su$(printf '\xed\xa0\x80')hi$(printf '\xf4\x90\x80\x80')"
 	truncate -s 16M "$img"
 	mkfs.ext4 -q -F -d "$d/t" "$img" || { fail "mkfs.ext4"; return; }
 	# text: every byte that is not UTF-8 escaped like a control byte
@@ -80,14 +82,41 @@ group_fs_edges() {
 		expect_out 'caf\xe9'
 		expect_out 'a\x01b'
 		expect_out 'ok-é'
+		expect_out 'm\x01\xe9'
+		# an overlong '/', a surrogate, a code point past U+10FFFF
+		expect_out 'ov\xc0\xafsu\xed\xa0\x80hi\xf4\x90\x80\x80'
 		grep -q "$(printf '\xe9')" "$OUT" && fail "ls printed a raw 0xe9 byte"
 	}
-	# JSON: always valid, and the undecodable name decodes to what ls shows
+	# JSON: always valid, and the undecodable name decodes to what ls shows,
+	# its bytes beside it (name_hex); a valid name has no name_hex
 	ok ls "emu:$img" / --json &&
-		json_check '"caf\\xe9" in [e["name"] for e in d["entries"]] and "ok-é" in [e["name"] for e in d["entries"]] and "back\\slash" in [e["name"] for e in d["entries"]]'
+		json_check '"caf\\xe9" in [e["name"] for e in d["entries"]] and "ok-é" in [e["name"] for e in d["entries"]] and "back\\slash" in [e["name"] for e in d["entries"]]' &&
+		json_check 'all((e["name"], e.get("name_hex")) in [("caf\\xe9", "636166e9"), ("m\\x01\\xe9", "6d01e9"), ("ov\\xc0\\xafsu\\xed\\xa0\\x80hi\\xf4\\x90\\x80\\x80", "6f76c0af7375eda0806869f4908080"), ("a\x01b", None), ("ok-é", None), ("back\\slash", None), ("lost+found", None)] for e in d["entries"])'
 	if command -v python3 >/dev/null 2>&1; then
 		python3 -c 'import sys; open(sys.argv[1], "rb").read().decode("utf-8", "strict")' "$OUT" ||
 			fail "ls --json is not valid UTF-8"
+	fi
+
+	# GGUF tensor names are bytes too: load's table escapes them as ls does,
+	# its JSON gives the escaped text and the bytes
+	if command -v python3 >/dev/null 2>&1; then
+		rm -rf "$d/t" && mkdir -p "$d/t"
+		python3 -c 'import struct,sys
+names = [b"caf\xe9.weight", b"a\x01b", b"ok-\xc3\xa9"]
+h = b"GGUF" + struct.pack("<IQQ", 3, len(names), 0)
+for i, n in enumerate(names):  # 32 x I8 (ggml type 24) each
+    h += struct.pack("<Q", len(n)) + n + struct.pack("<IQIQ", 1, 32, 24, 32 * i)
+h += b"\0" * (-len(h) % 32)
+open(sys.argv[1], "wb").write(h + bytes(range(96)))' "$d/t/m.gguf"
+		mkfs.ext4 -q -F -d "$d/t" "$img" || { fail "mkfs.ext4"; return; }
+		ok load "emu:$img" /m.gguf --tier cpu --no-progress && {
+			expect_out 'caf\xe9.weight'
+			expect_out 'a\x01b'
+			expect_out 'ok-é'
+			grep -q "$(printf '\xe9')" "$OUT" && fail "load printed a raw 0xe9 byte"
+		}
+		ok load "emu:$img" /m.gguf --tier cpu --no-progress --json &&
+			json_check '[(t["name"], t.get("name_hex")) for t in d["tensors"]] == [("caf\\xe9.weight", "636166e92e776569676874"), ("a\x01b", None), ("ok-é", None)]'
 	fi
 
 	# a safetensors header is UTF-8 JSON (its spec): a tensor name that is
@@ -189,7 +218,67 @@ group_pipe() {
 		CHECKS=$((CHECKS + 1))
 		timeout "$T" "$BIN" ls "emu:$WORK/p4.img" / 2>"$ERR" | head -c 1 >/dev/null
 		[ -s "$ERR" ] && { fail "ls | head printed to stderr"; cat "$ERR" >&2; }
+		# stdio output (text, --json) far larger than a pipe holds: the
+		# failed write is seen after the command, and ends it the same way
+		local i
+		rm -rf "$WORK/ptree" && mkdir -p "$WORK/ptree"
+		for i in $(seq 1 3000); do : >"$WORK/ptree/a-file-name-long-enough-to-fill-pipes-$i"; done
+		mkfs.ext4 -q -F -d "$WORK/ptree" "$WORK/p4.img" || { fail "mkfs.ext4"; return; }
+		local args
+		for args in "" "--json" "-l"; do
+			CHECKS=$((CHECKS + 1))
+			# shellcheck disable=SC2086
+			timeout "$T" "$BIN" ls "emu:$WORK/p4.img" / $args 2>"$ERR" | head -c 1 >/dev/null
+			st=${PIPESTATUS[0]}
+			[ "$st" -eq 141 ] || fail "ls $args | head: exit $st, expected 141"
+			[ -s "$ERR" ] && { fail "ls $args | head printed to stderr"; cat "$ERR" >&2; }
+		done
+		# any other failure to write stdout is an error, not a success
+		if [ -w /dev/full ]; then
+			CHECKS=$((CHECKS + 1))
+			timeout "$T" "$BIN" ls "emu:$WORK/p4.img" / --json >/dev/full 2>"$ERR"
+			st=$?
+			[ "$st" -eq 1 ] && [ "$(wc -l <"$ERR")" -eq 1 ] && grep -q '^gpunvme: ls: writing to stdout' "$ERR" ||
+				{ fail "ls --json >/dev/full: exit $st"; cat "$ERR" >&2; }
+		fi
 	fi
+	CHECKS=$((CHECKS + 1))
+	timeout "$T" "$BIN" help 2>"$ERR" >/dev/full
+	st=$?
+	[ "$st" -eq 1 ] && grep -q '^gpunvme: writing to stdout' "$ERR" || { fail "help >/dev/full: exit $st"; cat "$ERR" >&2; }
+}
+
+# load from the CLI's side: the units of every command (GB/s), a notice
+# that reads as one, and an empty --tensors as a usage error.
+group_load_notes() {
+	command -v mkfs.ext4 >/dev/null 2>&1 || { echo "SKIP: no mkfs.ext4"; exit 77; }
+	command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
+	local d=$WORK/ln img=$WORK/ln.img
+	mkdir -p "$d"
+	python3 -c 'import struct,sys
+h = b"{\"w\":{\"dtype\":\"U8\",\"shape\":[4096],\"data_offsets\":[0,4096]}}"
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(4096))' "$d/m.safetensors"
+	truncate -s 16M "$img"
+	mkfs.ext4 -q -F -d "$d" "$img" || { fail "mkfs.ext4"; return; }
+	bad 2 "--tensors ''" load "emu:$img" /m.safetensors --tensors ''
+	bad 2 "--tensors ''" load "emu:$img" /m.safetensors --tensors=
+	ok load "emu:$img" /m.safetensors --tier cpu --no-progress && expect_out "GB/s"
+	grep -q "MiB/s" "$OUT" && fail "load printed MiB/s"
+	if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
+		# no GPU: load falls back to host memory and says so as a note
+		ok load "emu:$img" /m.safetensors --no-progress && {
+			[ "$(wc -l <"$ERR")" -eq 1 ] && grep -q '^gpunvme: load: note: no CUDA GPU' "$ERR" ||
+				{ fail "the no-GPU notice is not one 'gpunvme: load: note:' line"; show; }
+		}
+	fi
+	# the summary of read and write, perf's table: GB/s too
+	truncate -s 1M "$WORK/ln.disk"
+	head -c 4096 /dev/urandom >"$WORK/ln.bin"
+	ok write "emu:$WORK/ln.disk" --slba 0 --nlb 8 --in "$WORK/ln.bin" && grep -q " GB/s$" "$ERR" ||
+		fail "write's summary is not in GB/s: $(cat "$ERR")"
+	ok perf 'emu:null:16M' -q 4 -o 4K -w randread -t 0.2 && expect_out "GB/s"
+	grep -q "MiB/s" "$OUT" && fail "perf printed MiB/s"
 }
 
 group_help() {
@@ -601,7 +690,7 @@ group_errors_perf() {
 }
 
 case "$GROUP" in
-help | list | id | roundtrip | shared_file | perf | perf_gpu | errors_uri | errors_io | errors_perf | pipe | fs_edges | readme)
+help | list | id | roundtrip | shared_file | perf | perf_gpu | errors_uri | errors_io | errors_perf | pipe | fs_edges | readme | load_notes)
 	"group_$GROUP"
 	;;
 *)
