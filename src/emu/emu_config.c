@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <strings.h>
 
 #include "emu/emu_internal.h"
@@ -27,35 +26,55 @@ void gpunvme_emu_config_init(struct gpunvme_emu_config *cfg)
 	snprintf(cfg->model_name, sizeof(cfg->model_name), "gpu-nvme-direct emulator");
 }
 
-/* Parse an unsigned number with an optional K/M/G/T suffix (powers of 1024). */
+/* Leading decimal digits of s[0..n) into *out; *used says how many. Decimal
+ * only: strtoull with base 0 would read "010" as 8 and "0x10" as 16, and it
+ * skips blanks and takes a sign ("-1" wraps to 2^64 - 1). */
+static int parse_dec(const char *s, size_t n, uint64_t *out, size_t *used)
+{
+	uint64_t v = 0;
+	size_t i = 0;
+	for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+		unsigned d = (unsigned)(s[i] - '0');
+		if (v > (UINT64_MAX - d) / 10)
+			return -ERANGE;
+		v = v * 10 + d;
+	}
+	if (i == 0)
+		return -EINVAL;
+	*out = v;
+	*used = i;
+	return 0;
+}
+
+/* A size: decimal with an optional K/M/G/T suffix (powers of 1024), which
+ * may be written Ki, KiB or KB as well. */
 static int parse_size(const char *s, size_t n, uint64_t *out)
 {
-	char buf[64];
-	if (n == 0 || n >= sizeof(buf))
-		return -EINVAL;
-	memcpy(buf, s, n);
-	buf[n] = 0;
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(buf, &end, 0);
-	if (errno || end == buf || buf[0] == '-')
-		return -EINVAL;
+	uint64_t v;
+	size_t i;
+	int rc = parse_dec(s, n, &v, &i);
+	if (rc)
+		return rc;
 	unsigned shift = 0;
-	switch (*end) {
-	case 0: break;
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
-	default: return -EINVAL;
+	if (i < n) {
+		switch (s[i]) {
+		case 'k': case 'K': shift = 10; break;
+		case 'm': case 'M': shift = 20; break;
+		case 'g': case 'G': shift = 30; break;
+		case 't': case 'T': shift = 40; break;
+		default: return -EINVAL;
+		}
+		i++;
+		if (i < n && s[i] == 'i')
+			i++;
+		if (i < n && s[i] == 'B')
+			i++;
 	}
-	if (*end == 'i' || *end == 'B')
-		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-	if (*end)
+	if (i != n)
 		return -EINVAL;
 	if (shift && v > (UINT64_MAX >> shift))
 		return -ERANGE;
-	*out = (uint64_t)v << shift;
+	*out = v << shift;
 	return 0;
 }
 
@@ -76,6 +95,12 @@ __attribute__((format(printf, 2, 3))) static int cfg_err(const char **err, const
 /* One namespace: "ram:SIZE", "null:SIZE" or a file path. */
 static int parse_ns(struct gpunvme_emu_ns_config *ns, const char *s, size_t n, const char **err)
 {
+	/* the first namespace ends at the first '?', so only one given with
+	 * ns= can hold one: someone tried per-namespace options */
+	if (memchr(s, '?', n))
+		return cfg_err(err, "namespace '%.*s': options do not go inside a namespace; they follow the first '?' "
+				    "joined by '&' and apply to every namespace (e.g. ram:1G?lbads=12&ns=ram:1M)",
+			       (int)n, s);
 	if (n >= 4 && !strncmp(s, "ram:", 4)) {
 		ns->backing = GPUNVME_EMU_BACK_RAM;
 	} else if (n >= 5 && !strncmp(s, "null:", 5)) {
@@ -84,7 +109,9 @@ static int parse_ns(struct gpunvme_emu_ns_config *ns, const char *s, size_t n, c
 		if (n == 0)
 			return cfg_err(err, "empty namespace: expected ram:SIZE, null:SIZE or an image file path");
 		if (n >= sizeof(ns->path))
-			return cfg_err(err, "namespace image path of %zu bytes: at most %zu", n, sizeof(ns->path) - 1);
+			return cfg_err(err, "namespace image path '%.*s...' is %zu bytes long: at most %zu (use a shorter "
+					    "path or a symbolic link)",
+				       40, s, n, sizeof(ns->path) - 1);
 		ns->backing = GPUNVME_EMU_BACK_FILE;
 		memcpy(ns->path, s, n);
 		ns->path[n] = 0;
@@ -93,10 +120,6 @@ static int parse_ns(struct gpunvme_emu_ns_config *ns, const char *s, size_t n, c
 	}
 	const char *sz = strchr(s, ':') + 1;
 	size_t szn = n - (size_t)(sz - s);
-	if (memchr(sz, '?', szn))
-		return cfg_err(err, "namespace '%.*s': options do not go inside a namespace; they follow the first '?' "
-				    "joined by '&' and apply to every namespace (e.g. ram:1G?lbads=12&ns=ram:1M)",
-			       (int)n, s);
 	if (parse_size(sz, szn, &ns->size) || ns->size == 0)
 		return cfg_err(err, "namespace '%.*s': bad size '%.*s' (expected a number of bytes with an optional "
 				    "K/M/G/T suffix, e.g. 512M, 4G)",
@@ -104,15 +127,17 @@ static int parse_ns(struct gpunvme_emu_ns_config *ns, const char *s, size_t n, c
 	return 0;
 }
 
-/* Numeric options: name, allowed range, what the value means. */
+/* Numeric options: name, allowed range, what the value means; allowed,
+ * where set, replaces min..max in messages (lbads's range has holes). */
 struct num_opt {
 	const char *key;
 	uint64_t min, max;
 	const char *what;
+	const char *allowed;
 };
 
 static const struct num_opt num_opts[] = {
-	{ "lbads", 9, 12, "9 (512-byte blocks) or 12 (4 KiB blocks)" },
+	{ "lbads", 9, 12, "LBA data size 2^n bytes", "9 (512-byte blocks) or 12 (4 KiB blocks)" },
 	{ "nsq", 1, 65535, "I/O queue pairs the controller grants" },
 	{ "mqes", 1, 65535, "CAP.MQES, entries per queue minus one" },
 	{ "mdts", 0, 20, "MDTS, 2^n pages per command; 0 = no limit" },
@@ -125,9 +150,49 @@ static const struct num_opt num_opts[] = {
 	/* CSTS.RDY must follow CC.EN within CAP.TO (20 x 500 ms) */
 	{ "ready_ms", 0, 10000, "delay before CSTS.RDY, within CAP.TO of 10 s" },
 	{ "idle_us", 1, 1000000, "longest idle sleep of a worker in microseconds" },
-	{ "vwc", 0, 1, "volatile write cache present: 0 or 1" },
-	{ "snapshot", 0, 1, "1 = serve the image from a RAM copy, never written back" },
+	{ "vwc", 0, 1, "volatile write cache present", "0 or 1" },
+	{ "snapshot", 0, 1, "1 = serve the image from a RAM copy, never written back", "0 or 1" },
 };
+
+static int num_opt_value(const struct num_opt *o, const char *v, size_t n, uint64_t *out, const char **err)
+{
+	uint64_t x = 0;
+	size_t used = 0;
+	int rc = parse_dec(v, n, &x, &used);
+	int in_range = !rc && used == n && x >= o->min && x <= o->max;
+	/* only 512-byte and 4 KiB blocks are emulated */
+	if (in_range && !strcmp(o->key, "lbads") && x != 9 && x != 12)
+		in_range = 0;
+	if (in_range) {
+		*out = x;
+		return 0;
+	}
+	/* a bare decimal number (not merely too large for 64 bits) is out of
+	 * range; anything else is not a number at all */
+	const char *form = (rc == -ERANGE || (!rc && used == n)) ? "" : "a decimal number ";
+	if (o->allowed) /* a list of numbers: says the form itself */
+		return cfg_err(err, "emulator option %s: '%.*s' is not allowed: must be %s (%s)", o->key, (int)n, v,
+			       o->allowed, o->what);
+	return cfg_err(err, "emulator option %s: '%.*s' is not allowed: must be %s%llu..%llu (%s)", o->key, (int)n, v,
+		       form, (unsigned long long)o->min, (unsigned long long)o->max, o->what);
+}
+
+/* The list is built from the table, so it cannot fall behind a new option. */
+static int unknown_opt(const char *k, size_t klen, const char **err)
+{
+	char known[256] = "";
+	size_t off = 0;
+	const char *hint = "";
+	for (size_t i = 0; i <= sizeof(num_opts) / sizeof(num_opts[0]); i++) {
+		const char *name = i < sizeof(num_opts) / sizeof(num_opts[0]) ? num_opts[i].key : "ns";
+		if (strlen(name) == klen && !strncasecmp(k, name, klen))
+			hint = " (option names are lower case)";
+		int w = snprintf(known + off, sizeof(known) - off, "%s%s", off ? " " : "", name);
+		if (w > 0 && (size_t)w < sizeof(known) - off)
+			off += (size_t)w;
+	}
+	return cfg_err(err, "unknown emulator option '%.*s'%s; options are: %s", (int)klen, k, hint, known);
+}
 
 static void set_num(struct gpunvme_emu_config *cfg, const char *key, uint64_t x, uint32_t *lba_shift)
 {
@@ -178,10 +243,17 @@ int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec, c
 		return -EINVAL;
 	uint32_t lba_shift = 9;
 
+	/* A repeated option is not refused: the later value wins, so callers
+	 * (bench/) can append overrides to a default string. */
 	const char *p = q ? q + 1 : NULL;
 	while (p && *p) {
 		const char *amp = strchr(p, '&');
 		size_t len = amp ? (size_t)(amp - p) : strlen(p);
+		const char *next = amp ? amp + 1 : NULL;
+		if (len == 0) { /* a stray '&' carries nothing */
+			p = next;
+			continue;
+		}
 		const char *eq = memchr(p, '=', len);
 		if (!eq)
 			return cfg_err(err, "emulator option '%.*s' has no value (expected key=value, joined by '&')",
@@ -189,52 +261,66 @@ int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec, c
 		size_t klen = (size_t)(eq - p);
 		const char *v = eq + 1;
 		size_t vlen = len - klen - 1;
+		int is_ns = klen == 2 && !strncmp(p, "ns", 2);
+		if (klen == 0)
+			return cfg_err(err, "emulator option '%.*s' has no name (expected key=value, joined by '&')",
+				       (int)len, p);
+		/* ns= explains a '?' itself, naming the namespace */
+		if (!is_ns && memchr(p, '?', len))
+			return cfg_err(err, "emulator option '%.*s': only the first '?' starts the options; join them "
+					    "with '&' (e.g. ram:1G?nsq=4&lbads=12)",
+				       (int)len, p);
 		const struct num_opt *o = NULL;
 		for (size_t i = 0; i < sizeof(num_opts) / sizeof(num_opts[0]); i++)
 			if (strlen(num_opts[i].key) == klen && !strncmp(p, num_opts[i].key, klen))
 				o = &num_opts[i];
 		if (o) {
 			uint64_t x = 0;
-			int bad = parse_size(v, vlen, &x) || x < o->min || x > o->max;
-			if (!bad && !strcmp(o->key, "lbads") && x != 9 && x != 12)
-				bad = 1;
-			if (bad && !strcmp(o->key, "lbads"))
-				return cfg_err(err, "emulator option lbads: '%.*s' is not allowed: %s", (int)vlen, v,
-					       o->what);
-			if (bad)
-				return cfg_err(err, "emulator option %.*s: '%.*s' is not allowed: %s (%llu..%llu)",
-					       (int)klen, p, (int)vlen, v, o->what, (unsigned long long)o->min,
-					       (unsigned long long)o->max);
+			if (num_opt_value(o, v, vlen, &x, err))
+				return -EINVAL;
 			set_num(cfg, o->key, x, &lba_shift);
 			if (!strcmp(o->key, "snapshot") && x && cfg->ns[0].backing != GPUNVME_EMU_BACK_FILE)
-				return cfg_err(err, "snapshot=1 needs an image file as the first namespace");
-		} else if (klen == 2 && !strncmp(p, "ns", 2)) {
+				return cfg_err(err, "emulator option snapshot=1 needs an image file as the first namespace, "
+						    "not '%.*s' (e.g. /path/disk.img?snapshot=1)",
+					       (int)base, spec);
+		} else if (is_ns) {
 			/* extra namespaces, comma separated */
+			if (vlen == 0)
+				return cfg_err(err, "emulator option ns= names no namespace (expected ns=NS[,NS...], each "
+						    "ram:SIZE, null:SIZE or an image path)");
 			const char *s = v;
 			const char *vend = v + vlen;
-			while (s < vend) {
+			for (;;) {
 				const char *comma = memchr(s, ',', (size_t)(vend - s));
 				size_t n = comma ? (size_t)(comma - s) : (size_t)(vend - s);
+				if (n == 0)
+					return cfg_err(err, "emulator option ns=%.*s: empty namespace between commas "
+							    "(expected ns=NS[,NS...], each ram:SIZE, null:SIZE or an image path)",
+						       (int)vlen, v);
 				if (cfg->nr_ns == GPUNVME_EMU_MAX_NS)
-					return cfg_err(err, "too many namespaces: at most %u", GPUNVME_EMU_MAX_NS);
+					return cfg_err(err, "emulator option ns: more than %u namespaces (the first and "
+							    "at most %u given with ns=)",
+						       GPUNVME_EMU_MAX_NS, GPUNVME_EMU_MAX_NS - 1);
 				if (parse_ns(&cfg->ns[cfg->nr_ns], s, n, err))
 					return -EINVAL;
 				cfg->nr_ns++;
-				s += n + (comma ? 1 : 0);
+				if (!comma)
+					break;
+				s = comma + 1;
 			}
 		} else {
-			return cfg_err(err, "unknown emulator option '%.*s' (known: lbads nsq mqes mdts dstrd workers "
-					    "latency_us read_mbps write_mbps iops ready_ms idle_us vwc snapshot ns)",
-				       (int)klen, p);
+			return unknown_opt(p, klen, err);
 		}
-		p = amp ? amp + 1 : NULL;
+		p = next;
 	}
 	for (uint32_t i = 0; i < cfg->nr_ns; i++) {
 		struct gpunvme_emu_ns_config *ns = &cfg->ns[i];
 		ns->lba_shift = lba_shift;
 		if (ns->backing != GPUNVME_EMU_BACK_FILE && (ns->size & ((1ull << lba_shift) - 1)))
-			return cfg_err(err, "namespace %u: %llu bytes is not a whole number of %u-byte blocks", i + 1,
-				       (unsigned long long)ns->size, 1u << lba_shift);
+			return cfg_err(err, "namespace %u: %llu bytes is not a whole number of %u-byte blocks (lbads=%u): "
+					    "give a multiple of %u bytes",
+				       i + 1, (unsigned long long)ns->size, 1u << lba_shift, lba_shift,
+				       1u << lba_shift);
 	}
 	return 0;
 }
