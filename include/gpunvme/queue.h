@@ -15,6 +15,9 @@
  *    queue (src/ctrl) and the CPU queue pairs (src/io) are rings; the GPU
  *    queues (device.cuh) keep tail and head in shared words for many
  *    threads, with the same decoders and doorbell layout.
+ *  - The admin queue's part of a controller enable (§7.6.1): what the
+ *    library and every test or benchmark that drives a controller by hand
+ *    write to AQA/ASQ/ACQ and CC.
  */
 #ifndef GPUNVME_QUEUE_H
 #define GPUNVME_QUEUE_H
@@ -244,6 +247,40 @@ static inline void gpunvme_ring_cq_pop(struct gpunvme_ring *r)
 static inline void gpunvme_ring_cq_doorbell(struct gpunvme_ring *r)
 {
 	__atomic_store_n(r->cq_db, r->cq_head, __ATOMIC_RELEASE);
+}
+
+/* ---- bringing a controller up (§7.6.1 steps 3-6) ------------------------- */
+
+/* CC for an enable: NVM command set, host pages of 2^page_shift bytes,
+ * round robin, 64-byte SQEs and 16-byte CQEs (the sizes §4.2/§4.6 fix). */
+static inline uint32_t gpunvme_cc_enable(uint32_t page_shift)
+{
+	return GPUNVME_CC_EN | (0u << GPUNVME_CC_CSS_SHIFT) | ((page_shift - 12) << GPUNVME_CC_MPS_SHIFT) |
+	       (0u << GPUNVME_CC_AMS_SHIFT) | (6u << GPUNVME_CC_IOSQES_SHIFT) | (4u << GPUNVME_CC_IOCQES_SHIFT);
+}
+
+/*
+ * With CC.EN = 0 and CSTS.RDY = 0: the admin queue's size and bus
+ * addresses, then CC.EN = 1 (returned, so the caller can keep it for the
+ * shutdown). The caller then waits, bounded by CAP.TO, for CSTS.RDY = 1 or
+ * CSTS.CFS. The ring's memory must be zeroed (gpunvme_ring_reset).
+ */
+static inline uint32_t gpunvme_admin_enable(volatile uint8_t *bar0, uint64_t asq, uint64_t acq, uint32_t depth,
+					    uint32_t page_shift)
+{
+	volatile uint32_t *r = (volatile uint32_t *)bar0;
+	__atomic_store_n(&r[GPUNVME_REG_AQA / 4], GPUNVME_AQA(depth - 1, depth - 1), __ATOMIC_RELAXED);
+	/* 64-bit registers as two 32-bit writes, low first (§3.1: 32-bit
+	 * accesses are always allowed; not every root complex does 64) */
+	__atomic_store_n(&r[GPUNVME_REG_ASQ / 4], (uint32_t)asq, __ATOMIC_RELAXED);
+	__atomic_store_n(&r[GPUNVME_REG_ASQ / 4 + 1], (uint32_t)(asq >> 32), __ATOMIC_RELAXED);
+	__atomic_store_n(&r[GPUNVME_REG_ACQ / 4], (uint32_t)acq, __ATOMIC_RELAXED);
+	__atomic_store_n(&r[GPUNVME_REG_ACQ / 4 + 1], (uint32_t)(acq >> 32), __ATOMIC_RELAXED);
+	uint32_t cc = gpunvme_cc_enable(page_shift);
+	/* release: the zeroed queue memory and the registers above are visible
+	 * before the controller can see EN (it reads them on the 0 -> 1 edge) */
+	__atomic_store_n(&r[GPUNVME_REG_CC / 4], cc, __ATOMIC_RELEASE);
+	return cc;
 }
 
 #endif /* !__CUDA_ARCH__ */

@@ -200,17 +200,8 @@ int gpunvme_set_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, ui
 static int enable(struct gpunvme_ctrl *c)
 {
 	gpunvme_ring_reset(&c->aq);
-	uint64_t asq = gpunvme_dma_iova(c, c->aq.sq), acq = gpunvme_dma_iova(c, c->aq.cq);
-	ctrl_wr32(c, GPUNVME_REG_AQA, GPUNVME_AQA(c->aq.depth - 1, c->aq.depth - 1));
-	/* 64-bit registers as two 32-bit writes, low first (§3.1: 32-bit
-	 * accesses are always allowed) */
-	ctrl_wr32(c, GPUNVME_REG_ASQ, (uint32_t)asq);
-	ctrl_wr32(c, GPUNVME_REG_ASQ + 4, (uint32_t)(asq >> 32));
-	ctrl_wr32(c, GPUNVME_REG_ACQ, (uint32_t)acq);
-	ctrl_wr32(c, GPUNVME_REG_ACQ + 4, (uint32_t)(acq >> 32));
-	c->cc = GPUNVME_CC_EN | (0u << GPUNVME_CC_CSS_SHIFT) | ((c->page_shift - 12) << GPUNVME_CC_MPS_SHIFT) |
-		(0u << GPUNVME_CC_AMS_SHIFT) | (6u << GPUNVME_CC_IOSQES_SHIFT) | (4u << GPUNVME_CC_IOCQES_SHIFT);
-	ctrl_wr32(c, GPUNVME_REG_CC, c->cc);
+	c->cc = gpunvme_admin_enable(c->bus.bar0, gpunvme_dma_iova(c, c->aq.sq), gpunvme_dma_iova(c, c->aq.cq),
+				     c->aq.depth, c->page_shift);
 	return wait_ready(c, 1, "enable (CC.EN=1)");
 }
 
