@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ctrl/ctrl_emu.h" /* the emulator behind the controller */
 #include "gpunvme/emu.h"
 #include "gpunvme/gpunvme.h"
 

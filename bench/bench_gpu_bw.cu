@@ -69,6 +69,7 @@
 #endif
 
 #include "gpunvme/device.cuh"
+#include "ctrl/ctrl_emu.h" /* the emulator behind the controller */
 #include "gpunvme/emu.h"
 #include "gpunvme/gpu.h"
 #include "gpunvme/gpunvme.h"

@@ -168,11 +168,6 @@ int gpunvme_write_sync(struct gpunvme_qpair *qp, uint32_t nsid, const void *buf,
 		       uint64_t nlb, uint16_t *status);
 int gpunvme_flush_sync(struct gpunvme_qpair *qp, uint32_t nsid, uint16_t *status);
 
-/* The emulator behind an emu: controller (NULL for other buses): lets tests
- * inject faults into the controller a driver is using. */
-struct gpunvme_emu;
-struct gpunvme_emu *gpunvme_ctrl_emu(struct gpunvme_ctrl *c);
-
 /* errno for an NVMe status value (-EIO for most, -ERANGE for LBA Out of
  * Range, -EINVAL for Invalid Field, ...). */
 int gpunvme_status_errno(uint16_t status);

@@ -15,6 +15,21 @@
 #include "gpunvme/gpunvme.h"
 
 struct gpunvme_bus;
+struct gpunvme_emu;
+struct gpunvme_emu_gpu_ops;
+
+/*
+ * Device (GPU) memory [addr, addr + len) the controller is to DMA to and
+ * from. How a bus reaches it is its own business: the emulator moves the
+ * bytes itself with the GPU's copy engine (through `copy`); a bus for real
+ * hardware needs the bus addresses of the GPU's pages (the kernel-module
+ * bus, from the memory's dma-buf).
+ */
+struct gpunvme_devmem {
+	uint64_t addr;                           /* device virtual address */
+	size_t len;
+	const struct gpunvme_emu_gpu_ops *copy;  /* for a controller that copies */
+};
 
 struct gpunvme_bus_ops {
 	const char *name;
@@ -37,6 +52,15 @@ struct gpunvme_bus_ops {
 	 * space (e.g. 2 MiB for hugepages under UIO, the whole allocation
 	 * behind an IOMMU). */
 	size_t (*contig)(struct gpunvme_bus *b, void *handle);
+	/*
+	 * Device memory as a DMA target: *iova is the bus address of m->addr,
+	 * and the range is contiguous in bus address space. NULL when the bus
+	 * cannot (src/ctrl then says what would make it possible). unmap waits
+	 * for commands still using the range, so the memory may be freed
+	 * afterwards.
+	 */
+	int (*map_device)(struct gpunvme_bus *b, const struct gpunvme_devmem *m, uint64_t *iova);
+	int (*unmap_device)(struct gpunvme_bus *b, uint64_t iova);
 };
 
 struct gpunvme_bus {
@@ -50,6 +74,10 @@ struct gpunvme_bus {
 extern const struct gpunvme_bus_ops gpunvme_bus_emu;
 extern const struct gpunvme_bus_ops gpunvme_bus_vfio;
 extern const struct gpunvme_bus_ops gpunvme_bus_uio;
+
+/* The emulator behind an emu: bus, NULL for other buses (tests inject
+ * faults through it; the GPU path sizes its copy lanes by it). */
+struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b);
 
 /* Parse a URI, open the matching bus. */
 int gpunvme_bus_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_bus *b);

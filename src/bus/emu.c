@@ -143,6 +143,29 @@ static size_t emu_contig(struct gpunvme_bus *b, void *handle)
 	return ((struct emu_dma *)handle)->len;
 }
 
+/* GPU memory in the emulator's address table: data moves with the copy
+ * engine through m->copy. */
+static int emu_map_device(struct gpunvme_bus *b, const struct gpunvme_devmem *m, uint64_t *iova)
+{
+	struct emu_bus *eb = b->priv;
+	/* the bus address keeps the memory's offset in its page, as an IOMMU
+	 * mapping does: the dword alignment a caller checks on its pointer
+	 * (§4.3, PRP entries) is then the alignment the controller sees */
+	uint64_t lo = m->addr & 4095;
+	uint64_t span = ((lo + m->len + 4095) & ~(uint64_t)4095) + 4096; /* + a guard page */
+	uint64_t a = __atomic_fetch_add(&eb->next_iova, span, __ATOMIC_RELAXED) + lo;
+	int rc = gpunvme_emu_dma_map_gpu(eb->emu, a, m->addr, m->len, m->copy);
+	if (rc)
+		return gpunvme_set_error(rc, "emulator: cannot map GPU memory: %s", strerror(-rc));
+	*iova = a;
+	return 0;
+}
+
+static int emu_unmap_device(struct gpunvme_bus *b, uint64_t iova)
+{
+	return gpunvme_emu_dma_unmap(((struct emu_bus *)b->priv)->emu, iova);
+}
+
 const struct gpunvme_bus_ops gpunvme_bus_emu = {
 	.name = "emu",
 	.open = emu_open,
@@ -151,37 +174,11 @@ const struct gpunvme_bus_ops gpunvme_bus_emu = {
 	.dma_free = emu_dma_free,
 	.iova_of = emu_iova_of,
 	.contig = emu_contig,
+	.map_device = emu_map_device,
+	.unmap_device = emu_unmap_device,
 };
 
-/* The emulator behind an emu: controller, for tests and fault injection. */
-struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b);
 struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b)
 {
 	return b->ops == &gpunvme_bus_emu ? ((struct emu_bus *)b->priv)->emu : NULL;
-}
-
-/* GPU memory in the emulator's address table (src/cuda): data moves with
- * the copy engine through ops. */
-int gpunvme_bus_emu_map_gpu(struct gpunvme_bus *b, uint64_t dev, size_t len, const struct gpunvme_emu_gpu_ops *ops,
-			    uint64_t *iova);
-int gpunvme_bus_emu_map_gpu(struct gpunvme_bus *b, uint64_t dev, size_t len, const struct gpunvme_emu_gpu_ops *ops,
-			    uint64_t *iova)
-{
-	struct emu_bus *eb = b->priv;
-	/* the bus address keeps the memory's offset in its page, as an IOMMU
-	 * mapping does: the dword alignment a caller checks on its pointer
-	 * (§4.3, PRP entries) is then the alignment the controller sees */
-	uint64_t lo = dev & 4095;
-	uint64_t a = __atomic_fetch_add(&eb->next_iova, ((lo + len + 4095) & ~(uint64_t)4095) + 4096, __ATOMIC_RELAXED) + lo;
-	int rc = gpunvme_emu_dma_map_gpu(eb->emu, a, dev, len, ops);
-	if (rc)
-		return gpunvme_set_error(rc, "emulator: cannot map GPU memory: %s", strerror(-rc));
-	*iova = a;
-	return 0;
-}
-
-int gpunvme_bus_emu_unmap_gpu(struct gpunvme_bus *b, uint64_t iova);
-int gpunvme_bus_emu_unmap_gpu(struct gpunvme_bus *b, uint64_t iova)
-{
-	return gpunvme_emu_dma_unmap(((struct emu_bus *)b->priv)->emu, iova);
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "ctrl/ctrl.h"
+#include "ctrl/ctrl_emu.h"
 #include "ctrl/ctrl_gpu.h"
 #include "gpunvme/emu.h"
 
@@ -536,48 +537,26 @@ volatile void *gpunvme_bar0(struct gpunvme_ctrl *c, size_t *len)
 	return c->bus.bar0;
 }
 
-struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b);
 struct gpunvme_emu *gpunvme_ctrl_emu(struct gpunvme_ctrl *c)
 {
 	return gpunvme_bus_emu_get(&c->bus);
 }
 
-int gpunvme_status_errno(uint16_t status)
+int gpunvme_ctrl_map_device(struct gpunvme_ctrl *c, const struct gpunvme_devmem *m, uint64_t *iova)
 {
-	switch (gpunvme_status_code(status)) {
-	case GPUNVME_SC_SUCCESS: return 0;
-	case GPUNVME_SC_LBA_RANGE: return -ERANGE;
-	case GPUNVME_SC_INVALID_FIELD:
-	case GPUNVME_SC_INVALID_PRP_OFFSET: return -EINVAL;
-	case GPUNVME_SC_INVALID_NSID: return -ENODEV;
-	case GPUNVME_SC_INVALID_OPCODE: return -EOPNOTSUPP;
-	case GPUNVME_SC_DATA_XFER_ERROR: return -EFAULT;
-	case GPUNVME_SC_ABORT_REQ:
-	case GPUNVME_SC_ABORT_SQ_DELETED: return -ECANCELED;
-	case GPUNVME_SC_NS_WRITE_PROTECTED:
-	case GPUNVME_SC_READ_ONLY: return -EROFS;
-	case GPUNVME_SC_CAP_EXCEEDED: return -ENOSPC;
-	default: return -EIO;
-	}
+	if (!c->bus.ops->map_device)
+		return gpunvme_set_error(-EOPNOTSUPP, "%s:%s: GPU memory as a DMA target needs bus addresses for GPU "
+						      "pages, which this bus cannot give (the gpunvme kernel module "
+						      "can); use host pinned buffers (Tier 1)",
+					 c->bus.ops->name, c->bus.addr);
+	if (!m || !m->len || !iova)
+		return gpunvme_set_error(-EINVAL, "map device memory: bad arguments");
+	return c->bus.ops->map_device(&c->bus, m, iova);
 }
 
-int gpunvme_bus_emu_map_gpu(struct gpunvme_bus *b, uint64_t dev, size_t len, const struct gpunvme_emu_gpu_ops *ops,
-			    uint64_t *iova);
-int gpunvme_bus_emu_unmap_gpu(struct gpunvme_bus *b, uint64_t iova);
-
-int gpunvme_ctrl_map_gpu(struct gpunvme_ctrl *c, uint64_t dev, size_t len, const struct gpunvme_emu_gpu_ops *ops,
-			 uint64_t *iova)
+int gpunvme_ctrl_unmap_device(struct gpunvme_ctrl *c, uint64_t iova)
 {
-	if (!gpunvme_bus_emu_get(&c->bus))
-		return gpunvme_set_error(-ENOTSUP, "%s:%s: GPU memory as a DMA target needs bus addresses for GPU pages "
-						   "(the gpunvme kernel module or dma-buf): not available yet; use host "
-						   "pinned buffers (Tier 1)", c->bus.ops->name, c->bus.addr);
-	return gpunvme_bus_emu_map_gpu(&c->bus, dev, len, ops, iova);
-}
-
-int gpunvme_ctrl_unmap_gpu(struct gpunvme_ctrl *c, uint64_t iova)
-{
-	if (!gpunvme_bus_emu_get(&c->bus))
-		return -ENOTSUP;
-	return gpunvme_bus_emu_unmap_gpu(&c->bus, iova);
+	if (!c->bus.ops->unmap_device)
+		return -EOPNOTSUPP;
+	return c->bus.ops->unmap_device(&c->bus, iova);
 }

@@ -2,8 +2,9 @@
 /*
  * What the GPU data path (src/cuda) needs from the control plane: I/O queue
  * ids it owns, queue creation without a CPU queue pair, transfer limits, and
- * GPU memory mapped for the emulator's copy engine. Implemented in
- * src/ctrl/queues.c and ctrl.c; C linkage for the CUDA C++ side.
+ * GPU memory mapped for DMA through the bus (struct gpunvme_devmem, bus.h).
+ * Implemented in src/ctrl/queues.c and ctrl.c; C linkage for the CUDA C++
+ * side.
  */
 #ifndef GPUNVME_CTRL_GPU_H
 #define GPUNVME_CTRL_GPU_H
@@ -15,8 +16,9 @@
 extern "C" {
 #endif
 
+#include "bus/bus.h"
+
 struct gpunvme_ctrl;
-struct gpunvme_emu_gpu_ops;
 
 int gpunvme_ctrl_reserve_qid(struct gpunvme_ctrl *c, uint16_t *qid);
 void gpunvme_ctrl_release_qid(struct gpunvme_ctrl *c, uint16_t qid);
@@ -25,9 +27,10 @@ int gpunvme_ctrl_create_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid, uint64_t
 int gpunvme_ctrl_delete_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid);
 uint32_t gpunvme_ctrl_page_size(struct gpunvme_ctrl *c);
 uint64_t gpunvme_ctrl_max_xfer(struct gpunvme_ctrl *c);
-int gpunvme_ctrl_map_gpu(struct gpunvme_ctrl *c, uint64_t dev, size_t len, const struct gpunvme_emu_gpu_ops *ops,
-			 uint64_t *iova);
-int gpunvme_ctrl_unmap_gpu(struct gpunvme_ctrl *c, uint64_t iova);
+/* Device memory as a DMA target through the bus's map_device: -EOPNOTSUPP
+ * with the reason when the bus cannot. */
+int gpunvme_ctrl_map_device(struct gpunvme_ctrl *c, const struct gpunvme_devmem *m, uint64_t *iova);
+int gpunvme_ctrl_unmap_device(struct gpunvme_ctrl *c, uint64_t iova);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include "gpunvme/emu.h"
 #include "gpunvme/gpu.h"
 #include "base/base.h"
+#include "ctrl/ctrl_emu.h"
 #include "ctrl/ctrl_gpu.h"
 
 #define MAX_LANES 257
@@ -268,8 +269,8 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 	g->desc.csts = strcmp(ci.transport, "emu") == 0 ? (const volatile uint32_t *)(dbar + GPUNVME_REG_CSTS) : NULL;
 
 	/* copy lanes for GPU memory behind the emulator */
-	if (gpunvme_ctrl_emu(c)) {
-		g->lanes = gpunvme_emu_lanes(gpunvme_ctrl_emu(c));
+	if (struct gpunvme_emu *emu = gpunvme_ctrl_emu(c)) {
+		g->lanes = gpunvme_emu_lanes(emu);
 		if (g->lanes > MAX_LANES)
 			g->lanes = MAX_LANES;
 		for (unsigned i = 0; i < g->lanes; i++)
@@ -408,7 +409,8 @@ static void pin_namespace(struct gpunvme_gpu_queues *g)
 	if (g->ns_pin_tried)
 		return;
 	g->ns_pin_tried = true;
-	if (gpunvme_emu_ns_memory(gpunvme_ctrl_emu(g->c), g->desc.nsid, &nsmem, &nslen))
+	struct gpunvme_emu *emu = gpunvme_ctrl_emu(g->c);
+	if (!emu || gpunvme_emu_ns_memory(emu, g->desc.nsid, &nsmem, &nslen))
 		return;
 	if (cudaHostRegister(nsmem, nslen, cudaHostRegisterDefault) == cudaSuccess)
 		g->ns_pinned = nsmem;
@@ -419,7 +421,8 @@ static void pin_namespace(struct gpunvme_gpu_queues *g)
 static int buf_map_vram(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b, void *dev_ptr, size_t len)
 {
 	pin_namespace(g);
-	int rc = gpunvme_ctrl_map_gpu(g->c, (uint64_t)(uintptr_t)dev_ptr, len, &g->ops, &b->gpu_iova);
+	struct gpunvme_devmem m = {(uint64_t)(uintptr_t)dev_ptr, len, g->ops.copy ? &g->ops : NULL};
+	int rc = gpunvme_ctrl_map_device(g->c, &m, &b->gpu_iova);
 	if (rc)
 		return rc;
 	size_t n = (len + 0xffff) >> 16;
@@ -436,8 +439,6 @@ int gpunvme_gpu_buf_device(struct gpunvme_gpu_queues *g, size_t len, struct gpun
 {
 	if (!g || !len || !out)
 		return gpunvme_set_error(-EINVAL, "gpu buffer: bad arguments");
-	if (!g->ops.copy)
-		return gpunvme_ctrl_map_gpu(g->c, 0, 0, NULL, NULL); /* the -ENOTSUP message */
 	struct gpunvme_gpu_buf *b = (struct gpunvme_gpu_buf *)calloc(1, sizeof(*b));
 	if (!b)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
@@ -463,8 +464,6 @@ int gpunvme_gpu_buf_register(struct gpunvme_gpu_queues *g, void *dev_ptr, size_t
 {
 	if (!g || !dev_ptr || !len || !out)
 		return gpunvme_set_error(-EINVAL, "gpu buffer: bad arguments");
-	if (!g->ops.copy)
-		return gpunvme_ctrl_map_gpu(g->c, 0, 0, NULL, NULL); /* the -ENOTSUP message */
 	cudaPointerAttributes pa;
 	if (cudaPointerGetAttributes(&pa, dev_ptr) != cudaSuccess || pa.type != cudaMemoryTypeDevice) {
 		cudaGetLastError();
@@ -490,7 +489,7 @@ void gpunvme_gpu_buf_free(struct gpunvme_gpu_buf *b)
 	if (!b)
 		return;
 	if (b->gpu_iova)
-		gpunvme_ctrl_unmap_gpu(b->g->c, b->gpu_iova);
+		gpunvme_ctrl_unmap_device(b->g->c, b->gpu_iova);
 	if (b->vram)
 		cudaFree(b->vram);
 	if (b->host_registered)

@@ -12,6 +12,7 @@
  * until the next gpunvme_status_str() call in the same thread; other threads
  * never overwrite it. gpunvme_opcode_str() returns string literals.
  */
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -200,4 +201,25 @@ const char *gpunvme_opcode_str(int admin, uint8_t opc)
 	const char *n = admin ? admin_name(opc) : nvm_name(opc);
 
 	return n ? n : "unknown";
+}
+
+/* The errno a caller sees for a failed command; the status itself stays in
+ * the completion (and gpunvme_status_str says it in words). */
+int gpunvme_status_errno(uint16_t status)
+{
+	switch (gpunvme_status_code(status)) {
+	case GPUNVME_SC_SUCCESS: return 0;
+	case GPUNVME_SC_LBA_RANGE: return -ERANGE;
+	case GPUNVME_SC_INVALID_FIELD:
+	case GPUNVME_SC_INVALID_PRP_OFFSET: return -EINVAL;
+	case GPUNVME_SC_INVALID_NSID: return -ENODEV;
+	case GPUNVME_SC_INVALID_OPCODE: return -EOPNOTSUPP;
+	case GPUNVME_SC_DATA_XFER_ERROR: return -EFAULT;
+	case GPUNVME_SC_ABORT_REQ:
+	case GPUNVME_SC_ABORT_SQ_DELETED: return -ECANCELED;
+	case GPUNVME_SC_NS_WRITE_PROTECTED:
+	case GPUNVME_SC_READ_ONLY: return -EROFS;
+	case GPUNVME_SC_CAP_EXCEEDED: return -ENOSPC;
+	default: return -EIO;
+	}
 }

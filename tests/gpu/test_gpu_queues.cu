@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "gpunvme/device.cuh"
+#include "ctrl/ctrl_emu.h" /* the emulator behind the controller */
 #include "gpunvme/emu.h"
 #include "gpunvme/gpu.h"
 #include "gpunvme/gpunvme.h"

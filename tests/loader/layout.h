@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctrl/ctrl_emu.h" /* the emulator behind the controller */
 #include "gpunvme/emu.h"
 #include "gpunvme/extents.h"
 #include "gpunvme/gpunvme.h"

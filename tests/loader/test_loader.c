@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctrl/ctrl_emu.h" /* the emulator behind the controller */
 #include "gpunvme/emu.h"
 #include "gpunvme/gpunvme.h"
 #include "gpunvme/loader.h"
