@@ -132,7 +132,7 @@ static const char *floor_name[F_N] = { "SQE stores issued", "system fence", "SQ 
 __global__ void k_floor(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, uint32_t qi, int n, int mode,
 			uint32_t *st, unsigned long long *sum, unsigned long long *polls, int *err)
 {
-	struct gpunvme_dev_qp *qp = &q.qp[qi];
+	struct gpunvme_dq_pair *qp = &q.qp[qi];
 	const uint32_t mask = qp->depth - 1;
 	uint32_t tail = st[0], head = st[1], phase = st[2];
 	for (int i = 0; i < n; i++) {

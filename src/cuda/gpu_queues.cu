@@ -24,7 +24,7 @@
 struct gpunvme_gpu_queues {
 	struct gpunvme_ctrl *c;
 	struct gpunvme_dev_queues desc;  /* host copy, device pointers inside */
-	struct gpunvme_dev_qp *qp_host;  /* host copy of the qp array */
+	struct gpunvme_dq_pair *qp_host;  /* host copy of the qp array */
 	uint16_t *qids;
 	uint32_t nq, depth, lp;
 	uint8_t *mem;                    /* DMA memory: SQs, CQs, list pages */
@@ -145,7 +145,7 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 		return gpunvme_set_error(-EINVAL, "transfer size needs %u PRP list pages per command", lp);
 	}
 	g->qids = (uint16_t *)calloc(nq, sizeof(uint16_t));
-	g->qp_host = (struct gpunvme_dev_qp *)calloc(nq, sizeof(*g->qp_host));
+	g->qp_host = (struct gpunvme_dq_pair *)calloc(nq, sizeof(*g->qp_host));
 	if (!g->qids || !g->qp_host) {
 		rc = gpunvme_set_error(-ENOMEM, "out of memory");
 		goto fail;
@@ -194,9 +194,9 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 		uint8_t *dmem;
 		cudaHostGetDevicePointer((void **)&dmem, g->mem, 0);
 		/* device state: per queue the counters and three slot arrays */
-		size_t st_per = sizeof(struct gpunvme_dev_qstate) + (size_t)d * 3 * sizeof(unsigned);
+		size_t st_per = sizeof(struct gpunvme_dq_state) + (size_t)d * 3 * sizeof(unsigned);
 		st_per = align_up(st_per, 256);
-		size_t st_len = st_per * nq + sizeof(struct gpunvme_dev_qp) * nq;
+		size_t st_len = st_per * nq + sizeof(struct gpunvme_dq_pair) * nq;
 		if ((ce = cudaMalloc(&g->dev_state, st_len)) != cudaSuccess ||
 		    (ce = cudaMemset(g->dev_state, 0, st_len)) != cudaSuccess ||
 		    (ce = cudaMalloc((void **)&g->dev_list_iova, (size_t)nq * d * g->lp * sizeof(uint64_t))) !=
@@ -212,7 +212,7 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 		uint8_t *st = (uint8_t *)g->dev_state;
 		for (uint32_t i = 0; i < nq; i++) {
 			uint8_t *base = g->mem + i * (sq + cq + lists);
-			struct gpunvme_dev_qp *qp = &g->qp_host[i];
+			struct gpunvme_dq_pair *qp = &g->qp_host[i];
 			if ((rc = gpunvme_ctrl_reserve_qid(c, &g->qids[i]))) {
 				free(li);
 				goto fail;
@@ -229,8 +229,8 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 			qp->sq_db = (volatile uint32_t *)(dbar + gpunvme_sq_doorbell(qp->qid, ci.dstrd));
 			qp->cq_db = (volatile uint32_t *)(dbar + gpunvme_cq_doorbell(qp->qid, ci.dstrd));
 			uint8_t *s = st + i * st_per;
-			qp->s = (struct gpunvme_dev_qstate *)s;
-			qp->mark = (unsigned *)(s + sizeof(struct gpunvme_dev_qstate));
+			qp->s = (struct gpunvme_dq_state *)s;
+			qp->mark = (unsigned *)(s + sizeof(struct gpunvme_dq_state));
 			qp->done = qp->mark + d;
 			qp->freed = qp->done + d;
 			if ((rc = gpunvme_ctrl_create_qpair_raw(c, qp->qid, gpunvme_dma_iova(c, base),
@@ -249,7 +249,7 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 		}
 		cudaMemcpy(g->dev_list_iova, li, (size_t)nq * d * g->lp * sizeof(uint64_t), cudaMemcpyHostToDevice);
 		free(li);
-		struct gpunvme_dev_qp *dqp = (struct gpunvme_dev_qp *)(st + st_per * nq);
+		struct gpunvme_dq_pair *dqp = (struct gpunvme_dq_pair *)(st + st_per * nq);
 		if ((ce = cudaMemcpy(dqp, g->qp_host, sizeof(*dqp) * nq, cudaMemcpyHostToDevice)) != cudaSuccess) {
 			rc = cuda_err(ce, "queue descriptors");
 			goto fail;
