@@ -105,6 +105,153 @@ static size_t align_up(size_t x, size_t a)
 	return (x + a - 1) & ~(a - 1);
 }
 
+/* BAR0 mapped into the GPU's address space: *dbar is its device address. */
+static int map_bar(struct gpunvme_gpu_queues *g, const struct gpunvme_ctrl_info *ci, uint8_t **dbar)
+{
+	g->bar = gpunvme_bar0(g->c, &g->bar_len);
+	unsigned flags = cudaHostRegisterMapped;
+	if (strcmp(ci->transport, "emu") != 0)
+		flags |= cudaHostRegisterIoMemory; /* MMIO: uncached, PCIe writes */
+	cudaError_t ce = cudaHostRegister((void *)g->bar, g->bar_len, flags);
+	if (ce == cudaSuccess)
+		g->bar_registered = true;
+	else if (ce == cudaErrorHostMemoryAlreadyRegistered)
+		cudaGetLastError();
+	else
+		return gpunvme_set_error(-EIO, "cannot map BAR0 for the GPU (cudaHostRegister%s: %s)%s",
+					 flags & cudaHostRegisterIoMemory ? " IoMemory" : "", cudaGetErrorString(ce),
+					 flags & cudaHostRegisterIoMemory
+						 ? "; see docs/hardware.md (the NVIDIA driver must allow IoMemory)" : "");
+	if ((ce = cudaHostGetDevicePointer((void **)dbar, (void *)g->bar, 0)) != cudaSuccess)
+		return cuda_err(ce, "BAR0 device pointer");
+	return 0;
+}
+
+/* Where each queue pair's pieces lie: in the DMA memory (SQ, CQ, PRP list
+ * pages, one run per queue) and in device memory (counters and slot
+ * arrays, st_per bytes per queue, then the descriptor array). */
+struct qlayout {
+	size_t sq, cq, lists, per;   /* DMA memory */
+	size_t st_per, st_len;       /* device memory */
+	uint8_t *dmem;               /* g->mem as the GPU sees it */
+};
+
+/* The queues' DMA memory, one allocation (its own bus mapping: >= 2 MiB)
+ * mapped into the GPU, and their device state, zeroed. */
+static int alloc_queue_memory(struct gpunvme_gpu_queues *g, uint32_t ps, struct qlayout *L)
+{
+	const uint32_t d = g->depth, nq = g->nq;
+	L->sq = align_up((size_t)d * 64, 4096);
+	L->cq = align_up((size_t)d * 16, 4096);
+	L->lists = (size_t)d * g->lp * ps;
+	L->per = L->sq + L->cq + L->lists;
+	g->mem_len = align_up(L->per * nq, 2u << 20);
+	g->mem = (uint8_t *)gpunvme_dma_alloc(g->c, g->mem_len);
+	if (!g->mem)
+		return -ENOMEM; /* the message is gpunvme_dma_alloc's */
+	cudaError_t ce = cudaHostRegister(g->mem, g->mem_len, cudaHostRegisterMapped);
+	if (ce != cudaSuccess)
+		return cuda_err(ce, "cudaHostRegister of queue memory");
+	if ((ce = cudaHostGetDevicePointer((void **)&L->dmem, g->mem, 0)) != cudaSuccess)
+		return cuda_err(ce, "queue memory device pointer");
+	/* per queue: the counters and three slot arrays (mark, done, freed) */
+	L->st_per = align_up(sizeof(struct gpunvme_dq_state) + (size_t)d * 3 * sizeof(unsigned), 256);
+	L->st_len = L->st_per * nq + sizeof(struct gpunvme_dq_pair) * nq;
+	if ((ce = cudaMalloc(&g->dev_state, L->st_len)) != cudaSuccess ||
+	    (ce = cudaMemset(g->dev_state, 0, L->st_len)) != cudaSuccess ||
+	    (ce = cudaMalloc((void **)&g->dev_list_iova, (size_t)nq * d * g->lp * sizeof(uint64_t))) != cudaSuccess)
+		return cuda_err(ce, "device memory for queue state");
+	return 0;
+}
+
+/* Queue pair i: its descriptor (device addresses, doorbells at the
+ * controller's stride), the bus addresses of its list pages into li, and
+ * the queue pair created on the controller. */
+static int create_queue_pair(struct gpunvme_gpu_queues *g, uint32_t i, const struct qlayout *L, uint8_t *dbar,
+			     uint32_t dstrd, uint32_t ps, uint64_t *li)
+{
+	const uint32_t d = g->depth;
+	uint8_t *base = g->mem + i * L->per;
+	struct gpunvme_dq_pair *qp = &g->qp_host[i];
+	int rc = gpunvme_ctrl_reserve_qid(g->c, &g->qids[i]);
+	if (rc)
+		return rc;
+	qp->qid = g->qids[i];
+	qp->depth = d;
+	qp->lp = g->lp;
+	qp->sq = (struct gpunvme_sqe *)(L->dmem + (base - g->mem));
+	qp->cq = (uint32_t *)(L->dmem + (base + L->sq - g->mem));
+	qp->lists = (uint64_t *)(L->dmem + (base + L->sq + L->cq - g->mem));
+	for (size_t k = 0; k < (size_t)d * g->lp; k++)
+		li[(size_t)i * d * g->lp + k] = gpunvme_dma_iova(g->c, base + L->sq + L->cq + k * ps);
+	qp->list_iova = g->dev_list_iova + (size_t)i * d * g->lp;
+	qp->sq_db = (volatile uint32_t *)(dbar + gpunvme_sq_doorbell(qp->qid, dstrd));
+	qp->cq_db = (volatile uint32_t *)(dbar + gpunvme_cq_doorbell(qp->qid, dstrd));
+	uint8_t *s = (uint8_t *)g->dev_state + i * L->st_per;
+	qp->s = (struct gpunvme_dq_state *)s;
+	qp->mark = (unsigned *)(s + sizeof(struct gpunvme_dq_state));
+	qp->done = qp->mark + d;
+	qp->freed = qp->done + d;
+	rc = gpunvme_ctrl_create_qpair_raw(g->c, qp->qid, gpunvme_dma_iova(g->c, base),
+					   gpunvme_dma_iova(g->c, base + L->sq), d);
+	if (rc) {
+		gpunvme_ctrl_release_qid(g->c, g->qids[i]);
+		g->qids[i] = 0;
+	}
+	return rc;
+}
+
+/* Every queue pair, then what the device needs of them: seeded CQ words,
+ * the list pages' bus addresses and the descriptor array. */
+static int create_queue_pairs(struct gpunvme_gpu_queues *g, const struct qlayout *L, uint8_t *dbar, uint32_t dstrd,
+			      uint32_t ps)
+{
+	const size_t nli = (size_t)g->nq * g->depth * g->lp;
+	uint64_t *li = (uint64_t *)malloc(nli * sizeof(uint64_t));
+	if (!li)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	int rc = 0;
+	for (uint32_t i = 0; i < g->nq && !rc; i++)
+		rc = create_queue_pair(g, i, L, dbar, dstrd, ps, li);
+	cudaError_t ce = cudaSuccess;
+	/* the CQ phase starts at 1 (§4.6): each queue's CQ word is head 0,
+	 * nothing rung, phase 1, unlocked (device_queue.cuh) */
+	const unsigned long long cqw = 1ull << 1;
+	for (uint32_t i = 0; i < g->nq && !rc && ce == cudaSuccess; i++)
+		ce = cudaMemcpy(&g->qp_host[i].s->cqw, &cqw, sizeof(cqw), cudaMemcpyHostToDevice);
+	if (!rc && ce == cudaSuccess)
+		ce = cudaMemcpy(g->dev_list_iova, li, nli * sizeof(uint64_t), cudaMemcpyHostToDevice);
+	free(li);
+	if (rc)
+		return rc;
+	struct gpunvme_dq_pair *dqp = (struct gpunvme_dq_pair *)((uint8_t *)g->dev_state + L->st_per * g->nq);
+	if (ce == cudaSuccess)
+		ce = cudaMemcpy(dqp, g->qp_host, sizeof(*dqp) * g->nq, cudaMemcpyHostToDevice);
+	if (ce != cudaSuccess)
+		return cuda_err(ce, "queue descriptors");
+	g->desc.qp = dqp;
+	g->desc.qstate = (unsigned char *)g->dev_state; /* queue i's state at qstate + i * st_per */
+	g->desc.qstate_stride = (uint32_t)L->st_per;
+	return 0;
+}
+
+/* Copy lanes for GPU memory behind the emulator (it moves Tier 2 data with
+ * the copy engine, one stream per lane). */
+static void setup_lanes(struct gpunvme_gpu_queues *g)
+{
+	struct gpunvme_emu *emu = gpunvme_ctrl_emu(g->c);
+	if (!emu)
+		return;
+	g->lanes = gpunvme_emu_lanes(emu);
+	if (g->lanes > MAX_LANES)
+		g->lanes = MAX_LANES;
+	for (unsigned i = 0; i < g->lanes; i++)
+		cudaStreamCreateWithFlags(&g->lane_stream[i], cudaStreamNonBlocking);
+	g->ops.copy = lane_copy;
+	g->ops.sync = lane_sync;
+	g->ops.ctx = g;
+}
+
 int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq, uint32_t depth,
 			      struct gpunvme_gpu_queues **out)
 {
@@ -119,144 +266,42 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 	gpunvme_ctrl_info(c, &ci);
 	if (ni.ms)
 		return gpunvme_set_error(-ENOTSUP, "namespace %u has metadata: not supported", nsid);
+	/* a power of two (slot = ticket % depth), at most what the caller
+	 * asked, CAP.MQES + 1 allows and the protocol's ticket ids can tell */
 	uint32_t d = 2;
 	while (d * 2 <= depth && d * 2 <= ci.mqes && d * 2 <= GPUNVME_DEV_MAX_DEPTH)
 		d *= 2;
+	const uint32_t ps = gpunvme_ctrl_page_size(c);
+	/* list pages per command for the worst start offset, as the CPU path
+	 * counts them; at least one (the slot's list page is always there) */
+	uint32_t lp = gpunvme_prp_list_pages(ps - 4, gpunvme_ctrl_max_xfer(c), ps);
+	if (lp == 0)
+		lp = 1;
+	if (lp > GPUNVME_DEV_MAX_LISTS)
+		return gpunvme_set_error(-EINVAL, "transfer size needs %u PRP list pages per command (at most %u)", lp,
+					 GPUNVME_DEV_MAX_LISTS);
 	struct gpunvme_gpu_queues *g = (struct gpunvme_gpu_queues *)calloc(1, sizeof(*g));
 	if (!g)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 	g->c = c;
 	g->nq = nq;
 	g->depth = d;
+	g->lp = lp;
 	if ((ce = cudaStreamCreateWithFlags(&g->aux, cudaStreamNonBlocking)) != cudaSuccess) {
 		free(g);
 		return cuda_err(ce, "creating a stream");
 	}
-	const uint32_t ps = gpunvme_ctrl_page_size(c);
-	const uint64_t max_xfer = gpunvme_ctrl_max_xfer(c);
-	/* list pages per command for the worst start offset, as the CPU path
-	 * counts them; at least one (the slot's list page is always there) */
-	g->lp = gpunvme_prp_list_pages(ps - 4, max_xfer, ps);
-	if (g->lp == 0)
-		g->lp = 1;
-	if (g->lp > GPUNVME_DEV_MAX_LISTS) {
-		uint32_t lp = g->lp;
-		free(g);
-		return gpunvme_set_error(-EINVAL, "transfer size needs %u PRP list pages per command", lp);
-	}
 	g->qids = (uint16_t *)calloc(nq, sizeof(uint16_t));
 	g->qp_host = (struct gpunvme_dq_pair *)calloc(nq, sizeof(*g->qp_host));
-	if (!g->qids || !g->qp_host) {
+	uint8_t *dbar = NULL;
+	struct qlayout L;
+	if (!g->qids || !g->qp_host)
 		rc = gpunvme_set_error(-ENOMEM, "out of memory");
-		goto fail;
-	}
-
-	/* BAR0 for the GPU */
-	g->bar = gpunvme_bar0(c, &g->bar_len);
-	{
-		unsigned flags = cudaHostRegisterMapped;
-		if (strcmp(ci.transport, "emu") != 0)
-			flags |= cudaHostRegisterIoMemory; /* MMIO: uncached, PCIe writes */
-		ce = cudaHostRegister((void *)g->bar, g->bar_len, flags);
-		if (ce == cudaSuccess)
-			g->bar_registered = true;
-		else if (ce == cudaErrorHostMemoryAlreadyRegistered)
-			cudaGetLastError();
-		else {
-			rc = gpunvme_set_error(-EIO, "cannot map BAR0 for the GPU (cudaHostRegister%s: %s)%s",
-					       flags & cudaHostRegisterIoMemory ? " IoMemory" : "", cudaGetErrorString(ce),
-					       flags & cudaHostRegisterIoMemory
-						       ? "; see docs/hardware.md (the NVIDIA driver must allow IoMemory)" : "");
-			goto fail;
-		}
-	}
-	uint8_t *dbar;
-	if ((ce = cudaHostGetDevicePointer((void **)&dbar, (void *)g->bar, 0)) != cudaSuccess) {
-		rc = cuda_err(ce, "BAR0 device pointer");
-		goto fail;
-	}
-
-	/* queue memory: one DMA allocation (its own bus mapping: >= 2 MiB),
-	 * mapped into the GPU */
-	{
-		size_t sq = align_up((size_t)d * 64, 4096), cq = align_up((size_t)d * 16, 4096);
-		size_t lists = (size_t)d * g->lp * ps;
-		g->mem_len = align_up((sq + cq + lists) * nq, 2u << 20);
-		g->mem = (uint8_t *)gpunvme_dma_alloc(c, g->mem_len);
-		if (!g->mem) {
-			rc = -ENOMEM;
-			goto fail;
-		}
-		if ((ce = cudaHostRegister(g->mem, g->mem_len, cudaHostRegisterMapped)) != cudaSuccess) {
-			rc = cuda_err(ce, "cudaHostRegister of queue memory");
-			goto fail;
-		}
-		uint8_t *dmem;
-		cudaHostGetDevicePointer((void **)&dmem, g->mem, 0);
-		/* device state: per queue the counters and three slot arrays */
-		size_t st_per = sizeof(struct gpunvme_dq_state) + (size_t)d * 3 * sizeof(unsigned);
-		st_per = align_up(st_per, 256);
-		size_t st_len = st_per * nq + sizeof(struct gpunvme_dq_pair) * nq;
-		if ((ce = cudaMalloc(&g->dev_state, st_len)) != cudaSuccess ||
-		    (ce = cudaMemset(g->dev_state, 0, st_len)) != cudaSuccess ||
-		    (ce = cudaMalloc((void **)&g->dev_list_iova, (size_t)nq * d * g->lp * sizeof(uint64_t))) !=
-			    cudaSuccess) {
-			rc = cuda_err(ce, "device memory for queue state");
-			goto fail;
-		}
-		uint64_t *li = (uint64_t *)malloc((size_t)nq * d * g->lp * sizeof(uint64_t));
-		if (!li) {
-			rc = gpunvme_set_error(-ENOMEM, "out of memory");
-			goto fail;
-		}
-		uint8_t *st = (uint8_t *)g->dev_state;
-		for (uint32_t i = 0; i < nq; i++) {
-			uint8_t *base = g->mem + i * (sq + cq + lists);
-			struct gpunvme_dq_pair *qp = &g->qp_host[i];
-			if ((rc = gpunvme_ctrl_reserve_qid(c, &g->qids[i]))) {
-				free(li);
-				goto fail;
-			}
-			qp->qid = g->qids[i];
-			qp->depth = d;
-			qp->lp = g->lp;
-			qp->sq = (struct gpunvme_sqe *)(dmem + (base - g->mem));
-			qp->cq = (uint32_t *)(dmem + (base + sq - g->mem));
-			qp->lists = (uint64_t *)(dmem + (base + sq + cq - g->mem));
-			for (size_t k = 0; k < (size_t)d * g->lp; k++)
-				li[(size_t)i * d * g->lp + k] = gpunvme_dma_iova(c, base + sq + cq + k * ps);
-			qp->list_iova = g->dev_list_iova + (size_t)i * d * g->lp;
-			qp->sq_db = (volatile uint32_t *)(dbar + gpunvme_sq_doorbell(qp->qid, ci.dstrd));
-			qp->cq_db = (volatile uint32_t *)(dbar + gpunvme_cq_doorbell(qp->qid, ci.dstrd));
-			uint8_t *s = st + i * st_per;
-			qp->s = (struct gpunvme_dq_state *)s;
-			qp->mark = (unsigned *)(s + sizeof(struct gpunvme_dq_state));
-			qp->done = qp->mark + d;
-			qp->freed = qp->done + d;
-			if ((rc = gpunvme_ctrl_create_qpair_raw(c, qp->qid, gpunvme_dma_iova(c, base),
-							       gpunvme_dma_iova(c, base + sq), d))) {
-				gpunvme_ctrl_release_qid(c, g->qids[i]);
-				g->qids[i] = 0;
-				free(li);
-				goto fail;
-			}
-		}
-		/* the CQ phase starts at 1 (§4.6): seed each queue's CQ word
-		 * (head 0, nothing rung, phase 1, unlocked; device.cuh) */
-		for (uint32_t i = 0; i < nq; i++) {
-			unsigned long long cqw = 1ull << 1;
-			cudaMemcpy(&g->qp_host[i].s->cqw, &cqw, sizeof(cqw), cudaMemcpyHostToDevice);
-		}
-		cudaMemcpy(g->dev_list_iova, li, (size_t)nq * d * g->lp * sizeof(uint64_t), cudaMemcpyHostToDevice);
-		free(li);
-		struct gpunvme_dq_pair *dqp = (struct gpunvme_dq_pair *)(st + st_per * nq);
-		if ((ce = cudaMemcpy(dqp, g->qp_host, sizeof(*dqp) * nq, cudaMemcpyHostToDevice)) != cudaSuccess) {
-			rc = cuda_err(ce, "queue descriptors");
-			goto fail;
-		}
-		g->desc.qp = dqp;
-		g->desc.qstate = st; /* queue i's state at st + i * st_per, above */
-		g->desc.qstate_stride = (uint32_t)st_per;
+	else if (!(rc = map_bar(g, &ci, &dbar)) && !(rc = alloc_queue_memory(g, ps, &L)))
+		rc = create_queue_pairs(g, &L, dbar, ci.dstrd, ps);
+	if (rc) {
+		gpunvme_gpu_queues_destroy(g);
+		return rc;
 	}
 	g->desc.nq = nq;
 	g->desc.nsid = nsid;
@@ -267,23 +312,9 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 	/* the emulator's CSTS is memory the GPU can read; a real BAR read
 	 * from the GPU may not complete on every root complex (seed 004) */
 	g->desc.csts = strcmp(ci.transport, "emu") == 0 ? (const volatile uint32_t *)(dbar + GPUNVME_REG_CSTS) : NULL;
-
-	/* copy lanes for GPU memory behind the emulator */
-	if (struct gpunvme_emu *emu = gpunvme_ctrl_emu(c)) {
-		g->lanes = gpunvme_emu_lanes(emu);
-		if (g->lanes > MAX_LANES)
-			g->lanes = MAX_LANES;
-		for (unsigned i = 0; i < g->lanes; i++)
-			cudaStreamCreateWithFlags(&g->lane_stream[i], cudaStreamNonBlocking);
-		g->ops.copy = lane_copy;
-		g->ops.sync = lane_sync;
-		g->ops.ctx = g;
-	}
+	setup_lanes(g);
 	*out = g;
 	return 0;
-fail:
-	gpunvme_gpu_queues_destroy(g);
-	return rc;
 }
 
 void gpunvme_gpu_queues_destroy(struct gpunvme_gpu_queues *g)
