@@ -173,9 +173,11 @@ int gpunvme_get_log_page(struct gpunvme_ctrl *c, uint32_t nsid, uint8_t lid, voi
 	return gpunvme_admin(c, &cmd, buf, len, 0, NULL);
 }
 
-int gpunvme_get_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, uint32_t *dw0)
+/* Get/Set Features (§5.21, §5.15): FID in CDW10, the value in CDW11, the
+ * result in completion dword 0. */
+static int features(struct gpunvme_ctrl *c, uint8_t opc, uint8_t fid, uint32_t cdw11, uint32_t *dw0)
 {
-	struct gpunvme_sqe cmd = { .opc = GPUNVME_ADM_GET_FEATURES };
+	struct gpunvme_sqe cmd = { .opc = opc };
 	struct gpunvme_cqe e = { 0 };
 	cmd.cdw[0] = fid;
 	cmd.cdw[1] = cdw11;
@@ -185,16 +187,14 @@ int gpunvme_get_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, ui
 	return rc;
 }
 
+int gpunvme_get_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, uint32_t *dw0)
+{
+	return features(c, GPUNVME_ADM_GET_FEATURES, fid, cdw11, dw0);
+}
+
 int gpunvme_set_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, uint32_t *dw0)
 {
-	struct gpunvme_sqe cmd = { .opc = GPUNVME_ADM_SET_FEATURES };
-	struct gpunvme_cqe e = { 0 };
-	cmd.cdw[0] = fid;
-	cmd.cdw[1] = cdw11;
-	int rc = gpunvme_admin(c, &cmd, NULL, 0, 0, &e);
-	if (!rc && dw0)
-		*dw0 = e.dw0;
-	return rc;
+	return features(c, GPUNVME_ADM_SET_FEATURES, fid, cdw11, dw0);
 }
 
 /* CC.EN 0 -> 1 with fresh admin queues (§7.6.1 steps 3-6). */

@@ -83,20 +83,25 @@ static int dma_insert(struct gpunvme_emu *emu, struct emu_region *nr)
 	return 0;
 }
 
-int gpunvme_emu_dma_map(struct gpunvme_emu *emu, uint64_t iova, void *vaddr, size_t len)
+/* A copy of *tmpl into the address table (-EEXIST on overlap). */
+static int region_add(struct gpunvme_emu *emu, const struct emu_region *tmpl)
 {
-	if (!emu || !vaddr)
-		return -EINVAL;
-	struct emu_region *r = calloc(1, sizeof(*r));
+	struct emu_region *r = malloc(sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	r->iova = iova;
-	r->len = len;
-	r->va = vaddr;
+	*r = *tmpl;
 	int rc = dma_insert(emu, r);
 	if (rc)
 		free(r);
 	return rc;
+}
+
+int gpunvme_emu_dma_map(struct gpunvme_emu *emu, uint64_t iova, void *vaddr, size_t len)
+{
+	if (!emu || !vaddr)
+		return -EINVAL;
+	struct emu_region r = { .iova = iova, .len = len, .va = vaddr };
+	return region_add(emu, &r);
 }
 
 int gpunvme_emu_dma_map_gpu(struct gpunvme_emu *emu, uint64_t iova, uint64_t dev_addr, size_t len,
@@ -104,17 +109,8 @@ int gpunvme_emu_dma_map_gpu(struct gpunvme_emu *emu, uint64_t iova, uint64_t dev
 {
 	if (!emu || !ops || !ops->copy || !ops->sync)
 		return -EINVAL;
-	struct emu_region *r = calloc(1, sizeof(*r));
-	if (!r)
-		return -ENOMEM;
-	r->iova = iova;
-	r->len = len;
-	r->dev = dev_addr;
-	r->gpu = *ops;
-	int rc = dma_insert(emu, r);
-	if (rc)
-		free(r);
-	return rc;
+	struct emu_region r = { .iova = iova, .len = len, .dev = dev_addr, .gpu = *ops };
+	return region_add(emu, &r);
 }
 
 int gpunvme_emu_dma_unmap(struct gpunvme_emu *emu, uint64_t iova)

@@ -304,4 +304,19 @@ int emu_cq_grow(struct emu_cq *cq, uint32_t extra);
  * ignored and raises an Invalid Doorbell Write Value event (once per value). */
 bool emu_db_read(struct gpunvme_emu *e, uint32_t *db, uint32_t size, uint32_t *val, uint32_t *bad);
 
+/* Fetch the entry at the SQ head into *c (§4.1: the controller consumes
+ * entries in order, head up to the last tail written) and count it in
+ * flight until its completion is posted. False when the SQ is empty or
+ * size commands are in flight (QEMU fetches no further either). */
+static inline bool emu_sq_fetch(struct emu_sq *sq, struct gpunvme_sqe *c)
+{
+	if (sq->head == sq->tail || sq->inflight >= sq->size)
+		return false;
+	memcpy(c, &sq->ring[sq->head], sizeof(*c));
+	if (++sq->head == sq->size)
+		sq->head = 0;
+	sq->inflight++;
+	return true;
+}
+
 #endif

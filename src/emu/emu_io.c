@@ -359,12 +359,8 @@ static int sq_process(struct emu_thread *t, struct emu_sq *sq, uint32_t burst)
 
 	if (!emu_db_read(e, sq->db, sq->size, &sq->tail, &sq->bad_db))
 		return 0;
-	while (sq->head != sq->tail && sq->inflight < sq->size && burst--) {
-		struct gpunvme_sqe c;
-		memcpy(&c, &sq->ring[sq->head], sizeof(c));
-		if (++sq->head == sq->size)
-			sq->head = 0;
-		sq->inflight++;
+	struct gpunvme_sqe c;
+	while (burst-- && emu_sq_fetch(sq, &c)) {
 		done++;
 		EMU_STAT_ADD(t->c.cmds, 1);
 

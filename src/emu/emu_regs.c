@@ -245,12 +245,8 @@ static int admin_queue_pass(struct gpunvme_emu *e)
 
 	emu_db_read(e, cq->db, cq->size, &cq->head, &cq->bad_db);
 	emu_db_read(e, sq->db, sq->size, &sq->tail, &sq->bad_db);
-	while (sq->head != sq->tail && sq->inflight < sq->size) {
-		struct gpunvme_sqe c;
-		memcpy(&c, &sq->ring[sq->head], sizeof(c));
-		if (++sq->head == sq->size)
-			sq->head = 0;
-		sq->inflight++;
+	struct gpunvme_sqe c;
+	while (emu_sq_fetch(sq, &c)) {
 		done++;
 		EMU_STAT_ADD(e->admin_cmds, 1);
 		uint32_t dw0 = 0;
