@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
 # GPU-initiated 4 KiB random-read IOPS on the emulator's null namespace, a
 # sweep of emulator workers x queues, and the CPU data path (gpunvme perf) on
-# the same configurations in the same run. Usage: bench/gpu_iops.sh BUILD_DIR
+# the same configurations in the same run. Each GPU point runs for
+# SECONDS_PER_POINT (default 2 s). Usage: bench/gpu_iops.sh BUILD_DIR
 set -uo pipefail
 B=${1:-build}
 echo "# $(date -u) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) cpus=$(nproc)"
@@ -13,7 +14,7 @@ for w in 1 2 4 8 12; do
 		t=$((q * 4096)); [ $t -gt 65536 ] && t=65536
 		for m in 0 1; do
 			echo -n "gpu,"
-			"$B/bin/bench_gpu_iops" -w $w -q $q -d 1024 -t $t -n 32 -m $m || echo ",,,,,,,,failed"
+			"$B/bin/bench_gpu_iops" -w $w -q $q -d 1024 -t $t -s ${SECONDS_PER_POINT:-2} -m $m || echo ",,,,,,,,failed"
 		done
 	done
 	# CPU baseline: one perf thread per queue pair, as many queue pairs as workers
