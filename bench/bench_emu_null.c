@@ -3,9 +3,11 @@
  * bench_emu_null: throughput of the NVMe controller emulator on a null
  * namespace, driven by one CPU producer thread.
  *
- * The controller is brought up the way a driver does it, by raw BAR0
- * register writes and raw admin SQEs (§7.6.1: disable, AQA/ASQ/ACQ, enable,
- * Set Features Number of Queues, Create I/O CQ/SQ). Then the producer keeps
+ * The controller is brought up the way a driver does it, by BAR0 register
+ * writes and admin SQEs (§7.6.1: disable, AQA/ASQ/ACQ, enable, Set Features
+ * Number of Queues, Create I/O CQ/SQ), with the by-hand bring-up the tests
+ * share (tests/harness/emu_bringup.h, on the queue core's
+ * gpunvme_admin_enable and struct gpunvme_ring). Then the producer keeps
  * N queue pairs of depth D full of 4 KiB Read commands: it reaps completions
  * by phase tag (§4.6), re-submits one command per completion (SQE copied from
  * a template, CID/SLBA/PRP1 patched), and rings each doorbell once per batch
@@ -30,45 +32,32 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "emu_bringup.h"
 #include "gpunvme/emu.h"
 #include "gpunvme/nvme.h"
+#include "gpunvme/queue.h"
 
-#define PAGE 4096u
+#define PAGE EB_PAGE
 #define IOVA_BASE 0x10000000ull
 #define DATA_PAGES 64u
 #define NS_SIZE (1ull << 30)
 #define ADMIN_DEPTH 32u
-#define ADMIN_TIMEOUT_NS 5000000000ull
 #define STALL_TIMEOUT_NS 5000000000ull
 
 struct qp {
 	uint16_t qid;
 	uint32_t depth;
-	struct gpunvme_sqe *sq;
-	struct gpunvme_cqe *cq;
-	uint32_t sq_tail, cq_head, outstanding;
-	uint16_t phase;
-	uint32_t *sq_db, *cq_db;
+	struct gpunvme_ring ring;
+	uint32_t outstanding;
 	uint64_t *ts;          /* submission time per CID */
 	uint16_t *free_cids;   /* stack of CIDs not outstanding */
 	uint32_t nfree;
-	uint64_t sq_iova, cq_iova;
 };
 
 struct bench {
-	struct gpunvme_emu *emu;
-	volatile uint8_t *bar;
-	uint32_t dstrd;
-	uint64_t cap_to_ns;
-	uint8_t *mem;          /* everything the controller may DMA */
-	size_t mem_len;
-	/* admin queue */
-	struct gpunvme_sqe *asq;
-	struct gpunvme_cqe *acq;
-	uint32_t asq_tail, acq_head;
-	uint16_t aphase, acid;
-	uint8_t *idbuf;
-	uint8_t *data;
+	struct eb_ctrl c;      /* controller, admin queue, DMA region */
+	uint8_t *mem;          /* the region: everything the controller may DMA */
+	uint64_t data_iova;
 	struct qp *qps;
 	uint32_t nqp;
 };
@@ -92,115 +81,6 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void pause_short(void)
-{
-	/* Used only while waiting for admin/bring-up, never on the hot path. */
-	struct timespec ts = {0, 10000};
-	nanosleep(&ts, NULL);
-}
-
-/* ---- BAR0 access: shared memory the controller polls ---------------------- */
-
-static uint32_t rd32(struct bench *b, uint32_t off)
-{
-	return __atomic_load_n((uint32_t *)(uintptr_t)(b->bar + off), __ATOMIC_ACQUIRE);
-}
-
-static void wr32(struct bench *b, uint32_t off, uint32_t v)
-{
-	__atomic_store_n((uint32_t *)(uintptr_t)(b->bar + off), v, __ATOMIC_RELEASE);
-}
-
-static void wr64(struct bench *b, uint32_t off, uint64_t v)
-{
-	/* 64-bit registers as two dword writes, low first (§3.1: host software
-	 * may access 64-bit registers as two 32-bit accesses). */
-	wr32(b, off, (uint32_t)v);
-	wr32(b, off + 4, (uint32_t)(v >> 32));
-}
-
-/* CQE dword 3 (CID, phase, status; §4.6 Figure 121) in one acquire load: the
- * controller writes it last with release order, so once the phase matches,
- * dwords 0-2 are visible too. One 32-bit load, not a 16-bit load of the
- * status half, so the load pairs with the controller's 32-bit store (also
- * what ThreadSanitizer needs to see the synchronisation). */
-static uint32_t cqe_dw3(const struct gpunvme_cqe *c)
-{
-	return __atomic_load_n((const uint32_t *)(const void *)&c->cid, __ATOMIC_ACQUIRE);
-}
-
-static uint64_t iova_of(struct bench *b, const void *p)
-{
-	return IOVA_BASE + (uint64_t)((const uint8_t *)p - b->mem);
-}
-
-/* ---- controller bring-up ---------------------------------------------------- */
-
-/* Wait until (CSTS & mask) == want, bounded by CAP.TO (§3.1.1: the worst
- * case time the host should wait for RDY to change). */
-static int wait_csts(struct bench *b, uint32_t mask, uint32_t want)
-{
-	uint64_t deadline = now_ns() + b->cap_to_ns;
-
-	for (;;) {
-		uint32_t csts = rd32(b, GPUNVME_REG_CSTS);
-		if ((csts & mask) == want)
-			return 0;
-		if (csts & GPUNVME_CSTS_CFS)
-			return -EIO;
-		if (now_ns() > deadline)
-			return -ETIMEDOUT;
-		pause_short();
-	}
-}
-
-/* One admin command, synchronously: SQE at the tail, doorbell, wait for the
- * CQE with the current phase, CQ head doorbell. Bounded by ADMIN_TIMEOUT_NS. */
-static int admin_cmd(struct bench *b, struct gpunvme_sqe *s, uint32_t *dw0)
-{
-	uint16_t cid = b->acid++;
-	uint64_t deadline;
-
-	s->cid = cid;
-	b->asq[b->asq_tail] = *s;
-	b->asq_tail = (b->asq_tail + 1) % ADMIN_DEPTH;
-	wr32(b, gpunvme_sq_doorbell(0, b->dstrd), b->asq_tail);
-
-	deadline = now_ns() + ADMIN_TIMEOUT_NS;
-	for (;;) {
-		struct gpunvme_cqe *c = &b->acq[b->acq_head];
-		uint32_t dw3 = cqe_dw3(c);
-		uint16_t sf = (uint16_t)(dw3 >> 16);
-		if (gpunvme_cqe_phase(sf) == b->aphase) {
-			uint16_t st = gpunvme_cqe_status(sf);
-			uint16_t got = (uint16_t)dw3;
-			if (dw0)
-				*dw0 = c->dw0;
-			b->acq_head = (b->acq_head + 1) % ADMIN_DEPTH;
-			if (b->acq_head == 0)
-				b->aphase ^= 1;
-			wr32(b, gpunvme_cq_doorbell(0, b->dstrd), b->acq_head);
-			if (got != cid) {
-				fprintf(stderr, "admin: CQE for CID %u, expected %u\n", got, cid);
-				return -EPROTO;
-			}
-			if (st) {
-				fprintf(stderr, "admin %s: %s\n", gpunvme_opcode_str(1, s->opc),
-					gpunvme_status_str(st));
-				return -EIO;
-			}
-			return 0;
-		}
-		if (now_ns() > deadline) {
-			fprintf(stderr, "admin %s: no completion after %llu s\n",
-				gpunvme_opcode_str(1, s->opc),
-				(unsigned long long)(ADMIN_TIMEOUT_NS / 1000000000ull));
-			return -ETIMEDOUT;
-		}
-		pause_short();
-	}
-}
-
 static size_t round_page(size_t n)
 {
 	return (n + PAGE - 1) & ~(size_t)(PAGE - 1);
@@ -208,16 +88,10 @@ static size_t round_page(size_t n)
 
 static void bench_teardown(struct bench *b)
 {
-	if (b->emu) {
+	if (b->c.emu) {
 		/* Normal shutdown (§7.6.2); best effort, bounded by CAP.TO. */
-		if (b->bar) {
-			uint32_t cc = rd32(b, GPUNVME_REG_CC);
-			wr32(b, GPUNVME_REG_CC, (cc & ~GPUNVME_CC_SHN_MASK) |
-						GPUNVME_CC_SHN_NORMAL << GPUNVME_CC_SHN_SHIFT);
-			(void)wait_csts(b, GPUNVME_CSTS_SHST_MASK,
-					GPUNVME_SHST_COMPLETE << GPUNVME_CSTS_SHST_SHIFT);
-		}
-		gpunvme_emu_destroy(b->emu);
+		(void)eb_shutdown(&b->c);
+		gpunvme_emu_destroy(b->c.emu);
 	}
 	if (b->qps)
 		for (uint32_t i = 0; i < b->nqp; i++)
@@ -230,6 +104,7 @@ static void bench_teardown(struct bench *b)
 static int bench_setup(struct bench *b, const struct params *p)
 {
 	struct gpunvme_emu_config cfg;
+	struct gpunvme_emu *emu;
 	struct gpunvme_sqe s;
 	uint32_t dw0 = 0;
 	int rc;
@@ -246,38 +121,34 @@ static int bench_setup(struct bench *b, const struct params *p)
 		cfg.mqes = p->depth - 1;
 	if (cfg.max_ioq < p->queues)
 		cfg.max_ioq = (uint16_t)p->queues;
-	rc = gpunvme_emu_create(&cfg, &b->emu);
+	rc = gpunvme_emu_create(&cfg, &emu);
 	if (rc) {
 		fprintf(stderr, "gpunvme_emu_create: %s\n", strerror(-rc));
-		b->emu = NULL;
 		return rc;
 	}
+	eb_attach(&b->c, emu);
+	if (gpunvme_cap_mqes(b->c.cap) + 1 < p->depth) {
+		fprintf(stderr, "CAP.MQES %u < depth %u\n", gpunvme_cap_mqes(b->c.cap) + 1, p->depth);
+		bench_teardown(b);
+		return -EINVAL;
+	}
 
-	/* Memory layout: admin SQ, admin CQ, identify page, per queue pair SQ
-	 * and CQ (page-rounded, §5.3/§5.4 PC=1 needs contiguous pages), data. */
+	/* The DMA region: admin SQ and CQ, per queue pair SQ and CQ (whole
+	 * pages, §5.3/§5.4 PC=1 needs contiguous pages), data. */
 	size_t sq_bytes = round_page((size_t)p->depth * 64);
 	size_t cq_bytes = round_page((size_t)p->depth * 16);
-	b->mem_len = 3 * PAGE + p->queues * (sq_bytes + cq_bytes) + DATA_PAGES * PAGE;
-	b->mem = aligned_alloc(PAGE, b->mem_len);
+	size_t mem_len = 2 * PAGE + p->queues * (sq_bytes + cq_bytes) + DATA_PAGES * PAGE;
+	b->mem = aligned_alloc(PAGE, mem_len);
 	b->qps = calloc(p->queues, sizeof(*b->qps));
 	if (!b->mem || !b->qps) {
 		bench_teardown(b);
 		return -ENOMEM;
 	}
-	memset(b->mem, 0, b->mem_len);
 	b->nqp = p->queues;
-	b->asq = (void *)b->mem;
-	b->acq = (void *)(b->mem + PAGE);
-	b->idbuf = b->mem + 2 * PAGE;
-	uint8_t *q = b->mem + 3 * PAGE;
 	for (uint32_t i = 0; i < p->queues; i++) {
 		struct qp *x = &b->qps[i];
 		x->qid = (uint16_t)(i + 1);
 		x->depth = p->depth;
-		x->sq = (void *)q;
-		x->cq = (void *)(q + sq_bytes);
-		q += sq_bytes + cq_bytes;
-		x->phase = 1;
 		x->ts = calloc(p->depth, sizeof(*x->ts));
 		x->free_cids = calloc(p->depth, sizeof(*x->free_cids));
 		if (!x->ts || !x->free_cids) {
@@ -287,49 +158,16 @@ static int bench_setup(struct bench *b, const struct params *p)
 		for (uint32_t k = 0; k < p->depth; k++)
 			x->free_cids[x->nfree++] = (uint16_t)(p->depth - 1 - k);
 	}
-	b->data = q;
-	rc = gpunvme_emu_dma_map(b->emu, IOVA_BASE, b->mem, b->mem_len);
-	if (rc) {
-		fprintf(stderr, "gpunvme_emu_dma_map: %s\n", strerror(-rc));
-		bench_teardown(b);
-		return rc;
-	}
-
-	b->bar = gpunvme_emu_bar0(b->emu);
-	uint64_t cap = (uint64_t)rd32(b, GPUNVME_REG_CAP) | (uint64_t)rd32(b, GPUNVME_REG_CAP + 4) << 32;
-	b->dstrd = gpunvme_cap_dstrd(cap);
-	b->cap_to_ns = (uint64_t)(gpunvme_cap_to(cap) ? gpunvme_cap_to(cap) : 1) * 500000000ull;
-	if (gpunvme_cap_mqes(cap) + 1 < p->depth) {
-		fprintf(stderr, "CAP.MQES %u < depth %u\n", gpunvme_cap_mqes(cap) + 1, p->depth);
-		bench_teardown(b);
-		return -EINVAL;
-	}
-
-	/* §7.6.1 initialization. */
-	wr32(b, GPUNVME_REG_CC, 0);
-	if ((rc = wait_csts(b, GPUNVME_CSTS_RDY, 0)) != 0) {
-		fprintf(stderr, "CSTS.RDY did not clear: %s\n", strerror(-rc));
-		bench_teardown(b);
-		return rc;
-	}
-	wr32(b, GPUNVME_REG_AQA, GPUNVME_AQA(ADMIN_DEPTH - 1, ADMIN_DEPTH - 1));
-	wr64(b, GPUNVME_REG_ASQ, iova_of(b, b->asq));
-	wr64(b, GPUNVME_REG_ACQ, iova_of(b, b->acq));
-	b->aphase = 1;
-	wr32(b, GPUNVME_REG_CC, GPUNVME_CC_EN | 6u << GPUNVME_CC_IOSQES_SHIFT |
-				4u << GPUNVME_CC_IOCQES_SHIFT);
-	if ((rc = wait_csts(b, GPUNVME_CSTS_RDY, GPUNVME_CSTS_RDY)) != 0) {
-		fprintf(stderr, "CSTS.RDY did not set: %s\n", strerror(-rc));
-		bench_teardown(b);
-		return rc;
-	}
+	if ((rc = eb_mem_map(&b->c, b->mem, IOVA_BASE, mem_len)) != 0 ||
+	    (rc = eb_enable(&b->c, ADMIN_DEPTH)) != 0)
+		goto fail;
 
 	/* Number of Queues (§5.21.1.7): 0's based counts in cdw11. */
 	memset(&s, 0, sizeof(s));
 	s.opc = GPUNVME_ADM_SET_FEATURES;
 	s.cdw[0] = GPUNVME_FEAT_NUM_QUEUES;
 	s.cdw[1] = (p->queues - 1) | (p->queues - 1) << 16;
-	if ((rc = admin_cmd(b, &s, &dw0)) != 0)
+	if ((rc = eb_admin(&b->c, &s, &dw0)) != 0)
 		goto fail;
 	if ((dw0 & 0xffff) + 1 < p->queues || (dw0 >> 16) + 1 < p->queues) {
 		fprintf(stderr, "controller granted %u SQs / %u CQs, need %u\n",
@@ -337,32 +175,17 @@ static int bench_setup(struct bench *b, const struct params *p)
 		rc = -EINVAL;
 		goto fail;
 	}
-	for (uint32_t i = 0; i < p->queues; i++) {
-		struct qp *x = &b->qps[i];
-		memset(&s, 0, sizeof(s));
-		s.opc = GPUNVME_ADM_CREATE_CQ;
-		s.prp1 = iova_of(b, x->cq);
-		s.queue.qid = x->qid;
-		s.queue.qsize = (uint16_t)(p->depth - 1);
-		s.queue.qflags = GPUNVME_Q_PC;  /* polled: no IEN */
-		if ((rc = admin_cmd(b, &s, NULL)) != 0)
+	for (uint32_t i = 0; i < p->queues; i++)
+		if ((rc = eb_create_qp(&b->c, b->qps[i].qid, p->depth, &b->qps[i].ring)) != 0)
 			goto fail;
-		memset(&s, 0, sizeof(s));
-		s.opc = GPUNVME_ADM_CREATE_SQ;
-		s.prp1 = iova_of(b, x->sq);
-		s.queue.qid = x->qid;
-		s.queue.qsize = (uint16_t)(p->depth - 1);
-		s.queue.qflags = GPUNVME_Q_PC;
-		s.queue.cqid_iv = x->qid;
-		if ((rc = admin_cmd(b, &s, NULL)) != 0)
-			goto fail;
-		x->sq_db = (uint32_t *)(uintptr_t)(b->bar + gpunvme_sq_doorbell(x->qid, b->dstrd));
-		x->cq_db = (uint32_t *)(uintptr_t)(b->bar + gpunvme_cq_doorbell(x->qid, b->dstrd));
+	if (!eb_alloc(&b->c, DATA_PAGES * PAGE, 0, &b->data_iova)) {
+		rc = -ENOMEM;
+		goto fail;
 	}
 	return 0;
 fail:
 	bench_teardown(b);
-	return rc;
+	return rc > 0 ? -EIO : rc; /* an NVMe status: printed by eb_admin */
 }
 
 /* ---- the measured loop ------------------------------------------------------ */
@@ -405,14 +228,11 @@ static int run(struct bench *b, const struct params *p, struct result *r)
 			uint32_t n = 0;
 
 			/* Reap: the phase tag flips on every wrap (§4.6). */
-			for (;;) {
-				uint32_t dw3 = cqe_dw3(&x->cq[x->cq_head]);
-				uint16_t sf = (uint16_t)(dw3 >> 16), cid = (uint16_t)dw3;
-				if ((sf & 1) != x->phase)
-					break;
-				if (sf >> 1) {
-					fprintf(stderr, "qid %u cid %u: %s\n", x->qid, cid,
-						gpunvme_status_str((uint16_t)(sf >> 1)));
+			uint32_t dw3;
+			while (gpunvme_ring_cq_peek(&x->ring, &dw3)) {
+				uint16_t st = gpunvme_dw3_status(dw3), cid = gpunvme_dw3_cid(dw3);
+				if (st) {
+					fprintf(stderr, "qid %u cid %u: %s\n", x->qid, cid, gpunvme_status_str(st));
 					return -EIO;
 				}
 				if (cid >= x->depth) {
@@ -421,16 +241,13 @@ static int run(struct bench *b, const struct params *p, struct result *r)
 				}
 				lat_sum += now - x->ts[cid];
 				x->free_cids[x->nfree++] = cid;
-				if (++x->cq_head == x->depth) {
-					x->cq_head = 0;
-					x->phase ^= 1;
-				}
+				gpunvme_ring_cq_pop(&x->ring);
 				n++;
 			}
 			if (n) {
 				x->outstanding -= n;
 				reaped_pass += n;
-				__atomic_store_n(x->cq_db, x->cq_head, __ATOMIC_RELEASE);
+				gpunvme_ring_cq_doorbell(&x->ring);
 				doorbells++;
 			}
 
@@ -441,22 +258,22 @@ static int run(struct bench *b, const struct params *p, struct result *r)
 			while (free_slots) {
 				uint32_t k = free_slots < batch ? free_slots : batch;
 				for (uint32_t j = 0; j < k; j++) {
-					uint32_t t = x->sq_tail;
-					struct gpunvme_sqe *e = &x->sq[t];
+					struct gpunvme_sqe *e = gpunvme_ring_sqe(&x->ring);
 					*e = tmpl;
 					uint16_t cid = x->free_cids[--x->nfree];
 					e->cid = cid;
-					e->prp1 = iova_of(b, b->data) + (uint64_t)(cid % DATA_PAGES) * PAGE;
+					e->prp1 = b->data_iova + (uint64_t)(cid % DATA_PAGES) * PAGE;
 					e->rw.slba = slba;
 					if (++slba == nlbas)
 						slba = 0;
 					x->ts[cid] = now;
-					x->sq_tail = t + 1 == x->depth ? 0 : t + 1;
+					gpunvme_ring_sq_push(&x->ring);
 				}
 				x->outstanding += k;
 				free_slots -= k;
-				/* Release: the SQEs above are visible before the tail. */
-				__atomic_store_n(x->sq_db, x->sq_tail, __ATOMIC_RELEASE);
+				/* one doorbell write for the batch (release: the SQEs
+				 * above are visible before the tail) */
+				gpunvme_ring_sq_doorbell(&x->ring);
 				doorbells++;
 			}
 		}
@@ -482,7 +299,7 @@ static int run(struct bench *b, const struct params *p, struct result *r)
 	r->avg_lat_us = r->cmds ? (double)(lat_sum - lat_at_start) / (double)r->cmds / 1000.0 : 0;
 
 	struct gpunvme_emu_stats st;
-	gpunvme_emu_get_stats(b->emu, &st);
+	gpunvme_emu_get_stats(b->c.emu, &st);
 	if (st.errors) {
 		fprintf(stderr, "emulator reports %" PRIu64 " errors\n", st.errors);
 		return -EIO;

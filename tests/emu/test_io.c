@@ -30,11 +30,11 @@ static int roundtrip(struct h_qp *q, uint32_t nsid, uint32_t lbs, uint64_t slba,
 	struct h_buf w = h_alloc(&c->arena, len, H_PAGE), r = h_alloc(&c->arena, len, H_PAGE);
 	h_fill(w.va, len, seed);
 	memset(r.va, 0xee, len);
-	H_OK(h_io(q, GPUNVME_CMD_WRITE, nsid, slba, nlb, w.iova, len, &e));
-	H_EXPECT_ST(e, 0);
-	H_OK(h_io(q, GPUNVME_CMD_READ, nsid, slba, nlb, r.iova, len, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECKF(h_crc32(0, r.va, len) == h_crc32(0, w.va, len), "nsid %u lba %llu x %u: data mismatch", nsid,
+	REQUIRE_OK(h_io(q, GPUNVME_CMD_WRITE, nsid, slba, nlb, w.iova, len, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE_OK(h_io(q, GPUNVME_CMD_READ, nsid, slba, nlb, r.iova, len, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(h_crc32(0, r.va, len) == h_crc32(0, w.va, len), "nsid %u lba %llu x %u: data mismatch", nsid,
 		 (unsigned long long)slba, nlb);
 	c->arena.used = mark;
 	return 0;
@@ -48,23 +48,23 @@ static int read_cmp(struct h_qp *q, uint32_t nsid, uint32_t lbs, uint64_t slba, 
 	size_t mark = c->arena.used, len = (size_t)nlb * lbs;
 	struct h_buf r = h_alloc(&c->arena, len, H_PAGE);
 	memset(r.va, 0xee, len);
-	H_OK(h_io(q, GPUNVME_CMD_READ, nsid, slba, nlb, r.iova, len, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_io(q, GPUNVME_CMD_READ, nsid, slba, nlb, r.iova, len, &e));
+	REQUIRE_ST(e, 0);
 	for (uint32_t i = 0; i < nlb; i++)
-		H_CHECKF(memcmp((uint8_t *)r.va + (size_t)i * lbs, (const uint8_t *)want + (size_t)i * lbs, lbs) == 0,
+		REQUIRE(memcmp((uint8_t *)r.va + (size_t)i * lbs, (const uint8_t *)want + (size_t)i * lbs, lbs) == 0,
 			 "nsid %u lba %llu differs", nsid, (unsigned long long)(slba + i));
 	c->arena.used = mark;
 	return 0;
 }
 
-H_CASE(rw_512)
+TEST_CASE(rw_512)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
 	struct h_qp q;
 	two_ns_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_qp_create(c, &q, 1, 64));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 64));
 	static const uint32_t n[] = { 1, 7, 8, 9, 63, 64, 255, 256 };
 	uint64_t nsze = (64u << 20) >> 9;
 	for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
@@ -76,14 +76,14 @@ H_CASE(rw_512)
 	return roundtrip(&q, 1, 512, 0, 3, 97);
 }
 
-H_CASE(rw_4k)
+TEST_CASE(rw_4k)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
 	struct h_qp q;
 	two_ns_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_qp_create(c, &q, 1, 64));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 64));
 	static const uint32_t n[] = { 1, 2, 3, 16, 31, 32 };
 	uint64_t nsze = (32u << 20) >> 12;
 	for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
@@ -95,54 +95,54 @@ H_CASE(rw_4k)
 	return 0;
 }
 
-H_CASE(rw_two_ns)
+TEST_CASE(rw_two_ns)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
 	struct h_qp q1, q2;
 	struct gpunvme_cqe e;
 	two_ns_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_qp_create(c, &q1, 1, 64));
-	H_OK(h_qp_create(c, &q2, 2, 64));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_qp_create(c, &q1, 1, 64));
+	REQUIRE_OK(h_qp_create(c, &q2, 2, 64));
 	/* Same LBA numbers, different namespaces, interleaved: each namespace
 	 * keeps its own data. */
 	struct h_buf a = h_alloc(&c->arena, 32768, H_PAGE), b = h_alloc(&c->arena, 32768, H_PAGE);
 	h_fill(a.va, 32768, 0xa);
 	h_fill(b.va, 32768, 0xb);
 	for (int i = 0; i < 8; i++) {
-		H_OK(h_io(i & 1 ? &q2 : &q1, GPUNVME_CMD_WRITE, 1, (uint64_t)i * 8, 8, a.iova + (uint64_t)i * 4096, 4096, &e));
-		H_EXPECT_ST(e, 0);
-		H_OK(h_io(i & 1 ? &q1 : &q2, GPUNVME_CMD_WRITE, 2, (uint64_t)i, 1, b.iova + (uint64_t)i * 4096, 4096, &e));
-		H_EXPECT_ST(e, 0);
+		REQUIRE_OK(h_io(i & 1 ? &q2 : &q1, GPUNVME_CMD_WRITE, 1, (uint64_t)i * 8, 8, a.iova + (uint64_t)i * 4096, 4096, &e));
+		REQUIRE_ST(e, 0);
+		REQUIRE_OK(h_io(i & 1 ? &q1 : &q2, GPUNVME_CMD_WRITE, 2, (uint64_t)i, 1, b.iova + (uint64_t)i * 4096, 4096, &e));
+		REQUIRE_ST(e, 0);
 	}
 	if (read_cmp(&q2, 1, 512, 0, 64, a.va) || read_cmp(&q1, 2, 4096, 0, 8, b.va))
 		return 1;
 	return 0;
 }
 
-H_CASE(flush)
+TEST_CASE(flush)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
 	struct h_qp q;
 	struct gpunvme_cqe e;
 	two_ns_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_qp_create(c, &q, 1, 16));
-	H_OK(h_io(&q, GPUNVME_CMD_FLUSH, 1, 0, 0, 0, 0, &e));
-	H_EXPECT_ST(e, 0);
-	H_OK(h_io(&q, GPUNVME_CMD_FLUSH, 2, 0, 0, 0, 0, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_FLUSH, 1, 0, 0, 0, 0, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_FLUSH, 2, 0, 0, 0, 0, &e));
+	REQUIRE_ST(e, 0);
 	/* §6.8: NSID FFFFFFFFh flushes all namespaces. */
-	H_OK(h_io(&q, GPUNVME_CMD_FLUSH, GPUNVME_NSID_ALL, 0, 0, 0, 0, &e));
-	H_EXPECT_ST(e, 0);
-	H_OK(h_io(&q, GPUNVME_CMD_FLUSH, 0, 0, 0, 0, 0, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_NSID));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_FLUSH, GPUNVME_NSID_ALL, 0, 0, 0, 0, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_FLUSH, 0, 0, 0, 0, 0, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_NSID));
 	return 0;
 }
 
-H_CASE(write_zeroes)
+TEST_CASE(write_zeroes)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
@@ -150,39 +150,39 @@ H_CASE(write_zeroes)
 	struct gpunvme_cqe e;
 	struct gpunvme_sqe s;
 	two_ns_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	struct h_buf w = h_alloc(&c->arena, 32768, H_PAGE);
 	h_fill(w.va, 32768, 3);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 64, w.iova, 32768, &e));
-	H_EXPECT_ST(e, 0);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE_ZEROES, 1, 8, 16, 0, 0, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 64, w.iova, 32768, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE_ZEROES, 1, 8, 16, 0, 0, &e));
+	REQUIRE_ST(e, 0);
 	memset((uint8_t *)w.va + 8 * 512, 0, 16 * 512);
 	if (read_cmp(&q, 1, 512, 0, 64, w.va))
 		return 1;
 
 	/* Not limited by MDTS (§6.16): 65536 blocks = 32 MiB in one command. */
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 70000, 64, w.iova, 32768, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 70000, 64, w.iova, 32768, &e));
+	REQUIRE_ST(e, 0);
 	h_io_sqe(&s, GPUNVME_CMD_WRITE_ZEROES, 1, 65536, 65536);
-	H_OK(h_cmd(&q, &s, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_cmd(&q, &s, &e));
+	REQUIRE_ST(e, 0);
 	memset(w.va, 0, 32768);
 	if (read_cmp(&q, 1, 512, 70000, 64, w.va))
 		return 1;
 	/* 4 KiB namespace. */
 	h_fill(w.va, 32768, 4);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 2, 100, 8, w.iova, 32768, &e));
-	H_EXPECT_ST(e, 0);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE_ZEROES, 2, 101, 2, 0, 0, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 2, 100, 8, w.iova, 32768, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE_ZEROES, 2, 101, 2, 0, 0, &e));
+	REQUIRE_ST(e, 0);
 	memset((uint8_t *)w.va + 4096, 0, 8192);
 	if (read_cmp(&q, 2, 4096, 100, 8, w.va))
 		return 1;
 	/* Out of range. */
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE_ZEROES, 2, 8190, 3, 0, 0, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE_ZEROES, 2, 8190, 3, 0, 0, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
 	return 0;
 }
 
@@ -201,116 +201,116 @@ static int dsm(struct h_qp *q, uint32_t nsid, uint32_t attr, const struct gpunvm
 	return rc;
 }
 
-H_CASE(dsm_deallocate)
+TEST_CASE(dsm_deallocate)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
 	struct h_qp q;
 	struct gpunvme_cqe e;
 	two_ns_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	struct h_buf w = h_alloc(&c->arena, 65536, H_PAGE);
 	h_fill(w.va, 65536, 5);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 128, w.iova, 65536, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 128, w.iova, 65536, &e));
+	REQUIRE_ST(e, 0);
 	/* Hints only: data stays. */
 	struct gpunvme_dsm_range r[2] = { { .nlb = 5, .slba = 10 }, { .nlb = 20, .slba = 100 } };
-	H_OK(dsm(&q, 1, GPUNVME_DSM_IDR | GPUNVME_DSM_IDW, r, 2, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(dsm(&q, 1, GPUNVME_DSM_IDR | GPUNVME_DSM_IDW, r, 2, &e));
+	REQUIRE_ST(e, 0);
 	if (read_cmp(&q, 1, 512, 0, 128, w.va))
 		return 1;
 	/* Deallocate: DLFEAT says such blocks read as zeroes. */
-	H_OK(dsm(&q, 1, GPUNVME_DSM_AD, r, 2, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(dsm(&q, 1, GPUNVME_DSM_AD, r, 2, &e));
+	REQUIRE_ST(e, 0);
 	memset((uint8_t *)w.va + 10 * 512, 0, 5 * 512);
 	memset((uint8_t *)w.va + 100 * 512, 0, 20 * 512);
 	if (read_cmp(&q, 1, 512, 0, 128, w.va))
 		return 1;
 	/* 256 ranges, the most one command carries (NR is 8 bits, 0's based). */
 	h_fill(w.va, 65536, 55);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 128, w.iova, 65536, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 128, w.iova, 65536, &e));
+	REQUIRE_ST(e, 0);
 	struct gpunvme_dsm_range many[256];
 	memset(many, 0, sizeof(many));
 	for (int i = 0; i < 256; i++) {
 		many[i].slba = i < 64 ? (uint64_t)i * 2 : 100000 + (uint64_t)i; /* even LBAs of 0..127, then far away */
 		many[i].nlb = 1;
 	}
-	H_OK(dsm(&q, 1, GPUNVME_DSM_AD, many, 256, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(dsm(&q, 1, GPUNVME_DSM_AD, many, 256, &e));
+	REQUIRE_ST(e, 0);
 	for (int i = 0; i < 64; i++)
 		memset((uint8_t *)w.va + (size_t)i * 2 * 512, 0, 512);
 	if (read_cmp(&q, 1, 512, 0, 128, w.va))
 		return 1;
 	/* A range past the end. */
 	struct gpunvme_dsm_range bad[2] = { { .nlb = 1, .slba = 0 }, { .nlb = 2, .slba = (64u << 20) / 512 - 1 } };
-	H_OK(dsm(&q, 1, GPUNVME_DSM_AD, bad, 2, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
+	REQUIRE_OK(dsm(&q, 1, GPUNVME_DSM_AD, bad, 2, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
 	/* 4 KiB namespace. */
 	h_fill(w.va, 16384, 6);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 2, 0, 4, w.iova, 16384, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 2, 0, 4, w.iova, 16384, &e));
+	REQUIRE_ST(e, 0);
 	struct gpunvme_dsm_range r2 = { .nlb = 1, .slba = 2 };
-	H_OK(dsm(&q, 2, GPUNVME_DSM_AD, &r2, 1, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(dsm(&q, 2, GPUNVME_DSM_AD, &r2, 1, &e));
+	REQUIRE_ST(e, 0);
 	memset((uint8_t *)w.va + 8192, 0, 4096);
 	return read_cmp(&q, 2, 4096, 0, 4, w.va);
 }
 
-H_CASE(mdts)
+TEST_CASE(mdts)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
 	struct h_qp q;
 	struct gpunvme_cqe e;
 	two_ns_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	struct h_buf b = h_alloc(&c->arena, 256 << 10, H_PAGE);
 	/* MDTS 5: 2^5 x 4 KiB = 128 KiB (§5.15.2.2). */
-	H_OK(h_io(&q, GPUNVME_CMD_READ, 1, 0, 256, b.iova, 128 << 10, &e));
-	H_EXPECT_ST(e, 0);
-	H_OK(h_io(&q, GPUNVME_CMD_READ, 1, 0, 257, b.iova, 257 * 512, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 257, b.iova, 257 * 512, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
-	H_OK(h_io(&q, GPUNVME_CMD_READ, 2, 0, 32, b.iova, 128 << 10, &e));
-	H_EXPECT_ST(e, 0);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 2, 0, 33, b.iova, 33 * 4096, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, 0, 256, b.iova, 128 << 10, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, 0, 257, b.iova, 257 * 512, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 257, b.iova, 257 * 512, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 2, 0, 32, b.iova, 128 << 10, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 2, 0, 33, b.iova, 33 * 4096, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
 	return 0;
 }
 
-H_CASE(lba_range)
+TEST_CASE(lba_range)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
 	struct h_qp q;
 	struct gpunvme_cqe e;
 	two_ns_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	struct h_buf b = h_alloc(&c->arena, 8192, H_PAGE);
 	uint64_t nsze = (64u << 20) >> 9;
-	H_OK(h_io(&q, GPUNVME_CMD_READ, 1, nsze - 1, 1, b.iova, 512, &e));
-	H_EXPECT_ST(e, 0);
-	H_OK(h_io(&q, GPUNVME_CMD_READ, 1, nsze - 1, 2, b.iova, 1024, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, nsze, 1, b.iova, 512, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, nsze - 1, 1, b.iova, 512, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, nsze - 1, 2, b.iova, 1024, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, nsze, 1, b.iova, 512, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
 	/* SLBA + NLB wraps 64 bits: still out of range. */
-	H_OK(h_io(&q, GPUNVME_CMD_READ, 1, UINT64_MAX, 2, b.iova, 1024, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 2, (32u << 20) >> 12, 1, b.iova, 4096, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, UINT64_MAX, 2, b.iova, 1024, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 2, (32u << 20) >> 12, 1, b.iova, 4096, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
 	/* ns 2 is smaller than ns 1: an LBA valid on 1 is out of range on 2. */
-	H_OK(h_io(&q, GPUNVME_CMD_READ, 2, 10000, 1, b.iova, 4096, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 2, 10000, 1, b.iova, 4096, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
 	return 0;
 }
 
-H_CASE(bad_nsid)
+TEST_CASE(bad_nsid)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
@@ -318,26 +318,26 @@ H_CASE(bad_nsid)
 	struct gpunvme_cqe e;
 	struct gpunvme_id_ctrl id;
 	two_ns_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_id_ctrl(c, &id));
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_id_ctrl(c, &id));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	struct h_buf b = h_alloc(&c->arena, 4096, H_PAGE);
 	const uint32_t bad[] = { 0, id.nn + 1, 0x12345678u, GPUNVME_NSID_ALL };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		H_OK(h_io(&q, GPUNVME_CMD_READ, bad[i], 0, 1, b.iova, 512, &e));
-		H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_NSID));
-		H_OK(h_io(&q, GPUNVME_CMD_WRITE, bad[i], 0, 1, b.iova, 512, &e));
-		H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_NSID));
+		REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, bad[i], 0, 1, b.iova, 512, &e));
+		REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_NSID));
+		REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, bad[i], 0, 1, b.iova, 512, &e));
+		REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_NSID));
 	}
 	if (id.nn > 2) {
 		/* Valid but inactive: Invalid Field (docs, as QEMU). */
-		H_OK(h_io(&q, GPUNVME_CMD_READ, 3, 0, 1, b.iova, 512, &e));
-		H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
+		REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 3, 0, 1, b.iova, 512, &e));
+		REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
 	}
 	return 0;
 }
 
-H_CASE(bad_opcode)
+TEST_CASE(bad_opcode)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
@@ -345,9 +345,9 @@ H_CASE(bad_opcode)
 	struct gpunvme_cqe e;
 	struct gpunvme_id_ctrl id;
 	h_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_id_ctrl(c, &id));
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_id_ctrl(c, &id));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	uint8_t ops[8];
 	size_t n = 0;
 	ops[n++] = 0x7e;
@@ -360,17 +360,17 @@ H_CASE(bad_opcode)
 		ops[n++] = GPUNVME_CMD_RESV_REGISTER;
 	for (size_t i = 0; i < n; i++) {
 		struct gpunvme_sqe s = { .opc = ops[i], .nsid = 1 };
-		H_OK(h_cmd(&q, &s, &e));
-		H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_OPCODE));
+		REQUIRE_OK(h_cmd(&q, &s, &e));
+		REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_OPCODE));
 		/* The opcode is checked before the NSID. */
 		s.nsid = 0;
-		H_OK(h_cmd(&q, &s, &e));
-		H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_OPCODE));
+		REQUIRE_OK(h_cmd(&q, &s, &e));
+		REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_OPCODE));
 	}
 	return 0;
 }
 
-H_CASE(check_order)
+TEST_CASE(check_order)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
@@ -378,46 +378,46 @@ H_CASE(check_order)
 	struct gpunvme_cqe e;
 	struct gpunvme_sqe s;
 	h_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	struct h_buf b = h_alloc(&c->arena, 4096, H_PAGE);
 	uint64_t nsze = (uint64_t)cfg.ns[0].size >> cfg.ns[0].lba_shift;
 	/* FUSE / PSDT (SGLs are not supported): Invalid Field. */
 	h_io_sqe(&s, GPUNVME_CMD_READ, 1, 0, 1);
 	s.prp1 = b.iova;
 	s.flags = 0x40;
-	H_OK(h_cmd(&q, &s, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
+	REQUIRE_OK(h_cmd(&q, &s, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
 	h_io_sqe(&s, GPUNVME_CMD_WRITE, 1, 0, 1);
 	s.prp1 = b.iova;
 	s.flags = 0x01;
-	H_OK(h_cmd(&q, &s, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
+	REQUIRE_OK(h_cmd(&q, &s, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
 	/* NSID before FUSE/PSDT. */
 	h_io_sqe(&s, GPUNVME_CMD_READ, 0, 0, 1);
 	s.flags = 0x40;
-	H_OK(h_cmd(&q, &s, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_NSID));
+	REQUIRE_OK(h_cmd(&q, &s, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_NSID));
 	/* MDTS before LBA range. */
 	h_io_sqe(&s, GPUNVME_CMD_READ, 1, nsze, 300);
 	s.prp1 = b.iova;
-	H_OK(h_cmd(&q, &s, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
+	REQUIRE_OK(h_cmd(&q, &s, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_FIELD));
 	/* LBA range before the data pointer. */
 	h_io_sqe(&s, GPUNVME_CMD_READ, 1, nsze, 1);
 	s.prp1 = 0x500000000000ull;
-	H_OK(h_cmd(&q, &s, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
+	REQUIRE_OK(h_cmd(&q, &s, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
 	return 0;
 }
 
-H_CASE(cq_backpressure)
+TEST_CASE(cq_backpressure)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
 	struct gpunvme_cqe e;
 	h_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
 	/* CQ of 4 entries (holds 3, §4.1.2), SQ of 32, 20 commands. */
 	struct h_qp q;
 	memset(&q, 0, sizeof(q));
@@ -432,10 +432,10 @@ H_CASE(cq_backpressure)
 	q.cq_iova = cqm.iova;
 	q.prp_lists = h_alloc(&c->arena, H_PAGE, H_PAGE);
 	h_qp_reset(&q);
-	H_OK(h_create_cq(c, 1, 3, q.cq_iova, GPUNVME_Q_PC, 0, &e));
-	H_EXPECT_ST(e, 0);
-	H_OK(h_create_sq(c, 1, 31, q.sq_iova, GPUNVME_Q_PC, 1, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_create_cq(c, 1, 3, q.cq_iova, GPUNVME_Q_PC, 0, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE_OK(h_create_sq(c, 1, 31, q.sq_iova, GPUNVME_Q_PC, 1, &e));
+	REQUIRE_ST(e, 0);
 
 	enum { N = 20 };
 	struct h_buf data = h_alloc(&c->arena, N * 512, H_PAGE);
@@ -445,7 +445,7 @@ H_CASE(cq_backpressure)
 		h_io_sqe(&s, GPUNVME_CMD_WRITE, 1, (uint64_t)i, 1);
 		s.prp1 = data.iova + (uint64_t)i * 512;
 		s.cid = (uint16_t)(1000 + i);
-		H_OK(h_sq_push(&q, &s));
+		REQUIRE_OK(h_sq_push(&q, &s));
 	}
 	h_sq_ring(&q);
 	/* Do not consume for a while (at least 300 ms, until the CQ is full):
@@ -453,30 +453,30 @@ H_CASE(cq_backpressure)
 	uint64_t t0 = h_now_ms();
 	for (;;) {
 		unsigned p = h_cq_pending(&q);
-		H_CHECKF(p <= 3, "CQ holds %u entries, capacity is 3", p);
+		REQUIRE(p <= 3, "CQ holds %u entries, capacity is 3", p);
 		if (p == 3 && h_now_ms() - t0 >= 300)
 			break;
-		H_CHECKF(h_now_ms() - t0 < H_TIMEOUT_MS, "CQ never filled: %u entries", p);
+		REQUIRE(h_now_ms() - t0 < H_TIMEOUT_MS, "CQ never filled: %u entries", p);
 		h_sleep_ms(5);
 	}
 	int seen[N] = { 0 };
 	for (int i = 0; i < N; i++) {
-		H_OK(h_cq_wait(&q, &e, H_TIMEOUT_MS));
-		H_EXPECT_ST(e, 0);
-		H_EQ(e.sqid, 1);
-		H_CHECKF(e.cid >= 1000 && e.cid < 1000 + N, "unexpected cid %u", e.cid);
-		H_CHECKF(++seen[e.cid - 1000] == 1, "cid %u completed twice", e.cid);
-		H_CHECK(e.sqhd < 32);
+		REQUIRE_OK(h_cq_wait(&q, &e, H_TIMEOUT_MS));
+		REQUIRE_ST(e, 0);
+		REQUIRE_EQ(e.sqid, 1);
+		REQUIRE(e.cid >= 1000 && e.cid < 1000 + N, "unexpected cid %u", e.cid);
+		REQUIRE(++seen[e.cid - 1000] == 1, "cid %u completed twice", e.cid);
+		REQUIRE(e.sqhd < 32);
 		if (i % 4 == 3)
 			h_sleep_ms(20); /* slow host: more back-pressure rounds */
 	}
-	H_EQ(h_expect_silence(&q, 100), 1);
+	REQUIRE_EQ(h_expect_silence(&q, 100), 1);
 	struct h_qp q2;
-	H_OK(h_qp_create(c, &q2, 2, 16));
+	REQUIRE_OK(h_qp_create(c, &q2, 2, 16));
 	return read_cmp(&q2, 1, 512, 0, N, data.va);
 }
 
-H_CASE(file_persistence)
+TEST_CASE(file_persistence)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
@@ -485,9 +485,9 @@ H_CASE(file_persistence)
 	struct gpunvme_id_ns ns;
 	char path[] = "/tmp/gpunvme-emu-test-XXXXXX";
 	int fd = mkstemp(path);
-	H_CHECK(fd >= 0);
+	REQUIRE(fd >= 0);
 	const size_t fsz = 8u << 20;
-	H_CHECK(ftruncate(fd, (off_t)fsz) == 0);
+	REQUIRE(ftruncate(fd, (off_t)fsz) == 0);
 
 	h_cfg(&cfg);
 	cfg.ns[0].backing = GPUNVME_EMU_BACK_FILE;
@@ -498,28 +498,28 @@ H_CASE(file_persistence)
 	if (rc) {
 		unlink(path);
 		close(fd);
-		H_OK(rc);
+		REQUIRE_OK(rc);
 	}
-	H_OK(h_id_ns(c, 1, &ns));
-	H_EQ(ns.nsze, fsz / 512);
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_id_ns(c, 1, &ns));
+	REQUIRE_EQ(ns.nsze, fsz / 512);
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	struct h_buf w = h_alloc(&c->arena, 256 << 10, H_PAGE);
 	h_fill(w.va, 256 << 10, 0xf11e);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 256, w.iova, 128 << 10, &e));
-	H_EXPECT_ST(e, 0);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, fsz / 512 - 256, 256, w.iova + (128 << 10), 128 << 10, &e));
-	H_EXPECT_ST(e, 0);
-	H_OK(h_io(&q, GPUNVME_CMD_FLUSH, 1, 0, 0, 0, 0, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 256, w.iova, 128 << 10, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, fsz / 512 - 256, 256, w.iova + (128 << 10), 128 << 10, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_FLUSH, 1, 0, 0, 0, 0, &e));
+	REQUIRE_ST(e, 0);
 	/* The file itself holds the data. */
 	uint8_t *chk = malloc(128 << 10);
-	H_CHECK(chk != NULL);
-	H_CHECK(pread(fd, chk, 128 << 10, (off_t)(fsz - (128 << 10))) == (ssize_t)(128 << 10));
+	REQUIRE(chk != NULL);
+	REQUIRE(pread(fd, chk, 128 << 10, (off_t)(fsz - (128 << 10))) == (ssize_t)(128 << 10));
 	int same = memcmp(chk, (uint8_t *)w.va + (128 << 10), 128 << 10) == 0;
 	free(chk);
-	H_CHECKF(same, "file content differs from what was written");
+	REQUIRE(same, "file content differs from what was written");
 	void *copy = malloc(256 << 10);
-	H_CHECK(copy != NULL);
+	REQUIRE(copy != NULL);
 	memcpy(copy, w.va, 256 << 10);
 	h_ctrl_close(c);
 
@@ -529,8 +529,8 @@ H_CASE(file_persistence)
 	close(fd);
 	if (rc)
 		free(copy);
-	H_OK(rc);
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(rc);
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	int r1 = read_cmp(&q, 1, 512, 0, 256, copy);
 	int r2 = r1 ? 1 : read_cmp(&q, 1, 512, fsz / 512 - 256, 256, (uint8_t *)copy + (128 << 10));
 	free(copy);
@@ -544,13 +544,13 @@ H_CASE(file_persistence)
 	snprintf(cfg.ns[0].path, sizeof(cfg.ns[0].path), "/nonexistent-dir/x");
 	struct gpunvme_emu *emu = NULL;
 	rc = gpunvme_emu_create(&cfg, &emu);
-	H_CHECKF(rc < 0, "create on a missing file returned %d", rc);
+	REQUIRE(rc < 0, "create on a missing file returned %d", rc);
 	return 0;
 }
 
 /* snapshot=1: the image is served from a RAM copy; writes never reach the
  * file, a missing file fails creation, and a partial last block is refused */
-H_CASE(file_snapshot)
+TEST_CASE(file_snapshot)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
@@ -558,12 +558,12 @@ H_CASE(file_snapshot)
 	struct gpunvme_cqe e;
 	char path[] = "/tmp/gpunvme-emu-snap-XXXXXX";
 	int fd = mkstemp(path);
-	H_CHECK(fd >= 0);
+	REQUIRE(fd >= 0);
 	const size_t fsz = 1u << 20;
 	uint8_t *img = malloc(fsz);
-	H_CHECK(img != NULL);
+	REQUIRE(img != NULL);
 	h_fill(img, fsz, 0x5a5);
-	H_CHECK(pwrite(fd, img, fsz, 0) == (ssize_t)fsz);
+	REQUIRE(pwrite(fd, img, fsz, 0) == (ssize_t)fsz);
 	h_cfg(&cfg);
 	cfg.ns[0].backing = GPUNVME_EMU_BACK_FILE;
 	cfg.ns[0].size = 0;
@@ -575,21 +575,21 @@ H_CASE(file_snapshot)
 		unlink(path);
 		close(fd);
 		free(img);
-		H_OK(rc);
+		REQUIRE_OK(rc);
 	}
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	int r = read_cmp(&q, 1, 512, 100, 256, img + 100 * 512);
 	struct h_buf w = h_alloc(&c->arena, 4096, H_PAGE);
 	memset(w.va, 0xee, 4096);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 8, w.iova, 4096, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 8, w.iova, 4096, &e));
+	REQUIRE_ST(e, 0);
 	r = r ? r : read_cmp(&q, 1, 512, 0, 8, w.va);
 	h_ctrl_close(c);
 	uint8_t first[4096];
-	H_CHECK(pread(fd, first, sizeof(first), 0) == (ssize_t)sizeof(first));
+	REQUIRE(pread(fd, first, sizeof(first), 0) == (ssize_t)sizeof(first));
 	int untouched = !memcmp(first, img, sizeof(first));
 	/* a partial last block cannot be served */
-	H_CHECK(ftruncate(fd, (off_t)fsz + 100) == 0);
+	REQUIRE(ftruncate(fd, (off_t)fsz + 100) == 0);
 	struct gpunvme_emu *emu = NULL;
 	int prc = gpunvme_emu_create(&cfg, &emu);
 	unlink(path);
@@ -597,14 +597,14 @@ H_CASE(file_snapshot)
 	free(img);
 	if (r)
 		return r;
-	H_CHECKF(untouched, "snapshot=1 wrote to the image file");
-	H_CHECKF(prc == -EINVAL, "partial last block: %d", prc);
+	REQUIRE(untouched, "snapshot=1 wrote to the image file");
+	REQUIRE(prc == -EINVAL, "partial last block: %d", prc);
 	snprintf(cfg.ns[0].path, sizeof(cfg.ns[0].path), "/nonexistent-dir/x");
-	H_CHECK(gpunvme_emu_create(&cfg, &emu) == -ENOENT);
+	REQUIRE(gpunvme_emu_create(&cfg, &emu) == -ENOENT);
 	return 0;
 }
 
-H_CASE(null_backing)
+TEST_CASE(null_backing)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
@@ -615,23 +615,23 @@ H_CASE(null_backing)
 	cfg.ns[0].backing = GPUNVME_EMU_BACK_NULL;
 	cfg.ns[0].size = 1ull << 40; /* costs nothing */
 	cfg.ns[0].lba_shift = 12;
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_id_ns(c, 1, &ns));
-	H_EQ(ns.nsze, (1ull << 40) >> 12);
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_id_ns(c, 1, &ns));
+	REQUIRE_EQ(ns.nsze, (1ull << 40) >> 12);
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	struct h_buf b = h_alloc(&c->arena, 128 << 10, H_PAGE);
 	h_fill(b.va, 128 << 10, 1);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, ns.nsze - 32, 32, b.iova, 128 << 10, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, ns.nsze - 32, 32, b.iova, 128 << 10, &e));
+	REQUIRE_ST(e, 0);
 	memset(b.va, 0x5a, 128 << 10);
-	H_OK(h_io(&q, GPUNVME_CMD_READ, 1, 0, 32, b.iova, 128 << 10, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECKF(h_all(b.va, 128 << 10, 0x5a), "null read modified the buffer");
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, 0, 32, b.iova, 128 << 10, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(h_all(b.va, 128 << 10, 0x5a), "null read modified the buffer");
 	/* PRPs are still validated. */
-	H_OK(h_io(&q, GPUNVME_CMD_READ, 1, 0, 1, 0x500000000000ull, 4096, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
-	H_OK(h_io(&q, GPUNVME_CMD_READ, 1, ns.nsze, 1, b.iova, 4096, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, 0, 1, 0x500000000000ull, 4096, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, ns.nsze, 1, b.iova, 4096, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_LBA_RANGE));
 	return 0;
 }
 
@@ -648,7 +648,7 @@ static void settle_stats(struct h_ctrl *c, struct gpunvme_emu_stats *st, uint64_
 	} while (h_now_ms() < end);
 }
 
-H_CASE(stats)
+TEST_CASE(stats)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
@@ -656,69 +656,69 @@ H_CASE(stats)
 	struct gpunvme_cqe e;
 	struct gpunvme_emu_stats st;
 	h_cfg(&cfg);
-	H_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
 	gpunvme_emu_get_stats(c->emu, &st);
-	H_EQ(st.io_cmds, 0);
-	H_EQ(st.reads + st.writes + st.bytes_read + st.bytes_written + st.errors + st.dropped, 0);
+	REQUIRE_EQ(st.io_cmds, 0);
+	REQUIRE_EQ(st.reads + st.writes + st.bytes_read + st.bytes_written + st.errors + st.dropped, 0);
 	uint64_t admin0 = st.admin_cmds;
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	for (uint64_t end = h_now_ms() + 1000; h_now_ms() < end; h_sleep_ms(1)) {
 		gpunvme_emu_get_stats(c->emu, &st);
 		if (st.admin_cmds >= admin0 + 2)
 			break;
 	}
-	H_EQ(st.admin_cmds, admin0 + 2);
+	REQUIRE_EQ(st.admin_cmds, admin0 + 2);
 
 	struct h_buf b = h_alloc(&c->arena, 16384, H_PAGE);
 	for (int i = 0; i < 3; i++) {
-		H_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, (uint64_t)i * 8, 8, b.iova, 4096, &e));
-		H_EXPECT_ST(e, 0);
+		REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, (uint64_t)i * 8, 8, b.iova, 4096, &e));
+		REQUIRE_ST(e, 0);
 	}
 	for (int i = 0; i < 2; i++) {
-		H_OK(h_io(&q, GPUNVME_CMD_READ, 1, 0, 16, b.iova, 8192, &e));
-		H_EXPECT_ST(e, 0);
+		REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, 0, 16, b.iova, 8192, &e));
+		REQUIRE_ST(e, 0);
 	}
 	settle_stats(c, &st, 5);
-	H_EQ(st.io_cmds, 5);
-	H_EQ(st.writes, 3);
-	H_EQ(st.reads, 2);
-	H_EQ(st.bytes_written, 3 * 4096);
-	H_EQ(st.bytes_read, 2 * 8192);
-	H_EQ(st.errors, 0);
+	REQUIRE_EQ(st.io_cmds, 5);
+	REQUIRE_EQ(st.writes, 3);
+	REQUIRE_EQ(st.reads, 2);
+	REQUIRE_EQ(st.bytes_written, 3 * 4096);
+	REQUIRE_EQ(st.bytes_read, 2 * 8192);
+	REQUIRE_EQ(st.errors, 0);
 
-	H_OK(h_io(&q, GPUNVME_CMD_FLUSH, 1, 0, 0, 0, 0, &e));
-	H_EXPECT_ST(e, 0);
-	H_OK(h_io(&q, GPUNVME_CMD_WRITE_ZEROES, 1, 0, 8, 0, 0, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_FLUSH, 1, 0, 0, 0, 0, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE_ZEROES, 1, 0, 8, 0, 0, &e));
+	REQUIRE_ST(e, 0);
 	struct gpunvme_dsm_range *r = b.va;
 	memset(r, 0, sizeof(*r));
 	r->nlb = 1;
 	struct gpunvme_sqe s = { .opc = GPUNVME_CMD_DSM, .nsid = 1, .prp1 = b.iova };
 	s.dsm.attr = GPUNVME_DSM_AD;
-	H_OK(h_cmd(&q, &s, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_cmd(&q, &s, &e));
+	REQUIRE_ST(e, 0);
 	struct gpunvme_sqe bad = { .opc = 0x7e, .nsid = 1 };
-	H_OK(h_cmd(&q, &bad, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_OPCODE));
+	REQUIRE_OK(h_cmd(&q, &bad, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_OPCODE));
 	settle_stats(c, &st, 9);
-	H_EQ(st.io_cmds, 9);
-	H_EQ(st.flushes, 1);
-	H_EQ(st.write_zeroes, 1);
-	H_EQ(st.dsm, 1);
-	H_EQ(st.errors, 1);
-	H_EQ(st.writes, 3);
-	H_EQ(st.reads, 2);
-	H_EQ(gpunvme_emu_sq_commands(c->emu, 1), 9);
-	H_EQ(gpunvme_emu_sq_commands(c->emu, 2), 0);
-	H_EQ(st.aers_posted, 0);
-	H_EQ(st.dropped, 0);
+	REQUIRE_EQ(st.io_cmds, 9);
+	REQUIRE_EQ(st.flushes, 1);
+	REQUIRE_EQ(st.write_zeroes, 1);
+	REQUIRE_EQ(st.dsm, 1);
+	REQUIRE_EQ(st.errors, 1);
+	REQUIRE_EQ(st.writes, 3);
+	REQUIRE_EQ(st.reads, 2);
+	REQUIRE_EQ(gpunvme_emu_sq_commands(c->emu, 1), 9);
+	REQUIRE_EQ(gpunvme_emu_sq_commands(c->emu, 2), 0);
+	REQUIRE_EQ(st.aers_posted, 0);
+	REQUIRE_EQ(st.dropped, 0);
 
 	int aer = h_aer_submit(c);
-	H_CHECK(aer >= 0);
+	REQUIRE(aer >= 0);
 	h_wr32(c, gpunvme_sq_doorbell(1, c->dstrd), 99); /* invalid value */
-	H_OK(h_wait_cid(&c->admin, (uint16_t)aer, &e, H_TIMEOUT_MS));
+	REQUIRE_OK(h_wait_cid(&c->admin, (uint16_t)aer, &e, H_TIMEOUT_MS));
 	gpunvme_emu_get_stats(c->emu, &st);
-	H_EQ(st.aers_posted, 1);
+	REQUIRE_EQ(st.aers_posted, 1);
 	return 0;
 }
 
@@ -727,14 +727,14 @@ static int timed_reads(struct h_qp *q, int n, uint32_t nlb, uint64_t iova, uint6
 	struct gpunvme_cqe e;
 	uint64_t t0 = h_now_us();
 	for (int i = 0; i < n; i++) {
-		H_OK(h_io(q, GPUNVME_CMD_READ, 1, 0, nlb, iova, (size_t)nlb * 512, &e));
-		H_EXPECT_ST(e, 0);
+		REQUIRE_OK(h_io(q, GPUNVME_CMD_READ, 1, 0, nlb, iova, (size_t)nlb * 512, &e));
+		REQUIRE_ST(e, 0);
 	}
 	*us = h_now_us() - t0;
 	return 0;
 }
 
-H_CASE(model_latency)
+TEST_CASE(model_latency)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
@@ -742,28 +742,28 @@ H_CASE(model_latency)
 	uint64_t us;
 	h_cfg(&cfg);
 	cfg.model.latency_us = 50000;
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	struct h_buf b = h_alloc(&c->arena, 4096, H_PAGE);
 	/* Each command waits at least latency_us before its completion. */
 	if (timed_reads(&q, 3, 8, b.iova, &us))
 		return 1;
-	H_CHECKF(us >= 3 * 50000, "3 commands at 50 ms latency took %llu us", (unsigned long long)us);
+	REQUIRE(us >= 3 * 50000, "3 commands at 50 ms latency took %llu us", (unsigned long long)us);
 	/* Admin commands are not delayed (best of 3, so a descheduled host
 	 * thread does not count). */
 	uint64_t best = UINT64_MAX;
 	for (int i = 0; i < 3; i++) {
 		uint64_t t0 = h_now_us();
 		struct gpunvme_id_ctrl id;
-		H_OK(h_id_ctrl(c, &id));
+		REQUIRE_OK(h_id_ctrl(c, &id));
 		uint64_t dt = h_now_us() - t0;
 		best = dt < best ? dt : best;
 	}
-	H_CHECKF(best < 50000, "identify took %llu us with 50 ms I/O latency", (unsigned long long)best);
+	REQUIRE(best < 50000, "identify took %llu us with 50 ms I/O latency", (unsigned long long)best);
 	return 0;
 }
 
-H_CASE(model_throughput)
+TEST_CASE(model_throughput)
 {
 	struct gpunvme_emu_config cfg;
 	struct h_ctrl *c;
@@ -771,25 +771,25 @@ H_CASE(model_throughput)
 	uint64_t us;
 	h_cfg(&cfg);
 	cfg.model.iops = 500;
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	struct h_buf b = h_alloc(&c->arena, 128 << 10, H_PAGE);
 	/* 100 commands at 500 IOPS: about 200 ms (allow the first for free). */
 	if (timed_reads(&q, 100, 1, b.iova, &us))
 		return 1;
-	H_CHECKF(us >= 190000, "100 commands at 500 IOPS took %llu us", (unsigned long long)us);
+	REQUIRE(us >= 190000, "100 commands at 500 IOPS took %llu us", (unsigned long long)us);
 	h_ctrl_close(c);
 
 	h_cfg(&cfg);
 	cfg.model.read_bps = 8u << 20; /* 8 MiB/s */
-	H_OK(h_ctrl_up(&c, &cfg));
-	H_OK(h_qp_create(c, &q, 1, 16));
+	REQUIRE_OK(h_ctrl_up(&c, &cfg));
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	b = h_alloc(&c->arena, 128 << 10, H_PAGE);
 	/* 16 x 128 KiB = 2 MiB at 8 MiB/s: about 250 ms. */
 	if (timed_reads(&q, 16, 256, b.iova, &us))
 		return 1;
-	H_CHECKF(us >= 230000, "2 MiB at 8 MiB/s took %llu us", (unsigned long long)us);
+	REQUIRE(us >= 230000, "2 MiB at 8 MiB/s took %llu us", (unsigned long long)us);
 	return 0;
 }
 
-int main(int argc, char **argv) { return h_main(argc, argv); }
+int main(int argc, char **argv) { return check_main(argc, argv); }

@@ -15,9 +15,9 @@ static int setup(struct h_ctrl **c, struct h_qp *q, uint8_t mdts, uint32_t lba_s
 	cfg.mdts = mdts;
 	cfg.ns[0].lba_shift = lba_shift;
 	cfg.ns[0].size = 64u << 20;
-	H_OK(h_ctrl_open(c, &cfg, 96u << 20));
-	H_OK(h_enable(*c, 0));
-	H_OK(h_qp_create(*c, q, 1, 16));
+	REQUIRE_OK(h_ctrl_open(c, &cfg, 96u << 20));
+	REQUIRE_OK(h_enable(*c, 0));
+	REQUIRE_OK(h_qp_create(*c, q, 1, 16));
 	return 0;
 }
 
@@ -32,8 +32,8 @@ static int put(struct h_qp *q, uint64_t slba, size_t len, uint64_t seed, void *c
 	h_fill(b.va, len, seed);
 	if (copy)
 		memcpy(copy, b.va, len);
-	H_OK(h_io(q, GPUNVME_CMD_WRITE, 1, slba, (uint32_t)(len / 512), b.iova, len, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_io(q, GPUNVME_CMD_WRITE, 1, slba, (uint32_t)(len / 512), b.iova, len, &e));
+	REQUIRE_ST(e, 0);
 	c->arena.used = mark;
 	return 0;
 }
@@ -48,7 +48,7 @@ static int raw_rw(struct h_qp *q, uint8_t opc, uint64_t slba, uint32_t nlb, uint
 	return h_cmd(q, &s, e);
 }
 
-H_CASE(prp1_offset)
+TEST_CASE(prp1_offset)
 {
 	struct h_ctrl *c;
 	struct h_qp q;
@@ -62,28 +62,28 @@ H_CASE(prp1_offset)
 	uint8_t *p = b.va;
 	/* One block at offset 512: PRP1 carries an offset (§4.3), PRP2 unused. */
 	memset(p, SENT, 3 * H_PAGE);
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 1, b.iova + 512, 0, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECK(memcmp(p + 512, want, 512) == 0);
-	H_CHECK(h_all(p, 512, SENT) && h_all(p + 1024, 3 * H_PAGE - 1024, SENT));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 1, b.iova + 512, 0, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp(p + 512, want, 512) == 0);
+	REQUIRE(h_all(p, 512, SENT) && h_all(p + 1024, 3 * H_PAGE - 1024, SENT));
 	/* 8 blocks from offset 3584: the rest continues at PRP2 (page aligned). */
 	memset(p, SENT, 3 * H_PAGE);
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 8, b.iova + 3584, b.iova + H_PAGE, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECK(memcmp(p + 3584, want, 4096) == 0);
-	H_CHECK(h_all(p, 3584, SENT) && h_all(p + 3584 + 4096, 3 * H_PAGE - 3584 - 4096, SENT));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 8, b.iova + 3584, b.iova + H_PAGE, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp(p + 3584, want, 4096) == 0);
+	REQUIRE(h_all(p, 3584, SENT) && h_all(p + 3584 + 4096, 3 * H_PAGE - 3584 - 4096, SENT));
 	/* Write from an offset buffer, read back aligned. */
 	h_fill(p + 1024, 1536, 2);
-	H_OK(raw_rw(&q, GPUNVME_CMD_WRITE, 50, 3, b.iova + 1024, 0, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_WRITE, 50, 3, b.iova + 1024, 0, &e));
+	REQUIRE_ST(e, 0);
 	struct h_buf r = h_alloc(&c->arena, H_PAGE, H_PAGE);
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 50, 3, r.iova, 0, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECK(memcmp(r.va, p + 1024, 1536) == 0);
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 50, 3, r.iova, 0, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp(r.va, p + 1024, 1536) == 0);
 	return 0;
 }
 
-H_CASE(prp2_data)
+TEST_CASE(prp2_data)
 {
 	struct h_ctrl *c;
 	struct h_qp q;
@@ -98,25 +98,25 @@ H_CASE(prp2_data)
 	struct h_buf b = h_alloc(&c->arena, 4 * H_PAGE, H_PAGE);
 	uint8_t *p = b.va;
 	memset(p, SENT, 4 * H_PAGE);
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 16, b.iova, b.iova + 3 * H_PAGE, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECK(memcmp(p, want, 4096) == 0);
-	H_CHECK(memcmp(p + 3 * H_PAGE, want + 4096, 4096) == 0);
-	H_CHECK(h_all(p + H_PAGE, 2 * H_PAGE, SENT));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 16, b.iova, b.iova + 3 * H_PAGE, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp(p, want, 4096) == 0);
+	REQUIRE(memcmp(p + 3 * H_PAGE, want + 4096, 4096) == 0);
+	REQUIRE(h_all(p + H_PAGE, 2 * H_PAGE, SENT));
 	/* Same for a write: gather from the two pages. */
 	h_fill(p, H_PAGE, 4);
 	h_fill(p + 3 * H_PAGE, H_PAGE, 5);
-	H_OK(raw_rw(&q, GPUNVME_CMD_WRITE, 100, 16, b.iova + 3 * H_PAGE, b.iova, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_WRITE, 100, 16, b.iova + 3 * H_PAGE, b.iova, &e));
+	REQUIRE_ST(e, 0);
 	struct h_buf r = h_alloc(&c->arena, 2 * H_PAGE, H_PAGE);
-	H_OK(h_io(&q, GPUNVME_CMD_READ, 1, 100, 16, r.iova, 8192, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECK(memcmp(r.va, p + 3 * H_PAGE, 4096) == 0);
-	H_CHECK(memcmp((uint8_t *)r.va + 4096, p, 4096) == 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, 100, 16, r.iova, 8192, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp(r.va, p + 3 * H_PAGE, 4096) == 0);
+	REQUIRE(memcmp((uint8_t *)r.va + 4096, p, 4096) == 0);
 	return 0;
 }
 
-H_CASE(prp_list)
+TEST_CASE(prp_list)
 {
 	struct h_ctrl *c;
 	struct h_qp q;
@@ -135,27 +135,27 @@ H_CASE(prp_list)
 	memset(p, SENT, NP * H_PAGE);
 	for (int i = 1; i < NP; i++)
 		ent[i - 1] = b.iova + (uint64_t)(NP - i) * H_PAGE;
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, NP * 8, b.iova, l.iova, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECK(memcmp(p, want, 4096) == 0);
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, NP * 8, b.iova, l.iova, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp(p, want, 4096) == 0);
 	for (int i = 1; i < NP; i++)
-		H_CHECKF(memcmp(p + (size_t)(NP - i) * H_PAGE, want + (size_t)i * 4096, 4096) == 0, "chunk %d", i);
+		REQUIRE(memcmp(p + (size_t)(NP - i) * H_PAGE, want + (size_t)i * 4096, 4096) == 0, "chunk %d", i);
 
 	/* PRP1 with an offset plus a list (built by the harness). */
 	struct h_buf r = h_alloc(&c->arena, (NP + 1) * H_PAGE, H_PAGE);
 	memset(r.va, SENT, (NP + 1) * H_PAGE);
 	uint64_t prp1, prp2;
 	int pages = h_prp_build(r.iova + 512, sizeof(want), l.va, l.iova, H_PAGE, NULL, &prp1, &prp2);
-	H_EQ(pages, 1);
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, NP * 8, prp1, prp2, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECK(memcmp((uint8_t *)r.va + 512, want, sizeof(want)) == 0);
-	H_CHECK(h_all(r.va, 512, SENT));
-	H_CHECK(h_all((uint8_t *)r.va + 512 + sizeof(want), H_PAGE - 512, SENT));
+	REQUIRE_EQ(pages, 1);
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, NP * 8, prp1, prp2, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp((uint8_t *)r.va + 512, want, sizeof(want)) == 0);
+	REQUIRE(h_all(r.va, 512, SENT));
+	REQUIRE(h_all((uint8_t *)r.va + 512 + sizeof(want), H_PAGE - 512, SENT));
 	return 0;
 }
 
-H_CASE(prp_list_offset)
+TEST_CASE(prp_list_offset)
 {
 	struct h_ctrl *c;
 	struct h_qp q;
@@ -170,15 +170,15 @@ H_CASE(prp_list_offset)
 	memset(l.va, 0xff, H_PAGE); /* garbage before the list start */
 	struct h_prp_knobs k = { .list_offset = 2048 };
 	uint64_t prp1, prp2;
-	H_EQ(h_prp_build(b.iova, sizeof(want), l.va, l.iova, H_PAGE, &k, &prp1, &prp2), 1);
-	H_EQ(prp2 & (H_PAGE - 1), 2048);
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 200, 96, prp1, prp2, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECK(memcmp(b.va, want, sizeof(want)) == 0);
+	REQUIRE_EQ(h_prp_build(b.iova, sizeof(want), l.va, l.iova, H_PAGE, &k, &prp1, &prp2), 1);
+	REQUIRE_EQ(prp2 & (H_PAGE - 1), 2048);
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 200, 96, prp1, prp2, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp(b.va, want, sizeof(want)) == 0);
 	return 0;
 }
 
-H_CASE(prp_chain_small)
+TEST_CASE(prp_chain_small)
 {
 	struct h_ctrl *c;
 	struct h_qp q;
@@ -194,18 +194,18 @@ H_CASE(prp_chain_small)
 	struct h_buf l = h_alloc(&c->arena, 2 * H_PAGE, H_PAGE);
 	struct h_prp_knobs k = { .list_offset = H_PAGE - 24 };
 	uint64_t prp1, prp2;
-	H_EQ(h_prp_build(b.iova, sizeof(want), l.va, l.iova, l.len, &k, &prp1, &prp2), 2);
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 256, prp1, prp2, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECK(memcmp(b.va, want, sizeof(want)) == 0);
+	REQUIRE_EQ(h_prp_build(b.iova, sizeof(want), l.va, l.iova, l.len, &k, &prp1, &prp2), 2);
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 256, prp1, prp2, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp(b.va, want, sizeof(want)) == 0);
 	/* And a write through the same structure. */
 	h_fill(b.va, sizeof(want), 9);
-	H_OK(raw_rw(&q, GPUNVME_CMD_WRITE, 1000, 256, prp1, prp2, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_WRITE, 1000, 256, prp1, prp2, &e));
+	REQUIRE_ST(e, 0);
 	struct h_buf r = h_alloc(&c->arena, sizeof(want), H_PAGE);
-	H_OK(h_io(&q, GPUNVME_CMD_READ, 1, 1000, 256, r.iova, sizeof(want), &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECK(memcmp(r.va, b.va, sizeof(want)) == 0);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, 1000, 256, r.iova, sizeof(want), &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp(r.va, b.va, sizeof(want)) == 0);
 	return 0;
 }
 
@@ -219,36 +219,36 @@ static int chain_big(struct h_qp *q, uint32_t pages, int expect_lists)
 	struct h_buf l = h_alloc(&c->arena, 8 * H_PAGE, H_PAGE);
 	uint64_t prp1, prp2;
 	h_fill(w.va, len, pages);
-	H_EQ(h_prp_build(w.iova, len, l.va, l.iova, l.len, NULL, &prp1, &prp2), expect_lists);
+	REQUIRE_EQ(h_prp_build(w.iova, len, l.va, l.iova, l.len, NULL, &prp1, &prp2), expect_lists);
 	struct gpunvme_sqe s;
 	h_io_sqe(&s, GPUNVME_CMD_WRITE, 1, 7, pages);
 	s.prp1 = prp1;
 	s.prp2 = prp2;
-	H_OK(h_cmd(q, &s, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(h_cmd(q, &s, &e));
+	REQUIRE_ST(e, 0);
 	memset(r.va, SENT, len);
-	H_EQ(h_prp_build(r.iova, len, l.va, l.iova, l.len, NULL, &prp1, &prp2), expect_lists);
+	REQUIRE_EQ(h_prp_build(r.iova, len, l.va, l.iova, l.len, NULL, &prp1, &prp2), expect_lists);
 	h_io_sqe(&s, GPUNVME_CMD_READ, 1, 7, pages);
 	s.prp1 = prp1;
 	s.prp2 = prp2;
-	H_OK(h_cmd(q, &s, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECKF(memcmp(w.va, r.va, len) == 0, "%u-page transfer: data mismatch", pages);
+	REQUIRE_OK(h_cmd(q, &s, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp(w.va, r.va, len) == 0, "%u-page transfer: data mismatch", pages);
 	/* Spot checks with single-page reads: data sits at the right LBAs. */
 	struct h_buf one = h_alloc(&c->arena, H_PAGE, H_PAGE);
 	uint32_t probe[] = { 0, 1, 510, 511, 512, 1022, 1023, pages - 1 };
 	for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]); i++) {
 		if (probe[i] >= pages)
 			continue;
-		H_OK(h_io(q, GPUNVME_CMD_READ, 1, 7 + probe[i], 1, one.iova, H_PAGE, &e));
-		H_EXPECT_ST(e, 0);
-		H_CHECKF(memcmp(one.va, (uint8_t *)w.va + (size_t)probe[i] * H_PAGE, H_PAGE) == 0, "page %u", probe[i]);
+		REQUIRE_OK(h_io(q, GPUNVME_CMD_READ, 1, 7 + probe[i], 1, one.iova, H_PAGE, &e));
+		REQUIRE_ST(e, 0);
+		REQUIRE(memcmp(one.va, (uint8_t *)w.va + (size_t)probe[i] * H_PAGE, H_PAGE) == 0, "page %u", probe[i]);
 	}
 	c->arena.used = mark;
 	return 0;
 }
 
-H_CASE(prp_chain_big)
+TEST_CASE(prp_chain_big)
 {
 	struct h_ctrl *c;
 	struct h_qp q;
@@ -265,7 +265,7 @@ H_CASE(prp_chain_big)
 	return chain_big(&q, 1025, 3);
 }
 
-H_CASE(prp_misaligned_prp2)
+TEST_CASE(prp_misaligned_prp2)
 {
 	struct h_ctrl *c;
 	struct h_qp q;
@@ -274,17 +274,17 @@ H_CASE(prp_misaligned_prp2)
 		return 1;
 	struct h_buf b = h_alloc(&c->arena, 2 * H_PAGE, H_PAGE);
 	/* §4.3: PRP2 as a data pointer has offset 0. */
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 16, b.iova, b.iova + H_PAGE + 8, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_PRP_OFFSET));
-	H_OK(raw_rw(&q, GPUNVME_CMD_WRITE, 0, 16, b.iova, b.iova + H_PAGE + 512, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_PRP_OFFSET));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 16, b.iova, b.iova + H_PAGE + 8, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_PRP_OFFSET));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_WRITE, 0, 16, b.iova, b.iova + H_PAGE + 512, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_PRP_OFFSET));
 	/* Offset PRP1 + misaligned PRP2 too. */
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 2, b.iova + 3584, b.iova + H_PAGE + 0x800, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_PRP_OFFSET));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 2, b.iova + 3584, b.iova + H_PAGE + 0x800, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_PRP_OFFSET));
 	return 0;
 }
 
-H_CASE(prp_misaligned_entry)
+TEST_CASE(prp_misaligned_entry)
 {
 	struct h_ctrl *c;
 	struct h_qp q;
@@ -294,19 +294,19 @@ H_CASE(prp_misaligned_entry)
 	struct h_buf b = h_alloc(&c->arena, 8 * H_PAGE, H_PAGE), l = h_alloc(&c->arena, H_PAGE, H_PAGE);
 	struct h_prp_knobs k = { .bad_entry = 3, .bad_entry_add = 0x200 };
 	uint64_t prp1, prp2;
-	H_EQ(h_prp_build(b.iova, 8 * H_PAGE, l.va, l.iova, H_PAGE, &k, &prp1, &prp2), 1);
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 64, prp1, prp2, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_PRP_OFFSET));
+	REQUIRE_EQ(h_prp_build(b.iova, 8 * H_PAGE, l.va, l.iova, H_PAGE, &k, &prp1, &prp2), 1);
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 64, prp1, prp2, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_PRP_OFFSET));
 	/* Last entry. */
 	k.bad_entry = 7;
 	k.bad_entry_add = 8;
-	H_EQ(h_prp_build(b.iova, 8 * H_PAGE, l.va, l.iova, H_PAGE, &k, &prp1, &prp2), 1);
-	H_OK(raw_rw(&q, GPUNVME_CMD_WRITE, 0, 64, prp1, prp2, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_PRP_OFFSET));
+	REQUIRE_EQ(h_prp_build(b.iova, 8 * H_PAGE, l.va, l.iova, H_PAGE, &k, &prp1, &prp2), 1);
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_WRITE, 0, 64, prp1, prp2, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_PRP_OFFSET));
 	return 0;
 }
 
-H_CASE(prp_misaligned_chain)
+TEST_CASE(prp_misaligned_chain)
 {
 	struct h_ctrl *c;
 	struct h_qp q;
@@ -318,22 +318,22 @@ H_CASE(prp_misaligned_chain)
 	 * to the next list page must not (docs/emulator.md, §4.3). */
 	struct h_prp_knobs k = { .list_offset = H_PAGE - 24, .chain_add = 8 };
 	uint64_t prp1, prp2;
-	H_EQ(h_prp_build(b.iova, 8 * H_PAGE, l.va, l.iova, l.len, &k, &prp1, &prp2), 2);
+	REQUIRE_EQ(h_prp_build(b.iova, 8 * H_PAGE, l.va, l.iova, l.len, &k, &prp1, &prp2), 2);
 	/* The chain target is page + 8: make it a valid-looking list so only the
 	 * alignment is wrong. */
 	uint64_t *next = (uint64_t *)(void *)((uint8_t *)l.va + H_PAGE);
 	memmove(next + 1, next, 8 * 5);
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 64, prp1, prp2, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_INVALID_PRP_OFFSET));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 64, prp1, prp2, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_INVALID_PRP_OFFSET));
 	/* Without the knob the same layout works. */
 	k.chain_add = 0;
-	H_EQ(h_prp_build(b.iova, 8 * H_PAGE, l.va, l.iova, l.len, &k, &prp1, &prp2), 2);
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 64, prp1, prp2, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_EQ(h_prp_build(b.iova, 8 * H_PAGE, l.va, l.iova, l.len, &k, &prp1, &prp2), 2);
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 64, prp1, prp2, &e));
+	REQUIRE_ST(e, 0);
 	return 0;
 }
 
-H_CASE(prp_unmapped)
+TEST_CASE(prp_unmapped)
 {
 	struct h_ctrl *c;
 	struct h_qp q;
@@ -344,38 +344,38 @@ H_CASE(prp_unmapped)
 	uint64_t last = end - H_PAGE;                /* last mapped page */
 	/* Past the end: the guard page behind the arena would fault if the
 	 * controller translated this address onto host memory. */
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 1, end, 0, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
-	H_OK(raw_rw(&q, GPUNVME_CMD_WRITE, 0, 1, end, 0, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 1, end, 0, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_WRITE, 0, 1, end, 0, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
 	/* Before the start. */
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 1, c->arena.iova - H_PAGE, 0, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 1, c->arena.iova - H_PAGE, 0, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
 	/* PRP1 at the end of the last page crossing into the unmapped page. */
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 2, end - 512, end, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 2, end - 512, end, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
 	/* PRP2 data pointer unmapped. */
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 16, last, end, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 16, last, end, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
 	/* PRP list pointer unmapped. */
 	struct h_buf b = h_alloc(&c->arena, 4 * H_PAGE, H_PAGE), l = h_alloc(&c->arena, H_PAGE, H_PAGE);
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 32, b.iova, end + H_PAGE, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 32, b.iova, end + H_PAGE, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
 	/* A list entry unmapped. */
 	uint64_t *ent = l.va;
 	ent[0] = b.iova + H_PAGE;
 	ent[1] = end;
 	ent[2] = b.iova + 3 * H_PAGE;
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 32, b.iova, l.iova, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 32, b.iova, l.iova, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
 	/* The same list with the entry fixed works: the queue is fine. */
 	ent[1] = b.iova + 2 * H_PAGE;
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 32, b.iova, l.iova, &e));
-	H_EXPECT_ST(e, 0);
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 32, b.iova, l.iova, &e));
+	REQUIRE_ST(e, 0);
 	return 0;
 }
 
-H_CASE(prp_region_bounds)
+TEST_CASE(prp_region_bounds)
 {
 	struct h_ctrl *c;
 	struct h_qp q;
@@ -390,12 +390,12 @@ H_CASE(prp_region_bounds)
 	const uint64_t X = 0x2000000000ull;
 	size_t ml = 3 * H_PAGE;
 	uint8_t *m = mmap(NULL, ml, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	H_CHECK(m != MAP_FAILED);
+	REQUIRE(m != MAP_FAILED);
 	memset(m, SENT, ml);
 	int rc = gpunvme_emu_dma_map(c->emu, X, m, 6000);
 	if (rc) {
 		munmap(m, ml);
-		H_OK(rc);
+		REQUIRE_OK(rc);
 	}
 	int fail = 0;
 	/* Second page only partly mapped. */
@@ -418,29 +418,29 @@ H_CASE(prp_region_bounds)
 	int untouched = h_all(m + 6000, ml - 6000, SENT);
 	gpunvme_emu_dma_unmap(c->emu, X);
 	munmap(m, ml);
-	H_CHECKF(untouched, "memory beyond the mapped 6000 bytes was written");
-	H_CHECK(!fail);
+	REQUIRE(untouched, "memory beyond the mapped 6000 bytes was written");
+	REQUIRE(!fail);
 
 	/* Two regions adjacent in IOVA space, far apart in host memory. */
 	struct h_buf b = h_alloc(&c->arena, 3 * H_PAGE, H_PAGE);
 	uint8_t *p = b.va;
 	memset(p, SENT, 3 * H_PAGE);
-	H_OK(gpunvme_emu_dma_map(c->emu, X, p, H_PAGE));
-	H_OK(gpunvme_emu_dma_map(c->emu, X + H_PAGE, p + 2 * H_PAGE, H_PAGE));
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 16, X, X + H_PAGE, &e));
-	H_EXPECT_ST(e, 0);
-	H_CHECK(memcmp(p, want, 4096) == 0);
-	H_CHECK(memcmp(p + 2 * H_PAGE, want + 4096, 4096) == 0);
-	H_CHECK(h_all(p + H_PAGE, H_PAGE, SENT));
-	H_OK(gpunvme_emu_dma_unmap(c->emu, X));
-	H_OK(gpunvme_emu_dma_unmap(c->emu, X + H_PAGE));
+	REQUIRE_OK(gpunvme_emu_dma_map(c->emu, X, p, H_PAGE));
+	REQUIRE_OK(gpunvme_emu_dma_map(c->emu, X + H_PAGE, p + 2 * H_PAGE, H_PAGE));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 16, X, X + H_PAGE, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp(p, want, 4096) == 0);
+	REQUIRE(memcmp(p + 2 * H_PAGE, want + 4096, 4096) == 0);
+	REQUIRE(h_all(p + H_PAGE, H_PAGE, SENT));
+	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, X));
+	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, X + H_PAGE));
 	/* Overlapping maps are refused, unknown unmaps too. */
-	H_EQ(gpunvme_emu_dma_map(c->emu, c->arena.iova + H_PAGE, p, H_PAGE), -EEXIST);
-	H_EQ(gpunvme_emu_dma_unmap(c->emu, X), -ENOENT);
+	REQUIRE_EQ(gpunvme_emu_dma_map(c->emu, c->arena.iova + H_PAGE, p, H_PAGE), -EEXIST);
+	REQUIRE_EQ(gpunvme_emu_dma_unmap(c->emu, X), -ENOENT);
 	/* After unmap the address is gone. */
-	H_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 1, X, 0, &e));
-	H_EXPECT_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
+	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 1, X, 0, &e));
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
 	return 0;
 }
 
-int main(int argc, char **argv) { return h_main(argc, argv); }
+int main(int argc, char **argv) { return check_main(argc, argv); }

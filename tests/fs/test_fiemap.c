@@ -163,7 +163,7 @@ int main(int argc, char **argv)
 		rc = gpunvme_fiemap(file, &x, &n, dev, sizeof(dev));
 		CHECK(rc == -ENOTSUP, "rc %d, expected -ENOTSUP", rc);
 		unlink(file);
-		return failures ? 1 : 77;
+		return check_failures() ? 1 : 77;
 	}
 	printf("%s: %zu raw extents, device %u:%u\n", file, nraw, major(st.st_dev), minor(st.st_dev));
 	CHECK(nraw >= 2, "%zu extents, expected at least 2 (data, hole, data)", nraw);
@@ -260,10 +260,5 @@ int main(int argc, char **argv)
 
 	unsetenv("GPUNVME_SYSFS");
 	unlink(file);
-	if (failures) {
-		printf("test_fiemap: FAIL (%d)\n", failures);
-		return 1;
-	}
-	printf("test_fiemap: PASS\n");
-	return 0;
+	return check_finish("test_fiemap");
 }

@@ -24,7 +24,6 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../harness/check.h"
 #include "gpunvme/extents.h"
 #include "gpunvme/gpunvme.h"
 
@@ -97,20 +97,18 @@ struct fixture {
 	size_t ntool, nffrag;
 };
 
-static int failures;
 static const char *cur_fixture, *cur_source;
 
-static void fail(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(const char *path, const char *fmt, ...)
+/* "fixture [source] path": what a failure is about, in check.h's place for
+ * the expression (the checks here compare a file system with a manifest,
+ * path by path, so the path says more than the condition would). */
+static const char *fail_what(const char *path)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "FAIL %s [%s] %s: ", cur_fixture, cur_source, path);
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	failures++;
+	static char what[1024];
+	snprintf(what, sizeof(what), "%s [%s] %s", cur_fixture, cur_source, path);
+	return what;
 }
+#define fail(path, ...) check_failf(__FILE__, __LINE__, fail_what(path), __VA_ARGS__)
 
 static void *xrealloc(void *p, size_t n)
 {
@@ -605,7 +603,7 @@ static void check_file(struct gpunvme_fs *fs, const struct fixture *fx, const st
 
 static int run_source(struct gpunvme_fs *fs, const struct fixture *fx)
 {
-	int before = failures;
+	unsigned before = check_failures();
 	if (strcmp(gpunvme_fs_type(fs), fx->fstype))
 		fail("/", "file system type %s, expected %s", gpunvme_fs_type(fs), fx->fstype);
 	if (gpunvme_fs_block_size(fs) != fx->bs)
@@ -696,8 +694,8 @@ static int run_source(struct gpunvme_fs *fs, const struct fixture *fx)
 	size_t want = 0;
 	for (size_t i = 0; i < fx->ne; i++)
 		want += fx->e[i].type != 'D';
-	printf("%s [%s]: %zu of %zu files and links checked (%zu regular files), %d failures\n", fx->name,
-	       cur_source, checked, want, nfiles, failures - before);
+	printf("%s [%s]: %zu of %zu files and links checked (%zu regular files), %u failures\n", fx->name,
+	       cur_source, checked, want, nfiles, check_failures() - before);
 	dirs_free();
 	return 0;
 }
@@ -761,16 +759,13 @@ int main(int argc, char **argv)
 	size_t len;
 	char *text;
 	snprintf(p, sizeof(p), "%s/%s.manifest.zst", fxdir, name);
-	if (!(text = slurp_zst(p, &len)) || parse_manifest(&fx, text))
-		return fprintf(stderr, "FAIL %s: cannot read %s\n", name, p), 1;
+	REQUIRE((text = slurp_zst(p, &len)) && !parse_manifest(&fx, text), "%s: cannot read %s", name, p);
 	free(text);
 	snprintf(p, sizeof(p), "%s/%s.tool.txt.zst", fxdir, name);
-	if (!(text = slurp_zst(p, &len)) || parse_tool(&fx, text))
-		return fprintf(stderr, "FAIL %s: cannot read %s\n", name, p), 1;
+	REQUIRE((text = slurp_zst(p, &len)) && !parse_tool(&fx, text), "%s: cannot read %s", name, p);
 	free(text);
 	snprintf(p, sizeof(p), "%s/%s.filefrag.txt.zst", fxdir, name);
-	if (!(text = slurp_zst(p, &len)) || parse_filefrag(&fx, text))
-		return fprintf(stderr, "FAIL %s: cannot read %s\n", name, p), 1;
+	REQUIRE((text = slurp_zst(p, &len)) && !parse_filefrag(&fx, text), "%s: cannot read %s", name, p);
 	free(text);
 
 	mkdir(work, 0755);
@@ -778,8 +773,7 @@ int main(int argc, char **argv)
 	char cmd[9000];
 	/* zstd writes sparse output files: a 128 MiB image costs little disk */
 	snprintf(cmd, sizeof(cmd), "zstd -dqf '%s/%s.img.zst' -o '%s'", fxdir, name, img);
-	if (sh(cmd))
-		return fprintf(stderr, "FAIL %s: %s failed\n", name, cmd), 1;
+	REQUIRE(sh(cmd) == 0, "%s: %s failed", name, cmd);
 
 	if (!strcmp(how, "file") || !strcmp(how, "both")) {
 		cur_source = "file";
@@ -819,10 +813,6 @@ int main(int argc, char **argv)
 		free(fx.ffrag[i].path), free(fx.ffrag[i].x.v);
 	free(fx.tool);
 	free(fx.ffrag);
-	if (failures) {
-		printf("%s: FAIL (%d failures)\n", name, failures);
-		return 1;
-	}
-	printf("%s: PASS\n", name);
-	return 0;
+	printf("%s: %s (%u failures)\n", name, check_failures() ? "FAIL" : "PASS", check_failures());
+	return check_failures() ? 1 : 0;
 }

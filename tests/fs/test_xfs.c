@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/unit.h"
+#include "../harness/check.h"
 #include "gpunvme/extents.h"
 
 static char g_dir[256];        /* work directory */
@@ -653,7 +653,7 @@ static void test_image(const char *label, const char *mkfs_opts)
 		printf("%s: mkfs.xfs %s refused, skipped\n", label, mkfs_opts);
 		return;
 	}
-	int checks0 = unit_checks, fail0 = unit_failures;
+	unsigned checks0 = check_count(), fail0 = check_failures();
 	files_checked = dirs_checked = bmaps_checked = 0;
 	struct gpunvme_fs *fs = NULL;
 	int rc = open_img(img, &fs);
@@ -802,8 +802,8 @@ static void test_image(const char *label, const char *mkfs_opts)
 		free(orig);
 	}
 	close_img(fs);
-	printf("%s: %d files, %d directories, %d extent maps vs xfs_db, BMBT %d levels; %d checks, %d failed\n", label,
-	       files_checked, dirs_checked, bmaps_checked, levels, unit_checks - checks0, unit_failures - fail0);
+	printf("%s: %d files, %d directories, %d extent maps vs xfs_db, BMBT %d levels; %u checks, %u failed\n", label,
+	       files_checked, dirs_checked, bmaps_checked, levels, check_count() - checks0, check_failures() - fail0);
 	unlink(img);
 }
 
@@ -937,5 +937,5 @@ int main(int argc, char **argv)
 	} else {
 		printf("work directory kept: %s\n", g_dir);
 	}
-	return unit_finish("test_xfs");
+	return check_finish("test_xfs");
 }

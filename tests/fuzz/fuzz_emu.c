@@ -12,6 +12,15 @@
  * second, odd-sized heap region is mapped right after it, so an access even
  * one byte outside a mapped region faults (SEGV) or trips ASan.
  *
+ * The host side is the by-hand bring-up the tests share
+ * (tests/harness/emu_bringup.h): its CAP/BAR0 reading, its bounded CSTS
+ * waits (run as controller passes: deterministic), its Create I/O CQ/SQ
+ * commands, and the queue core's struct gpunvme_ring for every SQ and CQ
+ * walk. Register values stay raw register writes wherever they are the fuzz
+ * input: OP_REG32, OP_DOORBELL, OP_CC, and op_enable, whose AQA/ASQ/ACQ/CC
+ * values the input bends to break the rules of enable (gpunvme_admin_enable
+ * writes only valid ones, and one queue depth for both admin queues).
+ *
  * Input format: byte 0 picks controller variations (DSTRD, MDTS, VWC); then
  * operations, each an opcode byte followed by its arguments (little-endian);
  * a truncated argument reads as zero. tests/fuzz/gen_corpus.py writes seeds
@@ -26,8 +35,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "emu_bringup.h"
 #include "gpunvme/emu.h"
 #include "gpunvme/nvme.h"
+#include "gpunvme/queue.h"
 
 #define ARENA_IOVA   0x100000ull
 #define ARENA_SIZE   (256u * 1024u)
@@ -61,14 +72,13 @@ enum {
 };
 
 struct fz {
-	struct gpunvme_emu *emu;
-	volatile uint8_t *bar;
-	size_t bar_size;
-	uint32_t dstrd;
+	struct eb_ctrl c;   /* emulator, BAR0, doorbell stride; waits run poll_once */
 	int polls;
-	uint32_t sq_tail[NQ], sq_size[NQ];
-	uint32_t cq_head[NQ], cq_size[NQ];
-	uint8_t cq_phase[NQ];
+	/* The host's view of queue q. An SQ and its CQ get a ring each, as the
+	 * admin queue's two sizes are separate inputs (AQA.ASQS, AQA.ACQS) and
+	 * a ring has one depth: sq[q] is used for its submission half only,
+	 * cq[q] for its completion half. */
+	struct gpunvme_ring sq[NQ], cq[NQ];
 	uint16_t next_cid;
 	const uint8_t *p, *end;
 };
@@ -130,16 +140,16 @@ static uint32_t u32(struct fz *f)
  * order, as a driver does for MMIO after filling an SQ (§4.1 / emu.h). */
 static void reg_wr(struct fz *f, uint32_t off, uint32_t v)
 {
-	if (off + 4 > f->bar_size)
+	if (off + 4 > f->c.bar_size)
 		return;
-	__atomic_store_n((uint32_t *)(uintptr_t)(f->bar + off), v, __ATOMIC_RELEASE);
+	eb_wr32(&f->c, off, v);
 }
 
 static uint32_t reg_rd(struct fz *f, uint32_t off)
 {
-	if (off + 4 > f->bar_size)
+	if (off + 4 > f->c.bar_size)
 		return 0xffffffffu;
-	return __atomic_load_n((uint32_t *)(uintptr_t)(f->bar + off), __ATOMIC_ACQUIRE);
+	return eb_rd32(&f->c, off);
 }
 
 static int poll_once(struct fz *f)
@@ -147,12 +157,19 @@ static int poll_once(struct fz *f)
 	if (f->polls >= MAX_POLLS)
 		return -1;
 	f->polls++;
-	int r = gpunvme_emu_poll(f->emu);
+	int r = gpunvme_emu_poll(f->c.emu);
 	if (r < 0) {
 		fprintf(stderr, "gpunvme_emu_poll: %d\n", r);
 		abort();
 	}
 	return r;
+}
+
+/* eb_ctrl's poll hook: the waits of emu_bringup.c spend this input's poll
+ * budget like everything else. */
+static int fz_poll(void *ctx)
+{
+	return poll_once((struct fz *)ctx);
 }
 
 /* An address for a data pointer, picked by one input byte: mostly aligned
@@ -209,64 +226,64 @@ static uint32_t cq_off(uint32_t q)
 	return q == 0 ? ADM_CQ_OFF : IOQ_OFF + (q - 1) * 0x4000u + 0x2000u;
 }
 
+/* The queue memory of q lies in the arena whatever its size (at most
+ * MQES + 1 entries), so no ring walks out of it. */
+_Static_assert(IOQ_OFF + (NQ - 2) * 0x4000u + 0x2000u + (MQES + 1) * 64u <= ARENA_SIZE &&
+		       ADM_SQ_OFF + 256u * 64u <= ADM_CQ_OFF && ADM_CQ_OFF + 256u * 16u <= IOQ_OFF,
+	       "queue memory outside the arena");
+
+/* (Re)start the host's view of queue q: SQ of sq_depth, CQ of cq_depth
+ * entries, tail and head 0, phase 1. The memory is left as it is: the
+ * input may have written entries there already. */
+static void host_queue(struct fz *f, uint32_t q, uint32_t sq_depth, uint32_t cq_depth)
+{
+	struct gpunvme_sqe *sq = (struct gpunvme_sqe *)(void *)(g_arena + sq_off(q));
+	struct gpunvme_cqe *cq = (struct gpunvme_cqe *)(void *)(g_arena + cq_off(q));
+	gpunvme_ring_init(&f->sq[q], sq, cq, f->c.bar, (uint16_t)q, f->c.dstrd, sq_depth);
+	gpunvme_ring_init(&f->cq[q], sq, cq, f->c.bar, (uint16_t)q, f->c.dstrd, cq_depth);
+}
+
 /* Put one SQE at the tail of queue q and ring its doorbell (§4.1). */
 static void submit(struct fz *f, uint32_t q, struct gpunvme_sqe *s)
 {
-	uint32_t size = f->sq_size[q] ? f->sq_size[q] : MQES + 1;
-	uint32_t off = sq_off(q) + (f->sq_tail[q] % size) * 64;
+	struct gpunvme_ring *r = &f->sq[q];
 
-	if (off + 64 > ARENA_SIZE)
-		return;
 	s->cid = f->next_cid++;
-	memcpy(g_arena + off, s, sizeof(*s));
-	f->sq_tail[q] = (f->sq_tail[q] + 1) % size;
-	reg_wr(f, gpunvme_sq_doorbell(q, f->dstrd), f->sq_tail[q]);
+	*gpunvme_ring_sqe(r) = *s;
+	gpunvme_ring_sq_push(r);
+	gpunvme_ring_sq_doorbell(r);
 }
 
 /* Reap completions of CQ q as a driver would (phase tag, §4.6), then write
  * the head doorbell once. Bounded by the queue size. */
 static void consume(struct fz *f, uint32_t q)
 {
-	uint32_t size = f->cq_size[q] ? f->cq_size[q] : MQES + 1;
-	uint32_t n = 0;
+	struct gpunvme_ring *r = &f->cq[q];
+	uint32_t n = 0, dw3;
 
-	while (n < size) {
-		uint32_t off = cq_off(q) + (f->cq_head[q] % size) * 16;
-		if (off + 16 > ARENA_SIZE)
-			break;
-		/* Dword 3 (CID, phase, status) in one load, as the controller
-		 * writes it (§4.6). */
-		uint32_t dw3 = __atomic_load_n((uint32_t *)(void *)(g_arena + off + 12),
-					       __ATOMIC_ACQUIRE);
-		uint16_t st = (uint16_t)(dw3 >> 16);
-		if ((st & 1) != f->cq_phase[q])
-			break;
+	while (n < r->depth && gpunvme_ring_cq_peek(r, &dw3)) {
 		if (g_trace) {
-			const struct gpunvme_cqe *c = (const void *)(g_arena + off);
+			const struct gpunvme_cqe *c = &r->cq[r->cq_head];
 			fprintf(stderr, "cq %u: sqid %u cid %u dw0 0x%x: %s\n", q, c->sqid,
-				c->cid, c->dw0, gpunvme_status_str(gpunvme_cqe_status(st)));
+				gpunvme_dw3_cid(dw3), c->dw0, gpunvme_status_str(gpunvme_dw3_status(dw3)));
 		}
-		f->cq_head[q] = (f->cq_head[q] + 1) % size;
-		if (f->cq_head[q] == 0)
-			f->cq_phase[q] ^= 1;
+		gpunvme_ring_cq_pop(r);
 		n++;
 	}
 	if (n)
-		reg_wr(f, gpunvme_cq_doorbell(q, f->dstrd), f->cq_head[q]);
+		gpunvme_ring_cq_doorbell(r);
 }
 
 static void reset_host_queues(struct fz *f)
 {
-	memset(f->sq_tail, 0, sizeof(f->sq_tail));
-	memset(f->sq_size, 0, sizeof(f->sq_size));
-	memset(f->cq_head, 0, sizeof(f->cq_head));
-	memset(f->cq_size, 0, sizeof(f->cq_size));
-	for (int i = 0; i < NQ; i++)
-		f->cq_phase[i] = 1;  /* phase starts at 1 (§4.6) */
+	for (uint32_t q = 0; q < NQ; q++)
+		host_queue(f, q, MQES + 1, MQES + 1);
 }
 
 /* The driver bring-up of §7.6.1: CC.EN = 0, wait RDY = 0, program AQA/ASQ/
- * ACQ, CC.EN = 1, wait RDY = 1. Both waits are bounded by a few polls. */
+ * ACQ, CC.EN = 1, wait RDY = 1. Both waits are bounded by a few polls
+ * (eb_wait_csts with max_polls = MAX_READY_POLLS). The register values are
+ * the input's, valid or not: written raw, not by gpunvme_admin_enable. */
 static void op_enable(struct fz *f)
 {
 	uint32_t asqs = u8(f), acqs = u8(f), flags = u8(f);
@@ -284,13 +301,10 @@ static void op_enable(struct fz *f)
 		asq = 0x80000000ull;                   /* not in the address table */
 
 	reg_wr(f, GPUNVME_REG_CC, 0);
-	for (int i = 0; i < MAX_READY_POLLS && gpunvme_csts_rdy(reg_rd(f, GPUNVME_REG_CSTS)); i++)
-		if (poll_once(f) < 0)
-			break;
+	(void)eb_wait_csts(&f->c, GPUNVME_CSTS_RDY, 0);
 	reset_host_queues(f);
 	memset(g_arena + ADM_CQ_OFF, 0, 0x1000);
-	f->sq_size[0] = asqs + 1;
-	f->cq_size[0] = acqs + 1;
+	host_queue(f, 0, asqs + 1, acqs + 1);
 	reg_wr(f, GPUNVME_REG_AQA, GPUNVME_AQA(asqs, acqs));
 	reg_wr(f, GPUNVME_REG_ASQ, (uint32_t)asq);
 	reg_wr(f, GPUNVME_REG_ASQ + 4, (uint32_t)(asq >> 32));
@@ -299,13 +313,7 @@ static void op_enable(struct fz *f)
 	reg_wr(f, GPUNVME_REG_CC, GPUNVME_CC_EN | css << GPUNVME_CC_CSS_SHIFT |
 				  mps << GPUNVME_CC_MPS_SHIFT | ams << GPUNVME_CC_AMS_SHIFT |
 				  iosqes << GPUNVME_CC_IOSQES_SHIFT | iocqes << GPUNVME_CC_IOCQES_SHIFT);
-	for (int i = 0; i < MAX_READY_POLLS; i++) {
-		uint32_t csts = reg_rd(f, GPUNVME_REG_CSTS);
-		if (gpunvme_csts_rdy(csts) || gpunvme_csts_cfs(csts))
-			break;
-		if (poll_once(f) < 0)
-			break;
-	}
+	(void)eb_wait_csts(&f->c, GPUNVME_CSTS_RDY, GPUNVME_CSTS_RDY); /* or CFS */
 	if (g_trace)
 		fprintf(stderr, "enable flags 0x%02x: CSTS 0x%x\n", flags, reg_rd(f, GPUNVME_REG_CSTS));
 }
@@ -350,7 +358,9 @@ static void op_io(struct fz *f)
 	submit(f, q, &s);
 }
 
-/* Create CQ q then SQ q at the harness' standard place (§5.3, §5.4). */
+/* Create CQ q then SQ q at the harness' standard place (§5.3, §5.4): the
+ * commands eb_create_qp sends, then bent by the input (offset base, PC,
+ * interrupt vector, priority, the CQ the SQ names), without waiting. */
 static void op_create_qp(struct fz *f)
 {
 	uint32_t q = 1 + u8(f) % (NQ - 1);
@@ -358,28 +368,19 @@ static void op_create_qp(struct fz *f)
 	uint8_t fl = u8(f);
 	struct gpunvme_sqe s;
 
-	memset(&s, 0, sizeof(s));
-	s.opc = GPUNVME_ADM_CREATE_CQ;
-	s.prp1 = ARENA_IOVA + cq_off(q) + (fl & 0x80 ? 0x10 : 0);
-	s.queue.qid = (uint16_t)q;
-	s.queue.qsize = (uint16_t)qsize;
-	s.queue.qflags = fl & 0x40 ? 0 : GPUNVME_Q_PC;
+	eb_sqe_create_cq(&s, (uint16_t)q, qsize + 1, ARENA_IOVA + cq_off(q) + (fl & 0x80 ? 0x10 : 0));
+	if (fl & 0x40)
+		s.queue.qflags = 0;
 	s.queue.cqid_iv = fl & 0x20 ? 0xffff : 0;
 	memset(g_arena + cq_off(q), 0, (qsize + 1) * 16);
 	submit(f, 0, &s);
 
-	memset(&s, 0, sizeof(s));
-	s.opc = GPUNVME_ADM_CREATE_SQ;
-	s.prp1 = ARENA_IOVA + sq_off(q);
-	s.queue.qid = (uint16_t)q;
-	s.queue.qsize = (uint16_t)qsize;
-	s.queue.qflags = GPUNVME_Q_PC | (fl & 3) << 1;
-	s.queue.cqid_iv = (uint16_t)(fl & 0x10 ? (q % (NQ - 1)) + 1 : q);
+	eb_sqe_create_sq(&s, (uint16_t)q, qsize + 1, ARENA_IOVA + sq_off(q),
+			 (uint16_t)(fl & 0x10 ? (q % (NQ - 1)) + 1 : q));
+	s.queue.qflags |= (uint16_t)((fl & 3) << 1);
 	submit(f, 0, &s);
 
-	f->sq_size[q] = f->cq_size[q] = qsize + 1;
-	f->sq_tail[q] = f->cq_head[q] = 0;
-	f->cq_phase[q] = 1;
+	host_queue(f, q, qsize + 1, qsize + 1);
 }
 
 static void op_fault(struct fz *f)
@@ -414,13 +415,13 @@ static void op_fault(struct fz *f)
 		ft.kind = GPUNVME_EMU_FAULT_REMOVE;
 		break;
 	case 6:
-		gpunvme_emu_clear_faults(f->emu);
+		gpunvme_emu_clear_faults(f->c.emu);
 		return;
 	default:
 		ft.kind = (enum gpunvme_emu_fault_kind)(a % 8);  /* maybe invalid */
 		break;
 	}
-	(void)gpunvme_emu_inject(f->emu, &ft);
+	(void)gpunvme_emu_inject(f->c.emu, &ft);
 }
 
 static void op_cc(struct fz *f)
@@ -446,7 +447,7 @@ static void run_ops(struct fz *f)
 			 * else any dword of BAR0, mostly doorbells. */
 			uint16_t sel = u16(f);
 			uint32_t off = sel & 0x8000 ? (sel & 0xfu) * 4
-						    : (uint32_t)(sel * 4u) % (uint32_t)f->bar_size;
+						    : (uint32_t)(sel * 4u) % (uint32_t)f->c.bar_size;
 			reg_wr(f, off, u32(f));
 			break;
 		}
@@ -466,8 +467,8 @@ static void run_ops(struct fz *f)
 		case OP_DOORBELL: {
 			uint8_t sel = u8(f);
 			uint32_t q = (sel >> 1) % 9;   /* beyond NQ: nonexistent queues */
-			uint32_t off = sel & 1 ? gpunvme_cq_doorbell(q, f->dstrd)
-					       : gpunvme_sq_doorbell(q, f->dstrd);
+			uint32_t off = sel & 1 ? gpunvme_cq_doorbell(q, f->c.dstrd)
+					       : gpunvme_sq_doorbell(q, f->c.dstrd);
 			reg_wr(f, off, u16(f));
 			break;
 		}
@@ -525,18 +526,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cfg.ready_delay_ms = 0;
 	cfg.model = (struct gpunvme_emu_model){0};
 
-	rc = gpunvme_emu_create(&cfg, &f.emu);
+	struct gpunvme_emu *emu;
+	rc = gpunvme_emu_create(&cfg, &emu);
 	if (rc) {
 		fprintf(stderr, "gpunvme_emu_create: %d\n", rc);
 		abort();   /* a valid config must always work */
 	}
-	f.bar = gpunvme_emu_bar0(f.emu);
-	f.bar_size = gpunvme_emu_bar0_size(f.emu);
-	f.dstrd = gpunvme_cap_dstrd((uint64_t)reg_rd(&f, GPUNVME_REG_CAP) |
-				    (uint64_t)reg_rd(&f, GPUNVME_REG_CAP + 4) << 32);
-	if (f.dstrd != cfg.dstrd || f.bar_size < 0x1000 + 2u * NQ * (4u << f.dstrd)) {
-		fprintf(stderr, "BAR0: dstrd %u (config %u), size %zu\n", f.dstrd,
-			(unsigned)cfg.dstrd, f.bar_size);
+	eb_attach(&f.c, emu);
+	f.c.poll = fz_poll;
+	f.c.poll_ctx = &f;
+	f.c.max_polls = MAX_READY_POLLS;
+	/* every doorbell of the NQ queue pairs lies inside BAR0 */
+	if (f.c.dstrd != cfg.dstrd || f.c.bar_size < 0x1000 + 2u * NQ * (4u << f.c.dstrd)) {
+		fprintf(stderr, "BAR0: dstrd %u (config %u), size %zu\n", f.c.dstrd,
+			(unsigned)cfg.dstrd, f.c.bar_size);
 		abort();
 	}
 	reset_host_queues(&f);
@@ -549,8 +552,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!heap)
 		abort();
 	memset(heap, 0, HEAP_SIZE);
-	if (gpunvme_emu_dma_map(f.emu, ARENA_IOVA, g_arena, ARENA_SIZE) ||
-	    gpunvme_emu_dma_map(f.emu, HEAP_IOVA, heap, HEAP_SIZE)) {
+	/* mapped by hand, not eb_mem_map: the input names places in this fixed
+	 * layout (pick_addr), and the heap must sit right after the arena */
+	if (gpunvme_emu_dma_map(emu, ARENA_IOVA, g_arena, ARENA_SIZE) ||
+	    gpunvme_emu_dma_map(emu, HEAP_IOVA, heap, HEAP_SIZE)) {
 		fprintf(stderr, "gpunvme_emu_dma_map failed\n");
 		abort();
 	}
@@ -563,14 +568,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 
 	struct gpunvme_emu_stats st;
-	gpunvme_emu_get_stats(f.emu, &st);
+	gpunvme_emu_get_stats(emu, &st);
 	if (st.errors > st.admin_cmds + st.io_cmds) {
 		fprintf(stderr, "stats: %llu errors > %llu commands\n",
 			(unsigned long long)st.errors,
 			(unsigned long long)(st.admin_cmds + st.io_cmds));
 		abort();
 	}
-	gpunvme_emu_destroy(f.emu);
+	gpunvme_emu_destroy(emu);
 	free(heap);
 	return 0;
 }

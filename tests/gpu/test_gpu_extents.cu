@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../harness/check.h"
 #include "gpunvme/extents.h"
 
 __global__ void k_lookup(const struct gpunvme_extent *ext, size_t n, const uint64_t *off, int64_t *addr,
@@ -55,25 +56,19 @@ int main(void)
 	cudaMemcpy(d_ext, ext, n * sizeof(*ext), cudaMemcpyHostToDevice);
 	cudaMemcpy(d_off, off, m * sizeof(uint64_t), cudaMemcpyHostToDevice);
 	k_lookup<<<(m + 255) / 256, 256>>>(d_ext, n, d_off, d_addr, d_contig, m);
-	cudaError_t e = cudaDeviceSynchronize();
-	if (e != cudaSuccess) {
-		fprintf(stderr, "kernel: %s\n", cudaGetErrorString(e));
-		return 1;
-	}
+	REQUIRE_CUDA(cudaDeviceSynchronize());
 	cudaMemcpy(addr, d_addr, m * sizeof(int64_t), cudaMemcpyDeviceToHost);
 	cudaMemcpy(contig, d_contig, m * sizeof(uint64_t), cudaMemcpyDeviceToHost);
-	int bad = 0, holes = 0;
+	int holes = 0;
 	for (int i = 0; i < m; i++) {
 		uint64_t c;
 		int64_t a = gpunvme_extent_lookup(ext, n, off[i], &c);
 		holes += a < 0;
-		if (a != addr[i] || c != contig[i]) {
-			if (bad++ < 5)
-				fprintf(stderr, "offset %llu: host %lld/%llu, device %lld/%llu\n",
-					(unsigned long long)off[i], (long long)a, (unsigned long long)c,
-					(long long)addr[i], (unsigned long long)contig[i]);
-		}
+		CHECK(a == addr[i] && c == contig[i], "offset %llu: host %lld/%llu, device %lld/%llu",
+		      (unsigned long long)off[i], (long long)a, (unsigned long long)c, (long long)addr[i],
+		      (unsigned long long)contig[i]);
 	}
-	printf("%d offsets over %zu extents (%d in holes or unwritten ranges): %d mismatches\n", m, n, holes, bad);
-	return bad ? 1 : 0;
+	printf("%d offsets over %zu extents (%d in holes or unwritten ranges): %u mismatches\n", m, n, holes,
+	       check_failures());
+	return check_finish("test_gpu_extents");
 }

@@ -28,13 +28,13 @@
 #include "gpunvme/loader.h"
 #include "layout.h"
 
-#include "gpu_check.h"
+#include "../harness/check.h"
 
 static int compare(const uint8_t *got, const uint8_t *want, uint64_t len, uint64_t off, const char *what)
 {
 	for (uint64_t i = 0; i < len; i++)
 		if (got[i] != want[i])
-			FAIL("%s: load at file offset %llu + %llu: byte %llu is 0x%02x, want 0x%02x\n", what,
+			FAIL("%s: load at file offset %llu + %llu: byte %llu is 0x%02x, want 0x%02x", what,
 			     (unsigned long long)off, (unsigned long long)len, (unsigned long long)i, got[i], want[i]);
 	return 0;
 }
@@ -48,7 +48,7 @@ static int setup(const char *uri, uint64_t fsize, struct gpunvme_ctrl **c, struc
 	size_t ns_len;
 	uint8_t *ns = fill_ns(*c, 5, &ns_len);
 	if (!ns)
-		FAIL("namespace memory\n");
+		FAIL("namespace memory");
 	make_layout(L, ns, ns_len, fsize, 21);
 	struct gpunvme_loader_opts o;
 	gpunvme_loader_opts_init(&o);
@@ -57,11 +57,11 @@ static int setup(const char *uri, uint64_t fsize, struct gpunvme_ctrl **c, struc
 	o.depth = 64;
 	o.timeout_ms = 10000;
 	o.gpu = gpunvme_loader_gpu_backend();
-	OK(gpunvme_layer_loader_init(*c, 1, L->ext, L->n, L->size, &o, l));
+	REQUIRE_OK(gpunvme_layer_loader_init(*c, 1, L->ext, L->n, L->size, &o, l));
 	return 0;
 }
 
-static int tier2_random(void)
+TEST_CASE(tier2_random)
 {
 	struct gpunvme_ctrl *c;
 	struct layout L;
@@ -69,9 +69,9 @@ static int tier2_random(void)
 	if (setup("emu:ram:64M?lbads=9&workers=4", 5 * 1024 * 1024 + 4321, &c, &L, GPUNVME_TIER_2, &l))
 		return 1;
 	uint8_t *user = NULL, *reg = NULL, *host = (uint8_t *)malloc(L.size + 16);
-	CK(cudaMalloc(&user, L.size + 16));
-	CK(cudaMalloc(&reg, L.size + 16));
-	OK(gpunvme_layer_loader_register(l, reg, L.size + 16));
+	REQUIRE_CUDA(cudaMalloc(&user, L.size + 16));
+	REQUIRE_CUDA(cudaMalloc(&reg, L.size + 16));
+	REQUIRE_OK(gpunvme_layer_loader_register(l, reg, L.size + 16));
 	uint64_t seed = 99;
 	for (int r = 0; r < 60; r++) {
 		uint64_t off = rng(&seed) % L.size;
@@ -86,11 +86,11 @@ static int tier2_random(void)
 		else
 			dst = user + r % 8; /* not registered: bounce + device copy */
 		if (!dst)
-			FAIL("alloc: %s\n", gpunvme_last_error());
-		CK(cudaMemset(dst, 0xa5, len));
+			FAIL("alloc: %s", gpunvme_last_error());
+		REQUIRE_CUDA(cudaMemset(dst, 0xa5, len));
 		uint16_t st = 0;
-		OK(gpunvme_load_layer(l, off, len, dst, &st));
-		CK(cudaMemcpy(host, dst, len, cudaMemcpyDeviceToHost));
+		REQUIRE_OK(gpunvme_load_layer(l, off, len, dst, &st));
+		REQUIRE_CUDA(cudaMemcpy(host, dst, len, cudaMemcpyDeviceToHost));
 		if (compare(host, L.ref + off, len, off,
 			    r % 2 == 0 ? "loader memory" : r % 4 == 1 ? "registered memory" : "caller memory"))
 			return 1;
@@ -102,7 +102,7 @@ static int tier2_random(void)
 	printf("tier2: %llu bytes direct, %llu bounced, %llu zero, %llu reads\n", (unsigned long long)st.direct_bytes,
 	       (unsigned long long)st.bounced_bytes, (unsigned long long)st.zero_bytes, (unsigned long long)st.commands);
 	if (!st.direct_bytes || !st.bounced_bytes || !st.zero_bytes)
-		FAIL("every path (direct, bounce, zero) should have been used\n");
+		FAIL("every path (direct, bounce, zero) should have been used");
 	gpunvme_layer_loader_destroy(l);
 	cudaFree(user);
 	cudaFree(reg);
@@ -112,7 +112,7 @@ static int tier2_random(void)
 	return 0;
 }
 
-static int tier1_random(void)
+TEST_CASE(tier1_random)
 {
 	struct gpunvme_ctrl *c;
 	struct layout L;
@@ -125,9 +125,9 @@ static int tier1_random(void)
 		uint64_t len = rng(&seed) % (L.size - off + 1);
 		uint8_t *dst = (uint8_t *)gpunvme_layer_loader_alloc(l, off, len);
 		if (!dst)
-			FAIL("alloc: %s\n", gpunvme_last_error());
+			FAIL("alloc: %s", gpunvme_last_error());
 		memset(dst, 0x5a, len);
-		OK(gpunvme_load_layer(l, off, len, dst, NULL));
+		REQUIRE_OK(gpunvme_load_layer(l, off, len, dst, NULL));
 		if (compare(dst, L.ref + off, len, off, "tier 1"))
 			return 1;
 		gpunvme_layer_loader_free(l, dst);
@@ -136,7 +136,7 @@ static int tier1_random(void)
 	uint8_t *heap = (uint8_t *)malloc(8192);
 	int rc = gpunvme_load_layer(l, 0, 8192, heap, NULL);
 	if (rc != -EINVAL || !strstr(gpunvme_last_error(), "Tier 1"))
-		FAIL("heap memory on tier 1: %d %s\n", rc, gpunvme_last_error());
+		FAIL("heap memory on tier 1: %d %s", rc, gpunvme_last_error());
 	free(heap);
 	gpunvme_layer_loader_destroy(l);
 	free(L.ref);
@@ -153,17 +153,17 @@ __global__ void k_sum(const uint8_t *p, uint64_t n, unsigned long long *out)
 }
 
 static int double_buffer_mode(int mode);
-static int double_buffer(void)
+TEST_CASE(double_buffer)
 {
 	return double_buffer_mode(0);
 }
 /* the same with destinations at offset 0, and with both buffers registered
  * (gpunvme_layer_loader_register) so the reads land in place */
-static int double_buffer_aligned(void)
+TEST_CASE(double_buffer_aligned)
 {
 	return double_buffer_mode(1);
 }
-static int double_buffer_prereg(void)
+TEST_CASE(double_buffer_prereg)
 {
 	return double_buffer_mode(2);
 }
@@ -181,37 +181,37 @@ static int double_buffer_mode(int mode)
 	cudaStream_t io[2], compute;
 	cudaEvent_t loaded[2], used[2];
 	unsigned long long *sums;
-	CK(cudaMalloc(&buf[0], layer + 8));
-	CK(cudaMalloc(&buf[1], layer + 8));
-	CK(cudaMallocManaged(&sums, nl * sizeof(*sums)));
-	CK(cudaMemset(sums, 0, nl * sizeof(*sums)));
-	CK(cudaStreamCreate(&compute));
+	REQUIRE_CUDA(cudaMalloc(&buf[0], layer + 8));
+	REQUIRE_CUDA(cudaMalloc(&buf[1], layer + 8));
+	REQUIRE_CUDA(cudaMallocManaged(&sums, nl * sizeof(*sums)));
+	REQUIRE_CUDA(cudaMemset(sums, 0, nl * sizeof(*sums)));
+	REQUIRE_CUDA(cudaStreamCreate(&compute));
 	for (int i = 0; i < 2; i++) {
-		CK(cudaStreamCreate(&io[i]));
-		CK(cudaEventCreate(&loaded[i]));
-		CK(cudaEventCreate(&used[i]));
+		REQUIRE_CUDA(cudaStreamCreate(&io[i]));
+		REQUIRE_CUDA(cudaEventCreate(&loaded[i]));
+		REQUIRE_CUDA(cudaEventCreate(&used[i]));
 	}
 	if (mode == 2)
 		for (int b = 0; b < 2; b++)
-			OK(gpunvme_layer_loader_register(l, buf[b], layer + 8));
+			REQUIRE_OK(gpunvme_layer_loader_register(l, buf[b], layer + 8));
 	for (int i = 0; i < nl; i++) {
 		int b = i & 1;
 		const int shift = mode ? 0 : i % 3;
 		/* the buffer is free once the sum of layer i - 2 is done */
-		CK(cudaStreamWaitEvent(io[b], used[b], 0));
-		OK(gpunvme_load_layer_async(l, (uint64_t)i * layer, layer, buf[b] + shift, io[b], loaded[b]));
-		CK(cudaStreamWaitEvent(compute, loaded[b], 0));
+		REQUIRE_CUDA(cudaStreamWaitEvent(io[b], used[b], 0));
+		REQUIRE_OK(gpunvme_load_layer_async(l, (uint64_t)i * layer, layer, buf[b] + shift, io[b], loaded[b]));
+		REQUIRE_CUDA(cudaStreamWaitEvent(compute, loaded[b], 0));
 		k_sum<<<64, 256, 0, compute>>>(buf[b] + shift, layer, &sums[i]);
-		CK(cudaEventRecord(used[b], compute));
+		REQUIRE_CUDA(cudaEventRecord(used[b], compute));
 	}
-	CK(cudaStreamSynchronize(compute));
-	OK(gpunvme_layer_loader_check(l, NULL));
+	REQUIRE_CUDA(cudaStreamSynchronize(compute));
+	REQUIRE_OK(gpunvme_layer_loader_check(l, NULL));
 	for (int i = 0; i < nl; i++) {
 		unsigned long long s = 0;
 		for (uint64_t k = 0; k < layer; k++)
 			s += L.ref[i * layer + k] * (k % 251 + 1);
 		if (s != sums[i])
-			FAIL("layer %d: GPU sum %llu, host %llu\n", i, sums[i], s);
+			FAIL("layer %d: GPU sum %llu, host %llu", i, sums[i], s);
 	}
 	printf("double_buffer: %d layers of %llu bytes\n", nl, (unsigned long long)layer);
 	gpunvme_layer_loader_destroy(l);
@@ -228,7 +228,7 @@ static int double_buffer_mode(int mode)
 	return 0;
 }
 
-static int faults(void)
+TEST_CASE(faults)
 {
 	struct gpunvme_ctrl *c;
 	struct layout L;
@@ -243,19 +243,19 @@ static int faults(void)
 	f.nsid = 1;
 	f.slba = L.ext[0].physical / 512;
 	f.nlb = 1;
-	OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
 	uint16_t st = 0;
 	int rc = gpunvme_load_layer(l, 0, L.size, dst, &st);
 	if (rc != -EIO || gpunvme_status_code(st) != (GPUNVME_SC_UNRECOVERED_READ & 0x7ff))
-		FAIL("media error: rc %d status 0x%x (%s)\n", rc, st, gpunvme_last_error());
+		FAIL("media error: rc %d status 0x%x (%s)", rc, st, gpunvme_last_error());
 	gpunvme_emu_clear_faults(gpunvme_ctrl_emu(c));
-	OK(gpunvme_load_layer(l, 0, L.size, dst, &st));
-	CK(cudaMemcpy(host, dst, L.size, cudaMemcpyDeviceToHost));
+	REQUIRE_OK(gpunvme_load_layer(l, 0, L.size, dst, &st));
+	REQUIRE_CUDA(cudaMemcpy(host, dst, L.size, cudaMemcpyDeviceToHost));
 	if (compare(host, L.ref, L.size, 0, "after the fault"))
 		return 1;
 	rc = gpunvme_load_layer(l, L.size - 10, 11, dst, &st);
 	if (rc != -ERANGE)
-		FAIL("past EOF: %d\n", rc);
+		FAIL("past EOF: %d", rc);
 	free(host);
 	gpunvme_layer_loader_destroy(l);
 	free(L.ref);
@@ -266,31 +266,6 @@ static int faults(void)
 int main(int argc, char **argv)
 {
 	int n = 0;
-	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-		printf("no CUDA GPU: skipped\n");
-		return 77;
-	}
-	static const struct {
-		const char *name;
-		int (*fn)(void);
-	} cases[] = {
-		{"tier2_random", tier2_random},
-		{"tier1_random", tier1_random},
-		{"double_buffer", double_buffer},
-		{"double_buffer_aligned", double_buffer_aligned},
-		{"double_buffer_prereg", double_buffer_prereg},
-		{"faults", faults},
-	};
-	int fails = 0, ran = 0;
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if (argc > 1 && strcmp(argv[1], cases[i].name))
-			continue;
-		ran++;
-		int rc = cases[i].fn();
-		printf("%s %s\n", rc ? "FAIL" : "PASS", cases[i].name);
-		fails += rc != 0;
-	}
-	if (!ran)
-		FAIL("no case named %s\n", argv[1]);
-	return fails ? 1 : 0;
+	bool gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+	return check_main_skip(argc, argv, gpu ? NULL : "no CUDA GPU");
 }

@@ -26,7 +26,7 @@
 #include "gpunvme/gpu.h"
 #include "gpunvme/gpunvme.h"
 
-#include "gpu_check.h"
+#include "../harness/check.h"
 
 static const uint64_t SEC = 1000000000ull;
 
@@ -99,35 +99,35 @@ static int run_ranges(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b, c
 {
 	struct range *dr;
 	int *dst;
-	CK(cudaMalloc(&dr, n * sizeof(*dr)));
-	CK(cudaMallocManaged(&dst, n * sizeof(int)));
-	CK(cudaMemcpy(dr, hr, n * sizeof(*dr), cudaMemcpyHostToDevice));
+	REQUIRE_CUDA(cudaMalloc(&dr, n * sizeof(*dr)));
+	REQUIRE_CUDA(cudaMallocManaged(&dst, n * sizeof(int)));
+	REQUIRE_CUDA(cudaMemcpy(dr, hr, n * sizeof(*dr), cudaMemcpyHostToDevice));
 	k_ranges<<<(n + 127) / 128, 128>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), dr, n, opc, dst, tmo);
-	CK(cudaGetLastError());
-	CK(cudaDeviceSynchronize());
+	REQUIRE_CUDA(cudaGetLastError());
+	REQUIRE_CUDA(cudaDeviceSynchronize());
 	for (int i = 0; i < n; i++)
 		if (dst[i])
-			FAIL("range %d (slba %llu nlb %llu): status %d\n", i, (unsigned long long)hr[i].slba,
+			FAIL("range %d (slba %llu nlb %llu): status %d", i, (unsigned long long)hr[i].slba,
 			     (unsigned long long)hr[i].nlb, dst[i]);
 	cudaFree(dr);
 	cudaFree(dst);
 	return 0;
 }
 
-static int case_random_rw(void)
+TEST_CASE(random_rw)
 {
 	struct gpunvme_ctrl *c = open_emu("emu:ram:256M?lbads=12&mdts=6&workers=4");
 	if (!c)
 		return 1;
 	for (int nq = 1; nq <= 8; nq *= 8) {
 		struct gpunvme_gpu_queues *g;
-		OK(gpunvme_gpu_queues_create(c, 1, (uint32_t)nq, 256, &g));
+		REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, (uint32_t)nq, 256, &g));
 		const int n = 256;
 		size_t len = 96u << 20;
 		uint8_t *w = (uint8_t *)gpunvme_dma_alloc(c, len), *r = (uint8_t *)gpunvme_dma_alloc(c, len);
 		struct gpunvme_gpu_buf *bw, *br;
-		OK(gpunvme_gpu_buf_host(g, w, len, &bw, NULL));
-		OK(gpunvme_gpu_buf_host(g, r, len, &br, NULL));
+		REQUIRE_OK(gpunvme_gpu_buf_host(g, w, len, &bw, NULL));
+		REQUIRE_OK(gpunvme_gpu_buf_host(g, r, len, &br, NULL));
 		fill(w, len, (uint64_t)nq);
 		memset(r, 0, len);
 		/* disjoint random ranges: slot i owns blocks [i*96, i*96+96) on
@@ -150,14 +150,14 @@ static int case_random_rw(void)
 			return 1;
 		for (int i = 0; i < n; i++)
 			if (memcmp(w + hr[i].off, r + hr[i].off, hr[i].nlb * 4096))
-				FAIL("nq %d range %d: data mismatch\n", nq, i);
+				FAIL("nq %d range %d: data mismatch", nq, i);
 		/* and the CPU path reads what the GPU wrote */
 		struct gpunvme_qpair *qp;
-		OK(gpunvme_qpair_create(c, 32, &qp));
+		REQUIRE_OK(gpunvme_qpair_create(c, 32, &qp));
 		uint8_t *x = (uint8_t *)gpunvme_dma_alloc(c, 96 * 4096);
-		OK(gpunvme_read_sync(qp, 1, x, hr[5].slba, hr[5].nlb, NULL));
+		REQUIRE_OK(gpunvme_read_sync(qp, 1, x, hr[5].slba, hr[5].nlb, NULL));
 		if (memcmp(x, w + hr[5].off, hr[5].nlb * 4096))
-			FAIL("CPU read of GPU-written data differs\n");
+			FAIL("CPU read of GPU-written data differs");
 		gpunvme_qpair_destroy(qp);
 		gpunvme_gpu_buf_free(bw);
 		gpunvme_gpu_buf_free(br);
@@ -171,7 +171,7 @@ static int case_random_rw(void)
 	return 0;
 }
 
-static int case_many_threads(void)
+TEST_CASE(many_threads)
 {
 	struct gpunvme_ctrl *c = open_emu("emu:ram:512M?lbads=12&workers=4");
 	if (!c)
@@ -182,14 +182,14 @@ static int case_many_threads(void)
 	uint8_t *src = (uint8_t *)gpunvme_dma_alloc(c, len);
 	fill(src, len, 42);
 	struct gpunvme_qpair *qp;
-	OK(gpunvme_qpair_create(c, 64, &qp));
-	OK(gpunvme_write_sync(qp, 1, src, 0, (uint64_t)n, NULL));
+	REQUIRE_OK(gpunvme_qpair_create(c, 64, &qp));
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, src, 0, (uint64_t)n, NULL));
 	gpunvme_qpair_destroy(qp);
 	struct gpunvme_gpu_queues *g;
-	OK(gpunvme_gpu_queues_create(c, 1, 16, 1024, &g));
+	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 16, 1024, &g));
 	uint8_t *dst = (uint8_t *)gpunvme_dma_alloc(c, len);
 	struct gpunvme_gpu_buf *b;
-	OK(gpunvme_gpu_buf_host(g, dst, len, &b, NULL));
+	REQUIRE_OK(gpunvme_gpu_buf_host(g, dst, len, &b, NULL));
 	struct range *hr = (struct range *)malloc(n * sizeof(*hr));
 	for (int i = 0; i < n; i++) {
 		/* a permutation: thread i reads block p(i) into slot p(i) */
@@ -204,7 +204,7 @@ static int case_many_threads(void)
 		return 1;
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (memcmp(src, dst, len))
-		FAIL("65536-thread read: data mismatch\n");
+		FAIL("65536-thread read: data mismatch");
 	double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
 	printf("many_threads: 65536 threads, one 4 KiB read each, 16 queues x 1024: ok (%.3f s, %.0f IOPS incl. launch)\n",
 	       s, n / s);
@@ -215,7 +215,7 @@ static int case_many_threads(void)
 	return 0;
 }
 
-static int case_lanes(void)
+TEST_CASE(lanes)
 {
 	struct gpunvme_ctrl *c = open_emu("emu:ram:256M?lbads=12&workers=4");
 	if (!c)
@@ -225,32 +225,32 @@ static int case_lanes(void)
 	uint8_t *src = (uint8_t *)gpunvme_dma_alloc(c, len);
 	fill(src, len, 77);
 	struct gpunvme_qpair *qp;
-	OK(gpunvme_qpair_create(c, 64, &qp));
-	OK(gpunvme_write_sync(qp, 1, src, 0, (uint64_t)n, NULL));
+	REQUIRE_OK(gpunvme_qpair_create(c, 64, &qp));
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, src, 0, (uint64_t)n, NULL));
 	gpunvme_qpair_destroy(qp);
 	struct gpunvme_gpu_queues *g;
-	OK(gpunvme_gpu_queues_create(c, 1, 8, 256, &g));
+	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 8, 256, &g));
 	uint8_t *dst = (uint8_t *)gpunvme_dma_alloc(c, len);
 	memset(dst, 0, len);
 	struct gpunvme_gpu_buf *b;
-	OK(gpunvme_gpu_buf_host(g, dst, len, &b, NULL));
+	REQUIRE_OK(gpunvme_gpu_buf_host(g, dst, len, &b, NULL));
 	int *st;
-	CK(cudaMallocManaged(&st, sizeof(int)));
+	REQUIRE_CUDA(cudaMallocManaged(&st, sizeof(int)));
 	*st = 0;
 	const int rounds = 4;
 	int warps = (n + 32 * rounds - 1) / (32 * rounds);
 	k_lanes<<<(warps * 32 + 127) / 128, 128>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), n, rounds, st,
 						   10 * SEC);
-	CK(cudaDeviceSynchronize());
+	REQUIRE_CUDA(cudaDeviceSynchronize());
 	if (*st)
-		FAIL("lanes: status %d\n", *st);
+		FAIL("lanes: status %d", *st);
 	for (int i = 0; i < n; i++) {
 		uint64_t p = ((uint64_t)i * 40503u) % (uint64_t)n;
 		int active = (i % 7) != 3;
 		for (int k = 0; k < 4096; k += 512) {
 			uint8_t want = active ? src[p * 4096 + k] : 0;
 			if (dst[p * 4096 + k] != want)
-				FAIL("lanes: block %llu byte %d\n", (unsigned long long)p, k);
+				FAIL("lanes: block %llu byte %d", (unsigned long long)p, k);
 		}
 	}
 	printf("lanes: %d warp-batched reads (1 in 7 lanes idle) over 8 queues: ok\n", n);
@@ -261,7 +261,7 @@ static int case_lanes(void)
 	return 0;
 }
 
-static int case_tier2(void)
+TEST_CASE(tier2)
 {
 	struct gpunvme_ctrl *c = open_emu("emu:ram:128M?mdts=5&workers=2");
 	if (!c)
@@ -270,14 +270,14 @@ static int case_tier2(void)
 	uint8_t *src = (uint8_t *)gpunvme_dma_alloc(c, len);
 	fill(src, len, 9);
 	struct gpunvme_qpair *qp;
-	OK(gpunvme_qpair_create(c, 64, &qp));
-	OK(gpunvme_write_sync(qp, 1, src, 0, len / 512, NULL));
+	REQUIRE_OK(gpunvme_qpair_create(c, 64, &qp));
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, src, 0, len / 512, NULL));
 	gpunvme_qpair_destroy(qp);
 	struct gpunvme_gpu_queues *g;
-	OK(gpunvme_gpu_queues_create(c, 1, 4, 256, &g));
+	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 4, 256, &g));
 	struct gpunvme_gpu_buf *b;
 	void *vram;
-	OK(gpunvme_gpu_buf_device(g, len, &b, &vram));
+	REQUIRE_OK(gpunvme_gpu_buf_device(g, len, &b, &vram));
 	/* warp-cooperative: 8 warps, 6 MiB each, odd-sized tails */
 	struct range hr[8];
 	for (int i = 0; i < 8; i++) {
@@ -287,33 +287,33 @@ static int case_tier2(void)
 	}
 	struct range *dr;
 	int *dst;
-	CK(cudaMalloc(&dr, sizeof(hr)));
-	CK(cudaMallocManaged(&dst, 8 * sizeof(int)));
-	CK(cudaMemcpy(dr, hr, sizeof(hr), cudaMemcpyHostToDevice));
-	CK(cudaMemset(vram, 0, len));
+	REQUIRE_CUDA(cudaMalloc(&dr, sizeof(hr)));
+	REQUIRE_CUDA(cudaMallocManaged(&dst, 8 * sizeof(int)));
+	REQUIRE_CUDA(cudaMemcpy(dr, hr, sizeof(hr), cudaMemcpyHostToDevice));
+	REQUIRE_CUDA(cudaMemset(vram, 0, len));
 	k_warp<<<2, 128>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), dr, 8, dst, 10 * SEC);
-	CK(cudaDeviceSynchronize());
+	REQUIRE_CUDA(cudaDeviceSynchronize());
 	uint8_t *back = (uint8_t *)malloc(len);
-	CK(cudaMemcpy(back, vram, len, cudaMemcpyDeviceToHost));
+	REQUIRE_CUDA(cudaMemcpy(back, vram, len, cudaMemcpyDeviceToHost));
 	for (int i = 0; i < 8; i++) {
 		if (dst[i])
-			FAIL("warp %d: status %d\n", i, dst[i]);
+			FAIL("warp %d: status %d", i, dst[i]);
 		if (memcmp(back + hr[i].off, src + hr[i].off, hr[i].nlb * 512))
-			FAIL("warp %d: data mismatch in GPU memory\n", i);
+			FAIL("warp %d: data mismatch in GPU memory", i);
 	}
 	printf("tier2: 8 warps read 6 MiB each into GPU memory (emulator copy engine): ok\n");
 	/* the stream API */
 	cudaStream_t s;
-	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-	CK(cudaMemsetAsync(vram, 0, len, s));
+	REQUIRE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	REQUIRE_CUDA(cudaMemsetAsync(vram, 0, len, s));
 	*dst = 0;
-	OK(gpunvme_gpu_read_async(g, 1, len / 512 - 2, b, 512, dst, s, 10 * SEC));
-	CK(cudaStreamSynchronize(s));
+	REQUIRE_OK(gpunvme_gpu_read_async(g, 1, len / 512 - 2, b, 512, dst, s, 10 * SEC));
+	REQUIRE_CUDA(cudaStreamSynchronize(s));
 	if (*dst)
-		FAIL("read_async: status %d\n", *dst);
-	CK(cudaMemcpy(back, vram, len, cudaMemcpyDeviceToHost));
+		FAIL("read_async: status %d", *dst);
+	REQUIRE_CUDA(cudaMemcpy(back, vram, len, cudaMemcpyDeviceToHost));
 	if (memcmp(back + 512, src + 512, len - 1024))
-		FAIL("read_async: data mismatch\n");
+		FAIL("read_async: data mismatch");
 	printf("tier2: gpunvme_gpu_read_async of %zu MiB on a stream: ok\n", len >> 20);
 	cudaStreamDestroy(s);
 	cudaFree(dr);
@@ -325,24 +325,24 @@ static int case_tier2(void)
 	return 0;
 }
 
-static int case_faults(void)
+TEST_CASE(faults)
 {
 	struct gpunvme_ctrl *c = open_emu("emu:ram:64M?lbads=12&workers=1");
 	if (!c)
 		return 1;
 	struct gpunvme_gpu_queues *g;
-	OK(gpunvme_gpu_queues_create(c, 1, 2, 64, &g));
+	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 2, 64, &g));
 	size_t len = 1u << 20;
 	uint8_t *buf = (uint8_t *)gpunvme_dma_alloc(c, len);
 	struct gpunvme_gpu_buf *b;
-	OK(gpunvme_gpu_buf_host(g, buf, len, &b, NULL));
+	REQUIRE_OK(gpunvme_gpu_buf_host(g, buf, len, &b, NULL));
 	struct gpunvme_emu_fault f;
 	memset(&f, 0, sizeof(f));
 	f.kind = GPUNVME_EMU_FAULT_MEDIA;
 	f.nsid = 1;
 	f.slba = 77;
 	f.nlb = 1;
-	OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
 	struct range hr[64];
 	for (int i = 0; i < 64; i++) {
 		hr[i].slba = 64 + (uint64_t)i;
@@ -351,15 +351,15 @@ static int case_faults(void)
 	}
 	struct range *dr;
 	int *dst;
-	CK(cudaMalloc(&dr, sizeof(hr)));
-	CK(cudaMallocManaged(&dst, 64 * sizeof(int)));
-	CK(cudaMemcpy(dr, hr, sizeof(hr), cudaMemcpyHostToDevice));
+	REQUIRE_CUDA(cudaMalloc(&dr, sizeof(hr)));
+	REQUIRE_CUDA(cudaMallocManaged(&dst, 64 * sizeof(int)));
+	REQUIRE_CUDA(cudaMemcpy(dr, hr, sizeof(hr), cudaMemcpyHostToDevice));
 	k_ranges<<<1, 64>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), dr, 64, GPUNVME_CMD_READ, dst, 5 * SEC);
-	CK(cudaDeviceSynchronize());
+	REQUIRE_CUDA(cudaDeviceSynchronize());
 	for (int i = 0; i < 64; i++) {
 		int want = i == 13 ? GPUNVME_SC_UNRECOVERED_READ : 0;
 		if (dst[i] != want)
-			FAIL("media: thread %d status %d, want %d\n", i, dst[i], want);
+			FAIL("media: thread %d status %d, want %d", i, dst[i], want);
 	}
 	printf("faults: media error on LBA 77 seen by thread 13 as status 0x%x, the others succeed\n",
 	       GPUNVME_SC_UNRECOVERED_READ);
@@ -368,18 +368,18 @@ static int case_faults(void)
 	f.kind = GPUNVME_EMU_FAULT_DROP;
 	f.sqid = GPUNVME_EMU_SQID_ANY;
 	f.count = 1;
-	OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	k_ranges<<<1, 8>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), dr, 8, GPUNVME_CMD_READ, dst, SEC / 4);
-	CK(cudaDeviceSynchronize());
+	REQUIRE_CUDA(cudaDeviceSynchronize());
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
 	int timeouts = 0;
 	for (int i = 0; i < 8; i++)
 		timeouts += dst[i] == GPUNVME_DEV_ETIMEDOUT || dst[i] == GPUNVME_DEV_EIO;
 	if (timeouts < 1 || s > 3.0)
-		FAIL("drop: %d threads reported the timeout, kernel took %.2f s\n", timeouts, s);
+		FAIL("drop: %d threads reported the timeout, kernel took %.2f s", timeouts, s);
 	printf("faults: dropped command -> %d thread(s) got a timeout status; kernel returned after %.2f s (limit 0.25 s "
 	       "per wait)\n", timeouts, s);
 	cudaFree(dr);
@@ -390,7 +390,7 @@ static int case_faults(void)
 	return 0;
 }
 
-static int case_relaunch(void)
+TEST_CASE(relaunch)
 {
 	struct gpunvme_ctrl *c = open_emu("emu:ram:64M?lbads=12&workers=2");
 	if (!c)
@@ -399,13 +399,13 @@ static int case_relaunch(void)
 	uint8_t *src = (uint8_t *)gpunvme_dma_alloc(c, len), *dst = (uint8_t *)gpunvme_dma_alloc(c, len);
 	fill(src, len, 3);
 	struct gpunvme_qpair *qp;
-	OK(gpunvme_qpair_create(c, 64, &qp));
-	OK(gpunvme_write_sync(qp, 1, src, 0, len / 4096, NULL));
+	REQUIRE_OK(gpunvme_qpair_create(c, 64, &qp));
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, src, 0, len / 4096, NULL));
 	gpunvme_qpair_destroy(qp);
 	struct gpunvme_gpu_queues *g;
-	OK(gpunvme_gpu_queues_create(c, 1, 4, 64, &g));
+	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 4, 64, &g));
 	struct gpunvme_gpu_buf *b;
-	OK(gpunvme_gpu_buf_host(g, dst, len, &b, NULL));
+	REQUIRE_OK(gpunvme_gpu_buf_host(g, dst, len, &b, NULL));
 	struct range hr[256];
 	for (int i = 0; i < 256; i++) {
 		hr[i].slba = (uint64_t)i * 8;
@@ -415,9 +415,9 @@ static int case_relaunch(void)
 	for (int it = 0; it < 200; it++) {
 		memset(dst, 0, len);
 		if (run_ranges(g, b, hr, 256, GPUNVME_CMD_READ, 10 * SEC))
-			FAIL("launch %d\n", it);
+			FAIL("launch %d", it);
 		if (memcmp(src, dst, len))
-			FAIL("launch %d: mismatch\n", it);
+			FAIL("launch %d: mismatch", it);
 	}
 	printf("relaunch: 200 launches x 256 threads on the same 4 queues: ok\n");
 	gpunvme_gpu_buf_free(b);
@@ -429,31 +429,6 @@ static int case_relaunch(void)
 int main(int argc, char **argv)
 {
 	int ndev = 0;
-	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-		printf("SKIP: no CUDA device\n");
-		return 77;
-	}
-	static const struct {
-		const char *name;
-		int (*fn)(void);
-	} cases[] = {
-		{ "random_rw", case_random_rw },   { "many_threads", case_many_threads },
-		{ "tier2", case_tier2 },           { "faults", case_faults },
-		{ "lanes", case_lanes },
-		{ "relaunch", case_relaunch },
-	};
-	int rc = 0, ran = 0;
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if (argc > 1 && strcmp(argv[1], cases[i].name))
-			continue;
-		ran++;
-		int r = cases[i].fn();
-		printf("%s %s\n", r ? "FAIL" : "PASS", cases[i].name);
-		rc |= r;
-	}
-	if (!ran) {
-		fprintf(stderr, "unknown case %s\n", argv[1]);
-		return 2;
-	}
-	return rc;
+	bool gpu = cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0;
+	return check_main_skip(argc, argv, gpu ? NULL : "no CUDA device");
 }

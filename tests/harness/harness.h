@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "check.h"
 #include "gpunvme/emu.h"
 #include "gpunvme/nvme.h"
 
@@ -223,57 +224,11 @@ void h_fill(void *buf, size_t len, uint64_t seed);
 int h_all(const void *buf, size_t len, uint8_t b);
 uint64_t h_rand(uint64_t *state);
 
-/* ---- test runner ------------------------------------------------------------- */
-typedef int (*h_case_fn)(void);
-void h_register(const char *name, h_case_fn fn);
-int h_main(int argc, char **argv);
-void h_report(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-const char *h_status_text(uint16_t st, char *buf, size_t len);
-const char *h_rc_text(int rc);
-
-#define H_SKIP 77
-
-/* A case: `H_CASE(name) { ... return 0; }`. tests/emu/CMakeLists.txt finds
- * the cases by this pattern at the start of a line. */
-#define H_CASE(name)                                                              \
-	static int name(void);                                                    \
-	__attribute__((constructor)) static void h_reg_##name(void) { h_register(#name, name); } \
-	static int name(void)
-
-#define H_FAIL(...) do { h_report(__FILE__, __LINE__, __VA_ARGS__); return 1; } while (0)
-#define H_CHECK(cond) do { if (!(cond)) H_FAIL("check failed: %s", #cond); } while (0)
-#define H_CHECKF(cond, ...) do { if (!(cond)) H_FAIL(__VA_ARGS__); } while (0)
-#define H_OK(expr) do {                                                           \
-		int h_rc_ = (expr);                                               \
-		if (h_rc_ != 0)                                                   \
-			H_FAIL("%s -> %d (%s)", #expr, h_rc_, h_rc_text(h_rc_)); \
-	} while (0)
-#define H_EQ(a, b) do {                                                           \
-		unsigned long long h_a_ = (unsigned long long)(a), h_b_ = (unsigned long long)(b); \
-		if (h_a_ != h_b_)                                                 \
-			H_FAIL("%s == %s: got 0x%llx (%llu), expected 0x%llx (%llu)", #a, #b, h_a_, h_a_, h_b_, h_b_); \
-	} while (0)
-/* Status check: SCT, SC and DNR must match (CRD and M are ignored). */
-#define H_MASK_SC_DNR 0x47ffu
-#define H_EXPECT_ST(cqe, exp) do {                                                \
-		uint16_t h_g_ = h_st(&(cqe)) & H_MASK_SC_DNR, h_e_ = (uint16_t)(exp); \
-		if (h_g_ != h_e_) {                                               \
-			char h_b1_[96], h_b2_[96];                                \
-			H_FAIL("status: expected 0x%04x [%s], got 0x%04x [%s]", h_e_, \
-			       h_status_text(h_e_, h_b1_, sizeof(h_b1_)), h_g_,   \
-			       h_status_text(h_g_, h_b2_, sizeof(h_b2_)));        \
-		}                                                                 \
-	} while (0)
-/* Status check of SCT and SC only (where the contract does not fix DNR). */
-#define H_EXPECT_CODE(cqe, exp) do {                                              \
-		uint16_t h_g_ = h_st(&(cqe)), h_e_ = (uint16_t)(exp);             \
-		if ((h_g_ & 0x7ff) != (h_e_ & 0x7ff)) {                           \
-			char h_b1_[96], h_b2_[96];                                \
-			H_FAIL("status code: expected 0x%03x [%s], got 0x%04x [%s]", h_e_, \
-			       h_status_text(h_e_, h_b1_, sizeof(h_b1_)), h_g_,   \
-			       h_status_text(h_g_, h_b2_, sizeof(h_b2_)));        \
-		}                                                                 \
-	} while (0)
+/* ---- checks ------------------------------------------------------------------ */
+/* The assertion macros and the case runner are the tests' one family
+ * (check.h); the status mask of CHECK_ST under the name the harness' own
+ * comparisons use. */
+#define H_MASK_SC_DNR CHECK_ST_MASK
 #define H_DNR(sc) ((uint16_t)((sc) | GPUNVME_STATUS_DNR))
 
 #endif

@@ -41,50 +41,50 @@ static struct gpunvme_ctrl *open_or_null(const char *uri, uint32_t io_timeout_ms
 	return c;
 }
 
-H_CASE(open_identify)
+TEST_CASE(open_identify)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:64M?lbads=12&ns=null:1T,ram:8M&nsq=8", 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_ctrl_info ci;
-	H_OK(gpunvme_ctrl_info(c, &ci));
-	H_CHECK(!strcmp(ci.transport, "emu"));
-	H_CHECK(!strcmp(ci.mn, "gpu-nvme-direct emulator"));
-	H_EQ(ci.nn, 3u);
-	H_EQ(ci.nr_io_queues, 8u);
-	H_EQ(ci.max_xfer, 128u * 1024);
+	REQUIRE_OK(gpunvme_ctrl_info(c, &ci));
+	REQUIRE(!strcmp(ci.transport, "emu"));
+	REQUIRE(!strcmp(ci.mn, "gpu-nvme-direct emulator"));
+	REQUIRE_EQ(ci.nn, 3u);
+	REQUIRE_EQ(ci.nr_io_queues, 8u);
+	REQUIRE_EQ(ci.max_xfer, 128u * 1024);
 	uint32_t ids[8];
-	H_EQ(gpunvme_ns_list(c, ids, 8), 3);
+	REQUIRE_EQ(gpunvme_ns_list(c, ids, 8), 3);
 	struct gpunvme_ns_info ni;
-	H_OK(gpunvme_ns_info(c, 2, &ni));
-	H_EQ(ni.lba_size, 4096u);
-	H_EQ(ni.nsze, (1ull << 40) / 4096);
-	H_EQ(ni.max_blocks, 32u);
-	H_CHECK(gpunvme_ns_info(c, 9, &ni) == -ENOENT);
-	H_CHECK(strstr(gpunvme_last_error(), "namespace 9"));
+	REQUIRE_OK(gpunvme_ns_info(c, 2, &ni));
+	REQUIRE_EQ(ni.lba_size, 4096u);
+	REQUIRE_EQ(ni.nsze, (1ull << 40) / 4096);
+	REQUIRE_EQ(ni.max_blocks, 32u);
+	REQUIRE(gpunvme_ns_info(c, 9, &ni) == -ENOENT);
+	REQUIRE(strstr(gpunvme_last_error(), "namespace 9"));
 	gpunvme_close(c);
 	return 0;
 }
 
 /* A transfer of several MiB with MDTS 128 KiB: split into many commands,
  * from a buffer that starts at an odd dword inside DMA memory. */
-H_CASE(split_roundtrip)
+TEST_CASE(split_roundtrip)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:64M?mdts=5", 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_qpair *qp;
-	H_OK(gpunvme_qpair_create(c, 16, &qp));
+	REQUIRE_OK(gpunvme_qpair_create(c, 16, &qp));
 	size_t len = (5u << 20) + 3 * 512;
 	uint8_t *wbuf = gpunvme_dma_alloc(c, len + 4096), *rbuf = gpunvme_dma_alloc(c, len + 4096);
-	H_CHECK(wbuf && rbuf);
+	REQUIRE(wbuf && rbuf);
 	uint8_t *w = wbuf + 12, *r = rbuf + 1028;
 	fill(w, len, 1);
 	uint16_t st = 0;
-	H_OK(gpunvme_write_sync(qp, 1, w, 777, len / 512, &st));
-	H_OK(gpunvme_read_sync(qp, 1, r, 777, len / 512, &st));
-	H_CHECK(memcmp(w, r, len) == 0);
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, w, 777, len / 512, &st));
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, r, 777, len / 512, &st));
+	REQUIRE(memcmp(w, r, len) == 0);
 	struct gpunvme_emu_stats s;
 	gpunvme_emu_get_stats(gpunvme_ctrl_emu(c), &s);
-	H_CHECKF(s.writes >= 41 && s.reads >= 41, "split into %llu writes, %llu reads",
+	REQUIRE(s.writes >= 41 && s.reads >= 41, "split into %llu writes, %llu reads",
 		 (unsigned long long)s.writes, (unsigned long long)s.reads);
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
@@ -92,19 +92,19 @@ H_CASE(split_roundtrip)
 }
 
 /* No MDTS: 2 MiB commands whose PRP lists chain over two list pages. */
-H_CASE(chained_lists)
+TEST_CASE(chained_lists)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:64M?mdts=0&lbads=12", 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_qpair *qp;
-	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	REQUIRE_OK(gpunvme_qpair_create(c, 8, &qp));
 	size_t len = 9u << 20;
 	uint8_t *w = gpunvme_dma_alloc(c, len + 8192), *r = gpunvme_dma_alloc(c, len + 8192);
-	H_CHECK(w && r);
+	REQUIRE(w && r);
 	fill(w + 2052, len, 2);
-	H_OK(gpunvme_write_sync(qp, 1, w + 2052, 3, len / 4096, NULL));
-	H_OK(gpunvme_read_sync(qp, 1, r + 8, 3, len / 4096, NULL));
-	H_CHECK(memcmp(w + 2052, r + 8, len) == 0);
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, w + 2052, 3, len / 4096, NULL));
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, r + 8, 3, len / 4096, NULL));
+	REQUIRE(memcmp(w + 2052, r + 8, len) == 0);
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
 	return 0;
@@ -123,32 +123,32 @@ static void count_cb(void *arg, const struct gpunvme_cpl *cpl)
 }
 
 /* More requests than command ids: the rest wait in the FIFO. */
-H_CASE(async_deep)
+TEST_CASE(async_deep)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:32M?mdts=2&workers=2", 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_qpair *qp;
-	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	REQUIRE_OK(gpunvme_qpair_create(c, 8, &qp));
 	const int n = 24;
 	const size_t per = 40 * 512; /* 20 KiB = 2 commands at MDTS 16 KiB */
 	uint8_t *w = gpunvme_dma_alloc(c, n * per), *r = gpunvme_dma_alloc(c, n * per);
-	H_CHECK(w && r);
+	REQUIRE(w && r);
 	fill(w, n * per, 3);
 	struct counter k = { 0, 0 };
 	for (int i = 0; i < n; i++)
-		H_OK(gpunvme_write(qp, 1, w + i * per, (uint64_t)i * 64, per / 512, count_cb, &k));
-	H_CHECK(gpunvme_qpair_outstanding(qp) == (uint32_t)n);
+		REQUIRE_OK(gpunvme_write(qp, 1, w + i * per, (uint64_t)i * 64, per / 512, count_cb, &k));
+	REQUIRE(gpunvme_qpair_outstanding(qp) == (uint32_t)n);
 	for (uint64_t t0 = h_now_ms(); k.done < n && h_now_ms() - t0 < 5000;)
-		H_CHECK(gpunvme_qpair_poll(qp, 0) >= 0);
-	H_EQ(k.done, n);
-	H_EQ(k.errors, 0);
+		REQUIRE(gpunvme_qpair_poll(qp, 0) >= 0);
+	REQUIRE_EQ(k.done, n);
+	REQUIRE_EQ(k.errors, 0);
 	k.done = 0;
 	for (int i = 0; i < n; i++)
-		H_OK(gpunvme_read(qp, 1, r + i * per, (uint64_t)i * 64, per / 512, count_cb, &k));
+		REQUIRE_OK(gpunvme_read(qp, 1, r + i * per, (uint64_t)i * 64, per / 512, count_cb, &k));
 	for (uint64_t t0 = h_now_ms(); k.done < n && h_now_ms() - t0 < 5000;)
-		H_CHECK(gpunvme_qpair_poll(qp, 0) >= 0);
-	H_EQ(k.done, n);
-	H_CHECK(memcmp(w, r, n * per) == 0);
+		REQUIRE(gpunvme_qpair_poll(qp, 0) >= 0);
+	REQUIRE_EQ(k.done, n);
+	REQUIRE(memcmp(w, r, n * per) == 0);
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
 	return 0;
@@ -168,32 +168,32 @@ static int wait_one(struct gpunvme_qpair *qp, struct counter *k, int want)
  * before polling. A's commands that waited for ids must still target A;
  * B gets exactly its blocks; C, never a target, stays as it was.
  */
-H_CASE(requests_keep_their_buffers)
+TEST_CASE(requests_keep_their_buffers)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M", 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_qpair *qp;
-	H_OK(gpunvme_qpair_create(c, 4, &qp));
+	REQUIRE_OK(gpunvme_qpair_create(c, 4, &qp));
 	const size_t mib = 1u << 20;
 	uint8_t *w = gpunvme_dma_alloc(c, 2 * mib), *a = gpunvme_dma_alloc(c, mib), *b = gpunvme_dma_alloc(c, mib),
 		*cc = gpunvme_dma_alloc(c, mib), *want_c = malloc(mib);
-	H_CHECK(w && a && b && cc && want_c);
+	REQUIRE(w && a && b && cc && want_c);
 	fill(w, 2 * mib, 21);
-	H_OK(gpunvme_write_sync(qp, 1, w, 0, 2 * mib / 512, NULL));
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, w, 0, 2 * mib / 512, NULL));
 	memset(a, 0x11, mib);
 	memset(b, 0x22, mib);
 	fill(cc, mib, 22);
 	memcpy(want_c, cc, mib);
 	struct counter k = { 0, 0 };
-	H_OK(gpunvme_read(qp, 1, a, 0, mib / 512, count_cb, &k));
-	H_OK(gpunvme_read(qp, 1, b, mib / 512, mib / 512, count_cb, &k));
+	REQUIRE_OK(gpunvme_read(qp, 1, a, 0, mib / 512, count_cb, &k));
+	REQUIRE_OK(gpunvme_read(qp, 1, b, mib / 512, mib / 512, count_cb, &k));
 	for (uint64_t t0 = h_now_ms(); k.done < 2 && h_now_ms() - t0 < 5000;)
-		H_CHECK(gpunvme_qpair_poll(qp, 0) >= 0);
-	H_EQ(k.done, 2);
-	H_EQ(k.errors, 0);
-	H_CHECK(memcmp(a, w, mib) == 0);
-	H_CHECK(memcmp(b, w + mib, mib) == 0);
-	H_CHECK(memcmp(cc, want_c, mib) == 0);
+		REQUIRE(gpunvme_qpair_poll(qp, 0) >= 0);
+	REQUIRE_EQ(k.done, 2);
+	REQUIRE_EQ(k.errors, 0);
+	REQUIRE(memcmp(a, w, mib) == 0);
+	REQUIRE(memcmp(b, w + mib, mib) == 0);
+	REQUIRE(memcmp(cc, want_c, mib) == 0);
 	free(want_c);
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
@@ -203,7 +203,7 @@ H_CASE(requests_keep_their_buffers)
 static int randio_on(const char *uri, uint32_t max_cmds, uint32_t ops, uint64_t seed)
 {
 	struct gpunvme_ctrl *c = open_or_null(uri, 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct randio_opts o;
 	randio_defaults(&o);
 	o.max_cmds = max_cmds;
@@ -211,87 +211,87 @@ static int randio_on(const char *uri, uint32_t max_cmds, uint32_t ops, uint64_t 
 	o.seed = seed;
 	int rc = randio_run(c, &o, stderr);
 	gpunvme_close(c);
-	H_CHECKF(rc == 0, "randio on %s (seed %llu)", uri, (unsigned long long)seed);
+	REQUIRE(rc == 0, "randio on %s (seed %llu)", uri, (unsigned long long)seed);
 	return 0;
 }
 
 /* Randomized: depths 2..8, requests of 1..64 commands, many buffers. */
-H_CASE(randio_mdts16k)
+TEST_CASE(randio_mdts16k)
 {
 	return randio_on("emu:ram:16M?mdts=2&workers=2", 64, 40, 1);
 }
 
-H_CASE(randio_4k_mdts32k)
+TEST_CASE(randio_4k_mdts32k)
 {
 	return randio_on("emu:ram:16M?lbads=12&mdts=3&workers=3", 64, 40, 2);
 }
 
-H_CASE(randio_mdts128k)
+TEST_CASE(randio_mdts128k)
 {
 	return randio_on("emu:ram:16M?workers=2", 64, 16, 3);
 }
 
 /* 2 MiB commands: PRP lists chained over two list pages. */
-H_CASE(randio_no_mdts)
+TEST_CASE(randio_no_mdts)
 {
 	return randio_on("emu:ram:32M?mdts=0&lbads=12&workers=2", 8, 16, 4);
 }
 
-H_CASE(zeroes_dealloc_flush)
+TEST_CASE(zeroes_dealloc_flush)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M", 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_qpair *qp;
-	H_OK(gpunvme_qpair_create(c, 0, &qp));
+	REQUIRE_OK(gpunvme_qpair_create(c, 0, &qp));
 	uint8_t *b = gpunvme_dma_alloc(c, 1 << 20);
-	H_CHECK(b);
+	REQUIRE(b);
 	memset(b, 0xa5, 1 << 20);
-	H_OK(gpunvme_write_sync(qp, 1, b, 0, 2048, NULL));
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, b, 0, 2048, NULL));
 	struct counter k = { 0, 0 };
-	H_OK(gpunvme_write_zeroes(qp, 1, 10, 100, count_cb, &k));
-	H_OK(gpunvme_deallocate(qp, 1, 500, 600, count_cb, &k));
-	H_OK(gpunvme_flush(qp, 1, count_cb, &k));
-	H_OK(gpunvme_flush(qp, GPUNVME_NSID_ALL, count_cb, &k));
-	H_OK(wait_one(qp, &k, 4));
-	H_EQ(k.errors, 0);
-	H_OK(gpunvme_read_sync(qp, 1, b, 0, 2048, NULL));
+	REQUIRE_OK(gpunvme_write_zeroes(qp, 1, 10, 100, count_cb, &k));
+	REQUIRE_OK(gpunvme_deallocate(qp, 1, 500, 600, count_cb, &k));
+	REQUIRE_OK(gpunvme_flush(qp, 1, count_cb, &k));
+	REQUIRE_OK(gpunvme_flush(qp, GPUNVME_NSID_ALL, count_cb, &k));
+	REQUIRE_OK(wait_one(qp, &k, 4));
+	REQUIRE_EQ(k.errors, 0);
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 0, 2048, NULL));
 	for (size_t i = 0; i < (1u << 20); i++) {
 		size_t lba = i / 512;
 		uint8_t want = ((lba >= 10 && lba < 110) || (lba >= 500 && lba < 1100)) ? 0 : 0xa5;
-		H_CHECKF(b[i] == want, "byte %zu (lba %zu) = 0x%02x", i, lba, b[i]);
+		REQUIRE(b[i] == want, "byte %zu (lba %zu) = 0x%02x", i, lba, b[i]);
 	}
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
 	return 0;
 }
 
-H_CASE(bad_arguments)
+TEST_CASE(bad_arguments)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:1M?nsq=1", 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_qpair *qp, *qp2;
-	H_OK(gpunvme_qpair_create(c, 4, &qp));
-	H_CHECK(gpunvme_qpair_create(c, 4, &qp2) == -EBUSY);
-	H_CHECK(strstr(gpunvme_last_error(), "in use"));
-	H_CHECK(gpunvme_qpair_create(c, 1, &qp2) == -EINVAL);
+	REQUIRE_OK(gpunvme_qpair_create(c, 4, &qp));
+	REQUIRE(gpunvme_qpair_create(c, 4, &qp2) == -EBUSY);
+	REQUIRE(strstr(gpunvme_last_error(), "in use"));
+	REQUIRE(gpunvme_qpair_create(c, 1, &qp2) == -EINVAL);
 	uint8_t *b = gpunvme_dma_alloc(c, 8192);
 	static uint8_t not_dma[4096] __attribute__((aligned(4096)));
-	H_CHECK(gpunvme_read(qp, 1, b, 2047, 2, NULL, NULL) == -ERANGE);
-	H_CHECK(strstr(gpunvme_last_error(), "past the end"));
-	H_CHECK(gpunvme_read(qp, 1, b, UINT64_MAX, 1, NULL, NULL) == -ERANGE);
-	H_CHECK(gpunvme_read(qp, 1, b, 0, 0, NULL, NULL) == -EINVAL);
-	H_CHECK(gpunvme_read(qp, 1, b + 2, 0, 1, NULL, NULL) == -EINVAL);
-	H_CHECK(strstr(gpunvme_last_error(), "aligned"));
-	H_CHECK(gpunvme_read(qp, 1, not_dma, 0, 1, NULL, NULL) == -EFAULT);
-	H_CHECK(gpunvme_read(qp, 1, b + 4096, 0, 9, NULL, NULL) == -EFAULT); /* runs off the end */
-	H_CHECK(gpunvme_read(qp, 2, b, 0, 1, NULL, NULL) == -ENODEV);
-	H_CHECK(gpunvme_qpair_outstanding(qp) == 0);
+	REQUIRE(gpunvme_read(qp, 1, b, 2047, 2, NULL, NULL) == -ERANGE);
+	REQUIRE(strstr(gpunvme_last_error(), "past the end"));
+	REQUIRE(gpunvme_read(qp, 1, b, UINT64_MAX, 1, NULL, NULL) == -ERANGE);
+	REQUIRE(gpunvme_read(qp, 1, b, 0, 0, NULL, NULL) == -EINVAL);
+	REQUIRE(gpunvme_read(qp, 1, b + 2, 0, 1, NULL, NULL) == -EINVAL);
+	REQUIRE(strstr(gpunvme_last_error(), "aligned"));
+	REQUIRE(gpunvme_read(qp, 1, not_dma, 0, 1, NULL, NULL) == -EFAULT);
+	REQUIRE(gpunvme_read(qp, 1, b + 4096, 0, 9, NULL, NULL) == -EFAULT); /* runs off the end */
+	REQUIRE(gpunvme_read(qp, 2, b, 0, 1, NULL, NULL) == -ENODEV);
+	REQUIRE(gpunvme_qpair_outstanding(qp) == 0);
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
 	return 0;
 }
 
-H_CASE(bad_uris)
+TEST_CASE(bad_uris)
 {
 	static const struct {
 		const char *uri, *msg;
@@ -315,94 +315,94 @@ H_CASE(bad_uris)
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		struct gpunvme_ctrl *c = (struct gpunvme_ctrl *)1;
 		int rc = gpunvme_open(t[i].uri, NULL, &c);
-		H_CHECKF(rc < 0 && c == NULL, "%s: rc %d", t[i].uri, rc);
-		H_CHECKF(rc == t[i].rc, "%s: rc %d want %d (%s)", t[i].uri, rc, t[i].rc, gpunvme_last_error());
-		H_CHECKF(strstr(gpunvme_last_error(), t[i].msg), "%s: message \"%s\"", t[i].uri, gpunvme_last_error());
-		H_CHECKF(gpunvme_last_error()[0], "%s: empty message", t[i].uri);
+		REQUIRE(rc < 0 && c == NULL, "%s: rc %d", t[i].uri, rc);
+		REQUIRE(rc == t[i].rc, "%s: rc %d want %d (%s)", t[i].uri, rc, t[i].rc, gpunvme_last_error());
+		REQUIRE(strstr(gpunvme_last_error(), t[i].msg), "%s: message \"%s\"", t[i].uri, gpunvme_last_error());
+		REQUIRE(gpunvme_last_error()[0], "%s: empty message", t[i].uri);
 	}
 	return 0;
 }
 
-H_CASE(media_error)
+TEST_CASE(media_error)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_qpair *qp;
-	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	REQUIRE_OK(gpunvme_qpair_create(c, 8, &qp));
 	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_MEDIA, .nsid = 1, .slba = 100, .nlb = 1 };
-	H_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
 	uint8_t *b = gpunvme_dma_alloc(c, 1 << 20);
 	uint16_t st = 0;
-	H_CHECK(gpunvme_read_sync(qp, 1, b, 0, 2048, &st) == -EIO);
-	H_EQ(st, GPUNVME_SC_UNRECOVERED_READ);
-	H_CHECK(strstr(gpunvme_last_error(), "Unrecovered Read Error"));
-	H_OK(gpunvme_read_sync(qp, 1, b, 101, 100, &st));
+	REQUIRE(gpunvme_read_sync(qp, 1, b, 0, 2048, &st) == -EIO);
+	REQUIRE_EQ(st, GPUNVME_SC_UNRECOVERED_READ);
+	REQUIRE(strstr(gpunvme_last_error(), "Unrecovered Read Error"));
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 101, 100, &st));
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
 	return 0;
 }
 
-H_CASE(dropped_command_times_out)
+TEST_CASE(dropped_command_times_out)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 300);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_qpair *qp;
-	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	REQUIRE_OK(gpunvme_qpair_create(c, 8, &qp));
 	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_DROP, .sqid = GPUNVME_EMU_SQID_ANY, .count = 1 };
-	H_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
 	uint8_t *b = gpunvme_dma_alloc(c, 4096);
 	uint64_t t0 = h_now_ms();
-	H_CHECK(gpunvme_read_sync(qp, 1, b, 0, 8, NULL) == -ETIMEDOUT);
+	REQUIRE(gpunvme_read_sync(qp, 1, b, 0, 8, NULL) == -ETIMEDOUT);
 	uint64_t dt = h_now_ms() - t0;
-	H_CHECKF(dt >= 250 && dt < 3000, "timed out after %llu ms", (unsigned long long)dt);
+	REQUIRE(dt >= 250 && dt < 3000, "timed out after %llu ms", (unsigned long long)dt);
 	/* the queue keeps working; the dropped command's id stays reserved */
-	H_OK(gpunvme_read_sync(qp, 1, b, 0, 8, NULL));
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 0, 8, NULL));
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
 	return 0;
 }
 
-H_CASE(cfs_then_reset)
+TEST_CASE(cfs_then_reset)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_qpair *qp;
-	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	REQUIRE_OK(gpunvme_qpair_create(c, 8, &qp));
 	uint8_t *b = gpunvme_dma_alloc(c, 4096);
 	memset(b, 0x5a, 4096);
-	H_OK(gpunvme_write_sync(qp, 1, b, 8, 8, NULL));
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, b, 8, 8, NULL));
 	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_CFS };
-	H_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
 	int rc = gpunvme_read_sync(qp, 1, b, 8, 8, NULL);
-	H_CHECKF(rc == -EIO, "rc %d", rc);
-	H_CHECK(strstr(gpunvme_last_error(), "CFS"));
-	H_OK(gpunvme_reset(c));
+	REQUIRE(rc == -EIO, "rc %d", rc);
+	REQUIRE(strstr(gpunvme_last_error(), "CFS"));
+	REQUIRE_OK(gpunvme_reset(c));
 	memset(b, 0, 4096);
-	H_OK(gpunvme_read_sync(qp, 1, b, 8, 8, NULL));
-	H_EQ(b[4095], 0x5a);
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 8, 8, NULL));
+	REQUIRE_EQ(b[4095], 0x5a);
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
 	return 0;
 }
 
-H_CASE(surprise_removal)
+TEST_CASE(surprise_removal)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_qpair *qp;
-	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	REQUIRE_OK(gpunvme_qpair_create(c, 8, &qp));
 	uint8_t *b = gpunvme_dma_alloc(c, 4096);
 	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_REMOVE };
-	H_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
 	uint64_t t0 = h_now_ms();
-	H_CHECK(gpunvme_read_sync(qp, 1, b, 0, 8, NULL) == -ENODEV);
-	H_CHECK(strstr(gpunvme_last_error(), "device gone"));
-	H_CHECK(h_now_ms() - t0 < 2000);
+	REQUIRE(gpunvme_read_sync(qp, 1, b, 0, 8, NULL) == -ENODEV);
+	REQUIRE(strstr(gpunvme_last_error(), "device gone"));
+	REQUIRE(h_now_ms() - t0 < 2000);
 	struct gpunvme_sqe cmd = { .opc = GPUNVME_ADM_IDENTIFY };
 	cmd.identify.cns = 1;
 	uint8_t id[4096];
-	H_CHECK(gpunvme_admin(c, &cmd, id, sizeof(id), 0, NULL) == -ENODEV);
-	H_CHECK(gpunvme_reset(c) == -ENODEV);
+	REQUIRE(gpunvme_admin(c, &cmd, id, sizeof(id), 0, NULL) == -ENODEV);
+	REQUIRE(gpunvme_reset(c) == -ENODEV);
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c); /* must not hang */
 	return 0;
@@ -412,29 +412,29 @@ H_CASE(surprise_removal)
  * both address orders: the queue pair's cached allocation must never
  * translate a buffer that lies outside it (found by the QEMU suite: a
  * buffer above the cached allocation wrapped the bounds check). */
-H_CASE(alternating_allocations)
+TEST_CASE(alternating_allocations)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M", 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_qpair *qp;
-	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	REQUIRE_OK(gpunvme_qpair_create(c, 8, &qp));
 	uint8_t *a[4];
 	for (int i = 0; i < 4; i++) {
 		a[i] = gpunvme_dma_alloc(c, 64 << 10);
-		H_CHECK(a[i]);
+		REQUIRE(a[i]);
 		fill(a[i], 64 << 10, 20 + i);
 	}
 	for (int round = 0; round < 3; round++)
 		for (int i = 0; i < 4; i++) {
 			int k = round == 1 ? 3 - i : i;
-			H_OK(gpunvme_write_sync(qp, 1, a[k] + 4096 * round, (uint64_t)k * 1024 + 8 * round, 8, NULL));
-			H_OK(gpunvme_write_sync(qp, 1, a[k] + 8192, (uint64_t)k * 1024 + 512, 64, NULL));
+			REQUIRE_OK(gpunvme_write_sync(qp, 1, a[k] + 4096 * round, (uint64_t)k * 1024 + 8 * round, 8, NULL));
+			REQUIRE_OK(gpunvme_write_sync(qp, 1, a[k] + 8192, (uint64_t)k * 1024 + 512, 64, NULL));
 		}
 	uint8_t *r = gpunvme_dma_alloc(c, 64 << 10);
 	for (int round = 0; round < 3; round++)
 		for (int k = 0; k < 4; k++) {
-			H_OK(gpunvme_read_sync(qp, 1, r, (uint64_t)k * 1024 + 8 * round, 8, NULL));
-			H_CHECKF(memcmp(r, a[k] + 4096 * round, 4096) == 0, "round %d buffer %d", round, k);
+			REQUIRE_OK(gpunvme_read_sync(qp, 1, r, (uint64_t)k * 1024 + 8 * round, 8, NULL));
+			REQUIRE(memcmp(r, a[k] + 4096 * round, 4096) == 0, "round %d buffer %d", round, k);
 		}
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
@@ -444,18 +444,18 @@ H_CASE(alternating_allocations)
 /* Small DMA allocations share 2 MiB chunks (on UIO each chunk is a
  * hugepage): pages are reused after free, handed out zeroed, and I/O through
  * neighbouring small buffers stays separate. */
-H_CASE(dma_small_allocations)
+TEST_CASE(dma_small_allocations)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M", 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	uint8_t *p[600];
 	for (int i = 0; i < 600; i++) {
 		p[i] = gpunvme_dma_alloc(c, 100 + i);
-		H_CHECK(p[i]);
-		H_CHECK(((uintptr_t)p[i] & 4095) == 0);
-		H_CHECK(gpunvme_dma_iova(c, p[i]) != 0);
+		REQUIRE(p[i]);
+		REQUIRE(((uintptr_t)p[i] & 4095) == 0);
+		REQUIRE(gpunvme_dma_iova(c, p[i]) != 0);
 		for (int k = 0; k < i; k++)
-			H_CHECK(p[k] != p[i]);
+			REQUIRE(p[k] != p[i]);
 		memset(p[i], 0xff, 100 + i);
 	}
 	/* free every other one, allocate again: live allocations never
@@ -464,35 +464,35 @@ H_CASE(dma_small_allocations)
 		gpunvme_dma_free(c, p[i]);
 	for (int i = 0; i < 600; i += 2) {
 		p[i] = gpunvme_dma_alloc(c, 4096);
-		H_CHECK(p[i]);
+		REQUIRE(p[i]);
 		for (int k = 0; k < 4096; k++)
-			H_CHECK(p[i][k] == 0);
+			REQUIRE(p[i][k] == 0);
 		for (int k = 1; k < 600; k += 2)
-			H_CHECK(p[k] != p[i]);
+			REQUIRE(p[k] != p[i]);
 		memset(p[i], 0xff, 4096);
 	}
 	uint8_t *again = gpunvme_dma_alloc(c, 8192);
-	H_CHECK(again);
+	REQUIRE(again);
 	struct gpunvme_qpair *qp;
-	H_OK(gpunvme_qpair_create(c, 8, &qp));
+	REQUIRE_OK(gpunvme_qpair_create(c, 8, &qp));
 	fill(p[10], 512, 5);
 	fill(p[11], 512, 6);
-	H_OK(gpunvme_write_sync(qp, 1, p[10], 0, 1, NULL));
-	H_OK(gpunvme_write_sync(qp, 1, p[11], 1, 1, NULL));
-	H_OK(gpunvme_read_sync(qp, 1, again, 0, 2, NULL));
-	H_CHECK(memcmp(again, p[10], 512) == 0 && memcmp(again + 512, p[11], 512) == 0);
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, p[10], 0, 1, NULL));
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, p[11], 1, 1, NULL));
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, again, 0, 2, NULL));
+	REQUIRE(memcmp(again, p[10], 512) == 0 && memcmp(again + 512, p[11], 512) == 0);
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
 	return 0;
 }
 
 /* Two processes see the same data through a file-backed image. */
-H_CASE(file_two_processes)
+TEST_CASE(file_two_processes)
 {
 	char path[] = "/tmp/gpunvme-test-XXXXXX";
 	int fd = mkstemp(path);
-	H_CHECK(fd >= 0);
-	H_CHECK(ftruncate(fd, 8 << 20) == 0);
+	REQUIRE(fd >= 0);
+	REQUIRE(ftruncate(fd, 8 << 20) == 0);
 	close(fd);
 	char uri[64];
 	snprintf(uri, sizeof(uri), "emu:%s", path);
@@ -510,20 +510,20 @@ H_CASE(file_two_processes)
 		_exit(rc ? 3 : 0);
 	}
 	int status;
-	H_CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	REQUIRE(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	struct gpunvme_ctrl *c = open_or_null(uri, 0);
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_qpair *qp;
-	H_OK(gpunvme_qpair_create(c, 4, &qp));
+	REQUIRE_OK(gpunvme_qpair_create(c, 4, &qp));
 	uint8_t *b = gpunvme_dma_alloc(c, 1 << 20);
 	uint8_t *want = malloc(1 << 20);
 	fill(want, 1 << 20, 9);
-	H_OK(gpunvme_read_sync(qp, 1, b, 64, 2048, NULL));
-	H_CHECK(memcmp(b, want, 1 << 20) == 0);
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 64, 2048, NULL));
+	REQUIRE(memcmp(b, want, 1 << 20) == 0);
 	free(want);
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
 	unlink(path);
 	return 0;
 }
-int main(int argc, char **argv) { return h_main(argc, argv); }
+int main(int argc, char **argv) { return check_main(argc, argv); }

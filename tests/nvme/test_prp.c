@@ -15,19 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../harness/check.h"
 #include "gpunvme/queue.h"
-
-static int failures;
-#define CHECK(c, ...)                                                     \
-	do {                                                              \
-		if (!(c)) {                                               \
-			fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);   \
-			fprintf(stderr, __VA_ARGS__);                     \
-			fputc('\n', stderr);                              \
-			if (++failures > 20)                              \
-				exit(1);                                  \
-		}                                                         \
-	} while (0)
 
 /* The buffer: page p of it lives at a scattered bus address (pages are not
  * contiguous, so a builder that assumes contiguity fails). */
@@ -212,8 +201,7 @@ int main(void)
 	uint64_t p1, p2;
 	CHECK(gpunvme_prp_fill(&odd, 0, 512, 4096, NULL, iova, 0, &p1, &p2) == -EINVAL, "odd start accepted");
 	CHECK(gpunvme_prp_fill(&odd, 2, 0, 4096, NULL, iova, 0, &p1, &p2) == -EINVAL, "zero length accepted");
-	if (failures)
-		return 1;
-	printf("prp: all combinations mapped every byte correctly\n");
-	return 0;
+	if (!check_failures())
+		printf("prp: all combinations mapped every byte correctly\n");
+	return check_finish("test_prp");
 }

@@ -14,7 +14,9 @@
  *   qemu_driver pattern SEED START BYTES the pattern of byte offsets START.. on
  *                                        stdout (for dd + cmp with the kernel driver)
  *
- * Prints "PASS ..." / "FAIL ..." lines; exit 0 only if everything passed.
+ * Prints a "PASS ..." line for every check that passed (check.h's verbose
+ * mode: the guest log shows what was verified), a FAIL line for every one
+ * that failed; exit 0 only if everything passed.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -22,23 +24,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../harness/check.h"
 #include "gpunvme/gpunvme.h"
 #include "randio.h"
-
-static int fails;
-
-#define CHECK(cond, ...)                                  \
-	do {                                              \
-		if (cond) {                               \
-			printf("PASS ");                  \
-		} else {                                  \
-			printf("FAIL ");                  \
-			fails++;                          \
-		}                                         \
-		printf(__VA_ARGS__);                      \
-		printf("\n");                             \
-		fflush(stdout);                           \
-	} while (0)
 
 /* The pattern: byte i of a run seeded by `seed` (xorshift over 32-bit
  * words, so any tool can regenerate it from the seed alone). */
@@ -259,7 +247,7 @@ out:
 		if (qps[q])
 			gpunvme_qpair_destroy(qps[q]);
 	gpunvme_close(c);
-	return fails ? 1 : 0;
+	return check_failures() ? 1 : 0;
 }
 
 /* Identify with PRP1 at an IOVA nothing was mapped at: behind an IOMMU the
@@ -296,7 +284,7 @@ static int iommu_fault(const char *uri)
 	rc = gpunvme_admin(c, &id2, page, sizeof(page), 0, NULL);
 	CHECK(rc == 0, "identify afterwards: %s", rc ? gpunvme_last_error() : "ok");
 	gpunvme_close(c);
-	return fails ? 1 : 0;
+	return check_failures() ? 1 : 0;
 }
 
 static int rw_pattern(const char *uri, uint32_t nsid, uint64_t slba, uint64_t nlb, uint32_t seed, int write)
@@ -338,7 +326,7 @@ static int rw_pattern(const char *uri, uint32_t nsid, uint64_t slba, uint64_t nl
 	if (qp)
 		gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
-	return fails ? 1 : 0;
+	return check_failures() ? 1 : 0;
 }
 
 static int randio(const char *uri, uint32_t nsid, uint64_t seed, uint32_t ops, uint32_t max_cmds)
@@ -360,11 +348,12 @@ static int randio(const char *uri, uint32_t nsid, uint64_t seed, uint32_t ops, u
 	CHECK(rc == 0, "randio on %s ns %u, seed %llu, depths %u..%u, 1..%u commands per request", uri, nsid,
 	      (unsigned long long)seed, o.min_depth, o.max_depth, max_cmds);
 	gpunvme_close(c);
-	return fails ? 1 : 0;
+	return check_failures() ? 1 : 0;
 }
 
 int main(int argc, char **argv)
 {
+	check_g.verbose = 1;
 	if (argc == 7 && !strcmp(argv[1], "randio"))
 		return randio(argv[2], (uint32_t)strtoul(argv[3], NULL, 0), strtoull(argv[4], NULL, 0),
 			      (uint32_t)strtoul(argv[5], NULL, 0), (uint32_t)strtoul(argv[6], NULL, 0));

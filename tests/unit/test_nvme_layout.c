@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../harness/check.h"
 #include "gpunvme/nvme.h"
-#include "unit.h"
 
 static void check_layout(void)
 {
@@ -306,5 +306,5 @@ int main(void)
 	check_regs();
 	check_doorbells();
 	check_status_fields();
-	return unit_finish("test_nvme_layout");
+	return check_finish("test_nvme_layout");
 }

@@ -13,22 +13,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../harness/check.h"
 #include "bus/bus.h"
 #include "bus/pci.h"
 #include "bus/iova.h"
 #include "gpunvme/gpunvme.h"
-#include "unit.h"
-
-#define CHECK_MSG(sub)                                                            \
-	do {                                                                      \
-		const char *m_ = gpunvme_last_error();                            \
-		unit_checks++;                                                    \
-		if (!m_ || !strstr(m_, (sub))) {                                  \
-			unit_failures++;                                          \
-			fprintf(stderr, "%s:%d: error \"%s\" lacks \"%s\"\n", __FILE__, \
-				__LINE__, m_ ? m_ : "(null)", (sub));             \
-		}                                                                 \
-	} while (0)
 
 static void check_parse(void)
 {
@@ -58,7 +47,7 @@ static void check_parse(void)
 		if (rc != -EINVAL)
 			fprintf(stderr, "accepted bad BDF '%s'\n", bad[i]);
 		CHECK_EQ(rc, -EINVAL);
-		CHECK_MSG("not a PCI address");
+		CHECK_LAST_ERROR("not a PCI address");
 	}
 	CHECK_EQ(gpunvme_pci_parse_bdf(NULL, out), -EINVAL);
 }
@@ -173,7 +162,7 @@ static void check_sysfs(void)
 	CHECK_EQ(gpunvme_pci_driver("0000:02:00.0", drv, sizeof(drv)), 0);
 	CHECK_STR(drv, "");
 	CHECK_EQ(gpunvme_pci_driver("0000:09:00.0", drv, sizeof(drv)), -ENODEV);
-	CHECK_MSG("no PCI device 0000:09:00.0");
+	CHECK_LAST_ERROR("no PCI device 0000:09:00.0");
 
 	CHECK_EQ(gpunvme_pci_iommu_group("0000:01:00.0"), 7);
 	CHECK_EQ(gpunvme_pci_iommu_group("0000:02:00.0"), -ENOENT);
@@ -218,31 +207,31 @@ static void check_bus_errors(void)
 	memset(&o, 0, sizeof(o));
 	memset(&b, 0, sizeof(b));
 	CHECK_EQ(gpunvme_bus_vfio.open(&b, "0000:09:00.0", &o), -ENODEV);
-	CHECK_MSG("no such PCI device");
+	CHECK_LAST_ERROR("no such PCI device");
 	CHECK_EQ(gpunvme_bus_vfio.open(&b, "nonsense", &o), -EINVAL);
-	CHECK_MSG("vfio:DDDD:BB:DD.F");
+	CHECK_LAST_ERROR("vfio:DDDD:BB:DD.F");
 	CHECK_EQ(gpunvme_bus_vfio.open(&b, "0000:04:00.0", &o), -ENODEV);
-	CHECK_MSG("bound to nvme, not vfio-pci: run scripts/vfio-bind.sh 0000:04:00.0");
+	CHECK_LAST_ERROR("bound to nvme, not vfio-pci: run scripts/vfio-bind.sh 0000:04:00.0");
 	CHECK_EQ(gpunvme_bus_vfio.open(&b, "02:00.0", &o), -ENODEV);
-	CHECK_MSG("intel_iommu=on");
+	CHECK_LAST_ERROR("intel_iommu=on");
 	CHECK(b.priv == NULL && b.bar0 == NULL);
 
 	CHECK_EQ(gpunvme_bus_uio.open(&b, "0000:01:00.0", &o), -EBUSY);
-	CHECK_MSG("open it as vfio:0000:01:00.0");
+	CHECK_LAST_ERROR("open it as vfio:0000:01:00.0");
 	CHECK_EQ(gpunvme_bus_uio.open(&b, "0000:04:00.0", &o), -EBUSY);
-	CHECK_MSG("bound to nvme, not uio_pci_generic");
+	CHECK_LAST_ERROR("bound to nvme, not uio_pci_generic");
 	CHECK_EQ(gpunvme_bus_uio.open(&b, "0000:03:00.0", &o), -EPERM);
-	CHECK_MSG("iommu=pt");
+	CHECK_LAST_ERROR("iommu=pt");
 	/* unsafe_noiommu skips the IOMMU check; the fake tree then lacks
 	 * config space. */
 	o.unsafe_noiommu = 1;
 	CHECK_EQ(gpunvme_bus_uio.open(&b, "0000:03:00.0", &o), -ENOENT);
-	CHECK_MSG("/config");
+	CHECK_LAST_ERROR("/config");
 	o.unsafe_noiommu = 0;
 	/* No IOMMU group: allowed, fails later for the same reason. */
 	CHECK_EQ(gpunvme_bus_uio.open(&b, "0000:02:00.0", &o), -ENOENT);
 	CHECK_EQ(gpunvme_bus_uio.open(&b, "0000:09:00.0", &o), -ENODEV);
-	CHECK_MSG("no such PCI device");
+	CHECK_LAST_ERROR("no such PCI device");
 	CHECK(b.priv == NULL && b.bar0 == NULL);
 }
 
@@ -408,5 +397,5 @@ int main(void)
 	remove_tree();
 	check_iova_basic();
 	check_iova_random();
-	return unit_finish("test_pci");
+	return check_finish("test_pci");
 }

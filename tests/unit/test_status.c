@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../harness/check.h"
 #include "gpunvme/nvme.h"
-#include "unit.h"
 
 static void check_names(void)
 {
@@ -159,7 +159,7 @@ static void check_unknown(void)
 	for (uint32_t v = 0; v <= 0xffff; v++) {
 		const char *s = gpunvme_status_str((uint16_t)v);
 		CHECK(s && strlen(s) > 10 && strlen(s) < 128);
-		if (unit_failures > 20)
+		if (check_failures() > 20)
 			break;
 	}
 }
@@ -228,5 +228,5 @@ int main(void)
 	check_unknown();
 	check_threads();
 	check_opcodes();
-	return unit_finish("test_status");
+	return check_finish("test_status");
 }
