@@ -91,7 +91,38 @@ static int io_error(const char *what, const struct slot *s, int err, uint16_t st
 		       s->slba + s->nlb - 1, le && *le ? le : strerror(-err));
 }
 
-static int run(int argc, char **argv, bool is_write)
+/* The command line, checked. */
+struct io_args {
+	bool is_write;
+	bool help;        /* --help: printed, nothing else to do */
+	const char *uri;
+	const char *path; /* the file; "<stdin>" or "<stdout>" for '-' (in messages) */
+	bool is_std;      /* '-': stdin or stdout */
+	uint64_t slba, nlb, chunk;
+	uint32_t nsid, depth, timeout_ms;
+	bool allow_trailing, flush, quiet;
+};
+
+/* What the command opened, and the transfer's progress. */
+struct io_state {
+	int fd;
+	bool created;          /* read: this command created the output file */
+	struct stat st;        /* write: the input's; read: zeroes */
+	struct gpunvme_opts opts;
+	struct gpunvme_ctrl *ctrl;
+	struct gpunvme_ns_info ni;
+	uint64_t total;        /* bytes to move */
+	struct gpunvme_qpair *qp;
+	uint8_t *dma;
+	struct slot *slots;
+	uint32_t depth;        /* slots: --depth, at most one per chunk */
+	uint64_t chunk_blocks; /* blocks per slot */
+	uint64_t next_lba, end_lba;
+	uint64_t in_bytes;     /* write: bytes taken from the input */
+	bool drained;          /* nothing in flight: the queue pair and DMA memory may be freed */
+};
+
+static int parse_opts(int argc, char **argv, bool is_write, struct io_args *a)
 {
 	static const struct option lo[] = {
 		{"slba", required_argument, NULL, 's'},
@@ -111,367 +142,388 @@ static int run(int argc, char **argv, bool is_write)
 		{"help", no_argument, NULL, 'h'},
 		{0, 0, 0, 0},
 	};
-	uint64_t slba = 0, nlb = 0, chunk = DEF_CHUNK;
-	uint32_t nsid = 1, depth = DEF_DEPTH, timeout_ms = 0;
-	bool have_slba = false, have_nlb = false, allow_trailing = false, flush = true, quiet = false;
-	const char *path = NULL;
+	memset(a, 0, sizeof(*a));
+	a->is_write = is_write;
+	a->chunk = DEF_CHUNK;
+	a->nsid = 1;
+	a->depth = DEF_DEPTH;
+	a->flush = true;
+	bool have_slba = false, have_nlb = false;
 	int c, rc;
 	while ((c = cli_getopt(argc, argv, "s:n:d:qh", lo)) != -1) {
 		switch (c) {
 		case 's':
-			if ((rc = cli_opt_u64("--slba", optarg, false, 0, UINT64_MAX, &slba)))
+			if ((rc = cli_opt_u64("--slba", optarg, false, 0, UINT64_MAX, &a->slba)))
 				return rc;
 			have_slba = true;
 			break;
 		case 'N':
-			if ((rc = cli_opt_u64("--nlb", optarg, false, 1, UINT64_MAX, &nlb)))
+			if ((rc = cli_opt_u64("--nlb", optarg, false, 1, UINT64_MAX, &a->nlb)))
 				return rc;
 			have_nlb = true;
 			break;
 		case 'n':
-			if ((rc = cli_opt_u32("--nsid", optarg, false, 1, 0xfffffffe, &nsid)))
+			if ((rc = cli_opt_u32("--nsid", optarg, false, 1, 0xfffffffe, &a->nsid)))
 				return rc;
 			break;
 		case 'O':
 			if (is_write)
 				return cli_usage_err("write takes --in FILE, not --out");
-			path = optarg;
+			a->path = optarg;
 			break;
 		case 'I':
 			if (!is_write)
 				return cli_usage_err("read takes --out FILE, not --in");
-			path = optarg;
+			a->path = optarg;
 			break;
-		case 'd': path = optarg; break;
+		case 'd': a->path = optarg; break;
 		case 'C':
-			if ((rc = cli_opt_u64("--chunk", optarg, true, 1, MAX_CHUNK, &chunk)))
+			if ((rc = cli_opt_u64("--chunk", optarg, true, 1, MAX_CHUNK, &a->chunk)))
 				return rc;
 			break;
 		case 'D':
-			if ((rc = cli_opt_u32("--depth", optarg, false, 1, MAX_DEPTH, &depth)))
+			if ((rc = cli_opt_u32("--depth", optarg, false, 1, MAX_DEPTH, &a->depth)))
 				return rc;
 			break;
 		case 'T':
-			if ((rc = cli_opt_u32("--timeout", optarg, false, 1, 3600000, &timeout_ms)))
+			if ((rc = cli_opt_u32("--timeout", optarg, false, 1, 3600000, &a->timeout_ms)))
 				return rc;
 			break;
 		case 'A':
 			if (!is_write)
 				return cli_usage_err("--allow-trailing applies to write only");
-			allow_trailing = true;
+			a->allow_trailing = true;
 			break;
 		case 'F':
 			if (!is_write)
 				return cli_usage_err("--no-flush applies to write only");
-			flush = false;
+			a->flush = false;
 			break;
-		case 'q': quiet = true; break;
-		case 'h': help(is_write); return 0;
+		case 'q': a->quiet = true; break;
+		case 'h': help(is_write); a->help = true; return 0;
 		default: return EXIT_USAGE;
 		}
 	}
-	const char *uri = cli_one_uri(argc, argv);
-	if (!uri)
+	a->uri = cli_one_uri(argc, argv);
+	if (!a->uri)
 		return EXIT_USAGE;
 	if (!have_slba)
 		return cli_usage_err("missing --slba N (first LBA)");
 	if (!have_nlb)
 		return cli_usage_err("missing --nlb N (number of blocks)");
-	if (!path)
-		return cli_usage_err(is_write ? "missing --in FILE ('-' for stdin)"
-					      : "missing --out FILE ('-' for stdout)");
-	if ((uint64_t)depth * chunk > (1ull << 30))
-		return cli_usage_err("--chunk %" PRIu64 " x --depth %u is more than 1 GiB of DMA buffer", chunk,
-				     depth);
-	if ((rc = cli_check_uri(uri)))
+	return 0;
+}
+
+/* What no single option can check on its own. */
+static int check_args(struct io_args *a)
+{
+	if (!a->path)
+		return cli_usage_err(a->is_write ? "missing --in FILE ('-' for stdin)"
+						 : "missing --out FILE ('-' for stdout)");
+	if ((uint64_t)a->depth * a->chunk > (1ull << 30))
+		return cli_usage_err("--chunk %" PRIu64 " x --depth %u is more than 1 GiB of DMA buffer", a->chunk,
+				     a->depth);
+	int rc = cli_check_uri(a->uri);
+	if (rc)
 		return rc;
+	a->is_std = !strcmp(a->path, "-");
+	if (a->is_std)
+		a->path = a->is_write ? "<stdin>" : "<stdout>";  /* for messages */
+	return 0;
+}
 
-	/* ---- files, before the device is touched --------------------------- */
-	int fd = -1;
-	bool is_std = !strcmp(path, "-");
-	if (is_std)
-		path = is_write ? "<stdin>" : "<stdout>";  /* for messages */
-	bool created = false;
-	struct stat st;
-	memset(&st, 0, sizeof(st));
-	if (is_write) {
-		if (is_std) {
-			fd = 0;
+/* The input or output file, before the device is touched. A file is kept
+ * in s only once it is open, so a failure here leaves nothing to undo
+ * beyond s->fd. */
+static int open_file(const struct io_args *a, struct io_state *s)
+{
+	memset(&s->st, 0, sizeof(s->st));
+	if (a->is_write) {
+		if (a->is_std) {
+			s->fd = 0;
 		} else {
-			fd = open(path, O_RDONLY | O_CLOEXEC);
-			if (fd < 0)
-				return cli_err(EXIT_RUNTIME, "cannot open input file '%s': %s", path,
+			s->fd = open(a->path, O_RDONLY | O_CLOEXEC);
+			if (s->fd < 0)
+				return cli_err(EXIT_RUNTIME, "cannot open input file '%s': %s", a->path,
 					       strerror(errno));
 		}
-		if (fstat(fd, &st) < 0) {
-			rc = cli_err(EXIT_RUNTIME, "cannot stat input '%s': %s", path, strerror(errno));
-			goto out_fd;
-		}
-		if (S_ISDIR(st.st_mode)) {
-			rc = cli_err(EXIT_RUNTIME, "input '%s' is a directory", path);
-			goto out_fd;
-		}
-	} else {
-		if (is_std) {
-			if (isatty(1))
-				return cli_usage_err("refusing to write binary data to a terminal: redirect "
-						     "stdout or give --out FILE");
-			fd = 1;
-		} else {
-			created = stat(path, &st) != 0;
-			fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-			if (fd < 0)
-				return cli_err(EXIT_RUNTIME, "cannot create output file '%s': %s", path,
-					       strerror(errno));
-		}
+		if (fstat(s->fd, &s->st) < 0)
+			return cli_err(EXIT_RUNTIME, "cannot stat input '%s': %s", a->path, strerror(errno));
+		if (S_ISDIR(s->st.st_mode))
+			return cli_err(EXIT_RUNTIME, "input '%s' is a directory", a->path);
+		return 0;
 	}
+	if (a->is_std) {
+		if (isatty(1))
+			return cli_usage_err("refusing to write binary data to a terminal: redirect "
+					     "stdout or give --out FILE");
+		s->fd = 1;
+		return 0;
+	}
+	struct stat ost;
+	bool created = stat(a->path, &ost) != 0;
+	s->fd = open(a->path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	if (s->fd < 0)
+		return cli_err(EXIT_RUNTIME, "cannot create output file '%s': %s", a->path, strerror(errno));
+	s->created = created;
+	return 0;
+}
 
-	/* ---- device and range -------------------------------------------------- */
-	struct gpunvme_opts opts;
-	gpunvme_opts_init(&opts);
-	if (timeout_ms)
-		opts.io_timeout_ms = timeout_ms;
+/* The controller, the namespace and the LBA range. */
+static int open_device(const struct io_args *a, struct io_state *s)
+{
+	gpunvme_opts_init(&s->opts);
+	if (a->timeout_ms)
+		s->opts.io_timeout_ms = a->timeout_ms;
 	struct gpunvme_ctrl *ctrl = NULL;
-	struct gpunvme_qpair *qp = NULL;
-	uint8_t *dma = NULL;
-	struct slot *slots = NULL;
-	bool drained = true;
-	if ((rc = cli_open(uri, &opts, &ctrl)))
-		goto out_fd;
-	struct gpunvme_ns_info ni;
-	if ((rc = cli_ns(ctrl, nsid, &ni)) || (rc = cli_check_range(&ni, slba, nlb)))
-		goto out;
-	if (nlb > UINT64_MAX / ni.lba_size) {
-		rc = cli_usage_err("--nlb %" PRIu64 ": too many bytes", nlb);
-		goto out;
-	}
-	uint64_t total = nlb * ni.lba_size;
-	if (chunk % ni.lba_size) {
-		rc = cli_usage_err("--chunk %" PRIu64 " is not a multiple of the %u-byte LBA size", chunk,
-				   ni.lba_size);
-		goto out;
-	}
-	if (is_write && S_ISREG(st.st_mode)) {
-		uint64_t fsz = (uint64_t)st.st_size;
-		char h1[32], h2[32];
-		if (fsz % ni.lba_size && fsz < total) {
-			rc = cli_err(EXIT_RUNTIME, "input '%s' is %" PRIu64 " bytes, not a whole number of %u-byte "
-				     "blocks; --nlb %" PRIu64 " needs exactly %" PRIu64 " bytes (%s)",
-				     path, fsz, ni.lba_size, nlb, total, cli_human_bytes(total, h1, sizeof(h1)));
-			goto out;
-		}
-		if (fsz < total) {
-			rc = cli_err(EXIT_RUNTIME, "input '%s' is too short: %" PRIu64 " bytes (%s), but --nlb %" PRIu64
-				     " of %u-byte blocks needs exactly %" PRIu64 " bytes (%s); nothing written",
-				     path, fsz, cli_human_bytes(fsz, h2, sizeof(h2)), nlb, ni.lba_size, total,
-				     cli_human_bytes(total, h1, sizeof(h1)));
-			goto out;
-		}
-		if (fsz > total && !allow_trailing) {
-			rc = cli_err(EXIT_RUNTIME, "input '%s' is longer than the transfer: %" PRIu64 " bytes, but --nlb %" PRIu64
-				     " of %u-byte blocks is %" PRIu64 " bytes; nothing written (--allow-trailing "
-				     "writes only the first %" PRIu64 " bytes)",
-				     path, fsz, nlb, ni.lba_size, total, total);
-			goto out;
-		}
-	}
-	if (!is_write && !is_std) {
-		struct stat ost;
-		if (fstat(fd, &ost) == 0 && S_ISREG(ost.st_mode) && ftruncate(fd, 0) < 0) {
-			rc = cli_err(EXIT_RUNTIME, "cannot truncate '%s': %s", path, strerror(errno));
-			goto out;
-		}
-	}
+	int rc = cli_open(a->uri, &s->opts, &ctrl);
+	if (rc)
+		return rc;
+	s->ctrl = ctrl;
+	if ((rc = cli_ns(s->ctrl, a->nsid, &s->ni)) || (rc = cli_check_range(&s->ni, a->slba, a->nlb)))
+		return rc;
+	if (a->nlb > UINT64_MAX / s->ni.lba_size)
+		return cli_usage_err("--nlb %" PRIu64 ": too many bytes", a->nlb);
+	s->total = a->nlb * s->ni.lba_size;
+	if (a->chunk % s->ni.lba_size)
+		return cli_usage_err("--chunk %" PRIu64 " is not a multiple of the %u-byte LBA size", a->chunk,
+				     s->ni.lba_size);
+	return 0;
+}
 
-	/* ---- buffer and queue ---------------------------------------------------- */
-	uint64_t chunk_blocks = chunk / ni.lba_size;
-	uint64_t nchunks = (nlb + chunk_blocks - 1) / chunk_blocks;
-	if (depth > nchunks)
-		depth = (uint32_t)nchunks;
+/* The file against the transfer, now that the LBA size is known: an input
+ * file of the wrong size is refused before anything is written; an output
+ * file is truncated. */
+static int check_file_size(const struct io_args *a, struct io_state *s)
+{
+	if (a->is_write && S_ISREG(s->st.st_mode)) {
+		uint64_t fsz = (uint64_t)s->st.st_size, total = s->total;
+		uint32_t lba_size = s->ni.lba_size;
+		char h1[32], h2[32];
+		if (fsz % lba_size && fsz < total)
+			return cli_err(EXIT_RUNTIME, "input '%s' is %" PRIu64 " bytes, not a whole number of %u-byte "
+				       "blocks; --nlb %" PRIu64 " needs exactly %" PRIu64 " bytes (%s)",
+				       a->path, fsz, lba_size, a->nlb, total, cli_human_bytes(total, h1, sizeof(h1)));
+		if (fsz < total)
+			return cli_err(EXIT_RUNTIME, "input '%s' is too short: %" PRIu64 " bytes (%s), but --nlb %" PRIu64
+				       " of %u-byte blocks needs exactly %" PRIu64 " bytes (%s); nothing written",
+				       a->path, fsz, cli_human_bytes(fsz, h2, sizeof(h2)), a->nlb, lba_size, total,
+				       cli_human_bytes(total, h1, sizeof(h1)));
+		if (fsz > total && !a->allow_trailing)
+			return cli_err(EXIT_RUNTIME, "input '%s' is longer than the transfer: %" PRIu64 " bytes, but --nlb %" PRIu64
+				       " of %u-byte blocks is %" PRIu64 " bytes; nothing written (--allow-trailing "
+				       "writes only the first %" PRIu64 " bytes)",
+				       a->path, fsz, a->nlb, lba_size, total, total);
+	}
+	if (!a->is_write && !a->is_std) {
+		struct stat ost;
+		if (fstat(s->fd, &ost) == 0 && S_ISREG(ost.st_mode) && ftruncate(s->fd, 0) < 0)
+			return cli_err(EXIT_RUNTIME, "cannot truncate '%s': %s", a->path, strerror(errno));
+	}
+	return 0;
+}
+
+/* One DMA buffer of depth slots and a queue pair deep enough for all of
+ * them at once, each split at MDTS. */
+static int setup_queue(const struct io_args *a, struct io_state *s)
+{
+	s->chunk_blocks = a->chunk / s->ni.lba_size;
+	uint64_t nchunks = (a->nlb + s->chunk_blocks - 1) / s->chunk_blocks;
+	s->depth = a->depth > nchunks ? (uint32_t)nchunks : a->depth;
 	if (nchunks == 1)
-		chunk_blocks = nlb;  /* small transfer: buffer just what is needed */
-	size_t slot_bytes = (size_t)(chunk_blocks * ni.lba_size);
-	dma = gpunvme_dma_alloc(ctrl, slot_bytes * depth);
-	if (!dma) {
+		s->chunk_blocks = a->nlb;  /* small transfer: buffer just what is needed */
+	size_t slot_bytes = (size_t)(s->chunk_blocks * s->ni.lba_size);
+	s->dma = gpunvme_dma_alloc(s->ctrl, slot_bytes * s->depth);
+	if (!s->dma) {
 		char h[32];
-		rc = cli_lib_err(-ENOMEM, "cannot allocate %s of DMA memory (try a smaller --chunk or --depth)",
-				 cli_human_bytes((uint64_t)slot_bytes * depth, h, sizeof(h)));
-		goto out;
+		return cli_lib_err(-ENOMEM, "cannot allocate %s of DMA memory (try a smaller --chunk or --depth)",
+				   cli_human_bytes((uint64_t)slot_bytes * s->depth, h, sizeof(h)));
 	}
-	slots = calloc(depth, sizeof(*slots));
-	if (!slots) {
-		rc = cli_err(EXIT_RUNTIME, "out of memory");
-		goto out;
-	}
-	for (uint32_t i = 0; i < depth; i++)
-		slots[i].buf = dma + (size_t)i * slot_bytes;
+	s->slots = calloc(s->depth, sizeof(*s->slots));
+	if (!s->slots)
+		return cli_err(EXIT_RUNTIME, "out of memory");
+	for (uint32_t i = 0; i < s->depth; i++)
+		s->slots[i].buf = s->dma + (size_t)i * slot_bytes;
 	struct gpunvme_ctrl_info ci;
 	uint32_t qdepth = 0;
-	if (gpunvme_ctrl_info(ctrl, &ci) == 0) {
+	if (gpunvme_ctrl_info(s->ctrl, &ci) == 0) {
 		uint64_t parts = ci.max_xfer ? (slot_bytes + ci.max_xfer - 1) / ci.max_xfer : 1;
-		uint64_t want = parts * depth + 1;
+		uint64_t want = parts * s->depth + 1;
 		uint32_t lim = ci.mqes < 1024 ? ci.mqes : 1024;
 		qdepth = want < 2 ? 2 : (want > lim ? lim : (uint32_t)want);
 	}
-	if ((rc = gpunvme_qpair_create(ctrl, qdepth, &qp)) < 0) {
-		rc = cli_lib_err(rc, "cannot create an I/O queue pair");
-		qp = NULL;
-		goto out;
-	}
+	struct gpunvme_qpair *qp = NULL;
+	int rc = gpunvme_qpair_create(s->ctrl, qdepth, &qp);
+	if (rc < 0)
+		return cli_lib_err(rc, "cannot create an I/O queue pair");
+	s->qp = qp;
+	return 0;
+}
 
-	/* ---- the transfer ----------------------------------------------------- */
-	const char *what = is_write ? "write" : "read";
-	uint64_t next_lba = slba, end_lba = slba + nlb, retired = 0;
-	uint64_t in_bytes = 0;  /* write: bytes taken from the input */
-	uint32_t head = 0;
-	uint64_t t0 = cli_now_ns();
-	uint64_t stall_ns = (uint64_t)opts.io_timeout_ms * 1000000ull + 5000000000ull;
-	uint64_t last_progress = t0;
-	rc = 0;
-	/* prime: every slot gets a chunk */
-	for (uint32_t i = 0; i < depth && next_lba < end_lba; i++) {
-		struct slot *s = &slots[i];
-		s->slba = next_lba;
-		s->nlb = end_lba - next_lba < chunk_blocks ? end_lba - next_lba : chunk_blocks;
-		if (is_write) {
-			size_t want = (size_t)(s->nlb * ni.lba_size);
-			ssize_t n = cli_read_full(fd, s->buf, want);
-			if (n < 0) {
-				rc = cli_err(EXIT_RUNTIME, "reading '%s': %s", path, strerror((int)-n));
-				break;
-			}
-			in_bytes += (uint64_t)n;
-			if ((size_t)n < want) {
-				rc = cli_err(EXIT_RUNTIME, "input '%s' ended after %" PRIu64 " bytes; --nlb %" PRIu64
-					     " needs exactly %" PRIu64 " bytes (%" PRIu64 " blocks were written before)",
-					     path, in_bytes, nlb, total, next_lba - slba);
-				break;
-			}
-		}
-		s->state = ST_BUSY;
-		int e = is_write ? gpunvme_write(qp, nsid, s->buf, s->slba, s->nlb, slot_cb, s)
-				 : gpunvme_read(qp, nsid, s->buf, s->slba, s->nlb, slot_cb, s);
-		if (e) {
-			s->state = ST_IDLE;
-			rc = io_error(is_write ? "submitting write" : "submitting read", s, e, 0);
-			break;
-		}
-		next_lba += s->nlb;
+/* Give slot `sl` the next chunk (write: read it from the input first) and
+ * submit it. `written` is the block count an early end of the input
+ * reports as already written. */
+static int start_slot(const struct io_args *a, struct io_state *s, struct slot *sl, uint64_t written)
+{
+	sl->slba = s->next_lba;
+	sl->nlb = s->end_lba - s->next_lba < s->chunk_blocks ? s->end_lba - s->next_lba : s->chunk_blocks;
+	if (a->is_write) {
+		size_t want = (size_t)(sl->nlb * s->ni.lba_size);
+		ssize_t n = cli_read_full(s->fd, sl->buf, want);
+		if (n < 0)
+			return cli_err(EXIT_RUNTIME, "reading '%s': %s", a->path, strerror((int)-n));
+		s->in_bytes += (uint64_t)n;
+		if ((size_t)n < want)
+			return cli_err(EXIT_RUNTIME, "input '%s' ended after %" PRIu64 " bytes; --nlb %" PRIu64
+				       " needs exactly %" PRIu64 " bytes (%" PRIu64 " blocks were written before)",
+				       a->path, s->in_bytes, a->nlb, s->total, written);
 	}
-	while (rc == 0 && retired < nlb) {
-		int n = gpunvme_qpair_poll(qp, 0);
-		if (n < 0) {
-			rc = cli_lib_err(n, "%s: the controller failed", what);
-			break;
-		}
+	sl->state = ST_BUSY;
+	int e = a->is_write ? gpunvme_write(s->qp, a->nsid, sl->buf, sl->slba, sl->nlb, slot_cb, sl)
+			    : gpunvme_read(s->qp, a->nsid, sl->buf, sl->slba, sl->nlb, slot_cb, sl);
+	if (e) {
+		sl->state = ST_IDLE;
+		return io_error(a->is_write ? "submitting write" : "submitting read", sl, e, 0);
+	}
+	s->next_lba += sl->nlb;
+	return 0;
+}
+
+/* Every slot in flight, then retire them in order (read: into the file)
+ * and refill each with the next chunk until all nlb blocks are done. */
+static int transfer(const struct io_args *a, struct io_state *s, uint64_t t0)
+{
+	const char *what = a->is_write ? "write" : "read";
+	uint64_t retired = 0;
+	uint32_t head = 0;
+	uint64_t stall_ns = (uint64_t)s->opts.io_timeout_ms * 1000000ull + 5000000000ull;
+	uint64_t last_progress = t0;
+	int rc = 0;
+	s->next_lba = a->slba;
+	s->end_lba = a->slba + a->nlb;
+	for (uint32_t i = 0; i < s->depth && s->next_lba < s->end_lba && rc == 0; i++)
+		rc = start_slot(a, s, &s->slots[i], s->next_lba - a->slba);
+	while (rc == 0 && retired < a->nlb) {
+		int n = gpunvme_qpair_poll(s->qp, 0);
+		if (n < 0)
+			return cli_lib_err(n, "%s: the controller failed", what);
 		uint64_t now = cli_now_ns();
 		if (n > 0)
 			last_progress = now;
-		else if (now - last_progress > stall_ns) {
-			rc = cli_err(EXIT_RUNTIME, "%s: no completion for %" PRIu64 " s; giving up", what,
-				     (uint64_t)((now - last_progress) / 1000000000u));
-			break;
-		}
-		while (rc == 0 && slots[head].state == ST_DONE) {
-			struct slot *s = &slots[head];
-			s->state = ST_IDLE;
-			if (s->err) {
-				rc = io_error(what, s, s->err, s->status);
-				break;
-			}
-			if (!is_write) {
-				ssize_t w = cli_write_all(fd, s->buf, (size_t)(s->nlb * ni.lba_size));
+		else if (now - last_progress > stall_ns)
+			return cli_err(EXIT_RUNTIME, "%s: no completion for %" PRIu64 " s; giving up", what,
+				       (uint64_t)((now - last_progress) / 1000000000u));
+		while (rc == 0 && s->slots[head].state == ST_DONE) {
+			struct slot *sl = &s->slots[head];
+			sl->state = ST_IDLE;
+			if (sl->err)
+				return io_error(what, sl, sl->err, sl->status);
+			if (!a->is_write) {
+				ssize_t w = cli_write_all(s->fd, sl->buf, (size_t)(sl->nlb * s->ni.lba_size));
 				if (w < 0) {
 					char dst[300];
-					snprintf(dst, sizeof(dst), "'%s'", path);
-					rc = cli_write_err((int)w, dst);
-					break;
+					snprintf(dst, sizeof(dst), "'%s'", a->path);
+					return cli_write_err((int)w, dst);
 				}
 			}
-			retired += s->nlb;
-			if (next_lba < end_lba) {
-				s->slba = next_lba;
-				s->nlb = end_lba - next_lba < chunk_blocks ? end_lba - next_lba : chunk_blocks;
-				if (is_write) {
-					size_t want = (size_t)(s->nlb * ni.lba_size);
-					ssize_t r = cli_read_full(fd, s->buf, want);
-					if (r < 0) {
-						rc = cli_err(EXIT_RUNTIME, "reading '%s': %s", path, strerror((int)-r));
-						break;
-					}
-					in_bytes += (uint64_t)r;
-					if ((size_t)r < want) {
-						rc = cli_err(EXIT_RUNTIME, "input '%s' ended after %" PRIu64 " bytes; "
-							     "--nlb %" PRIu64 " needs exactly %" PRIu64 " bytes (%" PRIu64
-							     " blocks were written before)",
-							     path, in_bytes, nlb, total, retired);
-						break;
-					}
-				}
-				s->state = ST_BUSY;
-				int e = is_write ? gpunvme_write(qp, nsid, s->buf, s->slba, s->nlb, slot_cb, s)
-						 : gpunvme_read(qp, nsid, s->buf, s->slba, s->nlb, slot_cb, s);
-				if (e) {
-					s->state = ST_IDLE;
-					rc = io_error(is_write ? "submitting write" : "submitting read", s, e, 0);
-					break;
-				}
-				next_lba += s->nlb;
-			}
-			head = (head + 1) % depth;
+			retired += sl->nlb;
+			if (s->next_lba < s->end_lba)
+				rc = start_slot(a, s, sl, retired);
+			head = (head + 1) % s->depth;
 		}
 	}
-	/* a stream input must end exactly here */
-	if (rc == 0 && is_write && !S_ISREG(st.st_mode) && !allow_trailing) {
-		uint8_t extra;
-		ssize_t r = cli_read_full(fd, &extra, 1);
-		if (r > 0)
-			rc = cli_err(EXIT_RUNTIME, "input '%s' holds more than the %" PRIu64 " bytes of --nlb %" PRIu64
-				     " (all %" PRIu64 " blocks were written; --allow-trailing accepts a longer input)",
-				     path, total, nlb, nlb);
-	}
-	if (rc == 0 && is_write && flush) {
-		uint16_t stt = 0;
-		int e = gpunvme_flush_sync(qp, nsid, &stt);
-		if (e)
-			rc = e == -EIO ? cli_err(EXIT_RUNTIME, "flush failed: %s", gpunvme_status_str(stt))
-				       : cli_lib_err(e, "flush failed");
-	}
-	uint64_t t1 = cli_now_ns();
-
-	/* on an error, wait for what is still in flight before freeing its memory */
-	if (rc) {
-		uint64_t tdrain = cli_now_ns();
-		while (gpunvme_qpair_outstanding(qp) > 0) {
-			if (gpunvme_qpair_poll(qp, 0) < 0 ||
-			    cli_now_ns() - tdrain > (uint64_t)opts.io_timeout_ms * 1000000ull + 2000000000ull)
-				break;
-		}
-		drained = gpunvme_qpair_outstanding(qp) == 0;
-	}
-	if (rc == 0 && !quiet) {
-		double secs = (double)(t1 - t0) / 1e9;
-		char h[32];
-		fprintf(stderr, "%s %" PRIu64 " bytes (%s, %" PRIu64 " block%s of %u B, LBA %" PRIu64 "..%" PRIu64
-			", nsid %u) in %.3f s: %.3f GB/s\n",
-			is_write ? "wrote" : "read", total, cli_human_bytes(total, h, sizeof(h)), nlb, nlb == 1 ? "" : "s", ni.lba_size,
-			slba, slba + nlb - 1, nsid, secs, secs > 0 ? (double)total / secs / 1e9 : 0.0);
-	}
-
-out:
-	if (qp && drained)
-		gpunvme_qpair_destroy(qp);
-	if (dma && drained)
-		gpunvme_dma_free(ctrl, dma);
-	free(slots);
-	if (ctrl)
-		gpunvme_close(ctrl);
-out_fd:
-	if (fd > 2 && close(fd) < 0 && !is_write && rc == 0)
-		rc = cli_err(EXIT_RUNTIME, "closing '%s': %s", path, strerror(errno));
-	if (rc && !is_write && !is_std && created)
-		unlink(path);
 	return rc;
+}
+
+/* write: a stream input must end exactly here; then the Flush. */
+static int finish_write(const struct io_args *a, struct io_state *s)
+{
+	if (!S_ISREG(s->st.st_mode) && !a->allow_trailing) {
+		uint8_t extra;
+		ssize_t r = cli_read_full(s->fd, &extra, 1);
+		if (r > 0)
+			return cli_err(EXIT_RUNTIME, "input '%s' holds more than the %" PRIu64 " bytes of --nlb %" PRIu64
+				       " (all %" PRIu64 " blocks were written; --allow-trailing accepts a longer input)",
+				       a->path, s->total, a->nlb, a->nlb);
+	}
+	if (a->flush) {
+		uint16_t stt = 0;
+		int e = gpunvme_flush_sync(s->qp, a->nsid, &stt);
+		if (e)
+			return e == -EIO ? cli_err(EXIT_RUNTIME, "flush failed: %s", gpunvme_status_str(stt))
+					 : cli_lib_err(e, "flush failed");
+	}
+	return 0;
+}
+
+/* After an error: wait for what is still in flight before its memory is
+ * freed; what does not complete in time is leaked, not freed under the
+ * controller. */
+static void drain(struct io_state *s)
+{
+	uint64_t tdrain = cli_now_ns();
+	while (gpunvme_qpair_outstanding(s->qp) > 0) {
+		if (gpunvme_qpair_poll(s->qp, 0) < 0 ||
+		    cli_now_ns() - tdrain > (uint64_t)s->opts.io_timeout_ms * 1000000ull + 2000000000ull)
+			break;
+	}
+	s->drained = gpunvme_qpair_outstanding(s->qp) == 0;
+}
+
+/* the summary line on stderr */
+static void report(const struct io_args *a, const struct io_state *s, uint64_t ns)
+{
+	double secs = (double)ns / 1e9;
+	uint64_t total = s->total, nlb = a->nlb, slba = a->slba;
+	char h[32];
+	fprintf(stderr, "%s %" PRIu64 " bytes (%s, %" PRIu64 " block%s of %u B, LBA %" PRIu64 "..%" PRIu64
+		", nsid %u) in %.3f s: %.3f GB/s\n",
+		a->is_write ? "wrote" : "read", total, cli_human_bytes(total, h, sizeof(h)), nlb, nlb == 1 ? "" : "s",
+		s->ni.lba_size, slba, slba + nlb - 1, a->nsid, secs, secs > 0 ? (double)total / secs / 1e9 : 0.0);
+}
+
+/* Close everything that was opened; a read's output file that this
+ * command created is removed on an error. Returns rc, or the error of
+ * closing the output. */
+static int release(const struct io_args *a, struct io_state *s, int rc)
+{
+	if (s->qp && s->drained)
+		gpunvme_qpair_destroy(s->qp);
+	if (s->dma && s->drained)
+		gpunvme_dma_free(s->ctrl, s->dma);
+	free(s->slots);
+	if (s->ctrl)
+		gpunvme_close(s->ctrl);
+	if (s->fd > 2 && close(s->fd) < 0 && !a->is_write && rc == 0)
+		rc = cli_err(EXIT_RUNTIME, "closing '%s': %s", a->path, strerror(errno));
+	if (rc && !a->is_write && !a->is_std && s->created)
+		unlink(a->path);
+	return rc;
+}
+
+static int run(int argc, char **argv, bool is_write)
+{
+	struct io_args a;
+	int rc = parse_opts(argc, argv, is_write, &a);
+	if (rc || a.help || (rc = check_args(&a)))
+		return rc;
+	struct io_state s;
+	memset(&s, 0, sizeof(s));
+	s.fd = -1;
+	s.drained = true;
+	if ((rc = open_file(&a, &s)) || (rc = open_device(&a, &s)) || (rc = check_file_size(&a, &s)) ||
+	    (rc = setup_queue(&a, &s)))
+		return release(&a, &s, rc);
+	uint64_t t0 = cli_now_ns();
+	rc = transfer(&a, &s, t0);
+	if (rc == 0 && is_write)
+		rc = finish_write(&a, &s);
+	uint64_t t1 = cli_now_ns();
+	if (rc)
+		drain(&s);
+	else if (!a.quiet)
+		report(&a, &s, t1 - t0);
+	return release(&a, &s, rc);
 }
 
 int cmd_read(int argc, char **argv) { return run(argc, argv, false); }

@@ -48,6 +48,11 @@
 #include <string.h>
 #include <unistd.h>
 
+/* the writer's out-of-memory exit goes through die(), for this tool's message */
+static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+#define BB_OOM(bytes) die("out of memory (%zu bytes)", (size_t)(bytes))
+#include "model_writer.h" /* safetensors and GGUF bytes, shared with the tests */
+
 #define MAX_DIMS 8
 #define CHUNK (8u << 20) /* write unit: big enough to run at disk speed */
 
@@ -114,54 +119,6 @@ static char *xstrdup(const char *s)
 {
 	size_t n = strlen(s) + 1;
 	return memcpy(xmalloc(n), s, n);
-}
-
-/* ---- growable byte buffer (headers) -------------------------------------- */
-
-struct buf {
-	uint8_t *p;
-	size_t len, cap;
-};
-
-static void b_put(struct buf *b, const void *d, size_t n)
-{
-	if (b->len + n > b->cap) {
-		size_t c = b->cap ? b->cap : 4096;
-		while (c < b->len + n)
-			c *= 2;
-		b->p = xrealloc(b->p, c);
-		b->cap = c;
-	}
-	memcpy(b->p + b->len, d, n);
-	b->len += n;
-}
-
-static void b_printf(struct buf *b, const char *fmt, ...)
-{
-	char tmp[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof(tmp))
-		die("internal: header fragment too long");
-	b_put(b, tmp, (size_t)n);
-}
-
-static void b_u32(struct buf *b, uint32_t v)
-{
-	uint8_t x[4];
-	for (int i = 0; i < 4; i++)
-		x[i] = (uint8_t)(v >> (8 * i));
-	b_put(b, x, 4);
-}
-
-static void b_u64(struct buf *b, uint64_t v)
-{
-	uint8_t x[8];
-	for (int i = 0; i < 8; i++)
-		x[i] = (uint8_t)(v >> (8 * i));
-	b_put(b, x, 8);
 }
 
 /* ---- data generator --------------------------------------------------------- */
@@ -517,7 +474,7 @@ static void edge_permute(struct model *m)
 }
 
 /* Build the header (length prefix included); sets every tensor's offset. */
-static void layout_st(struct model *m, struct buf *hdr)
+static void layout_st(struct model *m, struct bb *hdr)
 {
 	/* relative data offsets, in data order */
 	size_t *by_pos = xmalloc(m->n * sizeof(*by_pos));
@@ -536,63 +493,52 @@ static void layout_st(struct model *m, struct buf *hdr)
 	}
 	free(by_pos);
 
-	struct buf j = { 0 };
-	b_put(&j, "{", 1);
-	int first = 1;
+	struct st_writer w;
+	st_begin(&w);
 	if (!m->edge) {
-		b_printf(&j, "\"__metadata__\":{\"format\":\"pt\",\"generator\":\"gpunvme-mkmodel\","
-			     "\"hidden_size\":\"%" PRIu64 "\",\"num_hidden_layers\":\"%" PRIu64 "\"}",
-			 m->hidden, m->layers);
-		first = 0;
+		char hidden[24], layers[24];
+		snprintf(hidden, sizeof(hidden), "%" PRIu64, m->hidden);
+		snprintf(layers, sizeof(layers), "%" PRIu64, m->layers);
+		const char *const kv[] = { "format", "pt", "generator", "gpunvme-mkmodel",
+					   "hidden_size", hidden, "num_hidden_layers", layers };
+		st_metadata(&w, kv, 4);
 	}
 	for (size_t i = 0; i < m->n; i++) {
-		struct tensor *t = &m->t[i];
+		const struct tensor *t = &m->t[i];
 		/* edge: __metadata__ in the middle of the object, with escapes */
 		if (m->edge && i == 7)
-			b_printf(&j, ",\"__metadata__\":{\"format\":\"pt\",\"note\":\"edge \\\"cases\\\" \\\\ \\u00e9 \\n\","
-				     "\"empty\":\"\"}");
-		if (!first)
-			b_put(&j, ",", 1);
-		first = 0;
-		/* edge mode: whitespace between tokens, as some writers emit */
-		const char *sp = (m->edge && i % 5 == 2) ? " " : "";
-		b_printf(&j, "%s\"", sp);
-		b_put(&j, t->json_name, strlen(t->json_name));
-		b_printf(&j, "\":%s{\"dtype\":\"%s\",\"shape\":[", sp, t->dtype);
-		for (uint32_t d = 0; d < t->ndim; d++)
-			b_printf(&j, "%s%" PRIu64, d ? "," : "", t->shape[d]);
-		b_printf(&j, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", rel[i], rel[i] + t->bytes);
+			st_raw_member(&w, "\"__metadata__\":{\"format\":\"pt\",\"note\":\"edge \\\"cases\\\" \\\\ \\u00e9 \\n\","
+					  "\"empty\":\"\"}");
+		struct st_tensor e = {
+			.name = t->name,
+			/* edge names written with escapes a reader must decode */
+			.raw_name = strcmp(t->json_name, t->name) ? t->json_name : NULL,
+			.dtype = t->dtype,
+			.ndim = t->ndim,
+			.shape = t->shape,
+			.begin = rel[i],
+			.end = rel[i] + t->bytes,
+			/* edge mode: whitespace between tokens, as some writers emit */
+			.spaced = m->edge && i % 5 == 2,
+		};
+		st_tensor(&w, &e);
 	}
-	b_put(&j, "}", 1);
 	/* Trailing spaces (the format allows them): normal files start the data
 	 * on an 8-byte boundary, as the reference writer does; edge files on an
 	 * offset that is 5 mod 8 (neither 4- nor 8-byte aligned). */
-	unsigned want = m->edge ? 5 : 0;
-	while ((8 + j.len) % 8 != want)
-		b_put(&j, " ", 1);
-	hdr->len = 0;
-	b_u64(hdr, j.len);
-	b_put(hdr, j.p, j.len);
-	free(j.p);
+	hdr->n = 0;
+	st_finish(&w, hdr, m->edge ? 5 : 0);
 	for (size_t i = 0; i < m->n; i++)
-		m->t[i].offset = hdr->len + rel[i];
+		m->t[i].offset = hdr->n + rel[i];
 	free(rel);
 }
 
 /* ---- GGUF writer ------------------------------------------------------------------ */
 
-enum { GV_U8, GV_I8, GV_U16, GV_I16, GV_U32, GV_I32, GV_F32, GV_BOOL, GV_STR, GV_ARR, GV_U64, GV_I64, GV_F64 };
-
-static void g_str(struct buf *b, const char *s)
+/* a metadata key and its value's type, counted */
+static void g_key(struct bb *b, uint64_t *nkv, const char *k, enum gguf_type type)
 {
-	b_u64(b, strlen(s));
-	b_put(b, s, strlen(s));
-}
-
-static void g_key(struct buf *b, uint64_t *nkv, const char *k, uint32_t type)
-{
-	g_str(b, k);
-	b_u32(b, type);
+	gguf_key(b, k, type);
 	(*nkv)++;
 }
 
@@ -610,163 +556,142 @@ static uint64_t f64_bits(double f)
 	return u;
 }
 
-static void gguf_meta(struct model *m, struct buf *kv, uint64_t *nkv)
+static void gguf_meta(struct model *m, struct bb *kv, uint64_t *nkv)
 {
 	char s[64];
-	g_key(kv, nkv, "general.architecture", GV_STR);
-	g_str(kv, "llama");
-	g_key(kv, nkv, "general.name", GV_STR);
-	g_str(kv, m->edge ? "gpunvme-mkmodel edge cases" : "gpunvme-mkmodel synthetic llama");
-	g_key(kv, nkv, "general.alignment", GV_U32);
-	b_u32(kv, m->alignment);
+	g_key(kv, nkv, "general.architecture", GGUF_STR);
+	gguf_str(kv, "llama");
+	g_key(kv, nkv, "general.name", GGUF_STR);
+	gguf_str(kv, m->edge ? "gpunvme-mkmodel edge cases" : "gpunvme-mkmodel synthetic llama");
+	g_key(kv, nkv, "general.alignment", GGUF_U32);
+	bb_u32(kv, m->alignment);
 	if (!m->edge) {
-		g_key(kv, nkv, "general.file_type", GV_U32);
-		b_u32(kv, 15); /* LLAMA_FTYPE_MOSTLY_Q4_K_M */
-		g_key(kv, nkv, "llama.context_length", GV_U32);
-		b_u32(kv, 4096);
-		g_key(kv, nkv, "llama.embedding_length", GV_U32);
-		b_u32(kv, (uint32_t)m->hidden);
-		g_key(kv, nkv, "llama.block_count", GV_U32);
-		b_u32(kv, (uint32_t)m->layers);
-		g_key(kv, nkv, "llama.feed_forward_length", GV_U32);
-		b_u32(kv, (uint32_t)m->ffn);
-		g_key(kv, nkv, "llama.attention.head_count", GV_U32);
-		b_u32(kv, (uint32_t)(m->hidden / 64));
-		g_key(kv, nkv, "llama.attention.head_count_kv", GV_U32);
-		b_u32(kv, (uint32_t)(m->kv / 64));
-		g_key(kv, nkv, "llama.rope.freq_base", GV_F32);
-		b_u32(kv, f32_bits(10000.0f));
-		g_key(kv, nkv, "llama.attention.layer_norm_rms_epsilon", GV_F32);
-		b_u32(kv, f32_bits(1e-5f));
-		g_key(kv, nkv, "tokenizer.ggml.model", GV_STR);
-		g_str(kv, "llama");
+		g_key(kv, nkv, "general.file_type", GGUF_U32);
+		bb_u32(kv, 15); /* LLAMA_FTYPE_MOSTLY_Q4_K_M */
+		g_key(kv, nkv, "llama.context_length", GGUF_U32);
+		bb_u32(kv, 4096);
+		g_key(kv, nkv, "llama.embedding_length", GGUF_U32);
+		bb_u32(kv, (uint32_t)m->hidden);
+		g_key(kv, nkv, "llama.block_count", GGUF_U32);
+		bb_u32(kv, (uint32_t)m->layers);
+		g_key(kv, nkv, "llama.feed_forward_length", GGUF_U32);
+		bb_u32(kv, (uint32_t)m->ffn);
+		g_key(kv, nkv, "llama.attention.head_count", GGUF_U32);
+		bb_u32(kv, (uint32_t)(m->hidden / 64));
+		g_key(kv, nkv, "llama.attention.head_count_kv", GGUF_U32);
+		bb_u32(kv, (uint32_t)(m->kv / 64));
+		g_key(kv, nkv, "llama.rope.freq_base", GGUF_F32);
+		bb_u32(kv, f32_bits(10000.0f));
+		g_key(kv, nkv, "llama.attention.layer_norm_rms_epsilon", GGUF_F32);
+		bb_u32(kv, f32_bits(1e-5f));
+		g_key(kv, nkv, "tokenizer.ggml.model", GGUF_STR);
+		gguf_str(kv, "llama");
 		/* the vocabulary arrays: the bulk of a real GGUF header */
-		g_key(kv, nkv, "tokenizer.ggml.tokens", GV_ARR);
-		b_u32(kv, GV_STR);
-		b_u64(kv, m->vocab);
+		g_key(kv, nkv, "tokenizer.ggml.tokens", GGUF_ARR);
+		gguf_arr(kv, GGUF_STR, m->vocab);
 		for (uint64_t i = 0; i < m->vocab; i++) {
 			snprintf(s, sizeof(s), "<tok_%" PRIu64 ">", i);
-			g_str(kv, s);
+			gguf_str(kv, s);
 		}
-		g_key(kv, nkv, "tokenizer.ggml.scores", GV_ARR);
-		b_u32(kv, GV_F32);
-		b_u64(kv, m->vocab);
+		g_key(kv, nkv, "tokenizer.ggml.scores", GGUF_ARR);
+		gguf_arr(kv, GGUF_F32, m->vocab);
 		for (uint64_t i = 0; i < m->vocab; i++)
-			b_u32(kv, f32_bits(-(float)i));
-		g_key(kv, nkv, "tokenizer.ggml.token_type", GV_ARR);
-		b_u32(kv, GV_I32);
-		b_u64(kv, m->vocab);
+			bb_u32(kv, f32_bits(-(float)i));
+		g_key(kv, nkv, "tokenizer.ggml.token_type", GGUF_ARR);
+		gguf_arr(kv, GGUF_I32, m->vocab);
 		for (uint64_t i = 0; i < m->vocab; i++)
-			b_u32(kv, i < 3 ? 3 : 1);
-		g_key(kv, nkv, "tokenizer.ggml.bos_token_id", GV_U32);
-		b_u32(kv, 1);
+			bb_u32(kv, i < 3 ? 3 : 1);
+		g_key(kv, nkv, "tokenizer.ggml.bos_token_id", GGUF_U32);
+		bb_u32(kv, 1);
 		return;
 	}
 	/* edge: every value type, empty string and array, nested arrays */
-	g_key(kv, nkv, "edge.u8", GV_U8);
-	b_put(kv, "\xfe", 1);
-	g_key(kv, nkv, "edge.i8", GV_I8);
-	b_put(kv, "\x80", 1);
-	g_key(kv, nkv, "edge.u16", GV_U16);
-	b_put(kv, "\x34\x12", 2);
-	g_key(kv, nkv, "edge.i16", GV_I16);
-	b_put(kv, "\xff\xff", 2);
-	g_key(kv, nkv, "edge.u32", GV_U32);
-	b_u32(kv, 0xdeadbeef);
-	g_key(kv, nkv, "edge.i32", GV_I32);
-	b_u32(kv, (uint32_t)-7);
-	g_key(kv, nkv, "edge.f32", GV_F32);
-	b_u32(kv, f32_bits(3.5f));
-	g_key(kv, nkv, "edge.bool", GV_BOOL);
-	b_put(kv, "\x01", 1);
-	g_key(kv, nkv, "edge.u64", GV_U64);
-	b_u64(kv, UINT64_MAX);
-	g_key(kv, nkv, "edge.i64", GV_I64);
-	b_u64(kv, (uint64_t)INT64_MIN);
-	g_key(kv, nkv, "edge.f64", GV_F64);
-	b_u64(kv, f64_bits(-0.25));
-	g_key(kv, nkv, "edge.empty_string", GV_STR);
-	g_str(kv, "");
-	g_key(kv, nkv, "edge.utf8_string", GV_STR);
-	g_str(kv, "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac");
-	g_key(kv, nkv, "edge.empty_array", GV_ARR);
-	b_u32(kv, GV_I32);
-	b_u64(kv, 0);
-	g_key(kv, nkv, "edge.bool_array", GV_ARR);
-	b_u32(kv, GV_BOOL);
-	b_u64(kv, 3);
-	b_put(kv, "\x01\x00\x01", 3);
-	g_key(kv, nkv, "edge.u8_array", GV_ARR); /* odd length: the next key is unaligned */
-	b_u32(kv, GV_U8);
-	b_u64(kv, 5);
-	b_put(kv, "\x01\x02\x03\x04\x05", 5);
-	g_key(kv, nkv, "edge.nested_array", GV_ARR);
-	b_u32(kv, GV_ARR);
-	b_u64(kv, 2);
-	b_u32(kv, GV_U16);
-	b_u64(kv, 1);
-	b_put(kv, "\x01\x00", 2);
-	b_u32(kv, GV_STR);
-	b_u64(kv, 2);
-	g_str(kv, "a");
-	g_str(kv, "");
-	g_key(kv, nkv, "tokenizer.ggml.tokens", GV_ARR);
-	b_u32(kv, GV_STR);
-	b_u64(kv, 300);
+	g_key(kv, nkv, "edge.u8", GGUF_U8);
+	bb_put(kv, "\xfe", 1);
+	g_key(kv, nkv, "edge.i8", GGUF_I8);
+	bb_put(kv, "\x80", 1);
+	g_key(kv, nkv, "edge.u16", GGUF_U16);
+	bb_put(kv, "\x34\x12", 2);
+	g_key(kv, nkv, "edge.i16", GGUF_I16);
+	bb_put(kv, "\xff\xff", 2);
+	g_key(kv, nkv, "edge.u32", GGUF_U32);
+	bb_u32(kv, 0xdeadbeef);
+	g_key(kv, nkv, "edge.i32", GGUF_I32);
+	bb_u32(kv, (uint32_t)-7);
+	g_key(kv, nkv, "edge.f32", GGUF_F32);
+	bb_u32(kv, f32_bits(3.5f));
+	g_key(kv, nkv, "edge.bool", GGUF_BOOL);
+	bb_put(kv, "\x01", 1);
+	g_key(kv, nkv, "edge.u64", GGUF_U64);
+	bb_u64(kv, UINT64_MAX);
+	g_key(kv, nkv, "edge.i64", GGUF_I64);
+	bb_u64(kv, (uint64_t)INT64_MIN);
+	g_key(kv, nkv, "edge.f64", GGUF_F64);
+	bb_u64(kv, f64_bits(-0.25));
+	g_key(kv, nkv, "edge.empty_string", GGUF_STR);
+	gguf_str(kv, "");
+	g_key(kv, nkv, "edge.utf8_string", GGUF_STR);
+	gguf_str(kv, "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac");
+	g_key(kv, nkv, "edge.empty_array", GGUF_ARR);
+	gguf_arr(kv, GGUF_I32, 0);
+	g_key(kv, nkv, "edge.bool_array", GGUF_ARR);
+	gguf_arr(kv, GGUF_BOOL, 3);
+	bb_put(kv, "\x01\x00\x01", 3);
+	g_key(kv, nkv, "edge.u8_array", GGUF_ARR); /* odd length: the next key is unaligned */
+	gguf_arr(kv, GGUF_U8, 5);
+	bb_put(kv, "\x01\x02\x03\x04\x05", 5);
+	g_key(kv, nkv, "edge.nested_array", GGUF_ARR);
+	gguf_arr(kv, GGUF_ARR, 2);
+	gguf_arr(kv, GGUF_U16, 1);
+	bb_put(kv, "\x01\x00", 2);
+	gguf_arr(kv, GGUF_STR, 2);
+	gguf_str(kv, "a");
+	gguf_str(kv, "");
+	g_key(kv, nkv, "tokenizer.ggml.tokens", GGUF_ARR);
+	gguf_arr(kv, GGUF_STR, 300);
 	for (int i = 0; i < 300; i++) {
 		snprintf(s, sizeof(s), "<%d>", i);
-		g_str(kv, s);
+		gguf_str(kv, s);
 	}
 }
 
-static void layout_gguf(struct model *m, struct buf *hdr)
+static void layout_gguf(struct model *m, struct bb *hdr)
 {
-	struct buf kv = { 0 }, ti = { 0 };
+	struct bb kv = { 0 }, ti = { 0 };
 	uint64_t nkv = 0;
 	gguf_meta(m, &kv, &nkv);
-	/* tensor infos: offsets relative to the data section, consecutive,
-	 * each tensor padded to the alignment (ggml insists on exactly that) */
+	/* tensor infos: offsets relative to the data section */
 	uint64_t rel = 0;
 	uint64_t *rels = xmalloc(m->n * sizeof(*rels));
 	for (size_t i = 0; i < m->n; i++) {
 		struct tensor *t = &m->t[i];
-		g_str(&ti, t->name);
-		b_u32(&ti, t->ndim);
-		for (uint32_t d = 0; d < t->ndim; d++)
-			b_u64(&ti, t->shape[d]);
-		b_u32(&ti, t->ggml_type);
-		b_u64(&ti, rel);
+		gguf_tensor_info(&ti, t->name, t->ndim, t->shape, t->ggml_type, rel);
 		rels[i] = rel;
-		rel += (t->bytes + m->alignment - 1) / m->alignment * m->alignment;
+		rel = gguf_next_offset(rel, t->bytes, m->alignment);
 	}
-	hdr->len = 0;
-	b_put(hdr, "GGUF", 4);
-	b_u32(hdr, 3);
-	b_u64(hdr, m->n);
-	b_u64(hdr, nkv);
-	b_put(hdr, kv.p, kv.len);
-	b_put(hdr, ti.p, ti.len);
+	hdr->n = 0;
+	gguf_head(hdr, 3, m->n, nkv);
+	bb_put(hdr, kv.p, kv.n);
+	bb_put(hdr, ti.p, ti.n);
 	free(kv.p);
 	free(ti.p);
-	static const uint8_t zeros[256];
-	size_t pad = (m->alignment - hdr->len % m->alignment) % m->alignment;
-	b_put(hdr, zeros, pad);
+	bb_align(hdr, m->alignment);
 	for (size_t i = 0; i < m->n; i++)
-		m->t[i].offset = hdr->len + rels[i];
+		m->t[i].offset = hdr->n + rels[i];
 	free(rels);
 }
 
-static uint64_t layout(struct model *m, struct buf *hdr)
+static uint64_t layout(struct model *m, struct bb *hdr)
 {
 	if (m->fmt == FMT_ST)
 		layout_st(m, hdr);
 	else
 		layout_gguf(m, hdr);
-	uint64_t end = hdr->len;
+	uint64_t end = hdr->n;
 	for (size_t i = 0; i < m->n; i++) {
 		uint64_t e = m->t[i].offset + m->t[i].bytes;
-		if (m->fmt == FMT_GGUF)
-			e = hdr->len + (e - hdr->len + m->alignment - 1) / m->alignment * m->alignment;
+		if (m->fmt == FMT_GGUF) /* the file ends with the last tensor's padding */
+			e = hdr->n + gguf_next_offset(m->t[i].offset - hdr->n, m->t[i].bytes, m->alignment);
 		if (e > end)
 			end = e;
 	}
@@ -777,7 +702,7 @@ static uint64_t layout(struct model *m, struct buf *hdr)
 
 static uint64_t plan_size(struct model *m, uint64_t h, uint64_t vocab, uint64_t layers)
 {
-	struct buf hdr = { 0 };
+	struct bb hdr = { 0 };
 	build_normal(m, h, vocab, layers);
 	uint64_t s = layout(m, &hdr);
 	free(hdr.p);
@@ -840,13 +765,13 @@ static int cmp_offset(const void *a, const void *b)
 	return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static void write_model(struct model *m, const struct buf *hdr, uint64_t total, uint64_t seed, int compressible,
+static void write_model(struct model *m, const struct bb *hdr, uint64_t total, uint64_t seed, int compressible,
 			const char *path)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		die("%s: %s", path, strerror(errno));
-	write_all(fd, hdr->p, hdr->len, path);
+	write_all(fd, hdr->p, hdr->n, path);
 	/* everything after the header in file order: tensor data from the
 	 * generator, gaps (GGUF alignment padding) as zeros */
 	struct tensor **by_off = xmalloc(m->n * sizeof(*by_off));
@@ -854,7 +779,7 @@ static void write_model(struct model *m, const struct buf *hdr, uint64_t total, 
 		by_off[i] = &m->t[i];
 	qsort(by_off, m->n, sizeof(*by_off), cmp_offset);
 	uint8_t *chunk = xmalloc(CHUNK);
-	uint64_t pos = hdr->len;
+	uint64_t pos = hdr->n;
 	size_t k = 0;
 	while (pos < total) {
 		size_t len = total - pos < CHUNK ? (size_t)(total - pos) : CHUNK;
@@ -1015,7 +940,7 @@ int main(int argc, char **argv)
 	} else {
 		plan(&m, size);
 	}
-	struct buf hdr = { 0 };
+	struct bb hdr = { 0 };
 	uint64_t total = layout(&m, &hdr);
 	write_model(&m, &hdr, total, seed, compressible, out);
 	if (manifest)

@@ -110,44 +110,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #else /* FUZZ_MODEL_MKSEED: write the seed corpus */
 
-struct bb {
-	uint8_t p[4096];
-	size_t n;
-};
-
-static void put(struct bb *b, const void *d, size_t n)
-{
-	if (b->n + n > sizeof(b->p)) {
-		fprintf(stderr, "seed over 4 KiB\n");
-		exit(1);
-	}
-	memcpy(b->p + b->n, d, n);
-	b->n += n;
-}
-
-static void le(struct bb *b, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++) {
-		uint8_t c = (uint8_t)(v >> (8 * i));
-		put(b, &c, 1);
-	}
-}
-
-static void str(struct bb *b, const char *s)
-{
-	le(b, strlen(s), 8);
-	put(b, s, strlen(s));
-}
+/* the safetensors/GGUF writer gpunvme-mkmodel and the loader tests use */
+#include "cli/model_writer.h"
 
 static void fill(struct bb *b, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		le(b, 0x40 + i % 64, 1);
+		bb_u8(b, (uint8_t)(0x40 + i % 64));
 }
 
 static void save(const char *dir, const char *name, const struct bb *b)
 {
 	char path[4096];
+	if (b->n > 4096) { /* seeds stay small: the fuzzer mutates them whole */
+		fprintf(stderr, "%s: seed over 4 KiB\n", name);
+		exit(1);
+	}
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	FILE *f = fopen(path, "wb");
 	if (!f || fwrite(b->p, 1, b->n, f) != b->n || fclose(f)) {
@@ -157,18 +135,15 @@ static void save(const char *dir, const char *name, const struct bb *b)
 	printf("%s: %zu bytes\n", path, b->n);
 }
 
+/* a safetensors seed with this JSON as it is and `pad` spaces after it */
 static void st(const char *dir, const char *name, const char *json, size_t pad, size_t data)
 {
-	struct bb b = { .n = 0 };
-	le(&b, strlen(json) + pad, 8);
-	put(&b, json, strlen(json));
-	for (size_t i = 0; i < pad; i++)
-		put(&b, " ", 1);
+	struct bb b = { 0 };
+	st_frame(&b, json, strlen(json), pad);
 	fill(&b, data);
 	save(dir, name, &b);
+	free(b.p);
 }
-
-enum { U8 = 0, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 };
 
 struct ti {
 	const char *name;
@@ -181,45 +156,38 @@ static void gg_tensors(struct bb *b, const struct ti *t, size_t n, uint32_t alig
 	uint64_t off = 0, offs[16];
 	for (size_t i = 0; i < n; i++) {
 		offs[i] = off;
-		off = (off + t[i].bytes + align - 1) / align * align;
-		str(b, t[i].name);
-		le(b, t[i].ndim, 4);
-		for (uint32_t d = 0; d < t[i].ndim; d++)
-			le(b, t[i].ne[d], 8);
-		le(b, t[i].type, 4);
-		le(b, offs[i], 8);
+		off = gguf_next_offset(off, t[i].bytes, align);
+		gguf_tensor_info(b, t[i].name, t[i].ndim, t[i].ne, t[i].type, offs[i]);
 	}
-	while (b->n % align)
-		le(b, 0, 1);
+	bb_align(b, align);
 	uint64_t base = b->n;
 	for (size_t i = 0; i < n; i++) {
-		while (b->n < base + offs[i])
-			le(b, 0, 1);
+		bb_fill(b, 0, base + offs[i] - b->n);
 		fill(b, t[i].bytes);
 	}
 }
 
 static void gg_every_kv(struct bb *b)
 {
-	str(b, "general.architecture"), le(b, STR, 4), str(b, "llama");
-	str(b, "u8"), le(b, U8, 4), le(b, 1, 1);
-	str(b, "i8"), le(b, I8, 4), le(b, 0xff, 1);
-	str(b, "u16"), le(b, U16, 4), le(b, 2, 2);
-	str(b, "i16"), le(b, I16, 4), le(b, 0xfffe, 2);
-	str(b, "u32"), le(b, U32, 4), le(b, 3, 4);
-	str(b, "i32"), le(b, I32, 4), le(b, 0xfffffffd, 4);
-	str(b, "f32"), le(b, F32, 4), le(b, 0x3f800000, 4);
-	str(b, "bool"), le(b, BOOL, 4), le(b, 1, 1);
-	str(b, "u64"), le(b, U64, 4), le(b, 4, 8);
-	str(b, "i64"), le(b, I64, 4), le(b, (uint64_t)-4, 8);
-	str(b, "f64"), le(b, F64, 4), le(b, 0x4000000000000000ull, 8);
-	str(b, "arr.f32"), le(b, ARR, 4), le(b, F32, 4), le(b, 2, 8), le(b, 0, 4), le(b, 0x3f800000, 4);
-	str(b, "arr.bool"), le(b, ARR, 4), le(b, BOOL, 4), le(b, 3, 8), le(b, 0x010001, 3);
-	str(b, "arr.str"), le(b, ARR, 4), le(b, STR, 4), le(b, 2, 8), str(b, "<s>"), str(b, "</s>");
-	str(b, "arr.nested"), le(b, ARR, 4), le(b, ARR, 4), le(b, 2, 8);
-	le(b, U32, 4), le(b, 2, 8), le(b, 1, 4), le(b, 2, 4);
-	le(b, STR, 4), le(b, 1, 8), str(b, "x");
-	str(b, "arr.empty"), le(b, ARR, 4), le(b, I64, 4), le(b, 0, 8);
+	gguf_kv_str(b, "general.architecture", "llama");
+	gguf_key(b, "u8", GGUF_U8), bb_le(b, 1, 1);
+	gguf_key(b, "i8", GGUF_I8), bb_le(b, 0xff, 1);
+	gguf_key(b, "u16", GGUF_U16), bb_le(b, 2, 2);
+	gguf_key(b, "i16", GGUF_I16), bb_le(b, 0xfffe, 2);
+	gguf_kv_u32(b, "u32", 3);
+	gguf_key(b, "i32", GGUF_I32), bb_le(b, 0xfffffffd, 4);
+	gguf_key(b, "f32", GGUF_F32), bb_le(b, 0x3f800000, 4);
+	gguf_key(b, "bool", GGUF_BOOL), bb_le(b, 1, 1);
+	gguf_key(b, "u64", GGUF_U64), bb_le(b, 4, 8);
+	gguf_key(b, "i64", GGUF_I64), bb_le(b, (uint64_t)-4, 8);
+	gguf_key(b, "f64", GGUF_F64), bb_le(b, 0x4000000000000000ull, 8);
+	gguf_key(b, "arr.f32", GGUF_ARR), gguf_arr(b, GGUF_F32, 2), bb_le(b, 0, 4), bb_le(b, 0x3f800000, 4);
+	gguf_key(b, "arr.bool", GGUF_ARR), gguf_arr(b, GGUF_BOOL, 3), bb_le(b, 0x010001, 3);
+	gguf_key(b, "arr.str", GGUF_ARR), gguf_arr(b, GGUF_STR, 2), gguf_str(b, "<s>"), gguf_str(b, "</s>");
+	gguf_key(b, "arr.nested", GGUF_ARR), gguf_arr(b, GGUF_ARR, 2);
+	gguf_arr(b, GGUF_U32, 2), bb_le(b, 1, 4), bb_le(b, 2, 4);
+	gguf_arr(b, GGUF_STR, 1), gguf_str(b, "x");
+	gguf_key(b, "arr.empty", GGUF_ARR), gguf_arr(b, GGUF_I64, 0);
 }
 
 int main(int argc, char **argv)
@@ -245,7 +213,7 @@ int main(int argc, char **argv)
 	   0, 17);
 	st(d, "st-empty", "{}", 6, 0);
 
-	struct bb b = { .n = 0 };
+	struct bb b = { 0 };
 	static const struct ti t3[] = {
 		{ "token_embd.weight", 8, 2, { 32, 2 }, 68 },  /* Q8_0 */
 		{ "blk.0.attn_q.weight", 12, 1, { 256 }, 144 }, /* Q4_K */
@@ -253,9 +221,9 @@ int main(int argc, char **argv)
 		{ "empty", 1, 2, { 0, 3 }, 0 },                /* F16 */
 		{ "tq", 35, 1, { 256 }, 66 },                  /* TQ2_0 */
 	};
-	put(&b, "GGUF", 4), le(&b, 3, 4), le(&b, 5, 8), le(&b, 18, 8);
+	gguf_head(&b, 3, 5, 18);
 	gg_every_kv(&b);
-	str(&b, "general.alignment"), le(&b, U32, 4), le(&b, 64, 4);
+	gguf_kv_u32(&b, "general.alignment", 64);
 	gg_tensors(&b, t3, 5, 64);
 	save(d, "gguf-v3-kv", &b);
 
@@ -265,22 +233,23 @@ int main(int argc, char **argv)
 		{ "q", 2, 2, { 32, 2 }, 36 },     /* Q4_0 */
 		{ "iq", 20, 1, { 32 }, 18 },      /* IQ4_NL */
 	};
-	put(&b, "GGUF", 4), le(&b, 2, 4), le(&b, 3, 8), le(&b, 1, 8);
-	str(&b, "general.name"), le(&b, STR, 4), str(&b, "tiny");
+	gguf_head(&b, 2, 3, 1);
+	gguf_kv_str(&b, "general.name", "tiny");
 	gg_tensors(&b, t2, 3, 32);
 	save(d, "gguf-v2", &b);
 
 	b.n = 0;
 	static const struct ti tv[] = { { "output.weight", 30, 2, { 4, 2 }, 16 } }; /* BF16 */
-	put(&b, "GGUF", 4), le(&b, 3, 4), le(&b, 1, 8), le(&b, 1, 8);
-	str(&b, "tokenizer.ggml.tokens"), le(&b, ARR, 4), le(&b, STR, 4), le(&b, 60, 8);
+	gguf_head(&b, 3, 1, 1);
+	gguf_key(&b, "tokenizer.ggml.tokens", GGUF_ARR), gguf_arr(&b, GGUF_STR, 60);
 	for (int i = 0; i < 60; i++) {
 		char tok[16];
 		snprintf(tok, sizeof(tok), "t%d", i);
-		str(&b, tok);
+		gguf_str(&b, tok);
 	}
 	gg_tensors(&b, tv, 1, 32);
 	save(d, "gguf-vocab", &b);
+	free(b.p);
 	return 0;
 }
 

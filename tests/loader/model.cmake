@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: BSD-2-Clause
 # Model file index (src/loader/model.c, safetensors.c, gguf.c) and SHA-256
 # (src/loader/sha256.c): files built in memory by the tests, no fixtures.
-# The tests use the library's internal headers (loader/sha256.h).
+# Public API only (gpunvme/model.h, gpunvme/sha256.h), plus the header-only
+# file writer gpunvme-mkmodel uses (src/cli/model_writer.h).
 foreach(t test_model test_sha256)
   add_executable(${t} ${CMAKE_CURRENT_LIST_DIR}/${t}.c)
-  target_include_directories(${t} PRIVATE ${CMAKE_SOURCE_DIR}/src)
   target_link_libraries(${t} PRIVATE gpunvme)
 endforeach()
+target_include_directories(test_model PRIVATE ${PROJECT_SOURCE_DIR}/src)
 # safetensors and GGUF: layouts, every dtype / ggml type, every truncation,
 # every refusal with its errno and message, tensor name patterns
 add_test(NAME loader.model COMMAND test_model)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/model_writer.h" /* the safetensors writer gpunvme-mkmodel uses */
 #include "ctrl/ctrl_emu.h" /* the emulator behind the controller */
 #include "gpunvme/emu.h"
 #include "gpunvme/gpunvme.h"
@@ -26,10 +27,10 @@ static int check_loads(struct gpunvme_ctrl *c, const struct layout *L, uint64_t 
 	gpunvme_loader_opts_init(&o);
 	o.queues = 3;
 	o.depth = 32;
-	H_OK(gpunvme_layer_loader_init(c, 1, L->ext, L->n, L->size, &o, &l));
+	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, L->ext, L->n, L->size, &o, &l));
 	uint8_t *dma = gpunvme_dma_alloc(c, L->size + 64);
 	uint8_t *heap = malloc(L->size + 64);
-	H_CHECK(dma && heap);
+	REQUIRE(dma && heap);
 	for (int r = 0; r < rounds; r++) {
 		uint64_t off = rng(&seed) % L->size;
 		uint64_t len = rng(&seed) % (L->size - off + 1);
@@ -44,15 +45,15 @@ static int check_loads(struct gpunvme_ctrl *c, const struct layout *L, uint64_t 
 			dst = dma + rng(&seed) % 8; /* every dword misalignment */
 		else
 			dst = heap + rng(&seed) % 8; /* not DMA memory: staged */
-		H_CHECK(dst);
+		REQUIRE(dst);
 		memset(dst, 0xa5, len);
 		uint16_t st = 0xffff;
 		int rc = gpunvme_load_layer(l, off, len, dst, &st);
-		H_CHECKF(rc == 0, "load %llu+%llu (%d): %d %s", (unsigned long long)off, (unsigned long long)len, where,
+		REQUIRE(rc == 0, "load %llu+%llu (%d): %d %s", (unsigned long long)off, (unsigned long long)len, where,
 			 rc, gpunvme_last_error());
-		H_EQ(st, 0);
+		REQUIRE_EQ(st, 0);
 		for (uint64_t i = 0; i < len; i++)
-			H_CHECKF(dst[i] == L->ref[off + i], "load %llu+%llu into %s: byte %llu is 0x%02x, want 0x%02x",
+			REQUIRE(dst[i] == L->ref[off + i], "load %llu+%llu into %s: byte %llu is 0x%02x, want 0x%02x",
 				 (unsigned long long)off, (unsigned long long)len,
 				 where == 0 ? "loader memory" : where == 1 ? "DMA memory" : "heap memory",
 				 (unsigned long long)i, dst[i], L->ref[off + i]);
@@ -63,26 +64,26 @@ static int check_loads(struct gpunvme_ctrl *c, const struct layout *L, uint64_t 
 	struct gpunvme_loader_stats st0, st1;
 	gpunvme_layer_loader_stats(l, &st0);
 	uint8_t *mem = gpunvme_layer_loader_alloc(l, 1, L->size - 1);
-	H_CHECK(mem);
-	H_OK(gpunvme_load_layer(l, 1, L->size - 1, mem, NULL));
-	H_CHECK(!memcmp(mem, L->ref + 1, L->size - 1));
+	REQUIRE(mem);
+	REQUIRE_OK(gpunvme_load_layer(l, 1, L->size - 1, mem, NULL));
+	REQUIRE(!memcmp(mem, L->ref + 1, L->size - 1));
 	gpunvme_layer_loader_stats(l, &st1);
-	H_CHECKF(st1.bounced_bytes - st0.bounced_bytes < 2ull * L->n * 4096, "bounced %llu bytes of %llu",
+	REQUIRE(st1.bounced_bytes - st0.bounced_bytes < 2ull * L->n * 4096, "bounced %llu bytes of %llu",
 		 (unsigned long long)(st1.bounced_bytes - st0.bounced_bytes), (unsigned long long)L->size);
-	H_CHECK(st1.direct_bytes > st0.direct_bytes);
+	REQUIRE(st1.direct_bytes > st0.direct_bytes);
 	free(heap);
 	gpunvme_dma_free(c, dma);
 	gpunvme_layer_loader_destroy(l);
 	return 0;
 }
 
-H_CASE(random_512)
+TEST_CASE(random_512)
 {
 	struct gpunvme_ctrl *c = open_emu("emu:ram:32M?lbads=9&workers=2");
-	H_CHECK(c);
+	REQUIRE(c);
 	size_t ns_len;
 	uint8_t *ns = fill_ns(c, 1, &ns_len);
-	H_CHECK(ns);
+	REQUIRE(ns);
 	struct layout L;
 	make_layout(&L, ns, ns_len, 3 * 1024 * 1024 + 12345, 7);
 	int rc = check_loads(c, &L, 11, 120);
@@ -91,14 +92,14 @@ H_CASE(random_512)
 	return rc;
 }
 
-H_CASE(random_4k_mdts)
+TEST_CASE(random_4k_mdts)
 {
 	/* 4 KiB blocks, 8 KiB per command: many commands per fragment */
 	struct gpunvme_ctrl *c = open_emu("emu:ram:32M?lbads=12&mdts=1&workers=3");
-	H_CHECK(c);
+	REQUIRE(c);
 	size_t ns_len;
 	uint8_t *ns = fill_ns(c, 2, &ns_len);
-	H_CHECK(ns);
+	REQUIRE(ns);
 	struct layout L;
 	make_layout(&L, ns, ns_len, 2 * 1024 * 1024 + 7, 9);
 	int rc = check_loads(c, &L, 13, 90);
@@ -107,74 +108,74 @@ H_CASE(random_4k_mdts)
 	return rc;
 }
 
-H_CASE(unaligned_physical)
+TEST_CASE(unaligned_physical)
 {
 	/* extents that start mid-block on the device (FIEMAP of an inline or
 	 * tail-packed file could give that): edge blocks on both sides */
 	struct gpunvme_ctrl *c = open_emu("emu:ram:8M?lbads=12");
-	H_CHECK(c);
+	REQUIRE(c);
 	size_t ns_len;
 	uint8_t *ns = fill_ns(c, 3, &ns_len);
-	H_CHECK(ns);
+	REQUIRE(ns);
 	struct gpunvme_extent ext[2] = { { 0, 4096 * 3 + 100, 5000, 0 }, { 5000, 4096 * 9 + 17, 30000, 0 } };
 	struct gpunvme_layer_loader *l = NULL;
-	H_OK(gpunvme_layer_loader_init(c, 1, ext, 2, 35000, NULL, &l));
+	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, ext, 2, 35000, NULL, &l));
 	uint8_t *dst = gpunvme_dma_alloc(c, 35000);
-	H_OK(gpunvme_load_layer(l, 0, 35000, dst, NULL));
-	H_CHECK(!memcmp(dst, ns + ext[0].physical, 5000));
-	H_CHECK(!memcmp(dst + 5000, ns + ext[1].physical, 30000));
+	REQUIRE_OK(gpunvme_load_layer(l, 0, 35000, dst, NULL));
+	REQUIRE(!memcmp(dst, ns + ext[0].physical, 5000));
+	REQUIRE(!memcmp(dst + 5000, ns + ext[1].physical, 30000));
 	gpunvme_dma_free(c, dst);
 	gpunvme_layer_loader_destroy(l);
 	gpunvme_close(c);
 	return 0;
 }
 
-H_CASE(errors)
+TEST_CASE(errors)
 {
 	struct gpunvme_ctrl *c = open_emu("emu:ram:8M?lbads=12");
-	H_CHECK(c);
+	REQUIRE(c);
 	struct gpunvme_extent ext[1] = { { 0, 4096, 65536, 0 } };
 	struct gpunvme_layer_loader *l = NULL;
 	/* a file the namespace cannot hold */
 	struct gpunvme_extent far[1] = { { 0, 8u << 20, 4096, 0 } };
-	H_EQ(gpunvme_layer_loader_init(c, 1, far, 1, 4096, NULL, &l), -ERANGE);
-	H_CHECK(strstr(gpunvme_last_error(), "past the end of the namespace"));
+	REQUIRE_EQ(gpunvme_layer_loader_init(c, 1, far, 1, 4096, NULL, &l), -ERANGE);
+	REQUIRE(strstr(gpunvme_last_error(), "past the end of the namespace"));
 	struct gpunvme_extent unsorted[2] = { { 8192, 4096, 4096, 0 }, { 0, 16384, 4096, 0 } };
-	H_EQ(gpunvme_layer_loader_init(c, 1, unsorted, 2, 12288, NULL, &l), -EINVAL);
-	H_EQ(gpunvme_layer_loader_init(c, 7, ext, 1, 65536, NULL, &l), -ENOENT);
+	REQUIRE_EQ(gpunvme_layer_loader_init(c, 1, unsorted, 2, 12288, NULL, &l), -EINVAL);
+	REQUIRE_EQ(gpunvme_layer_loader_init(c, 7, ext, 1, 65536, NULL, &l), -ENOENT);
 	/* GPU tiers without the CUDA backend */
 	struct gpunvme_loader_opts o;
 	gpunvme_loader_opts_init(&o);
 	o.tier = GPUNVME_TIER_2;
-	H_EQ(gpunvme_layer_loader_init(c, 1, ext, 1, 65536, &o, &l), -ENOTSUP);
-	H_CHECK(strstr(gpunvme_last_error(), "CUDA"));
+	REQUIRE_EQ(gpunvme_layer_loader_init(c, 1, ext, 1, 65536, &o, &l), -ENOTSUP);
+	REQUIRE(strstr(gpunvme_last_error(), "CUDA"));
 	o.tier = (enum gpunvme_tier)9;
-	H_EQ(gpunvme_layer_loader_init(c, 1, ext, 1, 65536, &o, &l), -EINVAL);
+	REQUIRE_EQ(gpunvme_layer_loader_init(c, 1, ext, 1, 65536, &o, &l), -EINVAL);
 
-	H_OK(gpunvme_layer_loader_init(c, 1, ext, 1, 65536, NULL, &l));
+	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, ext, 1, 65536, NULL, &l));
 	uint8_t *dst = gpunvme_dma_alloc(c, 65536);
-	H_EQ(gpunvme_load_layer(l, 65000, 537, dst, NULL), -ERANGE);
-	H_CHECK(strstr(gpunvme_last_error(), "past the end of the file"));
-	H_EQ(gpunvme_load_layer(l, UINT64_MAX, 2, dst, NULL), -ERANGE);
-	H_EQ(gpunvme_load_layer(l, 0, 100, NULL, NULL), -EINVAL);
-	H_OK(gpunvme_load_layer(l, 65536, 0, dst, NULL)); /* empty range at EOF */
-	H_EQ(gpunvme_load_layer_async(l, 0, 100, dst, NULL, NULL), -ENOTSUP);
+	REQUIRE_EQ(gpunvme_load_layer(l, 65000, 537, dst, NULL), -ERANGE);
+	REQUIRE(strstr(gpunvme_last_error(), "past the end of the file"));
+	REQUIRE_EQ(gpunvme_load_layer(l, UINT64_MAX, 2, dst, NULL), -ERANGE);
+	REQUIRE_EQ(gpunvme_load_layer(l, 0, 100, NULL, NULL), -EINVAL);
+	REQUIRE_OK(gpunvme_load_layer(l, 65536, 0, dst, NULL)); /* empty range at EOF */
+	REQUIRE_EQ(gpunvme_load_layer_async(l, 0, 100, dst, NULL, NULL), -ENOTSUP);
 
 	/* media error inside the file: -EIO with the NVMe status */
 	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_MEDIA, .nsid = 1, .slba = 3, .nlb = 1 };
-	H_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
 	uint16_t st = 0;
-	H_EQ(gpunvme_load_layer(l, 0, 65536, dst, &st), -EIO);
-	H_EQ(gpunvme_status_code(st), GPUNVME_SC_UNRECOVERED_READ & 0x7ff);
-	H_CHECK(strstr(gpunvme_last_error(), "Unrecovered Read Error"));
+	REQUIRE_EQ(gpunvme_load_layer(l, 0, 65536, dst, &st), -EIO);
+	REQUIRE_EQ(gpunvme_status_code(st), GPUNVME_SC_UNRECOVERED_READ & 0x7ff);
+	REQUIRE(strstr(gpunvme_last_error(), "Unrecovered Read Error"));
 	gpunvme_emu_clear_faults(gpunvme_ctrl_emu(c));
-	H_OK(gpunvme_load_layer(l, 0, 65536, dst, &st));
+	REQUIRE_OK(gpunvme_load_layer(l, 0, 65536, dst, &st));
 
 	/* device gone: a clear error, no hang */
 	struct gpunvme_emu_fault rm = { .kind = GPUNVME_EMU_FAULT_REMOVE };
-	H_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &rm));
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &rm));
 	int rc = gpunvme_load_layer(l, 0, 65536, dst, &st);
-	H_CHECKF(rc == -ENODEV || rc == -EIO, "after removal: %d %s", rc, gpunvme_last_error());
+	REQUIRE(rc == -ENODEV || rc == -EIO, "after removal: %d %s", rc, gpunvme_last_error());
 	gpunvme_dma_free(c, dst);
 	gpunvme_layer_loader_destroy(l);
 	gpunvme_close(c);
@@ -184,32 +185,37 @@ H_CASE(errors)
  * tensor (or those a pattern selects) lands intact through
  * gpunvme_model_buffers_alloc + gpunvme_model_load, far-apart tensors in
  * separate runs, a zero-size one included. */
-H_CASE(model_load)
+TEST_CASE(model_load)
 {
 	struct gpunvme_ctrl *c = open_emu("emu:ram:32M?lbads=9&workers=2");
-	H_CHECK(c);
+	REQUIRE(c);
 	size_t ns_len;
 	uint8_t *ns = fill_ns(c, 4, &ns_len);
-	H_CHECK(ns);
+	REQUIRE(ns);
 	/* data: a 1 MiB gap of padding between "a.*" and "b.*" so they form two runs
-	 * when only some are selected; header padded to an odd length */
+	 * when only some are selected; the data at an odd offset */
 	const uint64_t big = 6u << 20;
-	char hdr[512];
-	int hl = snprintf(hdr, sizeof(hdr),
-			  "{\"a.w\":{\"dtype\":\"F32\",\"shape\":[3,7],\"data_offsets\":[0,84]},"
-			  "\"a.z\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[84,84]},"
-			  "\"pad\":{\"dtype\":\"U8\",\"shape\":[%llu],\"data_offsets\":[84,%llu]},"
-			  "\"b.w\":{\"dtype\":\"I8\",\"shape\":[5,1001],\"data_offsets\":[%llu,%llu]}}   ",
-			  (unsigned long long)big, (unsigned long long)(84 + big), (unsigned long long)(84 + big),
-			  (unsigned long long)(84 + big + 5005));
-	uint64_t size = 8 + (uint64_t)hl + 84 + big + 5005;
+	const uint64_t s_aw[] = { 3, 7 }, s_az[] = { 0 }, s_pad[] = { big }, s_bw[] = { 5, 1001 };
+	const struct st_tensor tensors[] = {
+		{ .name = "a.w", .dtype = "F32", .ndim = 2, .shape = s_aw, .begin = 0, .end = 84 },
+		{ .name = "a.z", .dtype = "F16", .ndim = 1, .shape = s_az, .begin = 84, .end = 84 },
+		{ .name = "pad", .dtype = "U8", .ndim = 1, .shape = s_pad, .begin = 84, .end = 84 + big },
+		{ .name = "b.w", .dtype = "I8", .ndim = 2, .shape = s_bw, .begin = 84 + big, .end = 84 + big + 5005 },
+	};
+	struct st_writer w;
+	struct bb hdr = { 0 };
+	st_begin(&w);
+	for (size_t i = 0; i < sizeof(tensors) / sizeof(tensors[0]); i++)
+		st_tensor(&w, &tensors[i]);
+	st_finish(&w, &hdr, 1);
+	uint64_t size = hdr.n + 84 + big + 5005;
 	uint8_t *file = malloc(size);
-	H_CHECK(file);
-	uint64_t hl64 = (uint64_t)hl, seed = 77;
-	memcpy(file, &hl64, 8);
-	memcpy(file + 8, hdr, (size_t)hl);
-	for (uint64_t i = 8 + (uint64_t)hl; i < size; i++)
+	REQUIRE(file);
+	uint64_t seed = 77;
+	memcpy(file, hdr.p, hdr.n);
+	for (uint64_t i = hdr.n; i < size; i++)
 		file[i] = (uint8_t)rng(&seed);
+	free(hdr.p);
 	/* fragments of 4..40 KiB at scattered, block-aligned places */
 	struct gpunvme_extent ext[1024];
 	size_t n = 0;
@@ -221,29 +227,29 @@ H_CASE(model_load)
 		memcpy(ns + slot * 4096, file + lo, k);
 		slot += len / 4096 + 1 + rng(&seed) % 3;
 		lo += len;
-		H_CHECK(slot * 4096 < ns_len);
+		REQUIRE(slot * 4096 < ns_len);
 	}
 	struct gpunvme_model *m = NULL;
-	H_OK(gpunvme_model_parse_mem(file, size, &m));
+	REQUIRE_OK(gpunvme_model_parse_mem(file, size, &m));
 	struct gpunvme_layer_loader *l = NULL;
-	H_OK(gpunvme_layer_loader_init(c, 1, ext, n, size, NULL, &l));
+	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, ext, n, size, NULL, &l));
 	const char *sel[] = { NULL, "a.*,b.w", "b.*" };
 	const size_t want_runs[] = { 1, 2, 1 };
 	for (int k = 0; k < 3; k++) {
 		struct gpunvme_model_buffers *b = NULL;
-		H_OK(gpunvme_model_buffers_alloc(l, m, sel[k], &b));
-		H_EQ(b->n_runs, want_runs[k]);
-		H_OK(gpunvme_model_load(l, b, NULL, NULL, NULL));
+		REQUIRE_OK(gpunvme_model_buffers_alloc(l, m, sel[k], &b));
+		REQUIRE_EQ(b->n_runs, want_runs[k]);
+		REQUIRE_OK(gpunvme_model_load(l, b, NULL, NULL, NULL));
 		for (size_t i = 0; i < b->n_tensors; i++) {
 			const struct gpunvme_tensor *t = b->tensors[i];
-			H_CHECKF(!memcmp(b->ptr[i], file + t->offset, t->bytes), "tensor %s (selection %s)", t->name,
+			REQUIRE(!memcmp(b->ptr[i], file + t->offset, t->bytes), "tensor %s (selection %s)", t->name,
 				 sel[k] ? sel[k] : "all");
 		}
 		gpunvme_model_buffers_free(l, b);
 	}
 	struct gpunvme_model_buffers *none = NULL;
-	H_EQ(gpunvme_model_buffers_alloc(l, m, "nothing*", &none), -ENOENT);
-	H_CHECK(strstr(gpunvme_last_error(), "no tensor matches"));
+	REQUIRE_EQ(gpunvme_model_buffers_alloc(l, m, "nothing*", &none), -ENOENT);
+	REQUIRE(strstr(gpunvme_last_error(), "no tensor matches"));
 	gpunvme_layer_loader_destroy(l);
 	gpunvme_model_free(m);
 	free(file);
@@ -251,4 +257,4 @@ H_CASE(model_load)
 	return 0;
 }
 
-int main(int argc, char **argv) { return h_main(argc, argv); }
+int main(int argc, char **argv) { return check_main(argc, argv); }

@@ -32,61 +32,9 @@
 #include "gpunvme/gpunvme.h"
 #include "gpunvme/model.h"
 #include "../harness/check.h"
-
-/* ---- byte builder ------------------------------------------------------------ */
-
-struct bb {
-	uint8_t *p;
-	size_t n, cap;
-};
-
-static void bb_put(struct bb *b, const void *d, size_t n)
-{
-	if (b->n + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->n + n)
-			cap *= 2;
-		b->p = realloc(b->p, cap);
-		if (!b->p) {
-			perror("realloc");
-			exit(1);
-		}
-		b->cap = cap;
-	}
-	if (n)
-		memcpy(b->p + b->n, d, n);
-	b->n += n;
-}
-
-static void bb_u8(struct bb *b, uint8_t v) { bb_put(b, &v, 1); }
-
-static void bb_le(struct bb *b, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++)
-		bb_u8(b, (uint8_t)(v >> (8 * i)));
-}
-
-static void bb_u32(struct bb *b, uint32_t v) { bb_le(b, v, 4); }
-static void bb_u64(struct bb *b, uint64_t v) { bb_le(b, v, 8); }
-
-static void bb_fill(struct bb *b, uint8_t c, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		bb_u8(b, c);
-}
-
-static void bb_align(struct bb *b, size_t a)
-{
-	while (b->n % a)
-		bb_u8(b, 0);
-}
-
-/* gguf_string */
-static void bb_str(struct bb *b, const char *s)
-{
-	bb_u64(b, strlen(s));
-	bb_put(b, s, strlen(s));
-}
+/* the byte builder (struct bb) and the safetensors/GGUF writer that
+ * gpunvme-mkmodel uses too; broken files are built from its pieces */
+#include "cli/model_writer.h"
 
 /* ---- read sources --------------------------------------------------------------- */
 
@@ -193,18 +141,48 @@ static void expect_fail(const void *p, size_t n, int rc, const char *word, int l
 
 /* ---- safetensors builder -------------------------------------------------------- */
 
-/* 8-byte length, the JSON, `pad` spaces, then `data` bytes filled with
- * the byte value 0xd0 + (offset % 16) */
+/* `data` bytes of the data section: the byte value 0xd0 + (offset % 16) */
+static void st_data(struct bb *b, size_t data)
+{
+	for (size_t i = 0; i < data; i++)
+		bb_u8(b, (uint8_t)(0xd0 + i % 16));
+}
+
+/* A file with this JSON header, as it is (valid or not): 8-byte length,
+ * the JSON, `pad` spaces, then `data` bytes (st_data) */
 static struct bb st_file(const char *json, size_t pad, size_t data)
 {
 	struct bb b = { 0 };
-	bb_u64(&b, strlen(json) + pad);
-	bb_put(&b, json, strlen(json));
-	bb_fill(&b, ' ', pad);
-	for (size_t i = 0; i < data; i++)
-		bb_u8(&b, (uint8_t)(0xd0 + i % 16));
+	st_frame(&b, json, strlen(json), pad);
+	st_data(&b, data);
 	return b;
 }
+
+/* A file as gpunvme-mkmodel writes one (the writer's JSON, the reference
+ * padding): __metadata__ from `nkv` pairs when there are any, the tensors,
+ * then `data` bytes (st_data) */
+static struct bb st_written(const char *const *kv, size_t nkv, const struct st_tensor *t, size_t n, size_t data)
+{
+	struct st_writer w;
+	struct bb b = { 0 };
+	st_begin(&w);
+	if (nkv)
+		st_metadata(&w, kv, nkv);
+	for (size_t i = 0; i < n; i++)
+		st_tensor(&w, &t[i]);
+	st_finish(&w, &b, 0);
+	st_data(&b, data);
+	return b;
+}
+
+/* __metadata__ {"a":"b"}, an escaped name, a sub-byte dtype; the last
+ * tensor ends at the end of the file */
+static const char *const xy_meta[] = { "a", "b" };
+static const uint64_t shape_2x2[] = { 2, 2 }, shape_4[] = { 4 };
+static const struct st_tensor xy_tensors[] = {
+	{ .raw_name = "x\\u00e9", .dtype = "F16", .ndim = 2, .shape = shape_2x2, .begin = 0, .end = 8 },
+	{ .name = "y", .dtype = "F4", .ndim = 1, .shape = shape_4, .begin = 8, .end = 10 },
+};
 
 static void st_fail(const char *json, size_t data, int rc, const char *word, int line)
 {
@@ -270,8 +248,9 @@ static void st_layout(void)
 	}
 	free(b.p);
 
-	/* an empty header object: a valid file without tensors */
-	b = st_file("{}", 6, 0);
+	/* an empty header object: a valid file without tensors ("{}" and the
+	 * writer's 6 spaces of padding) */
+	b = st_written(NULL, 0, NULL, 0, 0);
 	m = PARSE_OK(b.p, b.n);
 	CHECK(m && m->n_tensors == 0 && m->data_offset == 16 && m->n_kv == 0, "empty header");
 	gpunvme_model_free(m);
@@ -416,9 +395,13 @@ static void st_errors(void)
 	ST_FAIL("{\"a\":" T("U8", "[8]", 0, 8) ",\"b\":" T("U8", "[1]", 7, 8) ",\"c\":" T("U8", "[0]", 3, 3) "}",
 		8, -EINVAL, "overlapping");
 	/* a zero-size tensor inside another one and touching ranges are fine */
-	struct bb b = st_file("{\"a\":" T("U8", "[4]", 0, 4) ",\"z\":" T("U8", "[0]", 2, 2) ",\"b\":" T(
-				      "U8", "[4]", 4, 8) "}",
-			      0, 8);
+	static const uint64_t s4[] = { 4 }, s0[] = { 0 };
+	static const struct st_tensor azb[] = {
+		{ .name = "a", .dtype = "U8", .ndim = 1, .shape = s4, .begin = 0, .end = 4 },
+		{ .name = "z", .dtype = "U8", .ndim = 1, .shape = s0, .begin = 2, .end = 2 },
+		{ .name = "b", .dtype = "U8", .ndim = 1, .shape = s4, .begin = 4, .end = 8 },
+	};
+	struct bb b = st_written(NULL, 0, azb, 3, 8);
 	gpunvme_model_free(PARSE_OK(b.p, b.n));
 	free(b.p);
 }
@@ -464,30 +447,6 @@ static void st_limits(void)
 
 /* ---- GGUF builder ---------------------------------------------------------------- */
 
-enum { U8 = 0, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 };
-
-static void gg_head(struct bb *b, uint32_t version, uint64_t nt, uint64_t nkv)
-{
-	bb_put(b, "GGUF", 4);
-	bb_u32(b, version);
-	bb_u64(b, nt);
-	bb_u64(b, nkv);
-}
-
-static void kv_u32(struct bb *b, const char *key, uint32_t v)
-{
-	bb_str(b, key);
-	bb_u32(b, U32);
-	bb_u32(b, v);
-}
-
-static void kv_str(struct bb *b, const char *key, const char *v)
-{
-	bb_str(b, key);
-	bb_u32(b, STR);
-	bb_str(b, v);
-}
-
 struct ti {
 	const char *name;
 	uint32_t type;
@@ -502,13 +461,8 @@ static void gg_infos(struct bb *b, struct ti *t, size_t n, uint32_t align)
 	uint64_t off = 0;
 	for (size_t i = 0; i < n; i++) {
 		t[i].off = off;
-		off = (off + t[i].bytes + align - 1) / align * align;
-		bb_str(b, t[i].name);
-		bb_u32(b, t[i].ndim);
-		for (uint32_t d = 0; d < t[i].ndim; d++)
-			bb_u64(b, t[i].ne[d]);
-		bb_u32(b, t[i].type);
-		bb_u64(b, t[i].off);
+		off = gguf_next_offset(off, t[i].bytes, align);
+		gguf_tensor_info(b, t[i].name, t[i].ndim, t[i].ne, t[i].type, t[i].off);
 	}
 }
 
@@ -529,42 +483,42 @@ static uint64_t gg_data(struct bb *b, const struct ti *t, size_t n, uint32_t ali
 static uint64_t gg_all_kv(struct bb *b)
 {
 	uint64_t n = 0;
-	bb_str(b, "u8"), bb_u32(b, U8), bb_u8(b, 200), n++;
-	bb_str(b, "i8"), bb_u32(b, I8), bb_u8(b, 0x80), n++;
-	bb_str(b, "u16"), bb_u32(b, U16), bb_le(b, 65535, 2), n++;
-	bb_str(b, "i16"), bb_u32(b, I16), bb_le(b, 0x8000, 2), n++;
-	kv_u32(b, "u32", 7), n++;
-	bb_str(b, "i32"), bb_u32(b, I32), bb_u32(b, 0xffffffff), n++;
-	bb_str(b, "f32"), bb_u32(b, F32), bb_u32(b, 0x3f800000), n++;
-	bb_str(b, "bool"), bb_u32(b, BOOL), bb_u8(b, 1), n++;
-	kv_str(b, "general.name", "tiny \xc3\xa9"), n++;
-	bb_str(b, "u64"), bb_u32(b, U64), bb_u64(b, UINT64_MAX), n++;
-	bb_str(b, "i64"), bb_u32(b, I64), bb_u64(b, 1ull << 63), n++;
-	bb_str(b, "f64"), bb_u32(b, F64), bb_u64(b, 0x3ff0000000000000ull), n++;
+	gguf_key(b, "u8", GGUF_U8), bb_u8(b, 200), n++;
+	gguf_key(b, "i8", GGUF_I8), bb_u8(b, 0x80), n++;
+	gguf_key(b, "u16", GGUF_U16), bb_le(b, 65535, 2), n++;
+	gguf_key(b, "i16", GGUF_I16), bb_le(b, 0x8000, 2), n++;
+	gguf_kv_u32(b, "u32", 7), n++;
+	gguf_key(b, "i32", GGUF_I32), bb_u32(b, 0xffffffff), n++;
+	gguf_key(b, "f32", GGUF_F32), bb_u32(b, 0x3f800000), n++;
+	gguf_key(b, "bool", GGUF_BOOL), bb_u8(b, 1), n++;
+	gguf_kv_str(b, "general.name", "tiny \xc3\xa9"), n++;
+	gguf_key(b, "u64", GGUF_U64), bb_u64(b, UINT64_MAX), n++;
+	gguf_key(b, "i64", GGUF_I64), bb_u64(b, 1ull << 63), n++;
+	gguf_key(b, "f64", GGUF_F64), bb_u64(b, 0x3ff0000000000000ull), n++;
 	/* arrays of each fixed type, of 3 elements */
-	for (uint32_t et = 0; et <= F64; et++) {
+	for (uint32_t et = 0; et <= GGUF_F64; et++) {
 		static const uint8_t sz[] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8 };
-		if (et == STR || et == ARR)
+		if (et == GGUF_STR || et == GGUF_ARR)
 			continue;
 		char key[32];
 		snprintf(key, sizeof(key), "arr.%u", et);
-		bb_str(b, key), bb_u32(b, ARR), bb_u32(b, et), bb_u64(b, 3);
+		gguf_key(b, key, GGUF_ARR), gguf_arr(b, (enum gguf_type)et, 3);
 		for (int i = 0; i < 3; i++)
-			bb_le(b, et == BOOL ? (uint64_t)(i & 1) : 0x0102030405060708ull, sz[et]);
+			bb_le(b, et == GGUF_BOOL ? (uint64_t)(i & 1) : 0x0102030405060708ull, sz[et]);
 		n++;
 	}
-	bb_str(b, "tokenizer.ggml.tokens"), bb_u32(b, ARR), bb_u32(b, STR), bb_u64(b, 3);
-	bb_str(b, "<s>"), bb_str(b, ""), bb_str(b, "hello"), n++;
-	bb_str(b, "empty"), bb_u32(b, ARR), bb_u32(b, F32), bb_u64(b, 0), n++;
+	gguf_key(b, "tokenizer.ggml.tokens", GGUF_ARR), gguf_arr(b, GGUF_STR, 3);
+	gguf_str(b, "<s>"), gguf_str(b, ""), gguf_str(b, "hello"), n++;
+	gguf_key(b, "empty", GGUF_ARR), gguf_arr(b, GGUF_F32, 0), n++;
 	/* [[1, 2], [], [3]] of u32, and [[["a"]], [[]]] of strings */
-	bb_str(b, "nested"), bb_u32(b, ARR), bb_u32(b, ARR), bb_u64(b, 3);
-	bb_u32(b, U32), bb_u64(b, 2), bb_u32(b, 1), bb_u32(b, 2);
-	bb_u32(b, U32), bb_u64(b, 0);
-	bb_u32(b, U32), bb_u64(b, 1), bb_u32(b, 3);
+	gguf_key(b, "nested", GGUF_ARR), gguf_arr(b, GGUF_ARR, 3);
+	gguf_arr(b, GGUF_U32, 2), bb_u32(b, 1), bb_u32(b, 2);
+	gguf_arr(b, GGUF_U32, 0);
+	gguf_arr(b, GGUF_U32, 1), bb_u32(b, 3);
 	n++;
-	bb_str(b, "nested3"), bb_u32(b, ARR), bb_u32(b, ARR), bb_u64(b, 2);
-	bb_u32(b, ARR), bb_u64(b, 1), bb_u32(b, STR), bb_u64(b, 1), bb_str(b, "a");
-	bb_u32(b, ARR), bb_u64(b, 1), bb_u32(b, STR), bb_u64(b, 0);
+	gguf_key(b, "nested3", GGUF_ARR), gguf_arr(b, GGUF_ARR, 2);
+	gguf_arr(b, GGUF_ARR, 1), gguf_arr(b, GGUF_STR, 1), gguf_str(b, "a");
+	gguf_arr(b, GGUF_ARR, 1), gguf_arr(b, GGUF_STR, 0);
 	n++;
 	return n;
 }
@@ -612,10 +566,10 @@ static struct bb gg_basic_file(uint32_t version, bool align64, uint64_t *base, u
 {
 	struct bb b = { 0 };
 	uint32_t a = align64 ? 64 : 32;
-	gg_head(&b, version, NBASIC, 0);
+	gguf_head(&b, version, NBASIC, 0);
 	*nkv = gg_all_kv(&b);
 	if (align64)
-		kv_u32(&b, "general.alignment", 64), ++*nkv;
+		gguf_kv_u32(&b, "general.alignment", 64), ++*nkv;
 	for (int i = 0; i < 8; i++) /* patch kv_count */
 		b.p[16 + i] = (uint8_t)(*nkv >> (8 * i));
 	gg_infos(&b, basic, NBASIC, a);
@@ -642,7 +596,7 @@ static void gguf_layout(void)
 		}
 	/* no tensors, no metadata: the header alone */
 	struct bb b = { 0 };
-	gg_head(&b, 3, 0, 0);
+	gguf_head(&b, 3, 0, 0);
 	struct gpunvme_model *m = PARSE_OK(b.p, b.n);
 	CHECK(m && m->n_tensors == 0 && m->data_offset == 32, "empty gguf");
 	gpunvme_model_free(m);
@@ -678,7 +632,7 @@ static void gguf_every_type(void)
 		CHECK(bits == ty[i].size * 8.0 / ty[i].blck, "bits of %s: %g", ty[i].name, bits);
 	}
 	struct bb b = { 0 };
-	gg_head(&b, 3, N, 0);
+	gguf_head(&b, 3, N, 0);
 	gg_infos(&b, t, N, 32);
 	uint64_t base = gg_data(&b, t, N, 32);
 	struct gpunvme_model *m = PARSE_OK(b.p, b.n);
@@ -702,7 +656,7 @@ static void gguf_every_type(void)
 static struct bb gg_one(uint32_t version, uint64_t nt, uint64_t nkv)
 {
 	struct bb b = { 0 };
-	gg_head(&b, version, nt, nkv);
+	gguf_head(&b, version, nt, nkv);
 	return b;
 }
 
@@ -715,16 +669,6 @@ static void gg_fail(struct bb *b, int rc, const char *word, int line)
 }
 
 #define GG_FAIL(b, rc, w) gg_fail(&(b), rc, w, __LINE__)
-
-static void ti1(struct bb *b, const char *name, uint32_t ndim, const uint64_t *ne, uint32_t type, uint64_t off)
-{
-	bb_str(b, name);
-	bb_u32(b, ndim);
-	for (uint32_t i = 0; i < ndim; i++)
-		bb_u64(b, ne[i]);
-	bb_u32(b, type);
-	bb_u64(b, off);
-}
 
 static void gguf_errors(void)
 {
@@ -743,62 +687,62 @@ static void gguf_errors(void)
 	b = gg_one(3, 0, 1ull << 60), GG_FAIL(b, -EINVAL, "cannot fit");
 	b = gg_one(3, UINT64_MAX, UINT64_MAX), GG_FAIL(b, -EINVAL, "cannot fit");
 	b = gg_one(3, 0, 1), bb_u64(&b, 1ull << 63), GG_FAIL(b, -EINVAL, "truncated header");
-	b = gg_one(3, 0, 1), bb_str(&b, "k"), bb_u32(&b, STR), bb_u64(&b, 1ull << 63),
+	b = gg_one(3, 0, 1), gguf_key(&b, "k", GGUF_STR), bb_u64(&b, 1ull << 63),
 	GG_FAIL(b, -EINVAL, "truncated header");
-	b = gg_one(3, 0, 1), bb_str(&b, "k"), bb_u32(&b, STR), bb_u64(&b, UINT64_MAX),
+	b = gg_one(3, 0, 1), gguf_key(&b, "k", GGUF_STR), bb_u64(&b, UINT64_MAX),
 	GG_FAIL(b, -EINVAL, "truncated header");
-	b = gg_one(3, 0, 1), bb_str(&b, "k"), bb_u32(&b, ARR), bb_u32(&b, U32), bb_u64(&b, 1ull << 62),
+	b = gg_one(3, 0, 1), gguf_key(&b, "k", GGUF_ARR), gguf_arr(&b, GGUF_U32, 1ull << 62),
 	GG_FAIL(b, -EINVAL, "does not fit");
-	b = gg_one(3, 0, 1), bb_str(&b, "k"), bb_u32(&b, ARR), bb_u32(&b, U64), bb_u64(&b, 1ull << 61),
+	b = gg_one(3, 0, 1), gguf_key(&b, "k", GGUF_ARR), gguf_arr(&b, GGUF_U64, 1ull << 61),
 	GG_FAIL(b, -EINVAL, "does not fit");
-	b = gg_one(3, 0, 1), bb_str(&b, "k"), bb_u32(&b, ARR), bb_u32(&b, ARR), bb_u64(&b, 1ull << 61),
+	b = gg_one(3, 0, 1), gguf_key(&b, "k", GGUF_ARR), gguf_arr(&b, GGUF_ARR, 1ull << 61),
 	GG_FAIL(b, -EINVAL, "does not fit");
-	b = gg_one(3, 0, 1), bb_str(&b, "k"), bb_u32(&b, ARR), bb_u32(&b, STR), bb_u64(&b, 1ull << 60),
+	b = gg_one(3, 0, 1), gguf_key(&b, "k", GGUF_ARR), gguf_arr(&b, GGUF_STR, 1ull << 60),
 	GG_FAIL(b, -EINVAL, "does not fit");
 	b = gg_one(3, 1, 0), bb_u64(&b, 1ull << 63), GG_FAIL(b, -EINVAL, "truncated header");
 
 	/* metadata values */
-	b = gg_one(3, 0, 1), bb_str(&b, "k"), bb_u32(&b, 13), bb_u32(&b, 0), GG_FAIL(b, -EINVAL, "unknown metadata value type");
-	b = gg_one(3, 0, 1), bb_str(&b, "k"), bb_u32(&b, ARR), bb_u32(&b, 99), bb_u64(&b, 0),
+	b = gg_one(3, 0, 1), gguf_str(&b, "k"), bb_u32(&b, 13), bb_u32(&b, 0), GG_FAIL(b, -EINVAL, "unknown metadata value type");
+	b = gg_one(3, 0, 1), gguf_key(&b, "k", GGUF_ARR), bb_u32(&b, 99), bb_u64(&b, 0),
 	GG_FAIL(b, -EINVAL, "unknown metadata array element type");
-	b = gg_one(3, 0, 1), bb_str(&b, "k"), bb_u32(&b, BOOL), bb_u8(&b, 2), GG_FAIL(b, -EINVAL, "neither 0 nor 1");
-	b = gg_one(3, 0, 1), bb_str(&b, "k"), bb_u32(&b, ARR), bb_u32(&b, BOOL), bb_u64(&b, 2), bb_u8(&b, 1),
+	b = gg_one(3, 0, 1), gguf_key(&b, "k", GGUF_BOOL), bb_u8(&b, 2), GG_FAIL(b, -EINVAL, "neither 0 nor 1");
+	b = gg_one(3, 0, 1), gguf_key(&b, "k", GGUF_ARR), gguf_arr(&b, GGUF_BOOL, 2), bb_u8(&b, 1),
 	bb_u8(&b, 7), GG_FAIL(b, -EINVAL, "neither 0 nor 1");
-	b = gg_one(3, 0, 1), bb_str(&b, "k"), bb_u32(&b, ARR);
+	b = gg_one(3, 0, 1), gguf_key(&b, "k", GGUF_ARR);
 	for (int i = 0; i < 9; i++)
-		bb_u32(&b, ARR), bb_u64(&b, 1);
-	bb_u32(&b, U8), bb_u64(&b, 0);
+		gguf_arr(&b, GGUF_ARR, 1);
+	gguf_arr(&b, GGUF_U8, 0);
 	GG_FAIL(b, -EINVAL, "nested deeper");
-	b = gg_one(3, 0, 2), kv_u32(&b, "a", 1), kv_u32(&b, "a", 2), GG_FAIL(b, -EINVAL, "duplicate metadata key");
-	b = gg_one(3, 0, 1), bb_u64(&b, 3), bb_put(&b, "a\0b", 3), bb_u32(&b, U8), bb_u8(&b, 0),
+	b = gg_one(3, 0, 2), gguf_kv_u32(&b, "a", 1), gguf_kv_u32(&b, "a", 2), GG_FAIL(b, -EINVAL, "duplicate metadata key");
+	b = gg_one(3, 0, 1), bb_u64(&b, 3), bb_put(&b, "a\0b", 3), bb_u32(&b, GGUF_U8), bb_u8(&b, 0),
 	GG_FAIL(b, -EINVAL, "NUL");
 
 	/* general.alignment */
-	b = gg_one(3, 0, 1), kv_u32(&b, "general.alignment", 48), GG_FAIL(b, -EINVAL, "not a power of two");
-	b = gg_one(3, 0, 1), kv_u32(&b, "general.alignment", 0), GG_FAIL(b, -EINVAL, "not a power of two");
-	b = gg_one(3, 0, 1), bb_str(&b, "general.alignment"), bb_u32(&b, U64), bb_u64(&b, 64),
+	b = gg_one(3, 0, 1), gguf_kv_u32(&b, "general.alignment", 48), GG_FAIL(b, -EINVAL, "not a power of two");
+	b = gg_one(3, 0, 1), gguf_kv_u32(&b, "general.alignment", 0), GG_FAIL(b, -EINVAL, "not a power of two");
+	b = gg_one(3, 0, 1), gguf_key(&b, "general.alignment", GGUF_U64), bb_u64(&b, 64),
 	GG_FAIL(b, -EINVAL, "expected uint32");
-	b = gg_one(3, 0, 2), kv_u32(&b, "general.alignment", 64), kv_u32(&b, "general.alignment", 64),
+	b = gg_one(3, 0, 2), gguf_kv_u32(&b, "general.alignment", 64), gguf_kv_u32(&b, "general.alignment", 64),
 	GG_FAIL(b, -EINVAL, "duplicate metadata key");
 
 	/* tensor infos */
-	b = gg_one(3, 1, 0), ti1(&b, "t", 1, ne8, 4, 0), GG_FAIL(b, -EINVAL, "unknown ggml type 4");
-	b = gg_one(3, 1, 0), ti1(&b, "t", 1, ne8, 31, 0), GG_FAIL(b, -EINVAL, "unknown ggml type 31");
-	b = gg_one(3, 1, 0), ti1(&b, "t", 1, ne8, 1000, 0), GG_FAIL(b, -EINVAL, "unknown ggml type 1000");
-	b = gg_one(3, 1, 0), ti1(&b, "t", 5, ne5, 0, 0), GG_FAIL(b, -EINVAL, "too many dimensions");
-	b = gg_one(3, 1, 0), ti1(&b, "t", 1, ne8, 2, 0), GG_FAIL(b, -EINVAL, "not a multiple of the Q4_0 block size");
-	b = gg_one(3, 1, 0), ti1(&b, "t", 2, big, 0, 0), GG_FAIL(b, -EINVAL, "element count overflows");
-	b = gg_one(3, 1, 0), ti1(&b, "t", 1, ne63, 0, 0), GG_FAIL(b, -EINVAL, "element count overflows");
-	b = gg_one(3, 1, 0), ti1(&b, "t", 1, ne62, 0, 0), GG_FAIL(b, -EINVAL, "byte size overflows");
-	b = gg_one(3, 1, 0), ti1(&b, "t", 1, ne8, 0, 16), GG_FAIL(b, -EINVAL, "misaligned");
-	b = gg_one(3, 1, 1), kv_u32(&b, "general.alignment", 64), ti1(&b, "t", 1, ne8, 0, 32),
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne8, 4, 0), GG_FAIL(b, -EINVAL, "unknown ggml type 4");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne8, 31, 0), GG_FAIL(b, -EINVAL, "unknown ggml type 31");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne8, 1000, 0), GG_FAIL(b, -EINVAL, "unknown ggml type 1000");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 5, ne5, 0, 0), GG_FAIL(b, -EINVAL, "too many dimensions");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne8, 2, 0), GG_FAIL(b, -EINVAL, "not a multiple of the Q4_0 block size");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 2, big, 0, 0), GG_FAIL(b, -EINVAL, "element count overflows");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne63, 0, 0), GG_FAIL(b, -EINVAL, "element count overflows");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne62, 0, 0), GG_FAIL(b, -EINVAL, "byte size overflows");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne8, 0, 16), GG_FAIL(b, -EINVAL, "misaligned");
+	b = gg_one(3, 1, 1), gguf_kv_u32(&b, "general.alignment", 64), gguf_tensor_info(&b, "t", 1, ne8, 0, 32),
 	GG_FAIL(b, -EINVAL, "misaligned");
-	b = gg_one(3, 1, 0), ti1(&b, "t", 1, ne32, 0, 0), GG_FAIL(b, -EINVAL, "past the end of the file");
-	b = gg_one(3, 1, 0), ti1(&b, "t", 1, ne8, 0, 1ull << 63), GG_FAIL(b, -EINVAL, "past the end of the file");
-	b = gg_one(3, 1, 0), ti1(&b, "t", 1, ne8, 0, UINT64_MAX - 31), GG_FAIL(b, -EINVAL, "past the end of the file");
-	b = gg_one(3, 2, 0), ti1(&b, "t", 1, ne8, 0, 0), ti1(&b, "t", 1, ne8, 0, 32),
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne32, 0, 0), GG_FAIL(b, -EINVAL, "past the end of the file");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne8, 0, 1ull << 63), GG_FAIL(b, -EINVAL, "past the end of the file");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne8, 0, UINT64_MAX - 31), GG_FAIL(b, -EINVAL, "past the end of the file");
+	b = gg_one(3, 2, 0), gguf_tensor_info(&b, "t", 1, ne8, 0, 0), gguf_tensor_info(&b, "t", 1, ne8, 0, 32),
 	bb_fill(&b, 0, 128), GG_FAIL(b, -EINVAL, "duplicate tensor name");
-	b = gg_one(3, 2, 0), ti1(&b, "t", 1, ne8, 0, 0), ti1(&b, "u", 1, ne32, 0, 0),
+	b = gg_one(3, 2, 0), gguf_tensor_info(&b, "t", 1, ne8, 0, 0), gguf_tensor_info(&b, "u", 1, ne32, 0, 0),
 	bb_fill(&b, 0, 256), GG_FAIL(b, -EINVAL, "overlapping");
 	b = gg_one(3, 1, 0), bb_u64(&b, 3), bb_put(&b, "a\0b", 3), bb_u32(&b, 0), bb_u32(&b, 0), bb_u64(&b, 0),
 	GG_FAIL(b, -EINVAL, "NUL");
@@ -810,13 +754,13 @@ static void gguf_errors(void)
 static void gguf_window(void)
 {
 	struct bb b = { 0 };
-	gg_head(&b, 3, 2, 2);
-	kv_str(&b, "general.architecture", "llama");
-	bb_str(&b, "tokenizer.ggml.tokens"), bb_u32(&b, ARR), bb_u32(&b, STR), bb_u64(&b, 30000);
+	gguf_head(&b, 3, 2, 2);
+	gguf_kv_str(&b, "general.architecture", "llama");
+	gguf_key(&b, "tokenizer.ggml.tokens", GGUF_ARR), gguf_arr(&b, GGUF_STR, 30000);
 	for (int i = 0; i < 30000; i++) {
 		char tok[32];
 		snprintf(tok, sizeof(tok), "tok%d%s", i, i % 7 ? "" : "_with_a_longer_tail");
-		bb_str(&b, tok);
+		gguf_str(&b, tok);
 	}
 	struct ti t[] = {
 		{ "a", 8, 2, { 4096, 1024 }, 4096 / 32 * 34 * 1024ull, 0 }, /* Q8_0 */
@@ -848,8 +792,8 @@ static void gguf_window(void)
 
 	/* -EFBIG: a 150 MiB string value in a (virtual) 300 MiB file */
 	b = (struct bb){ 0 };
-	gg_head(&b, 3, 0, 1);
-	bb_str(&b, "big"), bb_u32(&b, STR), bb_u64(&b, 150u << 20);
+	gguf_head(&b, 3, 0, 1);
+	gguf_key(&b, "big", GGUF_STR), bb_u64(&b, 150u << 20);
 	s = src_of(b.p, b.n);
 	s.size = 300u << 20;
 	rc = gpunvme_model_parse(src_read, &s, s.size, &m);
@@ -880,7 +824,9 @@ static void not_a_model(void)
 	      "format names");
 
 	/* the read callback's error is passed on */
-	struct bb b = st_file("{\"a\":" T("U8", "[1]", 0, 1) "}", 0, 1);
+	static const uint64_t s1[] = { 1 };
+	static const struct st_tensor a1 = { .name = "a", .dtype = "U8", .ndim = 1, .shape = s1, .begin = 0, .end = 1 };
+	struct bb b = st_written(NULL, 0, &a1, 1, 1);
 	struct src s = src_of(b.p, b.n);
 	s.fail_at = 12;
 	int rc = gpunvme_model_parse(src_read, &s, b.n, &m);
@@ -917,9 +863,7 @@ static void truncations(const struct bb *b, const char *what)
 
 static void truncation_all(void)
 {
-	struct bb b = st_file("{\"__metadata__\":{\"a\":\"b\"},\"x\\u00e9\":" T("F16", "[2,2]", 0, 8) ",\"y\":" T(
-				      "F4", "[4]", 8, 10) "}",
-			      1, 10);
+	struct bb b = st_written(xy_meta, 1, xy_tensors, 2, 10);
 	truncations(&b, "safetensors");
 	free(b.p);
 	uint64_t base, nkv;
@@ -941,8 +885,7 @@ static void corruption(void)
 {
 	uint64_t seed = 0x9e3779b97f4a7c15ull, base, nkv;
 	struct bb f[2];
-	f[0] = st_file("{\"__metadata__\":{\"a\":\"b\"},\"x\":" T("F16", "[2,2]", 0, 8) ",\"y\":" T("F4", "[4]", 8, 10) "}",
-		       0, 10);
+	f[0] = st_written(xy_meta, 1, xy_tensors, 2, 10);
 	f[1] = gg_basic_file(3, true, &base, &nkv);
 	int ok = 0;
 	for (int iter = 0; iter < 4000; iter++) {
@@ -1049,6 +992,5 @@ int main(void)
 	truncation_all();
 	corruption();
 	patterns();
-	printf("test_model: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
-	return failures ? 1 : 0;
+	return check_finish("test_model");
 }

@@ -18,9 +18,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "loader/sha256.h"
+#include "../harness/check.h"
+#include "gpunvme/sha256.h"
 
-static int failures;
 static int portable; /* clear accel after every init */
 
 static void init(struct gpunvme_sha256 *c)
@@ -29,16 +29,6 @@ static void init(struct gpunvme_sha256 *c)
 	if (portable)
 		c->accel = 0;
 }
-
-#define CHECK(cond, ...)                                                     \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-			fprintf(stderr, __VA_ARGS__);                        \
-			fputc('\n', stderr);                                 \
-			failures++;                                          \
-		}                                                            \
-	} while (0)
 
 static void digest_hex(const void *msg, size_t len, char hex[65])
 {
@@ -205,6 +195,5 @@ int main(void)
 		speed();
 	}
 	cross();
-	printf("test_sha256: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
-	return failures ? 1 : 0;
+	return check_finish("test_sha256");
 }
