@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * Internal PCI helpers (src/bus/pci.c): sysfs look-ups shared by the VFIO
- * and UIO buses and by the CLI `list` command, and the physical-address DMA
- * memory (2 MiB hugepages + /proc/self/pagemap, src/bus/uio.c) that UIO and
- * VFIO no-IOMMU mode both need. Not part of the public API.
+ * Internal PCI helpers (src/bus/pci.c): the sysfs look-ups the VFIO and UIO
+ * buses need beyond the public discovery API (include/gpunvme/pci.h: device
+ * info, NVMe enumeration, attributes, the sysfs root), and the
+ * physical-address DMA memory (2 MiB hugepages + /proc/self/pagemap,
+ * src/bus/uio.c) that UIO and VFIO no-IOMMU mode both need. Not part of the
+ * public API.
  *
  * Every function here returns 0 (or a count) or -errno, and leaves error
  * messages to its caller: the caller knows which URI the user typed, so it
@@ -15,21 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GPUNVME_PCI_CLASS_NVME 0x010802u /* mass storage, NVM, NVMe I/O */
-
-/* Use `root` instead of "/sys" for every look-up (unit tests build a fake
- * tree); NULL restores "/sys". Not thread-safe: call before anything else. */
-void gpunvme_pci_set_sysfs_root(const char *root);
-const char *gpunvme_pci_sysfs_root(void);
+#include "gpunvme/pci.h"
 
 /* 0 when /sys/bus/pci/devices/BDF exists, -ENODEV when not. */
 int gpunvme_pci_exists(const char *bdf);
-
-/* A hexadecimal attribute such as "class", "vendor", "device". */
-int gpunvme_pci_read_hex(const char *bdf, const char *attr, uint64_t *val);
-
-/* One-line text attribute, trailing newline removed. */
-int gpunvme_pci_read_attr(const char *bdf, const char *attr, char *buf, size_t len);
 
 /* IOMMU group number (>= 0); -ENOENT when the device has none (no IOMMU, or
  * the IOMMU is off), -ENODEV when the device does not exist. */
@@ -42,23 +33,6 @@ int gpunvme_pci_iommu_group_type(int group, char *buf, size_t len);
 /* The devices of an IOMMU group, sorted, canonical BDFs. Returns the number
  * in the group (may exceed max; only max are stored). */
 int gpunvme_pci_group_devices(int group, char (*bdfs)[13], int max);
-
-struct gpunvme_pci_info {
-	char bdf[13];
-	uint16_t vendor, device;
-	uint32_t class_code;     /* 24 bit: base, sub, prog-if */
-	char driver[64];         /* "" when none */
-	int iommu_group;         /* -1 when none */
-	char link_speed[32];     /* "8.0 GT/s PCIe", "" when unknown */
-	int link_width;          /* lanes, 0 when unknown */
-	int numa_node;           /* -1 when none or unknown */
-};
-
-int gpunvme_pci_info(const char *bdf, struct gpunvme_pci_info *info);
-
-/* Every PCI function of class NVMe (0x010802), sorted by BDF. Returns the
- * number found (may exceed max; only max are stored). */
-int gpunvme_pci_list_nvme(struct gpunvme_pci_info *out, int max);
 
 /* Enable memory decoding and bus mastering (PCI command register bits 1
  * and 2) through a config-space file descriptor at `cfg_off` (the sysfs

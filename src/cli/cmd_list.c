@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/pci.h"
+#include "gpunvme/pci.h"
 #include "util.h"
 
 #define MAX_DEV 256

@@ -25,7 +25,7 @@
 #include "gpunvme/extents.h"
 #include "gpunvme/loader.h"
 #include "gpunvme/model.h"
-#include "loader/sha256.h"
+#include "gpunvme/sha256.h"
 #include "util.h"
 
 #define CHUNK (64u << 20)       /* progress and pipelining granularity */

@@ -11,7 +11,7 @@
  * histogram (64 linear sub-buckets per power of two: < 1.6 % error) per
  * thread and operation, merged at the end; min/max/mean are exact.
  *
- * --gpu: the same workloads from GPU threads (src/cuda/gpu_perf.cu) on GPU
+ * --gpu: the same workloads from GPU threads (perf_gpu.cu) on GPU
  * queue pairs; the per-queue histograms come back from the GPU in the same
  * layout and are reported by the same code.
  */
@@ -26,10 +26,10 @@
 
 #include "util.h"
 
+#include "perf_hist.h"
 #ifdef GPUNVME_HAVE_CUDA
-#include "gpunvme/gpu.h"
+#include "perf_gpu.h"
 #endif
-#include "gpunvme/perf_hist.h"
 
 /* ---- histogram (struct gpunvme_perf_hist: the layout --gpu reports in too) ---- */
 
@@ -364,125 +364,151 @@ static const char *tier_text(uint32_t tier)
 	return tier == 2 ? "Tier 2: data buffers in GPU memory" : "Tier 1: data buffers in pinned host memory";
 }
 
+/* The queues' results merged (on the heap: a histogram is large). */
+struct totals {
+	struct gpunvme_perf_hist *r, *w, *t; /* reads, writes, both */
+	struct gpunvme_perf_hist *q;         /* scratch: one queue's reads and writes */
+	uint64_t errors;
+	double secs;                         /* the longest queue's run time */
+};
+
+/* queue i's reads and writes, merged into t->q */
+static const struct gpunvme_perf_hist *queue_hist(struct totals *t, const struct worker *ws, uint32_t i)
+{
+	memset(t->q, 0, sizeof(*t->q));
+	h_merge(t->q, &ws[i].hr);
+	h_merge(t->q, &ws[i].hw);
+	return t->q;
+}
+
+static void report_json(const struct perf *p, const struct worker *ws, uint32_t nw, const struct gpu_info *gi,
+			struct totals *t)
+{
+	double secs = t->secs;
+	bool mixed = p->wl == WL_RW || p->wl == WL_RANDRW;
+	bool reads_only = p->wl == WL_READ || p->wl == WL_RANDREAD;
+	struct cli_json j;
+	cj_init(&j, stdout);
+	cj_obj_begin(&j, NULL);
+	cj_str(&j, "uri", p->uri);
+	cj_u64(&j, "nsid", p->nsid);
+	cj_str(&j, "workload", wl_names[p->wl]);
+	cj_u64(&j, "io_size", p->bytes);
+	cj_u64(&j, "depth", p->depth);
+	cj_u64(&j, "queues", p->queues);
+	cj_str(&j, "threading", gi ? gi->threading : "one thread per queue pair");
+	if (mixed)
+		cj_u64(&j, "read_pct", p->mix);
+	cj_dbl(&j, "seconds", p->seconds);
+	cj_dbl(&j, "elapsed_s", secs);
+	cj_u64(&j, "errors", t->errors);
+	if (gi) {
+		cj_obj_begin(&j, "gpu");
+		cj_str(&j, "name", gi->name);
+		cj_str(&j, "mode", gi->mode);
+		cj_u64(&j, "tier", gi->tier);
+		cj_u64(&j, "threads", gi->threads);
+		cj_u64(&j, "blocks", gi->blocks);
+		cj_u64(&j, "threads_per_block", gi->threads_per_block);
+		cj_u64(&j, "queue_entries", gi->queue_entries);
+		cj_u64(&j, "commands_per_io", gi->cmds_per_io);
+		cj_dbl(&j, "kernel_s", gi->kernel_s);
+		cj_u64(&j, "late_ios", gi->late);
+		cj_str(&j, "latency", gi->latency);
+		cj_obj_end(&j);
+	}
+	stats_json(&j, "total", t->t, secs, p->bytes);
+	if (t->r->count || reads_only || mixed)
+		stats_json(&j, "read", t->r, secs, p->bytes);
+	if (t->w->count || !reads_only)
+		stats_json(&j, "write", t->w, secs, p->bytes);
+	cj_arr_begin(&j, "per_queue");
+	for (uint32_t i = 0; i < nw; i++) {
+		const struct gpunvme_perf_hist *wq = queue_hist(t, ws, i);
+		cj_obj_begin(&j, NULL);
+		cj_u64(&j, "queue", i);
+		cj_u64(&j, "ios", wq->count);
+		cj_dbl(&j, "iops", secs > 0 ? (double)wq->count / secs : 0);
+		cj_dbl(&j, "gb_per_s", secs > 0 ? (double)wq->count * (double)p->bytes / secs / 1e9 : 0);
+		cj_dbl(&j, "mib_per_s", secs > 0 ? (double)wq->count * (double)p->bytes / secs / 1048576.0 : 0);
+		lat_json(&j, "latency_us", wq);
+		cj_obj_end(&j);
+	}
+	cj_arr_end(&j);
+	cj_obj_end(&j);
+	cj_finish(&j);
+}
+
+static void report_text(const struct perf *p, const struct worker *ws, uint32_t nw, const struct gpu_info *gi,
+			struct totals *t)
+{
+	char h2[32];
+	double secs = t->secs;
+	bool mixed = p->wl == WL_RW || p->wl == WL_RANDRW;
+	printf("gpunvme perf: %s nsid %u, %s", p->uri, p->nsid, wl_names[p->wl]);
+	if (mixed)
+		printf(" (%u%% reads)", p->mix);
+	if (gi)
+		printf(", %s I/Os, depth %u, %u GPU queue pair%s, %.2f s\n"
+		       "GPU: %s; %s; %u threads (%u blocks of %u); %u entries per queue pair; %s\n",
+		       cli_human_bytes(p->bytes, h2, sizeof(h2)), p->depth, p->queues, p->queues > 1 ? "s" : "",
+		       secs, gi->name, gi->threading, gi->threads, gi->blocks, gi->threads_per_block,
+		       gi->queue_entries, tier_text(gi->tier));
+	else
+		printf(", %s I/Os, depth %u, %u queue pair%s (one thread each), %.2f s\n",
+		       cli_human_bytes(p->bytes, h2, sizeof(h2)), p->depth, p->queues, p->queues > 1 ? "s" : "",
+		       secs);
+	printf("%-22s %12s %10s %10s %10s %10s %10s\n", "", "IOPS", "GB/s", "avg(us)", "p50(us)", "p99(us)",
+	       "max(us)");
+	for (uint32_t i = 0; i < nw && nw > 1; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "queue %u", i);
+		stats_line(name, queue_hist(t, ws, i), secs, p->bytes);
+	}
+	if (mixed) {
+		stats_line("read", t->r, secs, p->bytes);
+		stats_line("write", t->w, secs, p->bytes);
+	}
+	stats_line("total", t->t, secs, p->bytes);
+	if (gi)
+		printf("latency: %s\n", gi->latency);
+}
+
 /* Merge the per-queue histograms and print the results. 0 or -ENOMEM. */
 static int report(const struct perf *p, struct worker *ws, uint32_t nw, bool json, const struct gpu_info *gi)
 {
-	char h2[32];
 	const size_t hs = sizeof(struct gpunvme_perf_hist);
-	struct gpunvme_perf_hist *tr = calloc(1, hs), *tw = calloc(1, hs), *tt = calloc(1, hs), *wq = calloc(1, hs);
-	if (!tr || !tw || !tt || !wq) {
-		free(tr); free(tw); free(tt); free(wq);
+	struct totals t = { .r = calloc(1, hs), .w = calloc(1, hs), .t = calloc(1, hs), .q = calloc(1, hs) };
+	if (!t.r || !t.w || !t.t || !t.q) {
+		free(t.r); free(t.w); free(t.t); free(t.q);
 		return -ENOMEM;
 	}
-	uint64_t errors = 0, max_el = 0;
+	uint64_t max_el = 0;
 	for (uint32_t i = 0; i < nw; i++) {
-		h_merge(tr, &ws[i].hr);
-		h_merge(tw, &ws[i].hw);
-		errors += ws[i].errors;
+		h_merge(t.r, &ws[i].hr);
+		h_merge(t.w, &ws[i].hw);
+		t.errors += ws[i].errors;
 		if (ws[i].elapsed_ns > max_el)
 			max_el = ws[i].elapsed_ns;
 	}
-	h_merge(tt, tr);
-	h_merge(tt, tw);
-	double secs = (double)max_el / 1e9;
-	bool mixed = p->wl == WL_RW || p->wl == WL_RANDRW;
-	bool reads_only = p->wl == WL_READ || p->wl == WL_RANDREAD;
-	if (json) {
-		struct cli_json j;
-		cj_init(&j, stdout);
-		cj_obj_begin(&j, NULL);
-		cj_str(&j, "uri", p->uri);
-		cj_u64(&j, "nsid", p->nsid);
-		cj_str(&j, "workload", wl_names[p->wl]);
-		cj_u64(&j, "io_size", p->bytes);
-		cj_u64(&j, "depth", p->depth);
-		cj_u64(&j, "queues", p->queues);
-		cj_str(&j, "threading", gi ? gi->threading : "one thread per queue pair");
-		if (mixed)
-			cj_u64(&j, "read_pct", p->mix);
-		cj_dbl(&j, "seconds", p->seconds);
-		cj_dbl(&j, "elapsed_s", secs);
-		cj_u64(&j, "errors", errors);
-		if (gi) {
-			cj_obj_begin(&j, "gpu");
-			cj_str(&j, "name", gi->name);
-			cj_str(&j, "mode", gi->mode);
-			cj_u64(&j, "tier", gi->tier);
-			cj_u64(&j, "threads", gi->threads);
-			cj_u64(&j, "blocks", gi->blocks);
-			cj_u64(&j, "threads_per_block", gi->threads_per_block);
-			cj_u64(&j, "queue_entries", gi->queue_entries);
-			cj_u64(&j, "commands_per_io", gi->cmds_per_io);
-			cj_dbl(&j, "kernel_s", gi->kernel_s);
-			cj_u64(&j, "late_ios", gi->late);
-			cj_str(&j, "latency", gi->latency);
-			cj_obj_end(&j);
-		}
-		stats_json(&j, "total", tt, secs, p->bytes);
-		if (tr->count || reads_only || mixed)
-			stats_json(&j, "read", tr, secs, p->bytes);
-		if (tw->count || !reads_only)
-			stats_json(&j, "write", tw, secs, p->bytes);
-		cj_arr_begin(&j, "per_queue");
-		for (uint32_t i = 0; i < nw; i++) {
-			memset(wq, 0, sizeof(*wq));
-			h_merge(wq, &ws[i].hr);
-			h_merge(wq, &ws[i].hw);
-			cj_obj_begin(&j, NULL);
-			cj_u64(&j, "queue", i);
-			cj_u64(&j, "ios", wq->count);
-			cj_dbl(&j, "iops", secs > 0 ? (double)wq->count / secs : 0);
-			cj_dbl(&j, "gb_per_s", secs > 0 ? (double)wq->count * (double)p->bytes / secs / 1e9 : 0);
-			cj_dbl(&j, "mib_per_s", secs > 0 ? (double)wq->count * (double)p->bytes / secs / 1048576.0 : 0);
-			lat_json(&j, "latency_us", wq);
-			cj_obj_end(&j);
-		}
-		cj_arr_end(&j);
-		cj_obj_end(&j);
-		cj_finish(&j);
-	} else {
-		printf("gpunvme perf: %s nsid %u, %s", p->uri, p->nsid, wl_names[p->wl]);
-		if (mixed)
-			printf(" (%u%% reads)", p->mix);
-		if (gi)
-			printf(", %s I/Os, depth %u, %u GPU queue pair%s, %.2f s\n"
-			       "GPU: %s; %s; %u threads (%u blocks of %u); %u entries per queue pair; %s\n",
-			       cli_human_bytes(p->bytes, h2, sizeof(h2)), p->depth, p->queues, p->queues > 1 ? "s" : "",
-			       secs, gi->name, gi->threading, gi->threads, gi->blocks, gi->threads_per_block,
-			       gi->queue_entries, tier_text(gi->tier));
-		else
-			printf(", %s I/Os, depth %u, %u queue pair%s (one thread each), %.2f s\n",
-			       cli_human_bytes(p->bytes, h2, sizeof(h2)), p->depth, p->queues, p->queues > 1 ? "s" : "",
-			       secs);
-		printf("%-22s %12s %10s %10s %10s %10s %10s\n", "", "IOPS", "GB/s", "avg(us)", "p50(us)", "p99(us)",
-		       "max(us)");
-		for (uint32_t i = 0; i < nw && nw > 1; i++) {
-			memset(wq, 0, sizeof(*wq));
-			h_merge(wq, &ws[i].hr);
-			h_merge(wq, &ws[i].hw);
-			char name[32];
-			snprintf(name, sizeof(name), "queue %u", i);
-			stats_line(name, wq, secs, p->bytes);
-		}
-		if (mixed) {
-			stats_line("read", tr, secs, p->bytes);
-			stats_line("write", tw, secs, p->bytes);
-		}
-		stats_line("total", tt, secs, p->bytes);
-		if (gi)
-			printf("latency: %s\n", gi->latency);
-	}
-	free(tr); free(tw); free(tt); free(wq);
+	h_merge(t.t, t.r);
+	h_merge(t.t, t.w);
+	t.secs = (double)max_el / 1e9;
+	if (json)
+		report_json(p, ws, nw, gi, &t);
+	else
+		report_text(p, ws, nw, gi, &t);
+	free(t.r); free(t.w); free(t.t); free(t.q);
 	return 0;
 }
 
 #ifdef GPUNVME_HAVE_CUDA
-/* The --gpu run: the workload engine in src/cuda/gpu_perf.cu, then the same
+/* The --gpu run: the workload engine in perf_gpu.cu, then the same
  * report as the CPU path. Sets *stuck when the kernel never ended (then
  * the controller must not be closed under it). */
 static int run_gpu(struct perf *p, struct gpunvme_ctrl *ctrl, uint32_t tier, uint32_t mode, bool json, bool *stuck)
 {
-	struct gpunvme_gpu_perf_args a;
+	struct perf_gpu_args a;
 	memset(&a, 0, sizeof(a));
 	a.nsid = p->nsid;
 	a.workload = (uint32_t)p->wl;
@@ -497,16 +523,16 @@ static int run_gpu(struct perf *p, struct gpunvme_ctrl *ctrl, uint32_t tier, uin
 		a.run_ns = 1;
 	a.timeout_ns = (uint64_t)p->io_timeout_ms * 1000000ull;
 	a.seed = 0x9E3779B97F4A7C15ull ^ cli_now_ns();
-	struct gpunvme_gpu_perf_result r;
-	int e = gpunvme_gpu_perf(ctrl, &a, &r);
+	struct perf_gpu_result r;
+	int e = perf_gpu_run(ctrl, &a, &r);
 	if (e) {
 		*stuck = r.stuck != 0;
-		gpunvme_gpu_perf_result_free(&r);
-		return cli_lib_err(e, "--gpu");
+		perf_gpu_result_free(&r);
+		return cli_err(EXIT_RUNTIME, "--gpu: %s", perf_gpu_error());
 	}
 	struct worker *ws = calloc(p->queues, sizeof(*ws));
 	if (!ws) {
-		gpunvme_gpu_perf_result_free(&r);
+		perf_gpu_result_free(&r);
 		return cli_err(EXIT_RUNTIME, "out of memory");
 	}
 	for (uint32_t i = 0; i < p->queues; i++) {
@@ -521,13 +547,13 @@ static int run_gpu(struct perf *p, struct gpunvme_ctrl *ctrl, uint32_t tier, uin
 	struct gpu_info gi;
 	memset(&gi, 0, sizeof(gi));
 	gi.name = r.gpu_name;
-	gi.mode = mode == GPUNVME_GPU_PERF_THREAD ? "thread" : "warp";
-	gi.threading = mode == GPUNVME_GPU_PERF_THREAD
+	gi.mode = mode == PERF_GPU_THREAD ? "thread" : "warp";
+	gi.threading = mode == PERF_GPU_THREAD
 			       ? "GPU threads: one warp per I/O slot submits, waits and resubmits on its own "
 				 "(gpunvme_dev_submit/wait)"
 			       : "GPU warp batches: 32 commands per submission, the warp waits for all "
 				 "(gpunvme_dev_rw_lanes)";
-	gi.latency = mode == GPUNVME_GPU_PERF_THREAD
+	gi.latency = mode == PERF_GPU_THREAD
 			     ? "GPU %globaltimer, submission to the I/O's completion, per I/O"
 			     : "GPU %globaltimer, submission of the warp batch to its last completion "
 			       "(every I/O of a batch gets the batch's time)";
@@ -545,15 +571,51 @@ static int run_gpu(struct perf *p, struct gpunvme_ctrl *ctrl, uint32_t tier, uin
 	else if (r.errors) {
 		char why[256];
 		rc = cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s) on the GPU; first (queue pair %u): %s", r.errors,
-			     r.first_queue, gpunvme_gpu_perf_strerror(r.first_err, p->io_timeout_ms, why, sizeof(why)));
+			     r.first_queue, perf_gpu_strerror(r.first_err, p->io_timeout_ms, why, sizeof(why)));
 	}
 	free(ws);
-	gpunvme_gpu_perf_result_free(&r);
+	perf_gpu_result_free(&r);
 	return rc;
 }
 #endif
 
-int cmd_perf(int argc, char **argv)
+/* The command line beyond struct perf. */
+struct perf_opts {
+	bool help, json, gpu;
+	uint32_t timeout_ms;
+	uint32_t tier;     /* --gpu: data buffers in pinned host (1) or GPU (2) memory */
+	uint32_t gpu_mode; /* --gpu: 0 warp, 1 thread (perf_gpu.h enum) */
+};
+
+static int opt_workload(const char *arg, enum wl *out)
+{
+	int k = -1;
+	for (int i = 0; i < 6; i++)
+		if (!strcmp(arg, wl_names[i]))
+			k = i;
+	if (k < 0)
+		return cli_usage_err("-w/--workload '%s': expected read, randread, write, randwrite, "
+				     "rw or randrw",
+				     arg);
+	*out = (enum wl)k;
+	return 0;
+}
+
+static int opt_seconds(const char *arg, double *out)
+{
+	int e = parse_seconds(arg, out);
+	if (e == -ERANGE)
+		return cli_usage_err("-t/--time '%s': too long", arg);
+	if (e)
+		return cli_usage_err("-t/--time '%s': not a number of seconds", arg);
+	if (!(*out > 0))
+		return cli_usage_err("-t/--time '%s': must be more than 0", arg);
+	if (*out > 86400 * 365.0)
+		return cli_usage_err("-t/--time '%s': too long", arg);
+	return 0;
+}
+
+static int parse_opts(int argc, char **argv, struct perf *p, struct perf_opts *o)
 {
 	static const struct option lo[] = {
 		{"depth", required_argument, NULL, 'q'},
@@ -572,83 +634,67 @@ int cmd_perf(int argc, char **argv)
 		{"tier", required_argument, NULL, OPT_TIER},
 		{0, 0, 0, 0},
 	};
-	struct perf p;
-	memset(&p, 0, sizeof(p));
-	p.nsid = 1;
-	p.queues = 1;
-	p.mix = 50;
-	bool have_q = false, have_o = false, have_w = false, have_t = false, have_mix = false, json = false;
-	bool gpu = false, have_tier = false, have_mode = false, gpu_stuck = false;
-	uint32_t timeout_ms = 0, tier = 1, gpu_mode = 0; /* gpu_mode: 0 warp, 1 thread (gpu.h enum) */
+	memset(p, 0, sizeof(*p));
+	p->nsid = 1;
+	p->queues = 1;
+	p->mix = 50;
+	memset(o, 0, sizeof(*o));
+	o->tier = 1;
+	bool have_q = false, have_o = false, have_w = false, have_t = false, have_mix = false;
+	bool have_tier = false, have_mode = false;
 	int c, rc;
 	while ((c = cli_getopt(argc, argv, "q:o:w:t:Q:M:n:jh", lo)) != -1) {
 		switch (c) {
 		case 'q':
-			if ((rc = cli_opt_u32("-q/--depth", optarg, false, 1, 65535, &p.depth)))
+			if ((rc = cli_opt_u32("-q/--depth", optarg, false, 1, 65535, &p->depth)))
 				return rc;
 			have_q = true;
 			break;
 		case 'o':
-			if ((rc = cli_opt_u64("-o/--size", optarg, true, 1, 1ull << 30, &p.bytes)))
+			if ((rc = cli_opt_u64("-o/--size", optarg, true, 1, 1ull << 30, &p->bytes)))
 				return rc;
 			have_o = true;
 			break;
-		case 'w': {
-			int k = -1;
-			for (int i = 0; i < 6; i++)
-				if (!strcmp(optarg, wl_names[i]))
-					k = i;
-			if (k < 0)
-				return cli_usage_err("-w/--workload '%s': expected read, randread, write, randwrite, "
-						     "rw or randrw",
-						     optarg);
-			p.wl = (enum wl)k;
+		case 'w':
+			if ((rc = opt_workload(optarg, &p->wl)))
+				return rc;
 			have_w = true;
 			break;
-		}
-		case 't': {
-			int e = parse_seconds(optarg, &p.seconds);
-			if (e == -ERANGE)
-				return cli_usage_err("-t/--time '%s': too long", optarg);
-			if (e)
-				return cli_usage_err("-t/--time '%s': not a number of seconds", optarg);
-			if (!(p.seconds > 0))
-				return cli_usage_err("-t/--time '%s': must be more than 0", optarg);
-			if (p.seconds > 86400 * 365.0)
-				return cli_usage_err("-t/--time '%s': too long", optarg);
+		case 't':
+			if ((rc = opt_seconds(optarg, &p->seconds)))
+				return rc;
 			have_t = true;
 			break;
-		}
 		case 'Q':
-			if ((rc = cli_opt_u32("--queues", optarg, false, 1, 65535, &p.queues)))
+			if ((rc = cli_opt_u32("--queues", optarg, false, 1, 65535, &p->queues)))
 				return rc;
 			break;
 		case 'M':
-			if ((rc = cli_opt_u32("--mix", optarg, false, 0, 100, &p.mix)))
+			if ((rc = cli_opt_u32("--mix", optarg, false, 0, 100, &p->mix)))
 				return rc;
 			have_mix = true;
 			break;
 		case 'n':
-			if ((rc = cli_opt_u32("--nsid", optarg, false, 1, 0xfffffffe, &p.nsid)))
+			if ((rc = cli_opt_u32("--nsid", optarg, false, 1, 0xfffffffe, &p->nsid)))
 				return rc;
 			break;
 		case 'T':
-			if ((rc = cli_opt_u32("--timeout", optarg, false, 1, 3600000, &timeout_ms)))
+			if ((rc = cli_opt_u32("--timeout", optarg, false, 1, 3600000, &o->timeout_ms)))
 				return rc;
 			break;
-		case 'j': json = true; break;
-		case 'h': help(); return 0;
-		case OPT_GPU: gpu = true; break;
+		case 'j': o->json = true; break;
+		case 'h': help(); o->help = true; return 0;
+		case OPT_GPU: o->gpu = true; break;
 		case OPT_TIER:
-			if ((rc = cli_opt_u32("--tier", optarg, false, 1, 2, &tier)))
+			if ((rc = cli_opt_u32("--tier", optarg, false, 1, 2, &o->tier)))
 				return rc;
 			have_tier = true;
 			break;
 		case OPT_GPU_MODE:
 			if (!strcmp(optarg, "warp"))
-				gpu_mode = 0;
+				o->gpu_mode = 0;
 			else if (!strcmp(optarg, "thread"))
-				gpu_mode = 1;
+				o->gpu_mode = 1;
 			else
 				return cli_usage_err("--gpu-mode '%s': expected warp or thread", optarg);
 			have_mode = true;
@@ -656,8 +702,8 @@ int cmd_perf(int argc, char **argv)
 		default: return EXIT_USAGE;
 		}
 	}
-	p.uri = cli_one_uri(argc, argv);
-	if (!p.uri)
+	p->uri = cli_one_uri(argc, argv);
+	if (!p->uri)
 		return EXIT_USAGE;
 	if (!have_q)
 		return cli_usage_err("missing -q DEPTH (I/Os in flight per queue pair)");
@@ -667,57 +713,32 @@ int cmd_perf(int argc, char **argv)
 		return cli_usage_err("missing -w WORKLOAD (read, randread, write, randwrite, rw, randrw)");
 	if (!have_t)
 		return cli_usage_err("missing -t SECONDS (run time)");
-	if (have_mix && p.wl != WL_RW && p.wl != WL_RANDRW)
+	if (have_mix && p->wl != WL_RW && p->wl != WL_RANDRW)
 		return cli_usage_err("--mix applies to -w rw and randrw only");
-	if (!gpu && (have_tier || have_mode))
+	if (!o->gpu && (have_tier || have_mode))
 		return cli_usage_err("%s applies with --gpu only", have_tier ? "--tier" : "--gpu-mode");
-	if (gpu) {
-		/* before touching the device: a machine without a GPU gets one
-		 * clear line, whatever the build */
-#ifdef GPUNVME_HAVE_CUDA
-		if (gpunvme_gpu_perf_probe())
-			return cli_err(EXIT_RUNTIME, "%s (--gpu needs an NVIDIA GPU and its driver)",
-				       gpunvme_last_error());
-#else
-		(void)tier;
-		(void)gpu_mode;
-		return cli_err(EXIT_RUNTIME, "no CUDA GPU: this gpunvme was built without CUDA (--gpu needs a "
-					     "build with nvcc)");
-#endif
-	}
+	return 0;
+}
 
-	struct gpunvme_opts opts;
-	gpunvme_opts_init(&opts);
-	if (timeout_ms)
-		opts.io_timeout_ms = timeout_ms;
-	if (p.queues > opts.nr_io_queues)
-		opts.nr_io_queues = p.queues;  /* ask for as many as needed */
-	p.io_timeout_ms = opts.io_timeout_ms;
-	struct gpunvme_ctrl *ctrl;
-	if ((rc = cli_open(p.uri, &opts, &ctrl)))
+/* The options against the namespace and the controller's limits, before
+ * anything is allocated. Sets p->ni, p->blocks_per_io, p->nios and
+ * *qdepth, the entries of a CPU path queue pair. */
+static int check_device(struct perf *p, struct gpunvme_ctrl *ctrl, bool gpu, uint32_t *qdepth)
+{
+	int rc = cli_ns(ctrl, p->nsid, &p->ni);
+	if (rc)
 		return rc;
-	struct worker *ws = NULL;
-	uint32_t nw = 0;
-	bool started = false;
-	if ((rc = cli_ns(ctrl, p.nsid, &p.ni)))
-		goto out;
 	struct gpunvme_ctrl_info ci;
-	if ((rc = gpunvme_ctrl_info(ctrl, &ci)) < 0) {
-		rc = cli_lib_err(rc, "controller info");
-		goto out;
-	}
+	if ((rc = gpunvme_ctrl_info(ctrl, &ci)) < 0)
+		return cli_lib_err(rc, "controller info");
 	char h1[32];
-	if (p.bytes % p.ni.lba_size) {
-		rc = cli_usage_err("-o %" PRIu64 ": not a multiple of the %u-byte LBA size of namespace %u", p.bytes,
-				   p.ni.lba_size, p.nsid);
-		goto out;
-	}
-	uint64_t ns_bytes = p.ni.nsze * p.ni.lba_size;
-	if (p.bytes > ns_bytes) {
-		rc = cli_usage_err("-o %" PRIu64 ": larger than namespace %u (%s)", p.bytes, p.nsid,
-				   cli_human_bytes(ns_bytes, h1, sizeof(h1)));
-		goto out;
-	}
+	if (p->bytes % p->ni.lba_size)
+		return cli_usage_err("-o %" PRIu64 ": not a multiple of the %u-byte LBA size of namespace %u", p->bytes,
+				     p->ni.lba_size, p->nsid);
+	uint64_t ns_bytes = p->ni.nsze * p->ni.lba_size;
+	if (p->bytes > ns_bytes)
+		return cli_usage_err("-o %" PRIu64 ": larger than namespace %u (%s)", p->bytes, p->nsid,
+				     cli_human_bytes(ns_bytes, h1, sizeof(h1)));
 	uint32_t lim = (ci.mqes < 1024 ? ci.mqes : 1024) - 1;
 	if (gpu) {
 		/* GPU queue pairs: a power of two of entries, up to CAP.MQES + 1,
@@ -726,114 +747,112 @@ int cmd_perf(int argc, char **argv)
 		while (e * 2 <= ci.mqes)
 			e *= 2;
 		lim = e - 1;
-		if (p.depth > lim) {
-			rc = cli_usage_err("-q %u: the queue limit is %u I/Os in flight (GPU queues: a power of two "
-					   "of entries, CAP.MQES %u entries)", p.depth, lim, ci.mqes);
-			goto out;
-		}
-	} else if (p.depth > lim) {
-		rc = cli_usage_err("-q %u: the queue limit is %u I/Os in flight (CAP.MQES %u entries, at most 1024)",
-				   p.depth, lim, ci.mqes);
-		goto out;
+		if (p->depth > lim)
+			return cli_usage_err("-q %u: the queue limit is %u I/Os in flight (GPU queues: a power of two "
+					     "of entries, CAP.MQES %u entries)", p->depth, lim, ci.mqes);
+	} else if (p->depth > lim) {
+		return cli_usage_err("-q %u: the queue limit is %u I/Os in flight (CAP.MQES %u entries, at most 1024)",
+				     p->depth, lim, ci.mqes);
 	}
-	if (p.queues > ci.nr_io_queues) {
-		rc = cli_usage_err("--queues %u: the controller granted %u I/O queue pairs", p.queues,
-				   ci.nr_io_queues);
-		goto out;
-	}
-	if ((uint64_t)p.depth * p.bytes > (4ull << 30)) {
-		rc = cli_usage_err("-q %u x -o %s is more than 4 GiB of buffers per queue pair", p.depth,
-				   cli_human_bytes(p.bytes, h1, sizeof(h1)));
-		goto out;
-	}
-	p.blocks_per_io = p.bytes / p.ni.lba_size;
-	p.nios = p.ni.nsze / p.blocks_per_io;
-	if (gpu) {
-#ifdef GPUNVME_HAVE_CUDA
-		rc = run_gpu(&p, ctrl, tier, gpu_mode, json, &gpu_stuck);
-#endif
-		goto out;
-	}
-	uint64_t parts = ci.max_xfer ? (p.bytes + ci.max_xfer - 1) / ci.max_xfer : 1;
-	uint64_t want = parts * p.depth + 1;
-	uint32_t qdepth = want > lim + 1 ? lim + 1 : (uint32_t)want;
-	if (qdepth < 2)
-		qdepth = 2;
+	if (p->queues > ci.nr_io_queues)
+		return cli_usage_err("--queues %u: the controller granted %u I/O queue pairs", p->queues,
+				     ci.nr_io_queues);
+	if ((uint64_t)p->depth * p->bytes > (4ull << 30))
+		return cli_usage_err("-q %u x -o %s is more than 4 GiB of buffers per queue pair", p->depth,
+				     cli_human_bytes(p->bytes, h1, sizeof(h1)));
+	p->blocks_per_io = p->bytes / p->ni.lba_size;
+	p->nios = p->ni.nsze / p->blocks_per_io;
+	/* room for every I/O of the depth, each split at MDTS */
+	uint64_t parts = ci.max_xfer ? (p->bytes + ci.max_xfer - 1) / ci.max_xfer : 1;
+	uint64_t want = parts * p->depth + 1;
+	*qdepth = want > lim + 1 ? lim + 1 : (uint32_t)want;
+	if (*qdepth < 2)
+		*qdepth = 2;
+	return 0;
+}
 
-	ws = calloc(p.queues, sizeof(*ws));
-	if (!ws) {
-		rc = cli_err(EXIT_RUNTIME, "out of memory");
-		goto out;
-	}
-	bool reads_only = p.wl == WL_READ || p.wl == WL_RANDREAD;
-	for (nw = 0; nw < p.queues; nw++) {
-		struct worker *w = &ws[nw];
-		w->p = &p;
-		w->idx = nw;
-		w->rng = 0x9E3779B97F4A7C15ull * (nw + 1) ^ cli_now_ns();
+/* Per thread: a queue pair, DMA buffers for depth I/Os, a slice of the
+ * namespace for sequential workloads; a write workload's buffers get random
+ * data. *nw counts the workers that hold something to free, on an error
+ * too. */
+static int setup_workers(struct perf *p, struct gpunvme_ctrl *ctrl, uint32_t qdepth, struct worker *ws, uint32_t *nw)
+{
+	char h1[32];
+	bool reads_only = p->wl == WL_READ || p->wl == WL_RANDREAD;
+	for (uint32_t k = 0; k < p->queues; k++) {
+		*nw = k;
+		struct worker *w = &ws[k];
+		w->p = p;
+		w->idx = k;
+		w->rng = 0x9E3779B97F4A7C15ull * (k + 1) ^ cli_now_ns();
 		if (!w->rng)
 			w->rng = 1;
-		w->seq_lo = p.nios * nw / p.queues;
-		w->seq_hi = p.nios * (nw + 1) / p.queues;
+		w->seq_lo = p->nios * k / p->queues;
+		w->seq_hi = p->nios * (k + 1) / p->queues;
 		if (w->seq_hi <= w->seq_lo) {
 			w->seq_lo = 0;
-			w->seq_hi = p.nios;
+			w->seq_hi = p->nios;
 		}
 		w->seq_next = w->seq_lo;
 		int e = gpunvme_qpair_create(ctrl, qdepth, &w->qp);
 		if (e < 0) {
 			w->qp = NULL;
-			rc = cli_lib_err(e, "cannot create I/O queue pair %u of %u", nw + 1, p.queues);
-			goto out;
+			return cli_lib_err(e, "cannot create I/O queue pair %u of %u", k + 1, p->queues);
 		}
-		w->dma = gpunvme_dma_alloc(ctrl, (size_t)(p.depth * p.bytes));
-		w->ios = calloc(p.depth, sizeof(*w->ios));
-		w->ready = calloc(p.depth, sizeof(*w->ready));
-		if (!w->dma) {
-			rc = cli_lib_err(-ENOMEM, "cannot allocate %s of DMA memory for queue pair %u",
-					 cli_human_bytes(p.depth * p.bytes, h1, sizeof(h1)), nw + 1);
-			nw++;
-			goto out;
-		}
-		if (!w->ios || !w->ready) {
-			rc = cli_err(EXIT_RUNTIME, "out of memory");
-			nw++;
-			goto out;
-		}
-		for (uint32_t i = 0; i < p.depth; i++) {
+		*nw = k + 1;
+		w->dma = gpunvme_dma_alloc(ctrl, (size_t)(p->depth * p->bytes));
+		w->ios = calloc(p->depth, sizeof(*w->ios));
+		w->ready = calloc(p->depth, sizeof(*w->ready));
+		if (!w->dma)
+			return cli_lib_err(-ENOMEM, "cannot allocate %s of DMA memory for queue pair %u",
+					   cli_human_bytes(p->depth * p->bytes, h1, sizeof(h1)), k + 1);
+		if (!w->ios || !w->ready)
+			return cli_err(EXIT_RUNTIME, "out of memory");
+		for (uint32_t i = 0; i < p->depth; i++) {
 			w->ios[i].w = w;
-			w->ios[i].buf = w->dma + (size_t)i * p.bytes;
+			w->ios[i].buf = w->dma + (size_t)i * p->bytes;
 		}
 		if (!reads_only) {
 			uint64_t s = w->rng;
 			uint64_t *q = (uint64_t *)w->dma;
-			for (size_t i = 0; i < (size_t)(p.depth * p.bytes) / 8; i++)
+			for (size_t i = 0; i < (size_t)(p->depth * p->bytes) / 8; i++)
 				q[i] = gpunvme_perf_rnd(&s);
 		}
 	}
+	return 0;
+}
 
-	/* go */
+/* Start every thread, release them together (they spin until p->go) and
+ * wait for them. *started: they ran, so a queue pair that did not drain
+ * must not be freed. */
+static int run_workers(struct perf *p, struct worker *ws, uint32_t nw, bool *started)
+{
 	for (uint32_t i = 0; i < nw; i++) {
 		int e = pthread_create(&ws[i].tid, NULL, worker_main, &ws[i]);
 		if (e) {
-			atomic_store(&p.stop, 1);
-			rc = cli_err(EXIT_RUNTIME, "cannot start thread %u: %s", i, strerror(e));
-			p.t_start = cli_now_ns();
-			p.t_end = p.t_start;
-			atomic_store(&p.go, 1);
+			atomic_store(&p->stop, 1);
+			int rc = cli_err(EXIT_RUNTIME, "cannot start thread %u: %s", i, strerror(e));
+			p->t_start = cli_now_ns();
+			p->t_end = p->t_start;
+			atomic_store(&p->go, 1);
 			for (uint32_t k = 0; k < i; k++)
 				pthread_join(ws[k].tid, NULL);
-			goto out;
+			return rc;
 		}
 	}
-	started = true;
-	p.t_start = cli_now_ns();
-	p.t_end = p.t_start + (uint64_t)(p.seconds * 1e9);
-	atomic_store(&p.go, 1);
+	*started = true;
+	p->t_start = cli_now_ns();
+	p->t_end = p->t_start + (uint64_t)(p->seconds * 1e9);
+	atomic_store(&p->go, 1);
 	for (uint32_t i = 0; i < nw; i++)
 		pthread_join(ws[i].tid, NULL);
+	return 0;
+}
 
-	/* ---- results ------------------------------------------------------------- */
+/* The report, then the exit status: a queue pair's fatal error first, else
+ * the I/O errors with the first one's cause. */
+static int results(const struct perf *p, struct worker *ws, uint32_t nw, bool json)
+{
 	uint64_t errors = 0;
 	struct worker *fatal = NULL, *errw = NULL;
 	for (uint32_t i = 0; i < nw; i++) {
@@ -843,40 +862,93 @@ int cmd_perf(int argc, char **argv)
 		if (ws[i].errors && !errw)
 			errw = &ws[i];
 	}
-	if (report(&p, ws, nw, json, NULL)) {
+	if (report(p, ws, nw, json, NULL))
+		return cli_err(EXIT_RUNTIME, "out of memory");
+	if (fatal)
+		return cli_err(EXIT_RUNTIME, "%s", fatal->fatal_msg);
+	if (!errors)
+		return 0;
+	if (errw->first_err == -EIO)
+		return cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s); first: %s", errors,
+			       gpunvme_status_str(errw->first_status));
+	if (errw->first_err == -ETIMEDOUT)
+		return cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s); first: no completion within %u ms "
+			       "(--timeout)", errors, p->io_timeout_ms);
+	return cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s); first: %s", errors, strerror(-errw->first_err));
+}
+
+/* A worker's queue pair and DMA memory are freed only when nothing is in
+ * flight on them (or its thread never ran): the controller may still
+ * write there. */
+static void free_workers(struct gpunvme_ctrl *ctrl, struct worker *ws, uint32_t nw, bool started)
+{
+	if (!ws)
+		return;
+	for (uint32_t i = 0; i < nw; i++) {
+		struct worker *w = &ws[i];
+		bool ok = !started || w->drained;
+		if (w->qp && ok)
+			gpunvme_qpair_destroy(w->qp);
+		if (w->dma && ok)
+			gpunvme_dma_free(ctrl, w->dma);
+		free(w->ios);
+		free(w->ready);
+	}
+	free(ws);
+}
+
+int cmd_perf(int argc, char **argv)
+{
+	struct perf p;
+	struct perf_opts o;
+	int rc = parse_opts(argc, argv, &p, &o);
+	if (rc || o.help)
+		return rc;
+	if (o.gpu) {
+		/* before touching the device: a machine without a GPU gets one
+		 * clear line, whatever the build */
+#ifdef GPUNVME_HAVE_CUDA
+		if (perf_gpu_probe())
+			return cli_err(EXIT_RUNTIME, "%s (--gpu needs an NVIDIA GPU and its driver)",
+				       perf_gpu_error());
+#else
+		return cli_err(EXIT_RUNTIME, "no CUDA GPU: this gpunvme was built without CUDA (--gpu needs a "
+					     "build with nvcc)");
+#endif
+	}
+
+	struct gpunvme_opts opts;
+	gpunvme_opts_init(&opts);
+	if (o.timeout_ms)
+		opts.io_timeout_ms = o.timeout_ms;
+	if (p.queues > opts.nr_io_queues)
+		opts.nr_io_queues = p.queues;  /* ask for as many as needed */
+	p.io_timeout_ms = opts.io_timeout_ms;
+	struct gpunvme_ctrl *ctrl;
+	if ((rc = cli_open(p.uri, &opts, &ctrl)))
+		return rc;
+	struct worker *ws = NULL;
+	uint32_t nw = 0, qdepth = 0;
+	bool started = false, gpu_stuck = false;
+	if ((rc = check_device(&p, ctrl, o.gpu, &qdepth)))
+		goto out;
+	if (o.gpu) {
+#ifdef GPUNVME_HAVE_CUDA
+		rc = run_gpu(&p, ctrl, o.tier, o.gpu_mode, o.json, &gpu_stuck);
+#endif
+		goto out;
+	}
+	ws = calloc(p.queues, sizeof(*ws));
+	if (!ws) {
 		rc = cli_err(EXIT_RUNTIME, "out of memory");
 		goto out;
 	}
-	if (fatal) {
-		rc = cli_err(EXIT_RUNTIME, "%s", fatal->fatal_msg);
-	} else if (errors) {
-		if (errw->first_err == -EIO)
-			rc = cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s); first: %s", errors,
-				     gpunvme_status_str(errw->first_status));
-		else if (errw->first_err == -ETIMEDOUT)
-			rc = cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s); first: no completion within %u ms "
-				     "(--timeout)", errors, p.io_timeout_ms);
-		else
-			rc = cli_err(EXIT_RUNTIME, "%" PRIu64 " I/O error(s); first: %s", errors,
-				     strerror(-errw->first_err));
-	} else {
-		rc = 0;
-	}
+	if ((rc = setup_workers(&p, ctrl, qdepth, ws, &nw)) || (rc = run_workers(&p, ws, nw, &started)))
+		goto out;
+	rc = results(&p, ws, nw, o.json);
 
 out:
-	if (ws) {
-		for (uint32_t i = 0; i < nw; i++) {
-			struct worker *w = &ws[i];
-			bool ok = !started || w->drained;
-			if (w->qp && ok)
-				gpunvme_qpair_destroy(w->qp);
-			if (w->dma && ok)
-				gpunvme_dma_free(ctrl, w->dma);
-			free(w->ios);
-			free(w->ready);
-		}
-		free(ws);
-	}
+	free_workers(ctrl, ws, nw, started);
 	if (gpu_stuck)
 		return rc; /* a GPU kernel may still use the controller: let exit tear it down */
 	gpunvme_close(ctrl);

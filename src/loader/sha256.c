@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "loader/sha256.h"
+#include "gpunvme/sha256.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SHA256_X86 1

@@ -1,15 +1,20 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * SHA-256 (FIPS 180-4), incremental: init, update any number of times with
- * pieces of any length, final. Used to verify model files and tensor data
- * after they were read through the driver. Internal to the library (and its
- * CLI and tests): include as "loader/sha256.h".
+ * pieces of any length, final. `gpunvme load --json` digests every tensor
+ * with it as the tensor sits in its destination; public so that a program
+ * can check what it loaded against the same digests without a crypto
+ * library of its own. Implemented in src/loader/sha256.c.
  */
-#ifndef GPUNVME_LOADER_SHA256_H
-#define GPUNVME_LOADER_SHA256_H
+#ifndef GPUNVME_SHA256_H
+#define GPUNVME_SHA256_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 struct gpunvme_sha256 {
 	uint32_t h[8];     /* intermediate hash value H(i) (§6.2.2) */
@@ -30,4 +35,8 @@ void gpunvme_sha256_final(struct gpunvme_sha256 *c, uint8_t out[32]);
 /* Lower-case hex of a digest, NUL-terminated. */
 void gpunvme_sha256_hex(const uint8_t d[32], char out[65]);
 
+#ifdef __cplusplus
+}
 #endif
+
+#endif /* GPUNVME_SHA256_H */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * Latency histogram of `gpunvme perf`, shared by the CPU path (src/cli) and
- * the GPU kernels of `perf --gpu` (src/cuda), so both report through one
- * bucket layout: values below 2^GPUNVME_PERF_HSUB_BITS have a bucket each,
+ * Latency histogram of `gpunvme perf` (the CLI's own, not library API),
+ * shared by the CPU path (cmd_perf.c) and the GPU kernels of `perf --gpu`
+ * (perf_gpu.cu), so both report through one bucket layout: values below 2^GPUNVME_PERF_HSUB_BITS have a bucket each,
  * above that every power of two is cut into 2^GPUNVME_PERF_HSUB_BITS linear
  * sub-buckets (< 1.6 % error). min/max/sum are exact. Also the random
  * offsets both draw, from the same generator.

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * The workload engine of `gpunvme perf --gpu`: the same workloads as the CPU
- * perf (read, randread, write, randwrite, rw, randrw; BYTES per I/O, DEPTH
- * I/Os in flight on each of Q queue pairs, for a given time), but every
- * command is built, submitted and completed by GPU threads (device.cuh).
+ * The workload engine of `gpunvme perf --gpu` (perf_gpu.h): the same
+ * workloads as the CPU perf (read, randread, write, randwrite, rw, randrw;
+ * BYTES per I/O, DEPTH I/Os in flight on each of Q queue pairs, for a given
+ * time), but every command is built, submitted and completed by GPU threads
+ * (device.cuh). Part of the CLI, on the public API only (gpu.h,
+ * device.cuh): the library's GPU path owes a benchmark nothing special.
  *
  * Layout of the work: an "I/O slot" keeps one I/O in flight at a time. An
  * I/O of up to MDTS is one command; a larger one is split into P <= 32
@@ -13,7 +15,7 @@
  * self-waits. Queue pair qi gets DEPTH slots, i.e. ceil(DEPTH * G / 32)
  * warps; lanes past DEPTH * G, and lanes of a group past P, idle.
  *
- * Two ways to submit (enum gpunvme_gpu_perf_mode):
+ * Two ways to submit (enum perf_gpu_mode):
  *  - warp batches (G = P rounded up): the 32 lanes call
  *    gpunvme_dev_rw_lanes together (one admission, one ticket range and
  *    one doorbell for the batch, the whole warp draining the CQ) and wait
@@ -43,6 +45,7 @@
  */
 #include <cuda_runtime.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,8 +53,7 @@
 
 #include "gpunvme/device.cuh"
 #include "gpunvme/gpu.h"
-
-#include "base/base.h"
+#include "perf_gpu.h"
 
 #define PERF_TPB 128u /* threads per block */
 
@@ -110,7 +112,7 @@ __device__ static void perf_pick(const struct perf_kargs *a, uint32_t qi, uint64
 {
 	const uint32_t wl = a->workload;
 	uint64_t r = gpunvme_perf_rnd(rng), n;
-	if (wl == GPUNVME_GPU_PERF_RANDREAD || wl == GPUNVME_GPU_PERF_RANDWRITE || wl == GPUNVME_GPU_PERF_RANDRW) {
+	if (wl == PERF_GPU_RANDREAD || wl == PERF_GPU_RANDWRITE || wl == PERF_GPU_RANDRW) {
 		n = r % a->nios;
 	} else {
 		const uint32_t nq = a->q.nq;
@@ -121,9 +123,9 @@ __device__ static void perf_pick(const struct perf_kargs *a, uint32_t qi, uint64
 		}
 		n = lo + atomicAdd(&a->seq[qi], 1ull) % (hi - lo);
 	}
-	if (wl == GPUNVME_GPU_PERF_READ || wl == GPUNVME_GPU_PERF_RANDREAD)
+	if (wl == PERF_GPU_READ || wl == PERF_GPU_RANDREAD)
 		*rd = 1;
-	else if (wl == GPUNVME_GPU_PERF_WRITE || wl == GPUNVME_GPU_PERF_RANDWRITE)
+	else if (wl == PERF_GPU_WRITE || wl == PERF_GPU_RANDWRITE)
 		*rd = 0;
 	else
 		*rd = (gpunvme_perf_rnd(rng) % 100) < a->mix;
@@ -213,7 +215,7 @@ __global__ void perf_kernel_warp(struct perf_kargs a)
 	for (;;) {
 		int go = 0;
 		if (lane == 0)
-			go = gpunvme_dev_now() < t_end && !gpunvme_ld(&a.ctl->stop);
+			go = gpunvme_dev_now() < t_end && !gpunvme_dq_ld(&a.ctl->stop);
 		if (!__shfl_sync(full, go, 0))
 			break;
 		uint64_t slba = 0;
@@ -255,7 +257,7 @@ __global__ void perf_kernel_thread(struct perf_kargs a)
 		uint64_t slba = 0;
 		int rd = 1;
 		if (p.gl == 0) {
-			go = gpunvme_dev_now() < t_end && !gpunvme_ld(&a.ctl->stop);
+			go = gpunvme_dev_now() < t_end && !gpunvme_dq_ld(&a.ctl->stop);
 			if (go)
 				perf_pick(&a, p.qi, &rng, &slba, &rd);
 		}
@@ -298,12 +300,38 @@ __global__ void perf_fill(uint64_t *p, uint64_t n, uint64_t seed)
 
 /* ---- host ---------------------------------------------------------------------- */
 
-static int cuda_fail(cudaError_t e, const char *what)
+/* The engine's own last error (perf_gpu_error): the library's
+ * gpunvme_last_error() is the library's to set, and the CLI runs one
+ * engine at a time, so one buffer is enough. */
+static char perf_err[512];
+
+extern "C" const char *perf_gpu_error(void)
 {
-	return gpunvme_set_error(-EIO, "%s: %s", what, cudaGetErrorString(e));
+	return perf_err;
 }
 
-extern "C" int gpunvme_gpu_perf_probe(void)
+__attribute__((format(printf, 2, 3))) static int perf_fail(int rc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(perf_err, sizeof(perf_err), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* A library call failed with rc: pass its message on. */
+static int lib_fail(int rc)
+{
+	const char *le = gpunvme_last_error();
+	return perf_fail(rc, "%s", le && *le ? le : strerror(rc < 0 ? -rc : rc));
+}
+
+static int cuda_fail(cudaError_t e, const char *what)
+{
+	return perf_fail(-EIO, "%s: %s", what, cudaGetErrorString(e));
+}
+
+extern "C" int perf_gpu_probe(void)
 {
 	int n = 0;
 	cudaError_t e = cudaGetDeviceCount(&n);
@@ -312,17 +340,17 @@ extern "C" int gpunvme_gpu_perf_probe(void)
 		/* no driver loaded reads as "driver version is insufficient":
 		 * say what the user has to know first */
 		if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
-			return gpunvme_set_error(-ENODEV, "no NVIDIA GPU or driver found (CUDA: %s): run without --gpu, "
-							  "or install the NVIDIA driver",
-						 cudaGetErrorString(e));
-		return gpunvme_set_error(-ENODEV, "no CUDA GPU usable: %s (cudaGetDeviceCount)", cudaGetErrorString(e));
+			return perf_fail(-ENODEV, "no NVIDIA GPU or driver found (CUDA: %s): run without --gpu, "
+						  "or install the NVIDIA driver",
+					 cudaGetErrorString(e));
+		return perf_fail(-ENODEV, "no CUDA GPU usable: %s (cudaGetDeviceCount)", cudaGetErrorString(e));
 	}
 	if (n <= 0)
-		return gpunvme_set_error(-ENODEV, "no NVIDIA GPU or driver found: the CUDA runtime sees no device");
+		return perf_fail(-ENODEV, "no NVIDIA GPU or driver found: the CUDA runtime sees no device");
 	return 0;
 }
 
-extern "C" const char *gpunvme_gpu_perf_strerror(int err, uint32_t timeout_ms, char *buf, size_t len)
+extern "C" const char *perf_gpu_strerror(int err, uint32_t timeout_ms, char *buf, size_t len)
 {
 	switch (err) {
 	case 0:
@@ -349,7 +377,7 @@ extern "C" const char *gpunvme_gpu_perf_strerror(int err, uint32_t timeout_ms, c
 	return buf;
 }
 
-extern "C" void gpunvme_gpu_perf_result_free(struct gpunvme_gpu_perf_result *r)
+extern "C" void perf_gpu_result_free(struct perf_gpu_result *r)
 {
 	if (!r)
 		return;
@@ -372,19 +400,18 @@ static uint64_t host_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-extern "C" int gpunvme_gpu_perf(struct gpunvme_ctrl *c, const struct gpunvme_gpu_perf_args *a,
-				struct gpunvme_gpu_perf_result *r)
+extern "C" int perf_gpu_run(struct gpunvme_ctrl *c, const struct perf_gpu_args *a, struct perf_gpu_result *r)
 {
 	int rc;
 	cudaError_t ce;
 	if (!c || !a || !r)
-		return gpunvme_set_error(-EINVAL, "gpu perf: bad arguments");
+		return perf_fail(-EINVAL, "gpu perf: bad arguments");
 	memset(r, 0, sizeof(*r));
 	if (a->queues == 0 || a->depth == 0 || a->io_bytes == 0 || a->run_ns == 0 || a->timeout_ns == 0 ||
-	    a->workload > GPUNVME_GPU_PERF_RANDRW || a->mix > 100 || (a->tier != 1 && a->tier != 2) ||
-	    a->mode > GPUNVME_GPU_PERF_THREAD)
-		return gpunvme_set_error(-EINVAL, "gpu perf: bad arguments");
-	if ((rc = gpunvme_gpu_perf_probe()))
+	    a->workload > PERF_GPU_RANDRW || a->mix > 100 || (a->tier != 1 && a->tier != 2) ||
+	    a->mode > PERF_GPU_THREAD)
+		return perf_fail(-EINVAL, "gpu perf: bad arguments");
+	if ((rc = perf_gpu_probe()))
 		return rc;
 	int dev = 0;
 	cudaGetDevice(&dev);
@@ -397,27 +424,27 @@ extern "C" int gpunvme_gpu_perf(struct gpunvme_ctrl *c, const struct gpunvme_gpu
 	struct gpunvme_ns_info ni;
 	struct gpunvme_ctrl_info ci;
 	if ((rc = gpunvme_ns_info(c, a->nsid, &ni)))
-		return rc;
+		return lib_fail(rc);
 	if ((rc = gpunvme_ctrl_info(c, &ci)) < 0)
-		return rc;
+		return lib_fail(rc);
 	if (a->io_bytes % ni.lba_size || a->io_bytes / ni.lba_size > 0xffffffffull)
-		return gpunvme_set_error(-EINVAL, "I/O size %llu is not a multiple of the %u-byte LBA size",
-					 (unsigned long long)a->io_bytes, ni.lba_size);
+		return perf_fail(-EINVAL, "I/O size %llu is not a multiple of the %u-byte LBA size",
+				 (unsigned long long)a->io_bytes, ni.lba_size);
 	const uint64_t bpi = a->io_bytes / ni.lba_size;
 	if (bpi > ni.nsze)
-		return gpunvme_set_error(-EINVAL, "I/O size %llu is larger than namespace %u",
-					 (unsigned long long)a->io_bytes, a->nsid);
+		return perf_fail(-EINVAL, "I/O size %llu is larger than namespace %u",
+				 (unsigned long long)a->io_bytes, a->nsid);
 	if (ni.max_blocks == 0)
-		return gpunvme_set_error(-EINVAL, "namespace %u: no transfer size limit known", a->nsid);
+		return perf_fail(-EINVAL, "namespace %u: no transfer size limit known", a->nsid);
 	const uint64_t parts = (bpi + ni.max_blocks - 1) / ni.max_blocks;
 	if (parts > 32)
-		return gpunvme_set_error(-EINVAL, "an I/O of %llu bytes is %llu commands of at most %llu bytes (MDTS): "
-						  "more than 32, the most the GPU path splits an I/O into",
-					 (unsigned long long)a->io_bytes, (unsigned long long)parts,
-					 (unsigned long long)ni.max_blocks * ni.lba_size);
+		return perf_fail(-EINVAL, "an I/O of %llu bytes is %llu commands of at most %llu bytes (MDTS): "
+					  "more than 32, the most the GPU path splits an I/O into",
+				 (unsigned long long)a->io_bytes, (unsigned long long)parts,
+				 (unsigned long long)ni.max_blocks * ni.lba_size);
 	/* lanes per I/O slot: warp batches pack 32 / group slots into a warp;
 	 * thread mode gives every slot a warp of its own (see the top) */
-	const uint32_t group = a->mode == GPUNVME_GPU_PERF_THREAD ? 32u : pow2_ceil(parts);
+	const uint32_t group = a->mode == PERF_GPU_THREAD ? 32u : pow2_ceil(parts);
 	/* entries: every command in flight at once plus the empty slot a full
 	 * SQ keeps (NVMe 1.4 §4.1.1); gpunvme_gpu_queues_create caps it at
 	 * CAP.MQES + 1, and with fewer entries the slots just wait for room */
@@ -434,15 +461,15 @@ extern "C" int gpunvme_gpu_perf(struct gpunvme_ctrl *c, const struct gpunvme_gpu
 	 * would find the window over */
 	int per_sm = 0;
 	ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-		&per_sm, a->mode == GPUNVME_GPU_PERF_WARP ? perf_kernel_warp : perf_kernel_thread, PERF_TPB, 0);
+		&per_sm, a->mode == PERF_GPU_WARP ? perf_kernel_warp : perf_kernel_thread, PERF_TPB, 0);
 	if (ce != cudaSuccess)
 		return cuda_fail(ce, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
 	const uint64_t resident = (uint64_t)per_sm * prop.multiProcessorCount;
 	if (blocks64 > resident)
-		return gpunvme_set_error(-EINVAL, "%llu GPU threads (queues x depth x %u lanes per I/O) do not fit the "
-						  "GPU at once (%llu threads): use fewer queues or a lower depth",
-					 (unsigned long long)(blocks64 * PERF_TPB), group,
-					 (unsigned long long)(resident * PERF_TPB));
+		return perf_fail(-EINVAL, "%llu GPU threads (queues x depth x %u lanes per I/O) do not fit the "
+					  "GPU at once (%llu threads): use fewer queues or a lower depth",
+				 (unsigned long long)(blocks64 * PERF_TPB), group,
+				 (unsigned long long)(resident * PERF_TPB));
 	r->queues = a->queues;
 	r->threads = (uint32_t)(warps * 32);
 	r->blocks = (uint32_t)blocks64;
@@ -452,7 +479,7 @@ extern "C" int gpunvme_gpu_perf(struct gpunvme_ctrl *c, const struct gpunvme_gpu
 	r->lanes_per_io = group;
 	r->hist = (struct gpunvme_perf_hist *)calloc(2 * (size_t)a->queues, sizeof(*r->hist));
 	if (!r->hist)
-		return gpunvme_set_error(-ENOMEM, "out of memory");
+		return perf_fail(-ENOMEM, "out of memory");
 
 	struct gpunvme_gpu_queues *g = NULL;
 	struct gpunvme_gpu_buf *b = NULL;
@@ -463,21 +490,26 @@ extern "C" int gpunvme_gpu_perf(struct gpunvme_ctrl *c, const struct gpunvme_gpu
 	cudaEvent_t e0 = NULL, e1 = NULL;
 	const size_t hist_bytes = 2 * (size_t)a->queues * sizeof(struct gpunvme_perf_hist);
 
-	if ((rc = gpunvme_gpu_queues_create(c, a->nsid, a->queues, entries, &g)))
+	if ((rc = gpunvme_gpu_queues_create(c, a->nsid, a->queues, entries, &g))) {
+		lib_fail(rc);
 		goto out;
+	}
 	if (a->tier == 1) {
 		dma = gpunvme_dma_alloc(c, buf_len);
 		if (!dma) {
-			rc = gpunvme_set_error(-ENOMEM, "cannot allocate %llu bytes of DMA memory for the I/O buffers",
-					       (unsigned long long)buf_len);
+			rc = perf_fail(-ENOMEM, "cannot allocate %llu bytes of DMA memory for the I/O buffers",
+				       (unsigned long long)buf_len);
 			goto out;
 		}
-		if ((rc = gpunvme_gpu_buf_host(g, dma, buf_len, &b, &dptr)))
+		if ((rc = gpunvme_gpu_buf_host(g, dma, buf_len, &b, &dptr))) {
+			lib_fail(rc);
 			goto out;
+		}
 	} else if ((rc = gpunvme_gpu_buf_device(g, buf_len, &b, &dptr))) {
+		lib_fail(rc);
 		goto out;
 	}
-	if (a->workload != GPUNVME_GPU_PERF_READ && a->workload != GPUNVME_GPU_PERF_RANDREAD) {
+	if (a->workload != PERF_GPU_READ && a->workload != PERF_GPU_RANDREAD) {
 		perf_fill<<<256, 256>>>((uint64_t *)dptr, buf_len / 8, a->seed);
 		if ((ce = cudaGetLastError()) != cudaSuccess || (ce = cudaDeviceSynchronize()) != cudaSuccess) {
 			rc = cuda_fail(ce, "filling the write buffers");
@@ -525,7 +557,7 @@ extern "C" int gpunvme_gpu_perf(struct gpunvme_ctrl *c, const struct gpunvme_gpu
 		k.workload = a->workload;
 		k.mix = a->mix;
 		cudaEventRecord(e0);
-		if (a->mode == GPUNVME_GPU_PERF_WARP)
+		if (a->mode == PERF_GPU_WARP)
 			perf_kernel_warp<<<(unsigned)blocks64, PERF_TPB>>>(k);
 		else
 			perf_kernel_thread<<<(unsigned)blocks64, PERF_TPB>>>(k);
@@ -550,8 +582,8 @@ extern "C" int gpunvme_gpu_perf(struct gpunvme_ctrl *c, const struct gpunvme_gpu
 				r->stuck = 1;
 				/* the kernel may still touch queues and buffers:
 				 * leave everything in place */
-				return gpunvme_set_error(-ETIMEDOUT, "the GPU kernel did not finish within %.1f s",
-							 (double)limit / 1e9);
+				return perf_fail(-ETIMEDOUT, "the GPU kernel did not finish within %.1f s",
+						 (double)limit / 1e9);
 			}
 			struct timespec ts = {0, 1000000};
 			nanosleep(&ts, NULL);
