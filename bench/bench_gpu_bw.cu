@@ -283,25 +283,10 @@ __global__ void k_seq_read(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b
 /* A device-side result: an NVMe status (> 0) or a GPUNVME_DEV_E* code. */
 static const char *dev_err(int st, char *buf, size_t len)
 {
-	switch (st) {
-	case GPUNVME_DEV_ETIMEDOUT:
+	if (st == GPUNVME_DEV_ETIMEDOUT)
 		snprintf(buf, len, "no completion within %g s (-T)", o.timeout_s);
-		break;
-	case GPUNVME_DEV_EIO:
-		snprintf(buf, len, "queue pair broken by an earlier timeout, or controller fatal status (CSTS.CFS)");
-		break;
-	case GPUNVME_DEV_ENODEV:
-		snprintf(buf, len, "device gone (registers read all ones)");
-		break;
-	case GPUNVME_DEV_EINVAL:
-		snprintf(buf, len, "invalid command arguments (range, size or buffer alignment)");
-		break;
-	default:
-		if (st > 0 && st <= 0xffff)
-			snprintf(buf, len, "%s", gpunvme_status_str((uint16_t)st));
-		else
-			snprintf(buf, len, "GPU error %d", st);
-	}
+	else
+		snprintf(buf, len, "%s", gpunvme_gpu_status_str(st));
 	return buf;
 }
 

@@ -55,6 +55,14 @@ void gpunvme_gpu_buf_free(struct gpunvme_gpu_buf *b);
 const struct gpunvme_dev_buf *gpunvme_gpu_buf_desc(const struct gpunvme_gpu_buf *b);
 
 /*
+ * Text for a result the device code wrote (the *d_status of the calls below,
+ * a gpunvme_dev_* return): 0, an NVMe status (> 0, as gpunvme_status_str()
+ * formats it) or a negative GPUNVME_DEV_E* code (device.cuh). The string is
+ * static, or gpunvme_status_str()'s per-thread buffer for an NVMe status.
+ */
+const char *gpunvme_gpu_status_str(int st);
+
+/*
  * Read nlb blocks from slba into buffer offset off, asynchronously on
  * `stream` (a cudaStream_t): a kernel of GPU threads submits the commands
  * over all queue pairs; no device-wide synchronisation. *d_status (device

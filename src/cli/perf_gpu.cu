@@ -352,28 +352,11 @@ extern "C" int perf_gpu_probe(void)
 
 extern "C" const char *perf_gpu_strerror(int err, uint32_t timeout_ms, char *buf, size_t len)
 {
-	switch (err) {
-	case 0:
-		snprintf(buf, len, "success");
-		break;
-	case GPUNVME_DEV_ETIMEDOUT:
+	/* the library's text, and for a timeout the option that sets it */
+	if (err == GPUNVME_DEV_ETIMEDOUT)
 		snprintf(buf, len, "no completion within %u ms (--timeout)", timeout_ms);
-		break;
-	case GPUNVME_DEV_EIO:
-		snprintf(buf, len, "queue pair broken by an earlier timeout, or controller fatal status (CSTS.CFS)");
-		break;
-	case GPUNVME_DEV_ENODEV:
-		snprintf(buf, len, "device gone (registers read all ones)");
-		break;
-	case GPUNVME_DEV_EINVAL:
-		snprintf(buf, len, "invalid command arguments (range, size or buffer alignment)");
-		break;
-	default:
-		if (err > 0 && err <= 0xffff)
-			snprintf(buf, len, "%s", gpunvme_status_str((uint16_t)err));
-		else
-			snprintf(buf, len, "GPU error %d", err);
-	}
+	else
+		snprintf(buf, len, "%s", gpunvme_gpu_status_str(err));
 	return buf;
 }
 

@@ -535,6 +535,26 @@ const struct gpunvme_dev_buf *gpunvme_gpu_buf_desc(const struct gpunvme_gpu_buf 
 	return &b->desc;
 }
 
+const char *gpunvme_gpu_status_str(int st)
+{
+	if (st > 0 && st <= 0xffff)
+		return gpunvme_status_str((uint16_t)st);
+	switch (st) {
+	case 0:
+		return "success";
+	case GPUNVME_DEV_ETIMEDOUT:
+		return "no completion within the timeout (the queue pair is now broken)";
+	case GPUNVME_DEV_EIO:
+		return "queue pair broken by an earlier timeout, or controller fatal status (CSTS.CFS)";
+	case GPUNVME_DEV_ENODEV:
+		return "device gone (registers read all ones)";
+	case GPUNVME_DEV_EINVAL:
+		return "invalid command arguments (range, size or buffer alignment)";
+	default:
+		return "unknown device result (neither an NVMe status nor a GPUNVME_DEV_E* code)";
+	}
+}
+
 /* ---- asynchronous read on a stream --------------------------------------------- */
 
 /* Each warp takes a contiguous slice of the range and reads it with the
