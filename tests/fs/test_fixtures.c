@@ -105,7 +105,9 @@ static const char *cur_fixture, *cur_source;
 static const char *fail_what(const char *path)
 {
 	static char what[1024];
-	snprintf(what, sizeof(what), "%s [%s] %s", cur_fixture, cur_source, path);
+	/* a longer path is cut: the head names the fixture and the file */
+	if (snprintf(what, sizeof(what), "%s [%s] %s", cur_fixture, cur_source, path) >= (int)sizeof(what))
+		memcpy(what + sizeof(what) - 4, "...", 4);
 	return what;
 }
 #define fail(path, ...) check_failf(__FILE__, __LINE__, fail_what(path), __VA_ARGS__)

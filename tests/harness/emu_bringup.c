@@ -116,7 +116,7 @@ int eb_enable(struct eb_ctrl *c, uint32_t depth)
 		fprintf(stderr, "CSTS.RDY did not clear: %s\n", strerror(-rc));
 		return rc;
 	}
-	uint64_t sq_iova, cq_iova;
+	uint64_t sq_iova = 0, cq_iova = 0; /* set by eb_alloc when it returns non-NULL */
 	struct gpunvme_sqe *sq = (struct gpunvme_sqe *)eb_alloc(c, (size_t)depth * sizeof(*sq), 0, &sq_iova);
 	struct gpunvme_cqe *cq = (struct gpunvme_cqe *)eb_alloc(c, (size_t)depth * sizeof(*cq), 0, &cq_iova);
 	if (!sq || !cq) {
@@ -194,7 +194,7 @@ void eb_sqe_create_sq(struct gpunvme_sqe *s, uint16_t qid, uint32_t depth, uint6
 
 int eb_create_qp(struct eb_ctrl *c, uint16_t qid, uint32_t depth, struct gpunvme_ring *r)
 {
-	uint64_t sq_iova, cq_iova;
+	uint64_t sq_iova = 0, cq_iova = 0; /* set by eb_alloc when it returns non-NULL */
 	/* whole pages: PC=1 queues are contiguous from a page start (§5.3) */
 	size_t sq_len = ((size_t)depth * sizeof(struct gpunvme_sqe) + EB_PAGE - 1) & ~(size_t)(EB_PAGE - 1);
 	size_t cq_len = ((size_t)depth * sizeof(struct gpunvme_cqe) + EB_PAGE - 1) & ~(size_t)(EB_PAGE - 1);
