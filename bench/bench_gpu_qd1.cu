@@ -128,7 +128,10 @@ static const char *floor_name[F_N] = { "SQE stores issued", "system fence", "SQ 
 				       "wait for the CQE (spin)", "CQ doorbell store", "total per command" };
 
 /* One thread, queue pair qi driven by hand; st[3] = SQ tail, CQ head, CQ
- * phase carried from launch to launch (start: 0, 0, 1). */
+ * phase carried from launch to launch (start: 0, 0, 1). Deliberately not
+ * the queue core (queue.h / device_queue.cuh): this is the floor the core is
+ * measured against, the fewest loads and stores a command can take, so each
+ * access is written out with the ordering variant the mode selects. */
 __global__ void k_floor(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, uint32_t qi, int n, int mode,
 			uint32_t *st, unsigned long long *sum, unsigned long long *polls, int *err)
 {
@@ -167,7 +170,7 @@ __global__ void k_floor(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, u
 			else
 				dw3 = ((volatile uint32_t *)qp->cq)[head * 4 + 3];
 			atomicAdd(polls, 1ull);
-			if (((dw3 >> 16) & 1u) == phase)
+			if (gpunvme_dw3_phase(dw3) == phase)
 				break;
 			if (gpunvme_dev_now() > deadline) {
 				*err = -110;
