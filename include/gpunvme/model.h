@@ -42,8 +42,17 @@ struct gpunvme_tensor {
 	/* safetensors: as in the header (outermost first); GGUF: ne[0] first, as
 	 * stored (ne[0] is the contiguous dimension) */
 	uint64_t shape[GPUNVME_TENSOR_MAX_DIMS];
-	uint64_t offset;           /* absolute byte offset of the data in the file */
+	uint64_t offset;           /* absolute byte offset of the data in the file
+	                              (in a model set: in the set's address space) */
 	uint64_t bytes;            /* data length; 0 for a zero-size tensor */
+	int32_t ggml_type;         /* GGUF: the ggml type number; -1 for safetensors */
+	uint32_t file;             /* model set (modelset.h): index of the file; else 0 */
+};
+
+/* safetensors "__metadata__": a string-to-string map, as the format defines
+ * it; GGUF: not filled (its metadata is typed; see split_* below). */
+struct gpunvme_model_meta {
+	char *key, *value;         /* UTF-8, NUL added */
 };
 
 struct gpunvme_model {
@@ -55,6 +64,12 @@ struct gpunvme_model {
 	uint64_t n_kv;             /* GGUF metadata pairs; safetensors __metadata__ entries */
 	size_t n_tensors;
 	struct gpunvme_tensor *tensors; /* in file order of their headers */
+	size_t n_meta;
+	struct gpunvme_model_meta *meta; /* safetensors __metadata__, in file order */
+	/* GGUF split models (llama.cpp gguf-split): split.no (0-based),
+	 * split.count and split.tensors.count; 0, 1, n_tensors otherwise */
+	uint32_t split_no, split_count;
+	uint64_t split_tensors;
 };
 
 /* Read len bytes at offset off of the model file: 0 or -errno. */
