@@ -18,6 +18,11 @@
  *     lengths, bad alignment, misaligned offsets, version / endianness,
  *     headers over GPUNVME_MODEL_MAX_HEADER (-EFBIG), read errors;
  *   - random byte corruption of valid files (must never crash);
+ *   - the F8_*FNUZ dtypes and the sub-byte length rule; __metadata__ kept in
+ *     file order (non-string values, duplicate keys, NUL refused); the
+ *     gguf-split keys split.no / split.count / split.tensors.count (good,
+ *     merged, bad values and types); NVFP4 / Q1_0 / Q2_0; ggml_type and
+ *     file of every tensor;
  *   - gpunvme_tensor_match, gpunvme_dtype_bits, gpunvme_model_format_name.
  * Exit 0 pass, 1 fail.
  */
