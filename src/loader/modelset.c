@@ -97,7 +97,8 @@ static struct gpunvme_model_set *set_new(void)
 	return s;
 }
 
-static int set_add(struct gpunvme_model_set *s, struct gpunvme_fs *fs, const char *path)
+/* One more file slot, zeroed, counted in n_files. */
+static int set_slot(struct gpunvme_model_set *s, struct gpunvme_model_file **f)
 {
 	if (s->n_files >= GPUNVME_MODEL_SET_MAX_FILES)
 		return gpunvme_set_error(-EINVAL, "model set: more than %d files", GPUNVME_MODEL_SET_MAX_FILES);
@@ -105,8 +106,16 @@ static int set_add(struct gpunvme_model_set *s, struct gpunvme_fs *fs, const cha
 	if (!v)
 		return gpunvme_set_error(-ENOMEM, "model set: out of memory");
 	s->files = v;
-	memset(&v[s->n_files], 0, sizeof(v[0]));
-	return open_file(fs, path, &v[s->n_files++]);
+	*f = &v[s->n_files++];
+	memset(*f, 0, sizeof(**f));
+	return 0;
+}
+
+static int set_add(struct gpunvme_model_set *s, struct gpunvme_fs *fs, const char *path)
+{
+	struct gpunvme_model_file *f;
+	int rc = set_slot(s, &f);
+	return rc ? rc : open_file(fs, path, f);
 }
 
 void gpunvme_model_set_free(struct gpunvme_model_set *s)
@@ -544,7 +553,10 @@ static int open_split(struct gpunvme_model_set *s, struct gpunvme_fs *fs, const 
 	int rc = 0;
 	for (uint32_t k = 1; k <= n && !rc; k++) {
 		if (k == named_no) {
-			s->files[s->n_files++] = named;
+			struct gpunvme_model_file *f;
+			if ((rc = set_slot(s, &f)))
+				break;
+			*f = named;
 			named.path = NULL;
 			named.model = NULL;
 			continue;

@@ -16,8 +16,16 @@
  *
  * Unlike the reference implementation, bytes of the data section that no
  * tensor covers (gaps, a tail) are accepted: they are harmless to an index,
- * while overlapping tensors are refused. Duplicate keys inside
- * __metadata__ are not looked for (the entries are only counted).
+ * while overlapping tensors are refused.
+ *
+ * __metadata__ is kept (gpunvme_model.meta, in file order): the README
+ * defines it as "free form string-to-string map. Arbitrary JSON is not
+ * allowed, all values must be strings", and the reference deserialises it
+ * as HashMap<String, String>, so a value of another type is an error
+ * naming its key. Duplicate keys are refused ("Duplicate keys are
+ * disallowed", README). A key or value that decodes to a NUL character
+ * (\u0000) is refused too: JSON and Rust strings allow it, but the C
+ * strings of the index would silently cut it short.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -33,18 +41,23 @@
 
 /* ---- dtypes ------------------------------------------------------------- */
 
-/* The Dtype enum of the reference implementation (safetensors/src/tensor.rs)
- * with its bitsize(): sub-byte types (F4, F6_*) only make whole bytes when
- * the element count allows, which the shape check below enforces. */
+/* The Dtype enum of the reference implementation (safetensors/src/tensor.rs,
+ * checked at huggingface/safetensors 24b0b28, May 2026) with its bitsize():
+ * every dtype it can write. F8_E4M3FNUZ / F8_E5M2FNUZ (AMD's FP8 variants,
+ * arXiv 2206.02915) came with safetensors#711. Sub-byte types (F4, F6_*)
+ * only make whole bytes when the element count allows: the reference's
+ * validate() computes elements * bitsize and refuses a remainder modulo 8
+ * (MisalignedSlice), which the shape check below does too. */
 static const struct {
 	const char *name;
 	unsigned bits;
 } st_dtypes[] = {
-	{ "BOOL", 8 },     { "U8", 8 },       { "I8", 8 },       { "F8_E5M2", 8 },
-	{ "F8_E4M3", 8 },  { "F8_E8M0", 8 },  { "F4", 4 },       { "F6_E2M3", 6 },
-	{ "F6_E3M2", 6 },  { "I16", 16 },     { "U16", 16 },     { "F16", 16 },
-	{ "BF16", 16 },    { "I32", 32 },     { "U32", 32 },     { "F32", 32 },
-	{ "F64", 64 },     { "I64", 64 },     { "U64", 64 },     { "C64", 64 },
+	{ "BOOL", 8 },        { "U8", 8 },          { "I8", 8 },       { "F8_E5M2", 8 },
+	{ "F8_E4M3", 8 },     { "F8_E8M0", 8 },     { "F8_E4M3FNUZ", 8 }, { "F8_E5M2FNUZ", 8 },
+	{ "F4", 4 },          { "F6_E2M3", 6 },     { "F6_E3M2", 6 },  { "I16", 16 },
+	{ "U16", 16 },        { "F16", 16 },        { "BF16", 16 },    { "I32", 32 },
+	{ "U32", 32 },        { "F32", 32 },        { "F64", 64 },     { "I64", 64 },
+	{ "U64", 64 },        { "C64", 64 },
 };
 
 static unsigned st_bits(const char *dtype)
@@ -165,6 +178,8 @@ static int info_check(const struct st_info *t, uint64_t data_len, struct gpunvme
 			      "data_offsets give %llu", t->name, (unsigned long long)count, t->dtype,
 			      (unsigned long long)bytes, (unsigned long long)(t->off[1] - t->off[0]));
 	snprintf(o->dtype, sizeof(o->dtype), "%s", t->dtype);
+	o->ggml_type = -1; /* not a GGUF tensor */
+	o->file = 0;
 	o->ndim = t->ndim;
 	memcpy(o->shape, t->shape, t->ndim * sizeof(t->shape[0]));
 	o->bytes = t->off[1] - t->off[0];
@@ -175,20 +190,72 @@ static int info_check(const struct st_info *t, uint64_t data_len, struct gpunvme
 
 struct st_parse {
 	struct gpunvme_model *m;
-	size_t cap;
+	size_t cap, meta_cap;
 	uint64_t data_len;
 	bool have_meta;
 };
 
 static int meta_member(struct js *j, void *arg, const char *key, size_t len)
 {
-	(void)key;
-	(void)len;
 	struct st_parse *s = arg;
+	struct gpunvme_model *m = s->m;
+	char b[24];
+	if (strlen(key) != len)
+		return JS_ERR(j, "__metadata__ key \"%.64s\" contains a NUL character (\\u0000)", key);
 	if (js_peek(j) != '"')
-		return JS_ERR(j, "__metadata__ values must be strings");
-	s->m->n_kv++;
-	return js_string(j, NULL, NULL);
+		return JS_ERR(j, "__metadata__ values must be strings: the value of \"%.64s\" is %s (write it "
+			      "as a JSON string)", key, js_found(j, b));
+	if (m->n_meta == s->meta_cap) {
+		size_t n = s->meta_cap ? s->meta_cap * 2 : 8;
+		struct gpunvme_model_meta *p = n > SIZE_MAX / sizeof(*p) ? NULL : realloc(m->meta, n * sizeof(*p));
+		if (!p)
+			return gpunvme_set_error(-ENOMEM, "safetensors: out of memory for %zu __metadata__ entries", n);
+		m->meta = p;
+		s->meta_cap = n;
+	}
+	struct gpunvme_model_meta *e = &m->meta[m->n_meta];
+	size_t vlen = 0;
+	e->value = NULL;
+	if (!(e->key = strdup(key)))
+		return gpunvme_set_error(-ENOMEM, "safetensors: out of memory");
+	int rc = js_string(j, &e->value, &vlen);
+	if (!rc && strlen(e->value) != vlen)
+		rc = JS_ERR(j, "__metadata__ value of \"%.64s\" contains a NUL character (\\u0000)", key);
+	if (rc) {
+		free(e->key);
+		free(e->value);
+		return rc;
+	}
+	m->n_meta++;
+	m->n_kv++;
+	return 0;
+}
+
+static int cmp_meta(const void *a, const void *b)
+{
+	const struct gpunvme_model_meta *x = *(const struct gpunvme_model_meta *const *)a;
+	const struct gpunvme_model_meta *y = *(const struct gpunvme_model_meta *const *)b;
+	return strcmp(x->key, y->key);
+}
+
+/* README: "Duplicate keys are disallowed"; sorted pointers keep the table
+ * in file order and the check n log n. */
+static int check_meta_keys(const struct gpunvme_model *m)
+{
+	if (m->n_meta < 2)
+		return 0;
+	const struct gpunvme_model_meta **v = malloc(m->n_meta * sizeof(*v));
+	if (!v)
+		return gpunvme_set_error(-ENOMEM, "safetensors: out of memory");
+	for (size_t i = 0; i < m->n_meta; i++)
+		v[i] = &m->meta[i];
+	qsort(v, m->n_meta, sizeof(*v), cmp_meta);
+	int rc = 0;
+	for (size_t i = 1; i < m->n_meta && !rc; i++)
+		if (!strcmp(v[i - 1]->key, v[i]->key))
+			rc = ST_ERR("duplicate __metadata__ key \"%.80s\" (keys must be unique)", v[i]->key);
+	free(v);
+	return rc;
 }
 
 static int top_member(struct js *j, void *arg, const char *key, size_t len)
@@ -263,10 +330,12 @@ int model_parse_safetensors(const struct model_src *src, struct gpunvme_model *m
 	m->version = 0;
 	m->alignment = 1;
 	m->data_offset = 8 + n;
-	struct st_parse s = { m, 0, src->size - 8 - n, false };
+	struct st_parse s = { m, 0, 0, src->size - 8 - n, false };
 	if (!rc)
 		rc = parse_header(h, n, &s);
 	free(h);
+	if (!rc)
+		rc = check_meta_keys(m);
 	if (!rc)
 		rc = model_check_names(m, "safetensors");
 	if (!rc)

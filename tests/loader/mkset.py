@@ -178,6 +178,12 @@ def gguf_count(files):
     files[2][2]["split.count"] = (2, 4)
 
 
+def gguf_dup(files):
+    files[1][1] = files[1][1] + [files[0][1][0]]
+    for f in files:
+        f[2]["split.tensors.count"] = (5, 13)
+
+
 def gguf_tcount(files):
     for f in files:
         f[2]["split.tensors.count"] = (5, 99)
@@ -195,6 +201,7 @@ LAYOUTS = {
     "bad-gguf-missing": lambda d: gguf_split(d, mutate=gguf_drop),
     "bad-gguf-count": lambda d: gguf_split(d, mutate=gguf_count),
     "bad-gguf-tcount": lambda d: gguf_split(d, mutate=gguf_tcount),
+    "bad-gguf-dup": lambda d: gguf_split(d, mutate=gguf_dup),
 }
 
 

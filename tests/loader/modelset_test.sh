@@ -112,7 +112,7 @@ sets)
 	;;
 bad)
 	for l in bad-missing-shard bad-extra-in-map bad-missing-in-map bad-wrong-shard bad-dup bad-gguf-missing \
-		bad-gguf-count bad-gguf-tcount; do
+		bad-gguf-count bad-gguf-tcount bad-gguf-dup; do
 		layout "$l" "$l" || exit 1
 	done
 	mkdir -p "$WORK/root/empty" "$WORK/root/pickle" "$WORK/root/two"
@@ -136,6 +136,7 @@ mkset.write(sys.argv[2] + "/lone/model-00001-of-00003.gguf", mkset.gguf_bytes(mk
 	bad 1 'shard 2 of 3 .* is missing' load "$URI" /bad-gguf-missing/model-00003-of-00003.gguf
 	bad 1 'says it is shard 3 of 4.*expected 3 of 3' load "$URI" /bad-gguf-count/model-00001-of-00003.gguf
 	bad 1 'hold 12 tensors, split.tensors.count says 99' load "$URI" /bad-gguf-tcount/model-00001-of-00003.gguf
+	bad 1 'tensor "blk.0.w0" is in both .*model-00001-of-00003.gguf and .*model-00002-of-00003.gguf' load "$URI" /bad-gguf-dup
 	bad 1 'named as shard 1 of 3 of a split GGUF but has no split.count' load "$URI" /lone/model-00001-of-00003.gguf
 	bad 1 'no model in this directory' load "$URI" /empty
 	bad 1 'only PyTorch pickle checkpoints.*safe_serialization=True' load "$URI" /pickle
