@@ -12,7 +12,7 @@ transformers (bench/python_load.sh runs every step in one device call).
       the tiny model: from_pretrained(HOST_DIR) vs a model whose state dict
       comes from gpunvme.load_pretrained(URI, ROOT_DIR_IN_FS, device="cuda")
       via load_state_dict(sd, assign=True): logits must be bitwise equal.
-  hf_models.py bench URI DIR_IN_FS HOST_DIR [--repeat N]
+  hf_models.py bench URI DIR_IN_FS HOST_DIR [--repeat N] [--only-ours]
       time to a usable state dict on the GPU, same start line for all (the
       process running, CUDA initialised, the files in the page cache):
       gpunvme.load_pretrained, safetensors.torch.load_file(device="cuda")
@@ -87,7 +87,7 @@ def check(uri, fs_dir, host_dir):
     return 0 if ok else 1
 
 
-def bench(uri, fs_dir, host_dir, repeat):
+def bench(uri, fs_dir, host_dir, repeat, only_ours=False):
     import torch
     import gpunvme
     from safetensors.torch import load_file
@@ -131,7 +131,10 @@ def bench(uri, fs_dir, host_dir, repeat):
         sd = m.state_dict()
         return sd
 
-    timed("gpunvme.load_pretrained(Volume)", ours_vol, "controller and file system opened before the clock")
+    timed("gpunvme.load_pretrained(Volume)", ours_vol, "controller and file system opened before the clock; " + uri)
+    if only_ours:
+        vol.close()
+        return 0
     timed("gpunvme.load_pretrained(uri)", ours_uri, "opens the emulated controller inside the clock")
     timed("safetensors.load_file(cuda) per shard", st, "page-cached files")
     timed("AutoModelForCausalLM.from_pretrained(device_map=cuda)", hf, "page-cached files")
@@ -148,7 +151,7 @@ def main(argv):
         return check(argv[2], argv[3], argv[4])
     if len(argv) >= 5 and argv[1] == "bench":
         rep = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 2
-        return bench(argv[2], argv[3], argv[4], rep)
+        return bench(argv[2], argv[3], argv[4], rep, "--only-ours" in argv)
     print(__doc__, file=sys.stderr)
     return 2
 
