@@ -36,8 +36,9 @@ enum gpunvme_model_format {
 struct gpunvme_tensor {
 	char *name;                /* as stored (UTF-8, NUL added) */
 	char dtype[12];            /* the format's own name: safetensors "F16",
-	                              "BF16", "I8", "F8_E4M3", ...; GGUF "F32",
-	                              "Q4_K", "IQ2_XS", ... */
+	                              "BF16", "I8", "F8_E4M3", "F8_E4M3FNUZ"
+	                              (11 characters, the longest), ...; GGUF
+	                              "F32", "Q4_K", "IQ2_XS", "NVFP4", ... */
 	uint32_t ndim;
 	/* safetensors: as in the header (outermost first); GGUF: ne[0] first, as
 	 * stored (ne[0] is the contiguous dimension) */
@@ -45,12 +46,17 @@ struct gpunvme_tensor {
 	uint64_t offset;           /* absolute byte offset of the data in the file
 	                              (in a model set: in the set's address space) */
 	uint64_t bytes;            /* data length; 0 for a zero-size tensor */
-	int32_t ggml_type;         /* GGUF: the ggml type number; -1 for safetensors */
-	uint32_t file;             /* model set (modelset.h): index of the file; else 0 */
+	int32_t ggml_type;         /* GGUF: the ggml type number (enum ggml_type,
+	                              e.g. 12 = Q4_K, 40 = NVFP4); -1 for
+	                              safetensors */
+	uint32_t file;             /* model set (modelset.h): index of the file;
+	                              gpunvme_model_parse: always 0 */
 };
 
 /* safetensors "__metadata__": a string-to-string map, as the format defines
- * it; GGUF: not filled (its metadata is typed; see split_* below). */
+ * it; GGUF: not filled (its metadata is typed; see split_* below). A value
+ * that is not a string, a duplicate key, and a key or value holding a NUL
+ * (\u0000, which a C string cannot carry) are refused with -EINVAL. */
 struct gpunvme_model_meta {
 	char *key, *value;         /* UTF-8, NUL added */
 };
@@ -61,13 +67,19 @@ struct gpunvme_model {
 	uint64_t data_offset;      /* start of the tensor data section */
 	uint32_t version;          /* GGUF version; 0 for safetensors */
 	uint32_t alignment;        /* GGUF general.alignment (default 32); 1 for safetensors */
-	uint64_t n_kv;             /* GGUF metadata pairs; safetensors __metadata__ entries */
+	uint64_t n_kv;             /* GGUF metadata pairs; safetensors __metadata__
+	                              entries (= n_meta) */
 	size_t n_tensors;
 	struct gpunvme_tensor *tensors; /* in file order of their headers */
 	size_t n_meta;
 	struct gpunvme_model_meta *meta; /* safetensors __metadata__, in file order */
-	/* GGUF split models (llama.cpp gguf-split): split.no (0-based),
-	 * split.count and split.tensors.count; 0, 1, n_tensors otherwise */
+	/* GGUF split models (llama.cpp gguf-split): split.no (0-based, uint16),
+	 * split.count (uint16) and split.tensors.count (int32: the tensors of
+	 * the whole model, over all shards); 0, 1, n_tensors when absent and
+	 * for safetensors. Other value types, split.no >= split.count, a count
+	 * over 1 without the other two keys, and split.tensors.count below
+	 * this file's n_tensors are -EINVAL. split.count 0 (what gguf-split
+	 * --merge writes into a merged file) reads as 1. */
 	uint32_t split_no, split_count;
 	uint64_t split_tensors;
 };

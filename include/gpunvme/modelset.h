@@ -42,7 +42,7 @@ extern "C" {
 #define GPUNVME_MODEL_SET_MAX_FILES 4096
 
 struct gpunvme_model_file {
-	char *path;                  /* absolute path in the file system, links resolved */
+	char *path;                  /* its path in the file system, as the set named it */
 	uint64_t ino;
 	uint64_t size;               /* bytes */
 	uint64_t base;               /* start of this file in the set's address space */

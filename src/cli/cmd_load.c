@@ -25,6 +25,7 @@
 #include "gpunvme/extents.h"
 #include "gpunvme/loader.h"
 #include "gpunvme/model.h"
+#include "gpunvme/modelset.h"
 #include "gpunvme/sha256.h"
 #include "util.h"
 
@@ -42,11 +43,8 @@ struct load_opts {
 struct load_ctx {
 	struct load_opts o;
 	struct cli_fs f;            /* controller, namespace, file system */
-	uint64_t ino;
-	struct gpunvme_stat st;
-	struct gpunvme_extent *ext;
-	size_t n_ext;
-	struct gpunvme_model *m;
+	struct gpunvme_model_set *set; /* the model's files in one address space */
+	const struct gpunvme_model *m;  /* the set's merged index */
 	struct gpunvme_layer_loader *l;
 	struct gpunvme_model_buffers *b; /* selected tensors, runs, destinations */
 	char (*sha)[65];            /* per selected tensor */
@@ -61,8 +59,11 @@ static void help(void)
 {
 	printf("usage: gpunvme load URI PATH [options]\n"
 	       "\n"
-	       "Load the tensors of a safetensors or GGUF file in an ext4/XFS file system on\n"
-	       "the namespace into GPU memory, reading the file through its extents.\n"
+	       "Load the tensors of a model in an ext4/XFS file system on the namespace into\n"
+	       "GPU memory, reading its files through their extents. PATH is a safetensors or\n"
+	       "GGUF file, a Hugging Face model directory (model.safetensors, or\n"
+	       "model.safetensors.index.json and its shards), an index file, or any shard of a\n"
+	       "llama.cpp split GGUF (...-00001-of-00003.gguf: every shard is loaded).\n"
 	       "\n"
 	       "  -n, --nsid N          namespace (default 1)\n"
 	       "      --offset BYTES    the file system's byte offset on the namespace (default 0)\n"
@@ -140,7 +141,7 @@ static int parse(int argc, char **argv, struct load_opts *o)
 	if (npos < 1)
 		return cli_usage_err("missing device URI (e.g. emu:/path/disk.img)");
 	if (npos < 2)
-		return cli_usage_err("missing PATH (the model file in the file system, e.g. /models/m.safetensors)");
+		return cli_usage_err("missing PATH (the model file or directory in the file system, e.g. /models/m.safetensors)");
 	if (npos > 2)
 		return cli_usage_err("unexpected argument '%s'", argv[optind + 2]);
 	o->uri = argv[optind];
@@ -151,16 +152,7 @@ static int parse(int argc, char **argv, struct load_opts *o)
 	return cli_check_uri(o->uri);
 }
 
-/* ---- the file -------------------------------------------------------------------- */
-
-static int model_read(void *ctx, uint64_t off, void *buf, size_t len)
-{
-	struct load_ctx *x = ctx;
-	int64_t n = gpunvme_fs_pread(x->f.fs, x->ino, buf, len, off);
-	if (n < 0)
-		return (int)n;
-	return (uint64_t)n == len ? 0 : -EIO;
-}
+/* ---- the model ------------------------------------------------------------------ */
 
 static int open_file(struct load_ctx *x)
 {
@@ -174,23 +166,17 @@ static int open_file(struct load_ctx *x)
 		go.nr_io_queues = want;
 	if ((rc = cli_fs_open(&x->f, o->uri, &go, NULL, o->nsid, o->offset)))
 		return rc;
-	if ((rc = gpunvme_fs_lookup(x->f.fs, o->path, &x->ino))) {
+	if ((rc = gpunvme_model_set_open(x->f.fs, o->path, &x->set))) {
 		if (rc == -ENOENT || rc == -ENOTDIR)
 			return cli_err(EXIT_RUNTIME, "%s: %s in the %s file system of %s (%s)", o->path, strerror(-rc),
 				       gpunvme_fs_type(x->f.fs), o->uri, gpunvme_last_error());
-		return cli_lib_err(rc, "%s", o->path);
+		/* the message names the file it is about (a shard, an index) */
+		return cli_err(EXIT_RUNTIME, "%s", gpunvme_last_error());
 	}
-	if ((rc = gpunvme_fs_stat(x->f.fs, x->ino, &x->st)))
-		return cli_lib_err(rc, "%s", o->path);
-	if ((x->st.mode & 0170000) == 0120000)
-		return cli_err(EXIT_RUNTIME, "%s is a symbolic link: symlinks are not followed; give the target's path",
-			       o->path);
-	if ((x->st.mode & 0170000) != 0100000)
-		return cli_err(EXIT_RUNTIME, "%s: not a regular file", o->path);
-	if ((rc = gpunvme_fs_extents(x->f.fs, x->ino, &x->ext, &x->n_ext)))
-		return cli_lib_err(rc, "%s: extents", o->path);
-	if ((rc = gpunvme_model_parse(model_read, x, x->st.size, &x->m)))
-		return cli_lib_err(rc, "%s", o->path);
+	x->m = x->set->model;
+	if (x->set->n_files > 1)
+		fprintf(stderr, "gpunvme: load: note: %s: %s, %zu files, %zu tensors\n", o->path, x->set->kind,
+			x->set->n_files, x->m->n_tensors);
 	return 0;
 }
 
@@ -274,7 +260,7 @@ static int start_loader(struct load_ctx *x)
 				       tier_str(x->tier), ci.nr_io_queues);
 		gpunvme_blkdev_release(&x->f.dev);
 	}
-	int rc = gpunvme_layer_loader_init(x->f.c, x->o.nsid, x->ext, x->n_ext, x->st.size, &lo, &x->l);
+	int rc = gpunvme_layer_loader_init(x->f.c, x->o.nsid, x->set->ext, x->set->n_ext, x->set->size, &lo, &x->l);
 	if (rc)
 		return cli_lib_err(rc, "layer loader");
 	/* tensors grouped into runs of nearby file bytes, each in loader memory
@@ -444,7 +430,8 @@ static int hash_and_verify(struct load_ctx *x)
 				continue;
 			/* the reference: the file's bytes through the CPU data
 			 * path and the decoder's own pread, not the loader */
-			int64_t got = gpunvme_fs_pread(x->f.fs, x->ino, x->vbuf, n, t->offset + o);
+			const struct gpunvme_model_file *f = &x->set->files[t->file];
+			int64_t got = gpunvme_fs_pread(x->f.fs, f->ino, x->vbuf, n, t->offset - f->base + o);
 			if (got != (int64_t)n)
 				return cli_lib_err(got < 0 ? (int)got : -EIO, "--verify: reading %s back", t->name);
 			if (memcmp(p, x->vbuf, n)) {
@@ -453,8 +440,8 @@ static int hash_and_verify(struct load_ctx *x)
 					d++;
 				return cli_err(EXIT_RUNTIME,
 					       "--verify: tensor %s differs at byte %" PRIu64
-					       " (file offset %" PRIu64 "): loaded 0x%02x, file 0x%02x",
-					       t->name, o + d, t->offset + o + d, p[d], x->vbuf[d]);
+					       " (%s, file offset %" PRIu64 "): loaded 0x%02x, file 0x%02x",
+					       t->name, o + d, f->path, t->offset - f->base + o + d, p[d], x->vbuf[d]);
 			}
 		}
 		uint8_t d[32];
@@ -491,6 +478,8 @@ static void print_json(struct load_ctx *x)
 	cj_str(&j, "uri", x->o.uri);
 	cj_str(&j, "path", x->o.path);
 	cj_str(&j, "format", gpunvme_model_format_name(x->m->format));
+	cj_str(&j, "layout", x->set->kind);
+	cj_u64(&j, "files", x->set->n_files);
 	cj_str(&j, "fs", gpunvme_fs_type(x->f.fs));
 	cj_str(&j, "tier", tier_str(x->tier));
 	cj_u64(&j, "bytes", x->b->bytes);
@@ -512,7 +501,10 @@ static void print_json(struct load_ctx *x)
 		for (uint32_t d = 0; d < t->ndim; d++)
 			cj_u64(&j, NULL, t->shape[d]);
 		cj_arr_end(&j);
-		cj_u64(&j, "offset", t->offset);
+		const struct gpunvme_model_file *f = &x->set->files[t->file];
+		if (x->set->n_files > 1)
+			cj_str(&j, "file", f->path);
+		cj_u64(&j, "offset", t->offset - f->base); /* in its file */
 		cj_u64(&j, "bytes", t->bytes);
 		cj_str(&j, "sha256", x->sha[i]);
 		cj_obj_end(&j);
@@ -551,9 +543,8 @@ static void done(struct load_ctx *x)
 {
 	gpunvme_model_buffers_free(x->l, x->b);
 	gpunvme_layer_loader_destroy(x->l);
-	gpunvme_model_free(x->m);
+	gpunvme_model_set_free(x->set);
 	free(x->sha);
-	free(x->ext);
 	free(x->host);
 	free(x->vbuf);
 	cli_fs_close(&x->f);

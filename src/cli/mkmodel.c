@@ -5,7 +5,13 @@
  * fixture scripts build it with plain gcc, without the library.
  *
  *   gpunvme-mkmodel --format safetensors|gguf --size BYTES[K|M|G] [--seed N]
- *                   [--edge] [--compressible] -o FILE [--manifest FILE]
+ *                   [--edge] [--compressible] [--every-dtype]
+ *                   [--metadata KEY=VALUE]... [--split N]
+ *                   -o FILE [--manifest FILE]
+ *
+ * --every-dtype adds one tensor per dtype of the format ("dtype.NAME");
+ * --metadata adds safetensors __metadata__ pairs; --split N writes a GGUF
+ * model as N gguf-split shards FILE-0000k-of-0000N.gguf (see usage()).
  *
  * Normal mode: the tensor names and shapes of a small Llama-style
  * transformer (Hugging Face names for safetensors, llama.cpp names for GGUF);
@@ -78,6 +84,13 @@ struct model {
 	/* normal-mode shape parameters, echoed into the metadata */
 	uint64_t hidden, vocab, ffn, kv, layers;
 	uint32_t alignment; /* GGUF */
+	/* safetensors --metadata pairs: meta[2i] = key, meta[2i + 1] = value */
+	const char **meta;
+	size_t n_meta;
+	/* GGUF --split: this shard's number (0-based), the shard count (0: not
+	 * split) and the tensors of the whole model */
+	unsigned split_no, split_count;
+	uint64_t split_tensors;
 };
 
 static const char *prog = "gpunvme-mkmodel";
@@ -177,21 +190,23 @@ static void gen(uint64_t seed, int compressible, uint64_t off, uint8_t *out, siz
 
 struct st_dtype {
 	const char *name;
-	unsigned bytes;
+	unsigned bits;
 };
-/* safetensors dtypes of whole bytes (the sub-byte F4/F6 types are left out:
- * they are not in every reader yet) */
+/* every safetensors dtype, with the bit width of the reference's
+ * Dtype::bitsize() (safetensors/src/tensor.rs); the sub-byte ones (F4,
+ * F6_*) only with element counts that make whole bytes */
 static const struct st_dtype st_dtypes[] = {
-	{ "BOOL", 1 }, { "U8", 1 }, { "I8", 1 }, { "F8_E4M3", 1 }, { "F8_E5M2", 1 },
-	{ "I16", 2 }, { "U16", 2 }, { "F16", 2 }, { "BF16", 2 }, { "I32", 4 },
-	{ "U32", 4 }, { "F32", 4 }, { "F64", 8 }, { "I64", 8 }, { "U64", 8 },
+	{ "BOOL", 8 },  { "U8", 8 },   { "I8", 8 },   { "F8_E4M3", 8 }, { "F8_E5M2", 8 }, { "F8_E8M0", 8 },
+	{ "F8_E4M3FNUZ", 8 }, { "F8_E5M2FNUZ", 8 }, { "F4", 4 },   { "F6_E2M3", 6 }, { "F6_E3M2", 6 },
+	{ "I16", 16 },  { "U16", 16 }, { "F16", 16 }, { "BF16", 16 }, { "I32", 32 },  { "U32", 32 },
+	{ "F32", 32 },  { "F64", 64 }, { "I64", 64 }, { "U64", 64 }, { "C64", 64 },
 };
 
-static unsigned st_size(const char *dt)
+static unsigned st_bits(const char *dt)
 {
 	for (size_t i = 0; i < sizeof(st_dtypes) / sizeof(st_dtypes[0]); i++)
 		if (!strcmp(st_dtypes[i].name, dt))
-			return st_dtypes[i].bytes;
+			return st_dtypes[i].bits;
 	die("internal: unknown safetensors dtype %s", dt);
 	return 0;
 }
@@ -225,6 +240,15 @@ static const struct ggml_type_info ggml_types[] = {
 	{ "Q6_K", 14, 256, 210 }, { "Q8_K", 15, 256, 292 }, { "I8", 24, 1, 1 },
 	{ "I16", 25, 1, 2 },      { "I32", 26, 1, 4 },      { "I64", 27, 1, 8 },
 	{ "F64", 28, 1, 8 },      { "BF16", 30, 1, 2 },
+	/* the i-quants, ternary and FP4 types: ggml.c type_traits and
+	 * gguf-py GGML_QUANT_SIZES; NVFP4, Q1_0 and Q2_0 from the llama.cpp
+	 * pull requests that added them (#19769, #21273, #24448), see
+	 * src/loader/gguf.c */
+	{ "IQ2_XXS", 16, 256, 66 }, { "IQ2_XS", 17, 256, 74 }, { "IQ3_XXS", 18, 256, 98 },
+	{ "IQ1_S", 19, 256, 50 },   { "IQ4_NL", 20, 32, 18 },  { "IQ3_S", 21, 256, 110 },
+	{ "IQ2_S", 22, 256, 82 },   { "IQ4_XS", 23, 256, 136 }, { "IQ1_M", 29, 256, 56 },
+	{ "TQ1_0", 34, 256, 54 },   { "TQ2_0", 35, 256, 66 },  { "MXFP4", 39, 32, 17 },
+	{ "NVFP4", 40, 64, 36 },    { "Q1_0", 41, 128, 18 },   { "Q2_0", 42, 64, 18 },
 };
 
 static const struct ggml_type_info *ggml_info(const char *dt)
@@ -258,7 +282,10 @@ static struct tensor *add_v(struct model *m, const char *name, const char *json_
 		elems *= shape[i];
 	}
 	if (m->fmt == FMT_ST) {
-		t->bytes = elems * st_size(dtype);
+		unsigned bits = st_bits(dtype);
+		if (elems * bits % 8)
+			die("internal: %s: %" PRIu64 " elements of %s are not whole bytes", name, elems, dtype);
+		t->bytes = elems * bits / 8;
 	} else {
 		const struct ggml_type_info *g = ggml_info(dtype);
 		if (ndim == 0 || shape[0] % g->blck)
@@ -447,7 +474,47 @@ static void build_edge_gguf(struct model *m)
 	add(m, "edge.last_odd", "F16", 1, U(3)); /* the file ends with padding */
 }
 
+/* --every-dtype: one small tensor "dtype.NAME" per dtype of the format,
+ * after the others: safetensors [4, 6] (whole bytes for the 4- and 6-bit
+ * types too), GGUF ne = [2 blocks, 3] */
+static void add_every_dtype(struct model *m)
+{
+	char n[64];
+	if (m->fmt == FMT_ST) {
+		for (size_t i = 0; i < sizeof(st_dtypes) / sizeof(st_dtypes[0]); i++) {
+			snprintf(n, sizeof(n), "dtype.%s", st_dtypes[i].name);
+			add(m, n, st_dtypes[i].name, 2, U(4), U(6));
+		}
+		return;
+	}
+	for (size_t i = 0; i < sizeof(ggml_types) / sizeof(ggml_types[0]); i++) {
+		snprintf(n, sizeof(n), "dtype.%s", ggml_types[i].name);
+		add(m, n, ggml_types[i].name, 2, U(2 * ggml_types[i].blck), U(3));
+	}
+}
+
 /* ---- safetensors writer ---------------------------------------------------------- */
+
+/* The __metadata__ pairs: the mode's `nd` defaults, then the --metadata
+ * pairs, one with a default's key replacing its value. A new array of
+ * 2 * count pointers (free it; the strings are not copied). */
+static const char **meta_pairs(const struct model *m, const char *const *defaults, size_t nd, size_t *count)
+{
+	const char **kv = xmalloc(2 * (nd + m->n_meta) * sizeof(*kv));
+	size_t n = nd;
+	memcpy(kv, defaults, 2 * nd * sizeof(*kv));
+	for (size_t i = 0; i < m->n_meta; i++) {
+		size_t j = 0;
+		while (j < n && strcmp(kv[2 * j], m->meta[2 * i]))
+			j++;
+		kv[2 * j] = m->meta[2 * i];
+		kv[2 * j + 1] = m->meta[2 * i + 1];
+		if (j == n)
+			n++;
+	}
+	*count = n;
+	return kv;
+}
 
 /* Edge mode's data order: a fixed pseudo-random permutation of the header
  * order, with the zero-size "edge.empty" (header entry 1) at data offset 0
@@ -495,18 +562,28 @@ static void layout_st(struct model *m, struct bb *hdr)
 
 	struct st_writer w;
 	st_begin(&w);
+	size_t nkv = 0;
+	const char **kv = NULL;
 	if (!m->edge) {
 		char hidden[24], layers[24];
 		snprintf(hidden, sizeof(hidden), "%" PRIu64, m->hidden);
 		snprintf(layers, sizeof(layers), "%" PRIu64, m->layers);
-		const char *const kv[] = { "format", "pt", "generator", "gpunvme-mkmodel",
-					   "hidden_size", hidden, "num_hidden_layers", layers };
-		st_metadata(&w, kv, 4);
+		const char *const defaults[] = { "format", "pt", "generator", "gpunvme-mkmodel",
+						 "hidden_size", hidden, "num_hidden_layers", layers };
+		kv = meta_pairs(m, defaults, 4, &nkv);
+		st_metadata(&w, kv, nkv);
+	} else if (m->n_meta) {
+		/* the edge defaults as the raw member below decodes them */
+		const char *const defaults[] = { "format", "pt", "note", "edge \"cases\" \\ \xc3\xa9 \n", "empty", "" };
+		kv = meta_pairs(m, defaults, 3, &nkv);
 	}
 	for (size_t i = 0; i < m->n; i++) {
 		const struct tensor *t = &m->t[i];
-		/* edge: __metadata__ in the middle of the object, with escapes */
-		if (m->edge && i == 7)
+		/* edge: __metadata__ in the middle of the object, with escapes
+		 * (written by the structured writer when --metadata adds pairs) */
+		if (m->edge && i == 7 && kv)
+			st_metadata(&w, kv, nkv);
+		else if (m->edge && i == 7)
 			st_raw_member(&w, "\"__metadata__\":{\"format\":\"pt\",\"note\":\"edge \\\"cases\\\" \\\\ \\u00e9 \\n\","
 					  "\"empty\":\"\"}");
 		struct st_tensor e = {
@@ -526,6 +603,7 @@ static void layout_st(struct model *m, struct bb *hdr)
 	/* Trailing spaces (the format allows them): normal files start the data
 	 * on an 8-byte boundary, as the reference writer does; edge files on an
 	 * offset that is 5 mod 8 (neither 4- nor 8-byte aligned). */
+	free(kv);
 	hdr->n = 0;
 	st_finish(&w, hdr, m->edge ? 5 : 0);
 	for (size_t i = 0; i < m->n; i++)
@@ -659,7 +737,14 @@ static void layout_gguf(struct model *m, struct bb *hdr)
 {
 	struct bb kv = { 0 }, ti = { 0 };
 	uint64_t nkv = 0;
-	gguf_meta(m, &kv, &nkv);
+	/* gguf-split: the model's metadata in the first shard only, then the
+	 * split keys in every shard (model_writer.h gguf_split_kv) */
+	if (!m->split_count || m->split_no == 0)
+		gguf_meta(m, &kv, &nkv);
+	if (m->split_count) {
+		gguf_split_kv(&kv, (uint16_t)m->split_no, (uint16_t)m->split_count, (int32_t)m->split_tensors);
+		nkv += 3;
+	}
 	/* tensor infos: offsets relative to the data section */
 	uint64_t rel = 0;
 	uint64_t *rels = xmalloc(m->n * sizeof(*rels));
@@ -804,9 +889,10 @@ static void write_model(struct model *m, const struct bb *hdr, uint64_t total, u
 		die("close %s: %s", path, strerror(errno));
 }
 
-static void write_manifest(const struct model *m, const char *path)
+/* shard >= 0: a sixth column, the shard number (0-based) of --split */
+static void write_manifest(const struct model *m, const char *path, const char *mode, int shard)
 {
-	FILE *f = fopen(path, "w");
+	FILE *f = fopen(path, mode);
 	if (!f)
 		die("%s: %s", path, strerror(errno));
 	for (size_t i = 0; i < m->n; i++) {
@@ -814,7 +900,10 @@ static void write_manifest(const struct model *m, const char *path)
 		fprintf(f, "%s\t%s\t", t->name, t->dtype);
 		for (uint32_t d = 0; d < t->ndim; d++)
 			fprintf(f, "%s%" PRIu64, d ? "," : "", t->shape[d]);
-		fprintf(f, "\t%" PRIu64 "\t%" PRIu64 "\n", t->offset, t->bytes);
+		fprintf(f, "\t%" PRIu64 "\t%" PRIu64, t->offset, t->bytes);
+		if (shard >= 0)
+			fprintf(f, "\t%d", shard);
+		fputc('\n', f);
 	}
 	if (fclose(f))
 		die("%s: %s", path, strerror(errno));
@@ -823,12 +912,25 @@ static void write_manifest(const struct model *m, const char *path)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: %s --format safetensors|gguf --size BYTES[K|M|G] [--seed N] [--edge]\n"
-		   "       [--compressible] -o FILE [--manifest FILE]\n"
+		   "       [--compressible] [--every-dtype] [--metadata KEY=VALUE]... [--split N]\n"
+		   "       -o FILE [--manifest FILE]\n"
 		   "  --size          at least this many bytes (normal mode; ignored with --edge)\n"
 		   "  --seed          data seed (default 1)\n"
 		   "  --edge          small file of parser edge cases\n"
 		   "  --compressible  only 8 random bytes per 512-byte sector (small fixtures)\n"
-		   "  --manifest      name, dtype, shape, offset, bytes per tensor (tab separated)\n",
+		   "  --every-dtype   add one tensor \"dtype.NAME\" per dtype of the format (safetensors:\n"
+		   "                  all 22 incl. F4/F6/F8_*FNUZ/C64, shape [4,6]; GGUF: every ggml\n"
+		   "                  type incl. IQ*, TQ*, MXFP4, NVFP4, Q1_0, Q2_0, ne [2 blocks,3])\n"
+		   "  --metadata K=V  safetensors only, repeatable: a __metadata__ string pair (added\n"
+		   "                  after the defaults, in order; a default's key gets the new value)\n"
+		   "  --split N       GGUF only: write N shards as llama.cpp's gguf-split does, named\n"
+		   "                  FILE-00001-of-0000N.gguf ... (FILE: -o without a trailing .gguf);\n"
+		   "                  tensors divided in order, shard k gets tensors [k*n/N, (k+1)*n/N);\n"
+		   "                  split.no (u16), split.count (u16), split.tensors.count (i32) in\n"
+		   "                  every shard, the other metadata in the first one only; N between\n"
+		   "                  1 and the tensor count\n"
+		   "  --manifest      name, dtype, shape, offset, bytes per tensor (tab separated);\n"
+		   "                  with --split a sixth column, the shard (0-based), offsets in it\n",
 		prog);
 }
 
@@ -877,11 +979,13 @@ int main(int argc, char **argv)
 		{ "seed", required_argument, NULL, 'S' },   { "edge", no_argument, NULL, 'e' },
 		{ "compressible", no_argument, NULL, 'c' }, { "output", required_argument, NULL, 'o' },
 		{ "manifest", required_argument, NULL, 'm' }, { "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "every-dtype", no_argument, NULL, 'E' }, { "metadata", required_argument, NULL, 'M' },
+		{ "split", required_argument, NULL, 'P' }, { NULL, 0, NULL, 0 },
 	};
 	struct model m = { 0 };
 	uint64_t size = 0, seed = 1;
-	int edge = 0, compressible = 0;
+	int edge = 0, compressible = 0, every = 0;
+	unsigned nsplit = 0;
 	const char *out = NULL, *manifest = NULL;
 	int c;
 	opterr = 0;
@@ -908,6 +1012,28 @@ int main(int argc, char **argv)
 				bad_usage("--seed: '%s' is not an unsigned number", optarg);
 			break;
 		}
+		case 'E': every = 1; break;
+		case 'M': {
+			const char *eq = strchr(optarg, '=');
+			if (!eq || eq == optarg)
+				bad_usage("--metadata: '%s' is not KEY=VALUE", optarg);
+			m.meta = xrealloc(m.meta, 2 * (m.n_meta + 1) * sizeof(*m.meta));
+			char *k = xstrdup(optarg);
+			k[eq - optarg] = 0;
+			m.meta[2 * m.n_meta] = k;
+			m.meta[2 * m.n_meta + 1] = k + (eq - optarg) + 1;
+			m.n_meta++;
+			break;
+		}
+		case 'P': {
+			char *end;
+			errno = 0;
+			unsigned long v = strtoul(optarg, &end, 10);
+			if (errno || *optarg < '1' || *optarg > '9' || *end || v > 65535)
+				bad_usage("--split: '%s' is not a shard count from 1 to 65535", optarg);
+			nsplit = (unsigned)v;
+			break;
+		}
 		case 'e': edge = 1; break;
 		case 'c': compressible = 1; break;
 		case 'o': out = optarg; break;
@@ -925,6 +1051,10 @@ int main(int argc, char **argv)
 		bad_usage("-o FILE is required");
 	if (!size && !edge)
 		bad_usage("--size is required (or --edge)");
+	if (m.n_meta && m.fmt != FMT_ST)
+		bad_usage("--metadata is for safetensors (GGUF metadata is typed)");
+	if (nsplit && m.fmt != FMT_GGUF)
+		bad_usage("--split is for GGUF (gguf-split shards)");
 
 	m.edge = edge;
 	/* edge files use a non-default alignment so a reader must honour
@@ -940,12 +1070,47 @@ int main(int argc, char **argv)
 	} else {
 		plan(&m, size);
 	}
+	if (every)
+		add_every_dtype(&m);
 	struct bb hdr = { 0 };
-	uint64_t total = layout(&m, &hdr);
-	write_model(&m, &hdr, total, seed, compressible, out);
-	if (manifest)
-		write_manifest(&m, manifest);
+	if (!nsplit) {
+		uint64_t total = layout(&m, &hdr);
+		write_model(&m, &hdr, total, seed, compressible, out);
+		if (manifest)
+			write_manifest(&m, manifest, "w", -1);
+	} else {
+		if (nsplit > m.n)
+			die("--split %u: more shards than the %zu tensors (gguf-split refuses empty shards)", nsplit, m.n);
+		/* llama_split_path: PREFIX-%05d-of-%05d.gguf */
+		size_t plen = strlen(out);
+		char *prefix = xstrdup(out);
+		if (plen > 5 && !strcmp(prefix + plen - 5, ".gguf"))
+			prefix[plen - 5] = 0;
+		char *path = xmalloc(strlen(prefix) + 32);
+		for (unsigned k = 0; k < nsplit; k++) {
+			size_t first = (size_t)((uint64_t)k * m.n / nsplit), last = (size_t)((uint64_t)(k + 1) * m.n / nsplit);
+			struct model sub = m;
+			sub.t = m.t + first;
+			sub.n = last - first;
+			sub.split_no = k;
+			sub.split_count = nsplit;
+			sub.split_tensors = m.n;
+			/* only the first shard carries general.alignment */
+			if (k)
+				sub.alignment = GGUF_DEFAULT_ALIGNMENT;
+			uint64_t total = layout(&sub, &hdr);
+			gguf_split_path(path, strlen(prefix) + 32, prefix, k, nsplit);
+			write_model(&sub, &hdr, total, seed, compressible, path);
+			if (manifest)
+				write_manifest(&sub, manifest, k ? "a" : "w", (int)k);
+		}
+		free(path);
+		free(prefix);
+	}
 	free(hdr.p);
 	free_tensors(&m);
+	for (size_t i = 0; i < m.n_meta; i++)
+		free((void *)m.meta[2 * i]);
+	free(m.meta);
 	return 0;
 }

@@ -276,10 +276,44 @@ static inline void gguf_kv_u32(struct bb *b, const char *key, uint32_t v)
 	bb_u32(b, v);
 }
 
+static inline void gguf_kv_u16(struct bb *b, const char *key, uint16_t v)
+{
+	gguf_key(b, key, GGUF_U16);
+	bb_le(b, v, 2);
+}
+
+static inline void gguf_kv_i32(struct bb *b, const char *key, int32_t v)
+{
+	gguf_key(b, key, GGUF_I32);
+	bb_u32(b, (uint32_t)v);
+}
+
 static inline void gguf_kv_str(struct bb *b, const char *key, const char *v)
 {
 	gguf_key(b, key, GGUF_STR);
 	gguf_str(b, v);
+}
+
+/*
+ * The three keys llama.cpp's gguf-split (tools/gguf-split) puts in every
+ * shard, in its order and types: split.no (uint16, 0-based), split.count
+ * (uint16) and split.tensors.count (int32, the tensors of the whole model).
+ * gguf-split copies the source's other metadata into the first shard only,
+ * before these; the other shards hold just these three. 3 pairs.
+ */
+static inline void gguf_split_kv(struct bb *b, uint16_t no, uint16_t count, int32_t tensors)
+{
+	gguf_kv_u16(b, "split.no", no);
+	gguf_kv_u16(b, "split.count", count);
+	gguf_kv_i32(b, "split.tensors.count", tensors);
+}
+
+/* A shard's file name as llama_split_path() makes it:
+ * PREFIX-%05d-of-%05d.gguf with the 1-based shard number. The length
+ * snprintf wanted (>= n: cut short). */
+static inline int gguf_split_path(char *out, size_t n, const char *prefix, unsigned no, unsigned count)
+{
+	return snprintf(out, n, "%s-%05u-of-%05u.gguf", prefix, no + 1, count);
 }
 
 /* an array's element type and count; the elements follow */

@@ -37,7 +37,22 @@
 /* enum ggml_type of ggml.h with the block size (elements per block) and
  * type size (bytes per block) of ggml.c's type_traits; the block layouts
  * are the block_* structs of ggml-common.h (QK_K = 256). Ids 4, 5 and 31-33,
- * 36-38 are types that were removed and are refused. */
+ * 36-38 are types that were removed and are refused.
+ *
+ * Ids 40-42 are newer than the llama.cpp copy this table was first checked
+ * against (it ends at MXFP4 = 39, GGML_TYPE_COUNT = 40); their numbers come
+ * from the pull requests that added them and from gguf-py's
+ * GGML_QUANT_SIZES (block size, type size), which mirrors type_traits:
+ *   NVFP4 = 40  ggml-org/llama.cpp#19769: QK_NVFP4 = 64, block_nvfp4 =
+ *               4 UE4M3 sub-block scales + 32 bytes of E2M1 nibbles = 36;
+ *               GGML_QUANT_SIZES[NVFP4] = (64, 4 + 32)
+ *   Q1_0  = 41  ggml-org/llama.cpp#21273: QK1_0 = 128, block_q1_0 = half d
+ *               + 16 bytes of sign bits = 18; GGML_QUANT_SIZES[Q1_0] =
+ *               (128, 2 + 16) (an earlier proposal, #20048, with blocks of
+ *               32 was not merged)
+ *   Q2_0  = 42  ggml-org/llama.cpp#24448: QK2_0 = 64, block_q2_0 = half d +
+ *               16 bytes of 2-bit codes = 18 (GGML_TYPE_COUNT = 43); the
+ *               huggingface.js sync of it (#2295) has (64, 2 + 16) too. */
 static const struct gg_type {
 	uint32_t id;
 	const char *name;
@@ -60,6 +75,8 @@ static const struct gg_type {
 	{ 28, "F64", 1, 8 },        { 29, "IQ1_M", 256, 56 },
 	{ 30, "BF16", 1, 2 },       { 34, "TQ1_0", 256, 54 },
 	{ 35, "TQ2_0", 256, 66 },   { 39, "MXFP4", 32, 17 },
+	{ 40, "NVFP4", 64, 36 },    { 41, "Q1_0", 128, 18 },
+	{ 42, "Q2_0", 64, 18 },
 };
 
 #define GG_NTYPES (sizeof(gg_types) / sizeof(gg_types[0]))
@@ -90,6 +107,14 @@ enum {
 
 /* bytes of a fixed-size value; 0 for string and array */
 static const uint8_t gv_size[GV_COUNT] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8 };
+
+/* names for messages, as gguf.md spells the types */
+static const char *gv_name(uint32_t type)
+{
+	static const char *const n[GV_COUNT] = { "uint8", "int8",   "uint16", "int16", "uint32", "int32", "float32",
+						 "bool",  "string", "array",  "uint64", "int64", "float64" };
+	return type < GV_COUNT ? n[type] : "unknown";
+}
 
 /* ---- the header window --------------------------------------------------- */
 
@@ -252,6 +277,10 @@ struct gg {
 	uint64_t n_tensors; /* tensor_count of the header */
 	char **keys;
 	size_t nkeys, kcap;
+	/* llama.cpp gguf-split keys, as read (see read_split) */
+	bool have_split_no, have_split_count, have_split_tensors;
+	uint16_t split_no, split_count;
+	int32_t split_tensors;
 };
 
 static int keep_key(struct gg *g, char *key)
@@ -304,6 +333,78 @@ static int read_alignment(struct gg *g, uint32_t type)
 	return 0;
 }
 
+/*
+ * The keys of a model split by llama.cpp's gguf-split (LLM_KV_SPLIT_NO,
+ * LLM_KV_SPLIT_COUNT, LLM_KV_SPLIT_TENSORS_COUNT): gguf-split writes
+ * split.no and split.count with gguf_set_val_u16 and split.tensors.count
+ * with gguf_set_val_i32, and llama-model-loader reads them with get_key
+ * into uint16_t, uint16_t and int, whose GGUFMeta::GKV::get_kv refuses any
+ * other stored type ("key %s has wrong type"). So exactly uint16, uint16
+ * and int32 are accepted here, anything else is an error naming the key.
+ */
+static int read_split(struct gg *g, const char *key, uint32_t type, bool *done)
+{
+	bool is_no = !strcmp(key, "split.no"), is_count = !strcmp(key, "split.count");
+	bool is_tensors = !strcmp(key, "split.tensors.count");
+	*done = is_no || is_count || is_tensors;
+	if (!*done)
+		return 0;
+	uint32_t want = is_tensors ? GV_I32 : GV_U16;
+	if (type != want)
+		return GG_ERR("%s has value type %u (%s), expected %s as llama.cpp's gguf-split writes it and "
+			      "llama-model-loader requires", key, type, gv_name(type), gv_name(want));
+	uint8_t b[4];
+	int rc = rd_get(&g->r, b, gv_size[want], key);
+	if (rc)
+		return rc;
+	if (is_no) {
+		g->split_no = (uint16_t)(b[0] | b[1] << 8);
+		g->have_split_no = true;
+	} else if (is_count) {
+		g->split_count = (uint16_t)(b[0] | b[1] << 8);
+		g->have_split_count = true;
+	} else {
+		g->split_tensors = (int32_t)model_le32(b);
+		g->have_split_tensors = true;
+	}
+	return 0;
+}
+
+/* With the tensor infos read: the split fields of the model, checked. */
+static int check_split(struct gg *g)
+{
+	struct gpunvme_model *m = g->m;
+	uint32_t count = g->have_split_count ? g->split_count : 1;
+	/* gguf-split --merge stores split.count = 0 in the merged file ("do
+	 * not trigger merge if we try to merge again the output") and
+	 * llama-model-loader treats any count <= 1 as a single file: a count
+	 * of 0 is a whole model, reported as 1 */
+	if (count == 0)
+		count = 1;
+	if (count > 1 && (!g->have_split_no || !g->have_split_tensors))
+		return GG_ERR("split.count is %u but %s is missing (gguf-split writes split.no, split.count and "
+			      "split.tensors.count in every shard)", count,
+			      !g->have_split_no ? "split.no" : "split.tensors.count");
+	uint32_t no = g->have_split_no ? g->split_no : 0;
+	if (no >= count)
+		return GG_ERR("split.no %u is not below split.count %u (split.no counts shards from 0)", no, count);
+	uint64_t total = m->n_tensors;
+	if (g->have_split_tensors) {
+		if (g->split_tensors < 0)
+			return GG_ERR("split.tensors.count %d is negative", (int)g->split_tensors);
+		total = (uint64_t)g->split_tensors;
+		/* split.tensors.count is the whole model's tensor count: one
+		 * shard cannot hold more */
+		if (total < m->n_tensors)
+			return GG_ERR("split.tensors.count %llu is less than the %zu tensors of this file",
+				      (unsigned long long)total, m->n_tensors);
+	}
+	m->split_no = no;
+	m->split_count = count;
+	m->split_tensors = total;
+	return 0;
+}
+
 static int read_kv(struct gg *g)
 {
 	char *key = NULL;
@@ -320,6 +421,10 @@ static int read_kv(struct gg *g)
 		return rc;
 	if (!strcmp(key, "general.alignment"))
 		return read_alignment(g, type);
+	bool split = false;
+	rc = read_split(g, key, type, &split);
+	if (rc || split)
+		return rc;
 	return skip_value(&g->r, type, 0);
 }
 
@@ -378,6 +483,8 @@ static int read_tensor(struct gg *g)
 	if (!ty)
 		return GG_ERR("tensor \"%.64s\": unknown ggml type %u", t->name, type);
 	snprintf(t->dtype, sizeof(t->dtype), "%s", ty->name);
+	t->ggml_type = (int32_t)ty->id;
+	t->file = 0;
 	/* gguf.md: each tensor's offset "must be a multiple of ALIGNMENT" */
 	if (t->offset % g->m->alignment)
 		return GG_ERR("tensor \"%.64s\": offset %llu is misaligned (not a multiple of general.alignment %u)",
@@ -450,6 +557,8 @@ int model_parse_gguf(const struct model_src *src, struct gpunvme_model *m)
 		rc = check_keys(&g);
 	for (uint64_t i = 0; i < g.n_tensors && !rc; i++)
 		rc = read_tensor(&g);
+	if (!rc)
+		rc = check_split(&g);
 	if (!rc)
 		rc = place_tensors(&g);
 	if (!rc)

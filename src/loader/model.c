@@ -137,6 +137,11 @@ void gpunvme_model_free(struct gpunvme_model *m)
 	for (size_t i = 0; i < m->n_tensors; i++)
 		free(m->tensors[i].name);
 	free(m->tensors);
+	for (size_t i = 0; i < m->n_meta; i++) {
+		free(m->meta[i].key);
+		free(m->meta[i].value);
+	}
+	free(m->meta);
 	free(m);
 }
 
@@ -181,7 +186,13 @@ int gpunvme_model_parse(gpunvme_model_read_fn read, void *ctx, uint64_t file_siz
 		return gpunvme_set_error(-ENOMEM, "model: out of memory");
 	m->format = f;
 	m->file_size = file_size;
+	/* a file that is not a gguf-split shard is the whole model (gguf.c
+	 * sets these from the split.* keys; safetensors keeps them) */
+	m->split_no = 0;
+	m->split_count = 1;
 	rc = f == GPUNVME_MODEL_GGUF ? model_parse_gguf(&src, m) : model_parse_safetensors(&src, m);
+	if (!rc && f == GPUNVME_MODEL_SAFETENSORS)
+		m->split_tensors = m->n_tensors;
 	if (rc) {
 		gpunvme_model_free(m);
 		return rc;

@@ -12,3 +12,11 @@ foreach(g IN LISTS GPUNVME_LOAD_TEST_GROUPS)
             $<TARGET_FILE:gpunvme-mkmodel>)
   set_tests_properties(loader.load.${g} PROPERTIES LABELS loader TIMEOUT 600 SKIP_RETURN_CODE 77)
 endforeach()
+
+# Models in several files (tests/loader/modelset_test.sh): Hugging Face
+# shards + index, split GGUF, and the inconsistent sets that must be refused.
+foreach(g sets bad)
+  add_test(NAME loader.modelset.${g}
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/modelset_test.sh $<TARGET_FILE:gpunvme-cli> ${g})
+  set_tests_properties(loader.modelset.${g} PROPERTIES LABELS loader TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()

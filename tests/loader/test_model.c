@@ -18,6 +18,11 @@
  *     lengths, bad alignment, misaligned offsets, version / endianness,
  *     headers over GPUNVME_MODEL_MAX_HEADER (-EFBIG), read errors;
  *   - random byte corruption of valid files (must never crash);
+ *   - the F8_*FNUZ dtypes and the sub-byte length rule; __metadata__ kept in
+ *     file order (non-string values, duplicate keys, NUL refused); the
+ *     gguf-split keys split.no / split.count / split.tensors.count (good,
+ *     merged, bad values and types); NVFP4 / Q1_0 / Q2_0; ggml_type and
+ *     file of every tensor;
  *   - gpunvme_tensor_match, gpunvme_dtype_bits, gpunvme_model_format_name.
  * Exit 0 pass, 1 fail.
  */
@@ -270,6 +275,7 @@ static void st_every_dtype(void)
 		{ "F8_E8M0", 8 },  { "F4", 4 },       { "F6_E2M3", 6 },  { "F6_E3M2", 6 },  { "I16", 16 },
 		{ "U16", 16 },     { "F16", 16 },     { "BF16", 16 },    { "I32", 32 },     { "U32", 32 },
 		{ "F32", 32 },     { "F64", 64 },     { "I64", 64 },     { "U64", 64 },     { "C64", 64 },
+		{ "F8_E4M3FNUZ", 8 }, { "F8_E5M2FNUZ", 8 },
 	};
 	char json[8192];
 	size_t k = 0;
@@ -290,7 +296,8 @@ static void st_every_dtype(void)
 	struct gpunvme_model *m = PARSE_OK(b.p, b.n);
 	CHECK(m && m->n_tensors == sizeof(dt) / sizeof(dt[0]), "every dtype");
 	for (size_t i = 0; m && i < m->n_tensors; i++)
-		CHECK(!strcmp(m->tensors[i].dtype, dt[i].name) && m->tensors[i].bytes == 12ull * dt[i].bits / 8,
+		CHECK(!strcmp(m->tensors[i].dtype, dt[i].name) && m->tensors[i].bytes == 12ull * dt[i].bits / 8 &&
+			      m->tensors[i].ggml_type == -1 && m->tensors[i].file == 0,
 		      "dtype %s", dt[i].name);
 	gpunvme_model_free(m);
 	free(b.p);
@@ -620,7 +627,8 @@ static void gguf_every_type(void)
 		{ 23, "IQ4_XS", 256, 136 }, { 24, "I8", 1, 1 },        { 25, "I16", 1, 2 },
 		{ 26, "I32", 1, 4 },        { 27, "I64", 1, 8 },       { 28, "F64", 1, 8 },
 		{ 29, "IQ1_M", 256, 56 },   { 30, "BF16", 1, 2 },      { 34, "TQ1_0", 256, 54 },
-		{ 35, "TQ2_0", 256, 66 },   { 39, "MXFP4", 32, 17 },
+		{ 35, "TQ2_0", 256, 66 },   { 39, "MXFP4", 32, 17 },   { 40, "NVFP4", 64, 36 },
+		{ 41, "Q1_0", 128, 18 },    { 42, "Q2_0", 64, 18 },
 	};
 	enum { N = sizeof(ty) / sizeof(ty[0]) };
 	static char names[N][16];
@@ -639,7 +647,12 @@ static void gguf_every_type(void)
 	if (m) {
 		check_gguf(m, &b, t, N, base, 3, 32, 0);
 		for (size_t i = 0; i < N && i < m->n_tensors; i++)
-			CHECK(!strcmp(m->tensors[i].dtype, ty[i].name), "dtype %s", m->tensors[i].dtype);
+			CHECK(!strcmp(m->tensors[i].dtype, ty[i].name) && m->tensors[i].ggml_type == (int32_t)ty[i].id &&
+				      m->tensors[i].file == 0,
+			      "dtype %s ggml_type %d", m->tensors[i].dtype, m->tensors[i].ggml_type);
+		CHECK(m->split_no == 0 && m->split_count == 1 && m->split_tensors == N && m->n_meta == 0 && !m->meta,
+		      "gguf without split keys: split %u/%u tensors %llu", m->split_no, m->split_count,
+		      (unsigned long long)m->split_tensors);
 	}
 	gpunvme_model_free(m);
 	free(b.p);
@@ -647,6 +660,9 @@ static void gguf_every_type(void)
 		      gpunvme_dtype_bits(GPUNVME_MODEL_GGUF, "Q6_K") == 6.5625 &&
 		      gpunvme_dtype_bits(GPUNVME_MODEL_GGUF, "TQ1_0") == 1.6875 &&
 		      gpunvme_dtype_bits(GPUNVME_MODEL_GGUF, "F8_E4M3") == 0 &&
+		      gpunvme_dtype_bits(GPUNVME_MODEL_GGUF, "NVFP4") == 4.5 &&
+		      gpunvme_dtype_bits(GPUNVME_MODEL_GGUF, "Q1_0") == 1.125 &&
+		      gpunvme_dtype_bits(GPUNVME_MODEL_GGUF, "Q2_0") == 2.25 &&
 		      gpunvme_dtype_bits(GPUNVME_MODEL_GGUF, "Q4_2") == 0 && gpunvme_dtype_bits(0, "F16") == 0 &&
 		      gpunvme_dtype_bits(GPUNVME_MODEL_GGUF, NULL) == 0,
 	      "gguf dtype bits");
@@ -746,6 +762,241 @@ static void gguf_errors(void)
 	bb_fill(&b, 0, 256), GG_FAIL(b, -EINVAL, "overlapping");
 	b = gg_one(3, 1, 0), bb_u64(&b, 3), bb_put(&b, "a\0b", 3), bb_u32(&b, 0), bb_u32(&b, 0), bb_u64(&b, 0),
 	GG_FAIL(b, -EINVAL, "NUL");
+}
+
+
+/* ---- new formats: sub-byte lengths, __metadata__, gguf-split keys ------------------ */
+
+/* The reference's byte-length rule for every dtype: elements * bits must be
+ * whole bytes (MisalignedSlice), then equal END - BEGIN. */
+static void st_dtype_lengths(void)
+{
+	char json[256];
+	/* F8_*FNUZ: one byte per element */
+	snprintf(json, sizeof(json), "{\"a\":" T("F8_E4M3FNUZ", "[3,5]", 0, 15) ",\"b\":" T("F8_E5M2FNUZ", "[7]", 15, 22) "}");
+	struct bb b = st_file(json, 0, 22);
+	struct gpunvme_model *m = PARSE_OK(b.p, b.n);
+	CHECK(m && m->n_tensors == 2 && m->tensors[0].bytes == 15 && m->tensors[1].bytes == 7 &&
+		      !strcmp(m->tensors[0].dtype, "F8_E4M3FNUZ") && !strcmp(m->tensors[1].dtype, "F8_E5M2FNUZ"),
+	      "FNUZ tensors");
+	gpunvme_model_free(m);
+	free(b.p);
+	CHECK(gpunvme_dtype_bits(GPUNVME_MODEL_SAFETENSORS, "F8_E4M3FNUZ") == 8 &&
+		      gpunvme_dtype_bits(GPUNVME_MODEL_SAFETENSORS, "F8_E5M2FNUZ") == 8 &&
+		      gpunvme_dtype_bits(GPUNVME_MODEL_SAFETENSORS, "F8_E4M3FN") == 0,
+	      "FNUZ bits");
+	/* wrong lengths for each new dtype, and sub-byte counts that leave bits over */
+	ST_FAIL("{\"a\":" T("F8_E4M3FNUZ", "[3]", 0, 4) "}", 4, -EINVAL, "shape/bytes mismatch");
+	ST_FAIL("{\"a\":" T("F8_E5M2FNUZ", "[3]", 0, 2) "}", 4, -EINVAL, "shape/bytes mismatch");
+	ST_FAIL("{\"a\":" T("F8_E8M0", "[2,2]", 0, 3) "}", 4, -EINVAL, "shape/bytes mismatch");
+	ST_FAIL("{\"a\":" T("F4", "[3]", 0, 2) "}", 4, -EINVAL, "not a whole number of bytes");
+	ST_FAIL("{\"a\":" T("F4", "[1,1,1]", 0, 1) "}", 4, -EINVAL, "not a whole number of bytes");
+	ST_FAIL("{\"a\":" T("F6_E2M3", "[2]", 0, 2) "}", 4, -EINVAL, "not a whole number of bytes");
+	ST_FAIL("{\"a\":" T("F6_E3M2", "[3]", 0, 3) "}", 4, -EINVAL, "not a whole number of bytes");
+	ST_FAIL("{\"a\":" T("F6_E3M2", "[4]", 0, 4) "}", 4, -EINVAL, "shape/bytes mismatch");
+	ST_FAIL("{\"a\":" T("C64", "[1]", 0, 4) "}", 8, -EINVAL, "shape/bytes mismatch");
+	ST_FAIL("{\"a\":" T("F8_E4M3FNUZZ", "[1]", 0, 1) "}", 4, -EINVAL, "unknown dtype");
+	ST_FAIL("{\"a\":" T("f8_e4m3fnuz", "[1]", 0, 1) "}", 4, -EINVAL, "unknown dtype");
+	/* F4 and F6 counts that do make whole bytes: 2 and 4 elements */
+	snprintf(json, sizeof(json), "{\"a\":" T("F4", "[2]", 0, 1) ",\"b\":" T("F6_E2M3", "[2,2]", 1, 4) "}");
+	b = st_file(json, 0, 4);
+	m = PARSE_OK(b.p, b.n);
+	CHECK(m && m->n_tensors == 2 && m->tensors[0].bytes == 1 && m->tensors[1].bytes == 3, "F4/F6 whole bytes");
+	gpunvme_model_free(m);
+	free(b.p);
+}
+
+static void st_meta(void)
+{
+	/* the writer's __metadata__, file order kept, escapes decoded */
+	static const char *const kv[] = { "zeta", "1", "alpha", "a \"quoted\" \\ \xc3\xa9\n", "empty", "" };
+	static const uint64_t s2[] = { 2 };
+	static const struct st_tensor t[] = { { .name = "w", .dtype = "F16", .ndim = 1, .shape = s2, .begin = 0, .end = 4 } };
+	struct bb b = st_written(kv, 3, t, 1, 4);
+	struct gpunvme_model *m = PARSE_OK(b.p, b.n);
+	if (m) {
+		CHECK(m->n_meta == 3 && m->n_kv == 3 && m->meta, "n_meta %zu", m->n_meta);
+		for (size_t i = 0; i < 3 && i < m->n_meta; i++)
+			CHECK(!strcmp(m->meta[i].key, kv[2 * i]) && !strcmp(m->meta[i].value, kv[2 * i + 1]),
+			      "meta %zu: \"%s\" = \"%s\"", i, m->meta[i].key, m->meta[i].value);
+		CHECK(m->split_no == 0 && m->split_count == 1 && m->split_tensors == 1, "safetensors split fields");
+		CHECK(m->tensors[0].ggml_type == -1 && m->tensors[0].file == 0, "safetensors ggml_type");
+	}
+	gpunvme_model_free(m);
+	free(b.p);
+	/* no __metadata__, null, an empty map: nothing kept */
+	const char *none[] = { "{\"w\":" T("U8", "[1]", 0, 1) "}", "{\"__metadata__\":null,\"w\":" T("U8", "[1]", 0, 1) "}",
+			       "{\"w\":" T("U8", "[1]", 0, 1) ",\"__metadata__\":{}}" };
+	for (int i = 0; i < 3; i++) {
+		b = st_file(none[i], 0, 1);
+		m = PARSE_OK(b.p, b.n);
+		CHECK(m && m->n_meta == 0 && !m->meta && m->n_kv == 0, "no metadata %d", i);
+		gpunvme_model_free(m);
+		free(b.p);
+	}
+	/* \u escapes in keys and values; many entries (the table grows) */
+	char json[16384];
+	size_t k = (size_t)snprintf(json, sizeof(json), "{\"__metadata__\":{\"k\\u00e9y\":\"\\ud83d\\ude00\"");
+	for (int i = 0; i < 300; i++)
+		k += (size_t)snprintf(json + k, sizeof(json) - k, ",\"m%d\":\"v%d\"", i, i);
+	snprintf(json + k, sizeof(json) - k, "}}");
+	b = st_file(json, 0, 0);
+	m = PARSE_OK(b.p, b.n);
+	if (m) {
+		CHECK(m->n_meta == 301 && !strcmp(m->meta[0].key, "k\xc3\xa9y") &&
+			      !strcmp(m->meta[0].value, "\xf0\x9f\x98\x80") && !strcmp(m->meta[300].key, "m299") &&
+			      !strcmp(m->meta[300].value, "v299"),
+		      "escaped metadata, 301 entries");
+	}
+	gpunvme_model_free(m);
+	free(b.p);
+
+	/* refusals: a value that is not a string names its key; duplicates; NUL */
+	ST_FAIL("{\"__metadata__\":{\"a\":\"x\",\"n_layers\":12}}", 0, -EINVAL, "value of \"n_layers\" is '1'");
+	ST_FAIL("{\"__metadata__\":{\"obj\":{\"x\":\"y\"}}}", 0, -EINVAL, "value of \"obj\" is '{'");
+	ST_FAIL("{\"__metadata__\":{\"arr\":[\"x\"]}}", 0, -EINVAL, "must be strings");
+	ST_FAIL("{\"__metadata__\":{\"t\":true}}", 0, -EINVAL, "value of \"t\"");
+	ST_FAIL("{\"__metadata__\":{\"z\":null}}", 0, -EINVAL, "value of \"z\"");
+	ST_FAIL("{\"__metadata__\":{\"a\":\"1\",\"b\":\"2\",\"a\":\"3\"}}", 0, -EINVAL, "duplicate __metadata__ key \"a\"");
+	ST_FAIL("{\"__metadata__\":{\"k\":\"a\\u0000b\"}}", 0, -EINVAL, "NUL");
+	ST_FAIL("{\"__metadata__\":{\"k\\u0000\":\"v\"}}", 0, -EINVAL, "NUL");
+	ST_FAIL("{\"__metadata__\":[]}", 0, -EINVAL, "__metadata__ must be an object");
+	ST_FAIL("{\"__metadata__\":{},\"__metadata__\":{}}", 0, -EINVAL, "duplicate \"__metadata__\"");
+}
+
+/* A GGUF file: `nkv` pairs written by the caller's kv bytes, the tensors t */
+static struct bb gg_with_kv(const struct bb *kv, uint64_t nkv, struct ti *t, size_t n, uint64_t *base)
+{
+	struct bb b = { 0 };
+	gguf_head(&b, 3, n, nkv);
+	bb_put(&b, kv->p, kv->n);
+	gg_infos(&b, t, n, 32);
+	*base = gg_data(&b, t, n, 32);
+	return b;
+}
+
+static struct ti split_t[] = {
+	{ "blk.3.a", 0, 1, { 4 }, 16, 0 },
+	{ "blk.3.b", 40, 2, { 64, 2 }, 72, 0 }, /* NVFP4: 36 per 64 */
+	{ "blk.3.c", 41, 1, { 256 }, 36, 0 },   /* Q1_0: 18 per 128 */
+};
+
+static void gg_split_case(uint32_t no_type, uint64_t no, uint32_t count_type, uint64_t count, uint32_t tensors_type,
+			  uint64_t tensors, int rc, const char *word, int line)
+{
+	static const uint8_t sz[] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8 };
+	struct bb kv = { 0 };
+	uint64_t nkv = 0, base;
+	if (no_type != UINT32_MAX)
+		gguf_key(&kv, "split.no", (enum gguf_type)no_type), bb_le(&kv, no, sz[no_type]), nkv++;
+	if (count_type != UINT32_MAX)
+		gguf_key(&kv, "split.count", (enum gguf_type)count_type), bb_le(&kv, count, sz[count_type]), nkv++;
+	if (tensors_type != UINT32_MAX)
+		gguf_key(&kv, "split.tensors.count", (enum gguf_type)tensors_type), bb_le(&kv, tensors, sz[tensors_type]),
+			nkv++;
+	struct bb b = gg_with_kv(&kv, nkv, split_t, 3, &base);
+	expect_fail(b.p, b.n, rc, word, line);
+	free(b.p);
+	free(kv.p);
+}
+
+#define NONE UINT32_MAX
+#define SPLIT_FAIL(nt, no, ct, c, tt, t, w) gg_split_case(nt, no, ct, c, tt, t, -EINVAL, w, __LINE__)
+
+static void gguf_split(void)
+{
+	/* shard 2 of 4 as gguf-split writes it: only the split keys */
+	struct bb kv = { 0 };
+	uint64_t base;
+	gguf_split_kv(&kv, 1, 4, 10);
+	struct bb b = gg_with_kv(&kv, 3, split_t, 3, &base);
+	struct gpunvme_model *m = PARSE_OK(b.p, b.n);
+	if (m) {
+		check_gguf(m, &b, split_t, 3, base, 3, 32, 3);
+		CHECK(m->split_no == 1 && m->split_count == 4 && m->split_tensors == 10, "split %u/%u tensors %llu",
+		      m->split_no, m->split_count, (unsigned long long)m->split_tensors);
+		CHECK(m->tensors[1].ggml_type == 40 && !strcmp(m->tensors[1].dtype, "NVFP4") &&
+			      m->tensors[2].ggml_type == 41 && !strcmp(m->tensors[2].dtype, "Q1_0"),
+		      "NVFP4 / Q1_0 tensors");
+	}
+	gpunvme_model_free(m);
+	free(b.p);
+	/* the first shard: metadata, then the keys; the last shard: no == count - 1 */
+	static const struct {
+		uint16_t no, count;
+		int32_t tensors;
+	} good[] = { { 0, 2, 3 }, { 1, 2, 5 }, { 65534, 65535, 3 }, { 0, 1, 3 } };
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		kv.n = 0;
+		gguf_kv_str(&kv, "general.architecture", "llama");
+		gguf_split_kv(&kv, good[i].no, good[i].count, good[i].tensors);
+		b = gg_with_kv(&kv, 4, split_t, 3, &base);
+		m = PARSE_OK(b.p, b.n);
+		CHECK(m && m->split_no == good[i].no && m->split_count == good[i].count &&
+			      m->split_tensors == (uint64_t)good[i].tensors,
+		      "split case %zu", i);
+		gpunvme_model_free(m);
+		free(b.p);
+	}
+	/* gguf-split --merge writes split.count = 0 into the merged file: a
+	 * whole model, reported as 1 */
+	kv.n = 0;
+	gguf_split_kv(&kv, 0, 0, 3);
+	b = gg_with_kv(&kv, 3, split_t, 3, &base);
+	m = PARSE_OK(b.p, b.n);
+	CHECK(m && m->split_no == 0 && m->split_count == 1 && m->split_tensors == 3, "merged file");
+	gpunvme_model_free(m);
+	free(b.p);
+	/* split.no alone (count absent: 1) */
+	kv.n = 0;
+	gguf_kv_u16(&kv, "split.no", 0);
+	b = gg_with_kv(&kv, 1, split_t, 3, &base);
+	m = PARSE_OK(b.p, b.n);
+	CHECK(m && m->split_no == 0 && m->split_count == 1 && m->split_tensors == 3, "split.no alone");
+	gpunvme_model_free(m);
+	free(b.p);
+	free(kv.p);
+
+	/* refusals */
+	SPLIT_FAIL(GGUF_U16, 2, GGUF_U16, 2, GGUF_I32, 3, "split.no 2 is not below split.count 2");
+	SPLIT_FAIL(GGUF_U16, 5, GGUF_U16, 3, GGUF_I32, 3, "split.no 5 is not below split.count 3");
+	SPLIT_FAIL(GGUF_U16, 1, NONE, 0, NONE, 0, "split.no 1 is not below split.count 1");
+	SPLIT_FAIL(GGUF_U16, 1, GGUF_U16, 0, GGUF_I32, 3, "split.no 1 is not below split.count 1");
+	SPLIT_FAIL(NONE, 0, GGUF_U16, 2, GGUF_I32, 3, "split.no is missing");
+	SPLIT_FAIL(GGUF_U16, 0, GGUF_U16, 2, NONE, 0, "split.tensors.count is missing");
+	SPLIT_FAIL(GGUF_U16, 0, GGUF_U16, 2, GGUF_I32, 2, "less than the 3 tensors");
+	SPLIT_FAIL(GGUF_U16, 0, GGUF_U16, 2, GGUF_I32, 0xffffffff, "negative");
+	/* value types: what llama.cpp's get_key would refuse */
+	SPLIT_FAIL(GGUF_U32, 0, GGUF_U16, 2, GGUF_I32, 3, "split.no has value type 4 (uint32), expected uint16");
+	SPLIT_FAIL(GGUF_I16, 0, GGUF_U16, 2, GGUF_I32, 3, "split.no has value type 3 (int16)");
+	SPLIT_FAIL(GGUF_U16, 0, GGUF_U32, 2, GGUF_I32, 3, "split.count has value type 4 (uint32), expected uint16");
+	SPLIT_FAIL(GGUF_U16, 0, GGUF_U8, 2, GGUF_I32, 3, "split.count has value type 0 (uint8)");
+	SPLIT_FAIL(GGUF_U16, 0, GGUF_U16, 2, GGUF_U32, 3, "split.tensors.count has value type 4 (uint32), expected int32");
+	SPLIT_FAIL(GGUF_U16, 0, GGUF_U16, 2, GGUF_I64, 3, "split.tensors.count has value type 11 (int64)");
+	SPLIT_FAIL(GGUF_U16, 0, GGUF_U16, 2, GGUF_U16, 3, "split.tensors.count has value type 2 (uint16)");
+	b = gg_one(3, 0, 1), gguf_kv_str(&b, "split.count", "2"), GG_FAIL(b, -EINVAL, "split.count has value type 8 (string)");
+	b = gg_one(3, 0, 1), gguf_key(&b, "split.no", GGUF_ARR), gguf_arr(&b, GGUF_U16, 1), bb_le(&b, 0, 2),
+	GG_FAIL(b, -EINVAL, "split.no has value type 9 (array)");
+	b = gg_one(3, 0, 2), gguf_kv_u16(&b, "split.count", 2), gguf_kv_u16(&b, "split.count", 2),
+	GG_FAIL(b, -EINVAL, "duplicate metadata key \"split.count\"");
+	/* a split key cut short by the end of the file */
+	b = gg_one(3, 0, 1), gguf_key(&b, "split.tensors.count", GGUF_I32), bb_le(&b, 3, 2);
+	expect_fail(b.p, b.n, -EINVAL, "truncated header", __LINE__);
+	free(b.p);
+}
+
+/* New ggml types: their block rules, as for the old ones */
+static void gguf_new_types(void)
+{
+	static const uint64_t ne32[] = { 32 }, ne64[] = { 64 }, ne128[] = { 128 }, ne192[] = { 192, 1 };
+	struct bb b;
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne32, 40, 0), GG_FAIL(b, -EINVAL, "not a multiple of the NVFP4 block size 64");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne64, 41, 0), GG_FAIL(b, -EINVAL, "not a multiple of the Q1_0 block size 128");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne32, 42, 0), GG_FAIL(b, -EINVAL, "not a multiple of the Q2_0 block size 64");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne128, 43, 0), GG_FAIL(b, -EINVAL, "unknown ggml type 43");
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 1, ne128, 36, 0), GG_FAIL(b, -EINVAL, "unknown ggml type 36");
+	/* 3 NVFP4 blocks = 108 bytes: past the end with only 64 bytes of data */
+	b = gg_one(3, 1, 0), gguf_tensor_info(&b, "t", 2, ne192, 40, 0), GG_FAIL(b, -EINVAL, "past the end of the file");
 }
 
 /* A header larger than the reader's window (a vocabulary of 30000
@@ -989,6 +1240,10 @@ int main(void)
 	gguf_every_type();
 	gguf_errors();
 	gguf_window();
+	st_dtype_lengths();
+	st_meta();
+	gguf_split();
+	gguf_new_types();
 	truncation_all();
 	corruption();
 	patterns();

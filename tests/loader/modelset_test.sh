@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause
+#
+# `gpunvme load` on models that span several files, as other tools write
+# them (tests/loader/mkset.py: safetensors and GGUF written from their
+# specifications, Hugging Face shards + index as save_pretrained lays them
+# out, llama.cpp gguf-split shards), in ext4 images built with mkfs.ext4 -d:
+#   modelset_test.sh GPUNVME_BINARY GROUP
+# Groups:
+#   sets  a sharded HF directory (by directory and by index file), a
+#         single-file HF directory, a split GGUF (by its first and by a middle
+#         shard): every tensor of every file, each sha256 equal to the source
+#         bytes', --verify against the CPU path, --tensors across shards
+#   bad   incomplete or inconsistent sets: each refused with exit 1 and one
+#         line naming the file and the fix, never success for part of a model
+# Exit 0 pass, 1 fail, 77 skip (no python3 or mkfs.ext4).
+set -u
+
+BIN=${1:?usage: modelset_test.sh GPUNVME_BINARY GROUP}
+GROUP=${2:?usage: modelset_test.sh GPUNVME_BINARY GROUP}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+T=${LOAD_TEST_TIMEOUT:-120}
+TIER=${LOAD_TEST_TIER:-cpu}
+
+skip() { echo "SKIP [$GROUP]: $*"; exit 77; }
+command -v python3 >/dev/null 2>&1 || skip "no python3"
+MKFS=$(command -v mkfs.ext4 || echo /sbin/mkfs.ext4)
+[ -x "$MKFS" ] || skip "no mkfs.ext4 (e2fsprogs)"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpunvme-set.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+OUT=$WORK/stdout
+ERR=$WORK/stderr
+FAILS=0
+CHECKS=0
+FAIL_TAG=$GROUP
+BAD_GREP=-E
+. "$HERE/../harness/cli_checks.sh"
+
+# layout NAME DIR: write it under $WORK/root/DIR; manifest in $WORK/NAME.man
+layout() {
+	python3 "$HERE/mkset.py" "$WORK/root/$2" "$1" >"$WORK/$1.man" || {
+		fail "mkset.py $1 failed"
+		return 1
+	}
+}
+
+image() {
+	"$MKFS" -q -F -b 4096 -d "$WORK/root" "$WORK/img" 64M >/dev/null 2>&1 || {
+		fail "mkfs.ext4 -d failed"
+		return 1
+	}
+	URI="emu:$WORK/img?lbads=12"
+}
+
+# check_json MANIFEST [GLOB]: stdout is one JSON object whose tensors are
+# exactly the manifest's (or those matching GLOB), each with its sha256
+PYCHECK='
+import fnmatch, json, sys
+out, man = sys.argv[1], sys.argv[2]
+glob = sys.argv[3] if len(sys.argv) > 3 else ""
+d = json.loads(open(out).read())
+want = dict(l.rstrip("\n").split("\t") for l in open(man) if l.strip())
+if glob:
+    want = {k: v for k, v in want.items() if any(fnmatch.fnmatchcase(k, g) for g in glob.split(","))}
+got = {t["name"]: t["sha256"] for t in d["tensors"]}
+errs = []
+if len(d["tensors"]) != len(got):
+    errs.append("a tensor listed twice")
+for k in sorted(set(want) | set(got)):
+    if k not in got:
+        errs.append("missing %s" % k)
+    elif k not in want:
+        errs.append("unexpected %s" % k)
+    elif got[k] != want[k]:
+        errs.append("%s: sha256 %s, source %s" % (k, got[k], want[k]))
+if errs:
+    print("; ".join(errs[:5])); sys.exit(1)
+print("%d tensors, %d files, layout %s" % (len(got), d["files"], d["layout"]))
+'
+
+load_ok() { # load_ok MANIFEST PATH [extra args...]
+	local man=$1 path=$2
+	shift 2
+	ok load "$URI" "$path" --json --tier "$TIER" "$@" || return 1
+	local glob=""
+	[ "${1:-}" = "--tensors" ] && glob=$2
+	if ! python3 -c "$PYCHECK" "$OUT" "$man" $glob >"$WORK/pyout" 2>&1; then
+		fail "load $path $*: $(head -c 400 "$WORK/pyout")"
+		return 1
+	fi
+	echo "  ok: load $path $* ($(cat "$WORK/pyout"))"
+}
+
+case "$GROUP" in
+sets)
+	layout hf-sharded hf/llama-sharded &&
+	layout hf-single hf/llama-single &&
+	layout gguf-split gguf &&
+	image || exit 1
+	load_ok "$WORK/hf-sharded.man" /hf/llama-sharded
+	grep -q '"layout": "hf-index"' "$OUT" || fail "sharded directory: layout is not hf-index"
+	grep -q '"files": 3' "$OUT" || fail "sharded directory: not 3 files"
+	load_ok "$WORK/hf-sharded.man" /hf/llama-sharded/model.safetensors.index.json --verify
+	load_ok "$WORK/hf-sharded.man" /hf/llama-sharded --tensors 'model.layers.0.*,model.layers.7.*' --verify
+	load_ok "$WORK/hf-single.man" /hf/llama-single --verify
+	grep -q '"layout": "hf-dir"' "$OUT" || fail "single-file directory: layout is not hf-dir"
+	load_ok "$WORK/gguf-split.man" /gguf/model-00001-of-00003.gguf --verify
+	grep -q '"layout": "gguf-split"' "$OUT" || fail "split GGUF: layout is not gguf-split"
+	load_ok "$WORK/gguf-split.man" /gguf/model-00002-of-00003.gguf
+	load_ok "$WORK/gguf-split.man" /gguf
+	;;
+bad)
+	for l in bad-missing-shard bad-extra-in-map bad-missing-in-map bad-wrong-shard bad-dup bad-gguf-missing \
+		bad-gguf-count bad-gguf-tcount bad-gguf-dup; do
+		layout "$l" "$l" || exit 1
+	done
+	mkdir -p "$WORK/root/empty" "$WORK/root/pickle" "$WORK/root/two"
+	printf 'not a pickle, but named like one' >"$WORK/root/pickle/pytorch_model.bin"
+	python3 "$HERE/mkset.py" "$WORK/root/two" hf-single >/dev/null &&
+		cp "$WORK/root/two/model.safetensors" "$WORK/root/two/a.safetensors" &&
+		mv "$WORK/root/two/model.safetensors" "$WORK/root/two/b.safetensors"
+	# a GGUF named as shard 1 of 3 without split metadata
+	python3 -c '
+import sys; sys.path.insert(0, sys.argv[1])
+import mkset
+mkset.write(sys.argv[2] + "/lone/model-00001-of-00003.gguf", mkset.gguf_bytes(mkset.gguf_tensors(3, 5), {}))
+' "$HERE" "$WORK/root"
+	image || exit 1
+	bad 1 'shard .*model-00002-of-00003.safetensors.* is missing' load "$URI" /bad-missing-shard
+	bad 1 'model.ghost.weight.*whose header does not have it' load "$URI" /bad-extra-in-map
+	bad 1 'does not list' load "$URI" /bad-missing-in-map/model.safetensors.index.json
+	bad 1 'puts tensor .* in model-00002-of-00003.safetensors, but it is in' load "$URI" /bad-wrong-shard
+	bad 1 'puts tensor .* in model-00001-of-00003.safetensors, but it is in .*model-00002' load "$URI" /bad-dup
+	bad 1 'shard 2 of 3 of the split GGUF .* is missing' load "$URI" /bad-gguf-missing/model-00001-of-00003.gguf
+	bad 1 'shard 2 of 3 .* is missing' load "$URI" /bad-gguf-missing/model-00003-of-00003.gguf
+	bad 1 'says it is shard 3 of 4.*expected 3 of 3' load "$URI" /bad-gguf-count/model-00001-of-00003.gguf
+	bad 1 'hold 12 tensors, split.tensors.count says 99' load "$URI" /bad-gguf-tcount/model-00001-of-00003.gguf
+	bad 1 'tensor "blk.0.w0" is in both .*model-00001-of-00003.gguf and .*model-00002-of-00003.gguf' load "$URI" /bad-gguf-dup
+	bad 1 'named as shard 1 of 3 of a split GGUF but has no split.count' load "$URI" /lone/model-00001-of-00003.gguf
+	bad 1 'no model in this directory' load "$URI" /empty
+	bad 1 'only PyTorch pickle checkpoints.*safe_serialization=True' load "$URI" /pickle
+	bad 1 'holds 2 .safetensors files .*name the file' load "$URI" /two
+	bad 1 'No such file' load "$URI" /nowhere
+	;;
+*)
+	echo "unknown group $GROUP" >&2
+	exit 2
+	;;
+esac
+
+echo "[$GROUP] $CHECKS checks, $FAILS failures"
+[ "$FAILS" -eq 0 ]
