@@ -49,6 +49,11 @@ class CMakeBuildExt(build_ext):
             "-DGPUNVME_SANITIZE=",
             "-DGPUNVME_FUZZ=OFF",
         ]
+        # GPU architectures: CMAKE_CUDA_ARCHITECTURES (or CMake's own CUDAARCHS)
+        # from the environment, e.g. 90 for an H100 only; default 80;86;90
+        arch = os.environ.get("CMAKE_CUDA_ARCHITECTURES") or os.environ.get("CUDAARCHS")
+        if arch:
+            cfg.append("-DCMAKE_CUDA_ARCHITECTURES=" + arch)
         try:
             subprocess.check_call(cfg)
         except FileNotFoundError:
@@ -92,12 +97,15 @@ setup(
     description="Load safetensors/GGUF tensors from an NVMe namespace through a user-space driver",
     license="BSD-2-Clause",
     packages=["gpunvme"],
+    # src layout: running pytest from python/ imports the installed package
+    # (with its extension), not this source tree
+    package_dir={"": "src"},
     python_requires=">=3.9",
     install_requires=[],  # numpy / torch are optional at install: framework= picks one at run time
     ext_modules=[
         Extension(
             "gpunvme._gpunvme",
-            sources=["src/_gpunvme.c"],
+            sources=["src/gpunvme/_gpunvme.c"],
             extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers",
                                 "-fvisibility=hidden"],
         )

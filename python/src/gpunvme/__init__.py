@@ -15,12 +15,11 @@ mapping and errors: docs/python.md.
 import os
 import posixpath
 import sys
-import json
 
 from . import _gpunvme
 from ._gpunvme import Error, HAVE_CUDA
 
-__all__ = ["Error", "Volume", "load_file", "safe_open", "load_pretrained", "StateDict", "HAVE_CUDA"]
+__all__ = ["Error", "Volume", "load_file", "safe_open", "load_pretrained", "StateDict", "HAVE_CUDA", "cuda_available"]
 
 # ---- dtypes -------------------------------------------------------------------
 
@@ -436,77 +435,17 @@ class safe_open:
 # ---- Hugging Face directories ---------------------------------------------------------------------
 
 
-def _hf_files(vol, model_dir):
-    """the safetensors files of a Hugging Face model directory (or index
-    file), in the index's order"""
-    st = vol.stat(model_dir)
-    if st["type"] == "file":
-        if model_dir.endswith(".index.json"):
-            index, base = model_dir, posixpath.dirname(model_dir)
-        else:
-            return [model_dir]
-    else:
-        base = model_dir
-        names = set(vol.listdir(model_dir))
-        if "model.safetensors.index.json" in names:
-            index = posixpath.join(model_dir, "model.safetensors.index.json")
-        elif "model.safetensors" in names:
-            return [posixpath.join(model_dir, "model.safetensors")]
-        else:
-            other = sorted(n for n in names if n.endswith((".safetensors", ".gguf", ".bin", ".pt")))
-            raise Error(2, "%s: no model.safetensors.index.json or model.safetensors in the directory%s"
-                        % (model_dir, " (found: %s; give a file to load_file)" % ", ".join(other) if other else ""))
-    try:
-        doc = json.loads(vol.read(index).decode("utf-8"))
-        wm = doc["weight_map"]
-        if not isinstance(wm, dict):
-            raise TypeError("weight_map is not an object")
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise Error(22, "%s: not a safetensors index (%s): expected {\"weight_map\": {tensor: file}}"
-                    % (index, e)) from None
-    files = []
-    for shard in wm.values():
-        if not isinstance(shard, str) or "/" in shard:
-            raise Error(22, "%s: weight_map entry %r is not a file name next to the index" % (index, shard))
-        p = posixpath.join(base, shard)
-        if p not in files:
-            files.append(p)
-    return files
-
-
 def load_pretrained(uri, model_dir, device="cpu", framework="pt", tensors=None, tier=None, *, nsid=1,
                     partition=None, offset=None, progress=False):
     """A Hugging Face model directory (model.safetensors.index.json and its
-    shards, or one model.safetensors), its index file, or one model file ->
-    one StateDict, ready for model.load_state_dict(sd, assign=True)."""
-    fw = _framework(framework)
-    t, devidx, _ = _device(device, tier)
-    if not isinstance(model_dir, str):
-        raise TypeError("model_dir must be a str, not %s" % type(model_dir).__name__)
-    vol, own = _volume(uri, nsid, partition, offset)
-    try:
-        files = _hf_files(vol, model_dir)
-        want = None if tensors is None else ([tensors] if isinstance(tensors, str) else list(tensors))
-        sd = StateDict()
-        found = set()
-        for f in files:
-            model = vol.open_model(f)
-            infos = _index(model)
-            for n in infos:
-                if n in sd:
-                    raise Error(22, "%s: tensor %r is also in another shard of %s" % (f, n, model_dir))
-            sel = list(infos.values()) if want is None else [infos[n] for n in want if n in infos]
-            found.update(i.name for i in sel)
-            md = model.metadata()
-            if md is not None:
-                sd.metadata = dict(sd.metadata or {}, **md)
-            if sel:
-                _fill(sd, sel, _load(model, sel, t, devidx, fw, progress, posixpath.basename(f)))
-        if want is not None:
-            missing = [n for n in want if n not in found]
-            if missing:
-                raise Error(2, "%s: no tensor named %r in the model" % (model_dir, missing[0]))
-        return sd
-    finally:
-        if own:
-            vol.close()
+    shards, or one model.safetensors), its index file, a split GGUF's shard,
+    or one model file -> one StateDict, ready for
+    model.load_state_dict(sd, assign=True). Every shard is read by one loader
+    in one pass (the library's model set: include/gpunvme/modelset.h)."""
+    return load_file(uri, model_dir, device=device, framework=framework, tensors=tensors, tier=tier, nsid=nsid,
+                     partition=partition, offset=offset, progress=progress)
+
+
+def cuda_available():
+    """True when the extension has the CUDA backend and a GPU is visible"""
+    return bool(HAVE_CUDA) and _gpunvme.cuda_device_count() > 0

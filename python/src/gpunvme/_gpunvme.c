@@ -41,6 +41,7 @@
 #include "gpunvme/gpunvme.h"
 #include "gpunvme/loader.h"
 #include "gpunvme/model.h"
+#include "gpunvme/modelset.h"
 
 #ifdef GPUNVME_PY_CUDA
 #include <cuda_runtime_api.h>
@@ -448,8 +449,9 @@ static PyObject *Volume_exit(Volume *v, PyObject *args)
 typedef struct {
 	PyObject_HEAD
 	Volume *vol;
-	struct gpunvme_model *m;
-	struct gpunvme_extent *ext;   /* the file's (or set's) extents */
+	struct gpunvme_model_set *set; /* owns everything below */
+	struct gpunvme_model *m;      /* every tensor of every file of the set */
+	struct gpunvme_extent *ext;   /* the set's address space */
 	size_t n_ext;
 	uint64_t size;                /* bytes of the file (or set's address space) */
 	char *path;
@@ -457,54 +459,23 @@ typedef struct {
 
 static PyTypeObject ModelType;
 
-struct model_rd {
-	struct gpunvme_fs *fs;
-	uint64_t ino;
-};
-
-static int model_read(void *ctx, uint64_t off, void *buf, size_t len)
-{
-	struct model_rd *r = ctx;
-	int64_t n = gpunvme_fs_pread(r->fs, r->ino, buf, len, off);
-	if (n < 0)
-		return (int)n;
-	return (uint64_t)n == len ? 0 : -EIO; /* short: the file ends early */
-}
-
 /*
- * The one place a model path becomes an index + extents. A single file
- * here; once the model-set API (modelset.h, gpunvme_model_set_open) is in
- * the library this becomes that call, and directories, index files and
- * split GGUFs load the same way. Lock held, no GIL.
+ * The one place a model path becomes an index + extents: the library's model
+ * set (modelset.h) takes a single safetensors/GGUF file, a Hugging Face
+ * directory or its index, or a split GGUF's shard, and lays every file out
+ * in one address space a single loader reads. Lock held, no GIL.
  */
 static int model_open(Volume *v, const char *path, Model *mo, char *err)
 {
-	uint64_t ino;
-	struct gpunvme_stat st;
-	int rc = vol_lookup(v, path, &ino, &st, err);
-	if (rc)
-		return rc;
-	if ((st.mode & 0170000) == 0040000) {
-		snprintf(err, LASTERR_LEN,
-			 "%s is a directory: give a .safetensors or .gguf file (load_pretrained takes a Hugging Face "
-			 "model directory)",
-			 path);
-		return -EISDIR;
-	}
-	if ((st.mode & 0170000) != 0100000) {
-		snprintf(err, LASTERR_LEN, "%s: not a regular file", path);
-		return -EINVAL;
-	}
-	if ((rc = gpunvme_fs_extents(v->fs, ino, &mo->ext, &mo->n_ext))) {
-		snprintf(err, LASTERR_LEN, "%s: extents: %s", path, gpunvme_last_error());
-		return rc;
-	}
-	struct model_rd rd = { v->fs, ino };
-	if ((rc = gpunvme_model_parse(model_read, &rd, st.size, &mo->m))) {
+	int rc = gpunvme_model_set_open(v->fs, path, &mo->set);
+	if (rc) {
 		snprintf(err, LASTERR_LEN, "%s: %s", path, gpunvme_last_error());
 		return rc;
 	}
-	mo->size = st.size;
+	mo->m = mo->set->model;
+	mo->ext = mo->set->ext;
+	mo->n_ext = mo->set->n_ext;
+	mo->size = mo->set->size;
 	return 0;
 }
 
@@ -517,6 +488,7 @@ static PyObject *Volume_open_model(Volume *v, PyObject *args)
 	if (!mo)
 		return NULL;
 	mo->vol = NULL;
+	mo->set = NULL;
 	mo->m = NULL;
 	mo->ext = NULL;
 	mo->n_ext = 0;
@@ -545,8 +517,7 @@ static PyObject *Volume_open_model(Volume *v, PyObject *args)
 
 static void Model_dealloc(Model *mo)
 {
-	gpunvme_model_free(mo->m);
-	free(mo->ext);
+	gpunvme_model_set_free(mo->set);
 	free(mo->path);
 	Volume *v = mo->vol;
 	if (v) {
@@ -618,6 +589,29 @@ static PyObject *Model_format(Model *mo, void *unused)
 {
 	(void)unused;
 	return PyUnicode_FromString(gpunvme_model_format_name(mo->m->format));
+}
+
+/* files() -> [(path, size)] of the set, in address order */
+static PyObject *Model_files(Model *mo, PyObject *unused)
+{
+	(void)unused;
+	PyObject *list = PyList_New((Py_ssize_t)mo->set->n_files);
+	for (size_t i = 0; list && i < mo->set->n_files; i++) {
+		PyObject *it = Py_BuildValue("(NK)", str_or_bytes(mo->set->files[i].path),
+					     (unsigned long long)mo->set->files[i].size);
+		if (!it) {
+			Py_CLEAR(list);
+			break;
+		}
+		PyList_SET_ITEM(list, (Py_ssize_t)i, it);
+	}
+	return list;
+}
+
+static PyObject *Model_kind(Model *mo, void *unused)
+{
+	(void)unused;
+	return PyUnicode_FromString(mo->set->kind);
 }
 
 static PyObject *Model_path(Model *mo, void *unused)
@@ -1041,6 +1035,28 @@ static PyObject *Tensor_data_ptr(Tensor *t, void *unused)
 
 /* ---- type tables ------------------------------------------------------------------- */
 
+/* GPUs the CUDA runtime sees (0 without the CUDA backend) */
+static PyObject *mod_cuda_device_count(PyObject *m, PyObject *unused)
+{
+	(void)m;
+	(void)unused;
+	int n = 0;
+#ifdef GPUNVME_PY_CUDA
+	Py_BEGIN_ALLOW_THREADS
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		n = 0;
+	}
+	Py_END_ALLOW_THREADS
+#endif
+	return PyLong_FromLong(n);
+}
+
+static PyMethodDef mod_methods[] = {
+	{ "cuda_device_count", mod_cuda_device_count, METH_NOARGS, "GPUs the CUDA runtime sees (0 without CUDA)" },
+	{ NULL, NULL, 0, NULL },
+};
+
 static PyMethodDef Volume_methods[] = {
 	{ "close", (PyCFunction)Volume_close, METH_NOARGS, "Stop using the volume; the controller is shut down "
 							    "when the last tensor loaded from it is gone." },
@@ -1077,12 +1093,14 @@ static PyMethodDef Model_methods[] = {
 	{ "tensors", (PyCFunction)Model_tensors, METH_NOARGS,
 	  "tensors() -> [(name, dtype, shape, offset, nbytes, ggml_type)], shape as stored" },
 	{ "metadata", (PyCFunction)Model_metadata, METH_NOARGS, "metadata() -> dict or None" },
+	{ "files", (PyCFunction)Model_files, METH_NOARGS, "files() -> [(path, size)]" },
 	{ NULL, NULL, 0, NULL },
 };
 
 static PyGetSetDef Model_getset[] = {
 	{ "format", (getter)Model_format, NULL, "\"safetensors\" or \"gguf\"", NULL },
 	{ "path", (getter)Model_path, NULL, NULL, NULL },
+	{ "kind", (getter)Model_kind, NULL, "\"file\", \"hf-index\", \"hf-dir\" or \"gguf-split\"", NULL },
 	{ NULL, NULL, NULL, NULL, NULL },
 };
 
@@ -1164,6 +1182,7 @@ static struct PyModuleDef moddef = {
 	.m_name = "gpunvme._gpunvme",
 	.m_doc = "libgpunvme: controllers, file systems, model indexes and loaders (use the gpunvme package)",
 	.m_size = -1,
+	.m_methods = mod_methods,
 };
 
 PyMODINIT_FUNC PyInit__gpunvme(void)
