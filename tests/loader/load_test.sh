@@ -258,7 +258,7 @@ group_bad_inputs() {
 		done
 		bad 1 "No such file" load "emu:$IMG" /models/nonexistent.safetensors --tier cpu --no-progress
 		bad 1 "No such file" load "emu:$IMG" /nodir/x.gguf --tier cpu --no-progress
-		bad 1 "directory|not a regular file" load "emu:$IMG" /models --tier cpu --no-progress
+		bad 1 "holds 2 .safetensors files .*name the file to load" load "emu:$IMG" /models --tier cpu --no-progress
 		# a file of zeros from the filler: not a model
 		bad 1 "not a safetensors or GGUF" load "emu:$IMG" /filler/f00000 --tier cpu --no-progress
 		# a namespace the controller does not have

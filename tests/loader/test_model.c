@@ -321,7 +321,7 @@ static void st_errors(void)
 	EXPECT_FAIL(nul.p, nul.n, -EINVAL, "trailing characters");
 	free(nul.p);
 	nul = st_file("{\"a\":{\"x\":", 3, 0);
-	EXPECT_FAIL(nul.p, nul.n, -EINVAL, "expected a value, found the end of the header");
+	EXPECT_FAIL(nul.p, nul.n, -EINVAL, "expected a value, found the end of the text");
 	free(nul.p);
 	ST_FAIL("{\"a\":5}", 0, -EINVAL, "expected an object");
 	ST_FAIL("{\"a\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4],\"x\":tru}}", 4, -EINVAL,
