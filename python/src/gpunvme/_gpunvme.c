@@ -469,7 +469,9 @@ static int model_open(Volume *v, const char *path, Model *mo, char *err)
 {
 	int rc = gpunvme_model_set_open(v->fs, path, &mo->set);
 	if (rc) {
-		snprintf(err, LASTERR_LEN, "%s: %s", path, gpunvme_last_error());
+		/* the library's message names the file it is about */
+		const char *msg = gpunvme_last_error();
+		snprintf(err, LASTERR_LEN, "%s%s%s", strstr(msg, path) ? "" : path, strstr(msg, path) ? "" : ": ", msg);
 		return rc;
 	}
 	mo->m = mo->set->model;
