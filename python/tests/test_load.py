@@ -3,6 +3,7 @@
 bytes the test wrote; ownership; errors."""
 import errno
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -195,6 +196,8 @@ def test_no_leak_1000_loads(models):
     gc.collect()
     grown = _rss_kib() - before
     vol.close()
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        return  # ASan's quarantine keeps freed memory: RSS says nothing there
     assert grown < 4096, "RSS grew %d KiB over 1000 loads" % grown
 
 
