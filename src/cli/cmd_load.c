@@ -182,9 +182,6 @@ static int open_file(struct load_ctx *x)
 	}
 	if ((rc = gpunvme_fs_stat(x->f.fs, x->ino, &x->st)))
 		return cli_lib_err(rc, "%s", o->path);
-	if ((x->st.mode & 0170000) == 0120000)
-		return cli_err(EXIT_RUNTIME, "%s is a symbolic link: symlinks are not followed; give the target's path",
-			       o->path);
 	if ((x->st.mode & 0170000) != 0100000)
 		return cli_err(EXIT_RUNTIME, "%s: not a regular file", o->path);
 	if ((rc = gpunvme_fs_extents(x->f.fs, x->ino, &x->ext, &x->n_ext)))
