@@ -9,7 +9,8 @@
 # Groups:
 #   sets  a sharded HF directory (by directory and by index file), a
 #         single-file HF directory, a split GGUF (by its first and by a middle
-#         shard): every tensor of every file, each sha256 equal to the source
+#         shard), the Hugging Face hub cache (symlinks into blobs/): every
+#         tensor of every file, each sha256 equal to the source
 #         bytes', --verify against the CPU path, --tensors across shards
 #   bad   incomplete or inconsistent sets: each refused with exit 1 and one
 #         line naming the file and the fix, never success for part of a model
@@ -97,6 +98,7 @@ sets)
 	layout hf-sharded hf/llama-sharded &&
 	layout hf-single hf/llama-single &&
 	layout gguf-split gguf &&
+	layout hf-cache hub &&
 	image || exit 1
 	load_ok "$WORK/hf-sharded.man" /hf/llama-sharded
 	grep -q '"layout": "hf-index"' "$OUT" || fail "sharded directory: layout is not hf-index"
@@ -109,6 +111,9 @@ sets)
 	grep -q '"layout": "gguf-split"' "$OUT" || fail "split GGUF: layout is not gguf-split"
 	load_ok "$WORK/gguf-split.man" /gguf/model-00002-of-00003.gguf
 	load_ok "$WORK/gguf-split.man" /gguf
+	# the hub cache: relative links into blobs/, an absolute link to the snapshot
+	load_ok "$WORK/hf-cache.man" /hub/models--org--tiny/snapshots/0123abcd --verify
+	load_ok "$WORK/hf-cache.man" /hub/current/model.safetensors.index.json
 	;;
 bad)
 	for l in bad-missing-shard bad-extra-in-map bad-missing-in-map bad-wrong-shard bad-dup bad-gguf-missing \
