@@ -17,8 +17,9 @@
 # Exit 0 pass, 1 fail, 77 skip (no python3 or mkfs.ext4).
 set -u
 
-BIN=${1:?usage: modelset_test.sh GPUNVME_BINARY GROUP}
-GROUP=${2:?usage: modelset_test.sh GPUNVME_BINARY GROUP}
+BIN=${1:?usage: modelset_test.sh GPUNVME_BINARY GROUP [MKMODEL_BINARY]}
+GROUP=${2:?usage: modelset_test.sh GPUNVME_BINARY GROUP [MKMODEL_BINARY]}
+MKMODEL=${3:-}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 T=${LOAD_TEST_TIMEOUT:-120}
 TIER=${LOAD_TEST_TIER:-cpu}
@@ -99,6 +100,8 @@ sets)
 	layout hf-single hf/llama-single &&
 	layout gguf-split gguf &&
 	layout hf-cache hub &&
+	{ [ -z "$MKMODEL" ] || { mkdir -p "$WORK/root/mk" && "$MKMODEL" --format gguf --size 3M --split 4 \
+		--every-dtype -o "$WORK/root/mk/q" --manifest "$WORK/mk.tsv" >/dev/null; }; } &&
 	image || exit 1
 	load_ok "$WORK/hf-sharded.man" /hf/llama-sharded
 	grep -q '"layout": "hf-index"' "$OUT" || fail "sharded directory: layout is not hf-index"
@@ -111,6 +114,25 @@ sets)
 	grep -q '"layout": "gguf-split"' "$OUT" || fail "split GGUF: layout is not gguf-split"
 	load_ok "$WORK/gguf-split.man" /gguf/model-00002-of-00003.gguf
 	load_ok "$WORK/gguf-split.man" /gguf
+	# gpunvme-mkmodel --split (the project's own gguf-split writer): every
+	# tensor of its manifest, from any shard
+	if [ -n "$MKMODEL" ]; then
+		for sh in 1 4; do
+			ok load "$URI" "/mk/q-0000$sh-of-00004.gguf" --json --verify || continue
+			python3 - "$OUT" "$WORK/mk.tsv" <<'PYEOF' || fail "mkmodel --split 4, shard $sh: tensors differ from the manifest"
+import json, sys
+d = json.load(open(sys.argv[1]))
+want = {l.split("\t")[0]: l.split("\t") for l in open(sys.argv[2]) if l.strip()}
+got = {t["name"]: t for t in d["tensors"]}
+assert d["files"] == 4 and d["layout"] == "gguf-split", (d["files"], d["layout"])
+assert set(got) == set(want), sorted(set(got) ^ set(want))[:5]
+for k, w in want.items():
+    assert got[k]["dtype"] == w[1] and int(w[4]) == got[k]["bytes"], k
+    assert int(w[3]) == got[k]["offset"], (k, w[3], got[k]["offset"])
+PYEOF
+			echo "  ok: mkmodel --split 4, load shard $sh: every tensor, offsets in its shard"
+		done
+	fi
 	# the hub cache: relative links into blobs/, an absolute link to the snapshot
 	load_ok "$WORK/hf-cache.man" /hub/models--org--tiny/snapshots/0123abcd --verify
 	load_ok "$WORK/hf-cache.man" /hub/current/model.safetensors.index.json
