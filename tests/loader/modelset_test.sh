@@ -153,7 +153,27 @@ import sys; sys.path.insert(0, sys.argv[1])
 import mkset
 mkset.write(sys.argv[2] + "/lone/model-00001-of-00003.gguf", mkset.gguf_bytes(mkset.gguf_tensors(3, 5), {}))
 ' "$HERE" "$WORK/root"
+	mkdir -p "$WORK/root/idx"
+	python3 "$HERE/mkset.py" "$WORK/root/idx/shards" hf-sharded >/dev/null
+	idx() { printf '%s' "$2" >"$WORK/root/idx/$1.safetensors.index.json"; }
+	idx notjson '{"weight_map": {"a": "shards/model-00001-of-00003.safetensors",}}'
+	idx nomap '{"metadata": {"total_size": 4}}'
+	idx emptymap '{"metadata": {}, "weight_map": {}}'
+	idx mapnotobj '{"weight_map": ["shards/model-00001-of-00003.safetensors"]}'
+	idx valnotstr '{"weight_map": {"model.layers.0.wq": 1}}'
+	idx twomaps '{"weight_map": {}, "weight_map": {}}'
+	idx emptyshard '{"weight_map": {"model.layers.0.wq": ""}}'
+	idx notmodel '{"weight_map": {"x": "notmodel.safetensors.index.json"}}'
 	image || exit 1
+	bad 1 'bad JSON: .*(byte [0-9]+)' load "$URI" /idx/notjson.safetensors.index.json
+	bad 1 'no "weight_map": not a Hugging Face safetensors index' load "$URI" /idx/nomap.safetensors.index.json
+	bad 1 '"weight_map" is empty' load "$URI" /idx/emptymap.safetensors.index.json
+	bad 1 '"weight_map" must be an object' load "$URI" /idx/mapnotobj.safetensors.index.json
+	bad 1 'expected the shard.s file name' load "$URI" /idx/valnotstr.safetensors.index.json
+	bad 1 'duplicate "weight_map"' load "$URI" /idx/twomaps.safetensors.index.json
+	bad 1 'empty or NUL-bearing shard file name' load "$URI" /idx/emptyshard.safetensors.index.json
+	bad 1 'not a safetensors or GGUF file' load "$URI" /idx/notmodel.safetensors.index.json
+	bad 1 'holds 8 safetensors indexes' load "$URI" /idx
 	bad 1 'shard .*model-00002-of-00003.safetensors.* is missing' load "$URI" /bad-missing-shard
 	bad 1 'model.ghost.weight.*whose header does not have it' load "$URI" /bad-extra-in-map
 	bad 1 'does not list' load "$URI" /bad-missing-in-map/model.safetensors.index.json
