@@ -76,8 +76,21 @@ struct gpunvme_stat {
 	uint32_t mtime_nsec;
 };
 
-/* Path lookup from the root ("/a/b", "a/b"); -ENOENT, -ENOTDIR, -ELOOP. */
+/* Path lookup from the root ("/a/b", "a/b"), following symbolic links as
+ * path_resolution(7) does: in every component, the last one included. A
+ * relative target resolves from the directory holding the link, an absolute
+ * one from this file system's root (never the host's); ".." is the
+ * directory's real parent (the root's is the root). -ENOENT (a dangling
+ * link names the link and its target), -ENOTDIR, -ELOOP (more than 40
+ * links followed: a symlink loop), -ENAMETOOLONG. */
 int gpunvme_fs_lookup(struct gpunvme_fs *fs, const char *path, uint64_t *ino);
+/* The same, but a symbolic link in the last component is not followed (its
+ * own inode, as lstat(2)); a trailing slash still follows it. */
+int gpunvme_fs_lookup_nofollow(struct gpunvme_fs *fs, const char *path, uint64_t *ino);
+/* The target of symbolic link `ino` (ext4 fast and slow links, XFS local and
+ * extent format) into buf, NUL-terminated; returns its length. -EINVAL when
+ * ino is not a symlink, -ENAMETOOLONG when target + NUL do not fit len. */
+int64_t gpunvme_fs_readlink(struct gpunvme_fs *fs, uint64_t ino, char *buf, size_t len);
 int gpunvme_fs_stat(struct gpunvme_fs *fs, uint64_t ino, struct gpunvme_stat *st);
 
 /* Directory entries ("." and ".." included as the file system stores

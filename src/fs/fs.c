@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /* File system front end: probe, path lookup, reads through extents. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "fs/fs_internal.h"
 
-#define FS_MAX_DEPTH 256  /* path components: a bound, not a limit users meet */
 
 int fs_read(struct gpunvme_fs *fs, uint64_t off, void *buf, size_t len)
 {
@@ -126,13 +126,14 @@ struct find {
 	size_t len;
 	uint64_t ino;
 	int found;
+	int ftype;
 };
 
 static int find_cb(void *arg, const char *name, size_t namelen, uint64_t ino, int ftype)
 {
 	struct find *f = arg;
-	(void)ftype;
 	if (namelen == f->len && !memcmp(name, f->name, namelen)) {
+		f->ftype = ftype;
 		f->ino = ino;
 		f->found = 1;
 		return 1;
@@ -140,39 +141,223 @@ static int find_cb(void *arg, const char *name, size_t namelen, uint64_t ino, in
 	return 0;
 }
 
-int gpunvme_fs_lookup(struct gpunvme_fs *fs, const char *path, uint64_t *ino)
+#define FS_MAXSYMLINKS 40     /* Linux's MAXSYMLINKS (path_resolution(7)) */
+#define FS_LINK_MAX 4095      /* PATH_MAX - 1: the longest target either format allows */
+#define FS_MAX_STEPS 65536    /* components walked in one lookup, links included */
+
+int64_t gpunvme_fs_readlink(struct gpunvme_fs *fs, uint64_t ino, char *buf, size_t len)
 {
+	struct gpunvme_stat st;
+	int rc = fs->ops->stat(fs, ino, &st);
+	if (rc)
+		return rc;
+	if ((st.mode & 0170000) != 0120000)
+		return gpunvme_set_error(-EINVAL, "inode %llu is not a symbolic link", (unsigned long long)ino);
+	if (st.size == 0 || st.size > FS_LINK_MAX)
+		return gpunvme_set_error(-EUCLEAN, "inode %llu: symbolic link of %llu bytes (1 to %u)",
+					 (unsigned long long)ino, (unsigned long long)st.size, FS_LINK_MAX);
+	if (!buf || st.size >= len)
+		return gpunvme_set_error(-ENAMETOOLONG, "inode %llu: the link target (%llu bytes) does not fit %zu bytes",
+					 (unsigned long long)ino, (unsigned long long)st.size, len);
+	int64_t r = fs->ops->read_inline ? fs->ops->read_inline(fs, ino, buf, (size_t)st.size, 0) : -ENODATA;
+	if (r == -ENODATA)
+		return gpunvme_set_error(-EUCLEAN, "inode %llu: symbolic link with no readable target",
+					 (unsigned long long)ino);
+	if (r < 0)
+		return r;
+	if ((uint64_t)r != st.size || memchr(buf, 0, (size_t)r))
+		return gpunvme_set_error(-EUCLEAN, "inode %llu: symbolic link target is %s", (unsigned long long)ino,
+					 (uint64_t)r != st.size ? "short" : "not a string (a NUL byte inside)");
+	buf[r] = 0;
+	return r;
+}
+
+/* A link being expanded: the remaining path text is its target followed by
+ * what came after it, so a component that fails before `end` failed inside
+ * this link's target (a dangling link). */
+struct link_frame {
+	size_t end;
+	char name[256];
+	char target[FS_LINK_MAX + 1];
+};
+
+struct resolve {
+	struct gpunvme_fs *fs;
+	const char *path;
+	char *rem;                 /* the path text still to walk */
+	size_t rem_len;
+	struct link_frame *lf;
+	unsigned nlf, links;
+};
+
+static int dangling(struct resolve *r, size_t pos, const char *comp, size_t len)
+{
+	for (unsigned i = r->nlf; i-- > 0;)
+		if (pos < r->lf[i].end)
+			return gpunvme_set_error(-ENOENT, "%s: dangling symbolic link \"%s\" -> \"%s\" (\"%.*s\" not found)",
+						 r->path, r->lf[i].name, r->lf[i].target, (int)len, comp);
+	return gpunvme_set_error(-ENOENT, "%s: \"%.*s\" not found", r->path, (int)len, comp);
+}
+
+/* Splice a link's target in place of the walked text up to `pos`. */
+static int splice(struct resolve *r, size_t pos, const char *name, size_t nlen, const char *tgt, size_t tlen)
+{
+	size_t rest = r->rem_len - pos;
+	if (!r->lf && !(r->lf = malloc(sizeof(*r->lf) * FS_MAXSYMLINKS)))
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	char *n = malloc(tlen + 1 + rest + 1);
+	if (!n)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	memcpy(n, tgt, tlen);
+	n[tlen] = '/';
+	memcpy(n + tlen + 1, r->rem + pos, rest);
+	n[tlen + 1 + rest] = 0;
+	free(r->rem);
+	r->rem = n;
+	r->rem_len = tlen + 1 + rest;
+	/* frames whose target is used up are done; the rest move */
+	unsigned k = 0;
+	for (unsigned i = 0; i < r->nlf; i++) {
+		if (r->lf[i].end <= pos)
+			continue;
+		r->lf[k] = r->lf[i];
+		r->lf[k++].end = r->lf[i].end - pos + tlen + 1;
+	}
+	r->nlf = k;
+	struct link_frame *f = &r->lf[r->nlf++];
+	f->end = tlen;
+	memcpy(f->name, name, nlen);
+	f->name[nlen] = 0;
+	memcpy(f->target, tgt, tlen);
+	f->target[tlen] = 0;
+	return 0;
+}
+
+/* path_resolution(7) inside the file system: every component that names a
+ * symlink is followed, the last one only with follow_last (or a trailing
+ * slash). A relative target continues from the directory holding the link,
+ * an absolute one from this file system's root (never the host's). ".."
+ * goes through the directory's own ".." entry, which is its real parent,
+ * as the kernel does; ".." of the root is the root. */
+static int resolve(struct gpunvme_fs *fs, const char *path, bool follow_last, uint64_t *ino)
+{
+	struct resolve r = { .fs = fs, .path = path };
+	size_t plen = strlen(path);
+	int rc = 0;
+	r.rem = malloc(plen + 1);
+	if (!r.rem) {
+		rc = gpunvme_set_error(-ENOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(r.rem, path, plen + 1);
+	r.rem_len = plen;
 	uint64_t cur = fs->root_ino;
-	const char *p = path;
-	int depth = 0;
-	while (*p) {
-		while (*p == '/')
-			p++;
-		if (!*p)
+	size_t pos = 0;
+	unsigned steps = 0;
+	for (;;) {
+		while (pos < r.rem_len && r.rem[pos] == '/')
+			pos++;
+		if (pos == r.rem_len)
 			break;
-		const char *e = strchr(p, '/');
-		size_t len = e ? (size_t)(e - p) : strlen(p);
-		if (len > 255)
-			return gpunvme_set_error(-ENAMETOOLONG, "%s: a path component is longer than 255 bytes", path);
-		if (++depth > FS_MAX_DEPTH)
-			return gpunvme_set_error(-ELOOP, "%s: more than %d components", path, FS_MAX_DEPTH);
+		const char *p = r.rem + pos;
+		const char *e = memchr(p, '/', r.rem_len - pos);
+		size_t len = e ? (size_t)(e - p) : r.rem_len - pos;
+		size_t next = pos + len;
+		bool slash = next < r.rem_len; /* more text follows, perhaps only slashes */
+		bool last = true;
+		for (size_t i = next; i < r.rem_len; i++)
+			if (r.rem[i] != '/') {
+				last = false;
+				break;
+			}
+		if (len > 255) {
+			rc = gpunvme_set_error(-ENAMETOOLONG, "%s: a path component is longer than 255 bytes", path);
+			goto out;
+		}
+		if (++steps > FS_MAX_STEPS) {
+			rc = gpunvme_set_error(-ELOOP, "%s: more than %d components", path, FS_MAX_STEPS);
+			goto out;
+		}
 		struct gpunvme_stat st;
-		int rc = fs->ops->stat(fs, cur, &st);
-		if (rc)
-			return rc;
-		if ((st.mode & 0170000) != 0040000)
-			return gpunvme_set_error(-ENOTDIR, "%s: not a directory before \"%.*s\"", path, (int)len, p);
-		struct find f = { p, len, 0, 0 };
+		if ((rc = fs->ops->stat(fs, cur, &st)))
+			goto out;
+		if ((st.mode & 0170000) != 0040000) {
+			rc = gpunvme_set_error(-ENOTDIR, "%s: not a directory before \"%.*s\"", path, (int)len, p);
+			goto out;
+		}
+		if (len == 1 && p[0] == '.') {
+			pos = next;
+			continue;
+		}
+		if (len == 2 && p[0] == '.' && p[1] == '.' && cur == fs->root_ino) {
+			pos = next;
+			continue;
+		}
+		struct find f = { p, len, 0, 0, 0 };
 		rc = fs->ops->readdir(fs, cur, find_cb, &f);
 		if (rc < 0)
-			return rc;
-		if (!f.found)
-			return gpunvme_set_error(-ENOENT, "%s: \"%.*s\" not found", path, (int)len, p);
+			goto out;
+		rc = 0;
+		if (!f.found) {
+			rc = dangling(&r, pos, p, len);
+			goto out;
+		}
+		/* the entry's file type spares reading the inode, where the
+		 * file system records it (ext4 filetype, XFS ftype) */
+		bool maybe_link = f.ftype == GPUNVME_FT_SYMLINK || f.ftype == GPUNVME_FT_UNKNOWN;
+		if (maybe_link && (!last || follow_last || slash)) {
+			if ((rc = fs->ops->stat(fs, f.ino, &st)))
+				goto out;
+			if ((st.mode & 0170000) == 0120000) {
+				if (++r.links > FS_MAXSYMLINKS) {
+					rc = gpunvme_set_error(-ELOOP, "%s: a symlink loop (more than %d symbolic links followed, "
+								       "the last \"%.*s\")", path, FS_MAXSYMLINKS, (int)len, p);
+					goto out;
+				}
+				char tgt[FS_LINK_MAX + 1];
+				int64_t tl = gpunvme_fs_readlink(fs, f.ino, tgt, sizeof(tgt));
+				if (tl < 0) {
+					rc = (int)tl;
+					goto out;
+				}
+				char name[256];
+				memcpy(name, p, len);
+				if ((rc = splice(&r, next, name, len, tgt, (size_t)tl)))
+					goto out;
+				if (tgt[0] == '/')
+					cur = fs->root_ino;
+				pos = 0;
+				continue;
+			}
+		}
 		cur = f.ino;
-		p += len;
+		pos = next;
+	}
+	/* "dir/": a trailing slash asks for a directory */
+	if (plen && path[plen - 1] == '/') {
+		struct gpunvme_stat st;
+		if ((rc = fs->ops->stat(fs, cur, &st)))
+			goto out;
+		if ((st.mode & 0170000) != 0040000 && (follow_last || (st.mode & 0170000) != 0120000)) {
+			rc = gpunvme_set_error(-ENOTDIR, "%s: not a directory", path);
+			goto out;
+		}
 	}
 	*ino = cur;
-	return 0;
+out:
+	free(r.rem);
+	free(r.lf);
+	return rc;
+}
+
+int gpunvme_fs_lookup(struct gpunvme_fs *fs, const char *path, uint64_t *ino)
+{
+	return resolve(fs, path, true, ino);
+}
+
+int gpunvme_fs_lookup_nofollow(struct gpunvme_fs *fs, const char *path, uint64_t *ino)
+{
+	return resolve(fs, path, false, ino);
 }
 
 int gpunvme_fs_extents(struct gpunvme_fs *fs, uint64_t ino, struct gpunvme_extent **ext, size_t *n)

@@ -585,13 +585,86 @@ static int xfs_extents(struct gpunvme_fs *fs, uint64_t ino, struct gpunvme_exten
 	return 0;
 }
 
-/* Local-format symlink targets (the only inline data XFS has). */
+#define XFS_SYMLINK_MAGIC   0x58534c4du  /* "XSLM" */
+#define XFS_SYMLINK_HDR_LEN 56u          /* xfs_dsymlink_hdr */
+#define XFS_SYMLINK_CRC_OFF 12u
+#define XFS_SYMLINK_MAXLEN  1024u
+
+/* "Extent Symbolic Links": the target in data blocks. On v5 every mapping
+ * (one buffer per extent, as xfs_readlink_bmap reads it) starts with an
+ * xfs_dsymlink_hdr {magic, offset, bytes, crc, uuid, owner, blkno, lsn}
+ * checksummed over the whole extent; v4 blocks are the bare target. */
+static int64_t remote_symlink(struct gpunvme_fs *fs, const struct xinode *ip, void *buf, size_t len, uint64_t off)
+{
+	const struct xfs *x = fs->priv;
+	unsigned long long ino = (unsigned long long)ip->ino;
+	if (ip->size == 0 || ip->size > XFS_SYMLINK_MAXLEN)
+		return gpunvme_set_error(-EUCLEAN, "xfs: inode %llu: symlink of %llu bytes (at most %u)", ino,
+					 (unsigned long long)ip->size, XFS_SYMLINK_MAXLEN);
+	struct fs_extents e = { 0 };
+	int rc = fork_extents(fs, ip, &e);
+	uint8_t tgt[XFS_SYMLINK_MAXLEN];
+	uint64_t got = 0;
+	uint8_t *b = NULL;
+	for (size_t i = 0; !rc && i < e.n && got < ip->size; i++) {
+		/* a symlink is at most 1024 bytes: a few blocks, never more */
+		if (e.v[i].length > 4 * (uint64_t)XFS_SYMLINK_MAXLEN + 64 * 1024) {
+			rc = gpunvme_set_error(-EUCLEAN, "xfs: inode %llu: symlink extent of %llu bytes", ino,
+					       (unsigned long long)e.v[i].length);
+			break;
+		}
+		size_t bl = (size_t)e.v[i].length;
+		uint8_t *nb = realloc(b, bl);
+		if (!nb) {
+			rc = gpunvme_set_error(-ENOMEM, "out of memory");
+			break;
+		}
+		b = nb;
+		if ((rc = fs_read(fs, e.v[i].physical, b, bl)))
+			break;
+		const uint8_t *d = b;
+		size_t room = bl;
+		if (x->v5) {
+			if (bl < XFS_SYMLINK_HDR_LEN || be32(b) != XFS_SYMLINK_MAGIC || be64(b + 32) != ip->ino ||
+			    be32(b + 4) != got) {
+				rc = gpunvme_set_error(-EUCLEAN, "xfs: inode %llu: bad symlink block header", ino);
+				break;
+			}
+			if (!xfs_crc_ok(b, bl, XFS_SYMLINK_CRC_OFF)) {
+				rc = gpunvme_set_error(-EUCLEAN, "xfs: inode %llu: symlink block checksum mismatch", ino);
+				break;
+			}
+			d += XFS_SYMLINK_HDR_LEN;
+			room -= XFS_SYMLINK_HDR_LEN;
+		}
+		size_t k = room < ip->size - got ? room : (size_t)(ip->size - got);
+		memcpy(tgt + got, d, k);
+		got += k;
+	}
+	free(b);
+	free(e.v);
+	if (!rc && got != ip->size)
+		rc = gpunvme_set_error(-EUCLEAN, "xfs: inode %llu: symlink blocks hold %llu of %llu bytes", ino,
+				       (unsigned long long)got, (unsigned long long)ip->size);
+	if (rc)
+		return rc;
+	if (off >= got)
+		return 0;
+	if (len > got - off)
+		len = (size_t)(got - off);
+	memcpy(buf, tgt + off, len);
+	return (int64_t)len;
+}
+
+/* Symlink targets: local format (in the inode) or in blocks. */
 static int64_t xfs_read_inline(struct gpunvme_fs *fs, uint64_t ino, void *buf, size_t len, uint64_t off)
 {
 	struct xinode in;
 	int rc = read_inode(fs, ino, &in);
 	if (rc)
 		return rc;
+	if ((in.mode & S_IFMT_) == S_IFLNK_ && in.format == XFS_DINODE_FMT_EXTENTS)
+		return remote_symlink(fs, &in, buf, len, off);
 	/* Only symlinks keep their bytes in the inode; short form directories
 	 * are not file data (the front end refuses them), and a regular file
 	 * in local format is invalid ("Inode Data Fork"). */

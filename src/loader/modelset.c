@@ -429,7 +429,9 @@ static int check_index(const struct gpunvme_model_set *s, const char *ipath, str
 	size_t found = 0;
 	for (size_t k = 0; k < s->n_files; k++) {
 		const struct gpunvme_model_file *f = &s->files[k];
-		const char *base = strrchr(f->path, '/') ? strrchr(f->path, '/') + 1 : f->path;
+		/* f->path is the index's directory + "/" + the shard name the
+		 * map gives: the map's entry must be that name exactly */
+		size_t plen = strlen(f->path);
 		for (size_t i = 0; i < f->model->n_tensors; i++) {
 			struct wm_entry key = { f->model->tensors[i].name, NULL };
 			const struct wm_entry *e = bsearch(&key, x->v, x->n, sizeof(*x->v), cmp_wm_name);
@@ -438,8 +440,8 @@ static int check_index(const struct gpunvme_model_set *s, const char *ipath, str
 							 "%s holds tensor \"%.80s\", which %s's weight_map does not list: "
 							 "the index and its shards disagree (re-save the model)",
 							 f->path, key.name, ipath);
-			const char *eb = strrchr(e->shard, '/') ? strrchr(e->shard, '/') + 1 : e->shard;
-			if (strcmp(eb, base))
+			size_t elen = strlen(e->shard);
+			if (elen >= plen || f->path[plen - elen - 1] != '/' || strcmp(f->path + plen - elen, e->shard))
 				return gpunvme_set_error(-EINVAL,
 							 "%s's weight_map puts tensor \"%.80s\" in %s, but it is in %s: "
 							 "the index and its shards disagree (re-save the model)",

@@ -141,11 +141,17 @@ open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + b"abcd")' "$d/t/m.
 	head -c 2097152 /dev/zero >"$WORK/zeros"
 	ok cat "emu:$img" /hole.bin && same "$OUT" "$WORK/zeros"
 	ok stat "emu:$img" /hole.bin && expect_out "2097152"
-	# symlinks: refused, never their target text printed as data
-	bad 1 "/fast is a symbolic link (to 'x.bin')" cat "emu:$img" /fast
-	[ -s "$OUT" ] && fail "cat of a symlink wrote to stdout"
-	bad 1 "/slow is a symbolic link (to 'yyy" cat "emu:$img" /slow
-	[ -s "$OUT" ] && fail "cat of a slow symlink wrote to stdout"
+	# symlinks: cat follows them (inside the file system); a dangling one
+	# names the link and its target and never prints the target as data
+	ok cat "emu:$img" /fast && same "$OUT" "$d/t/x.bin"
+	bad 1 'dangling symbolic link "slow" -> "yyy' cat "emu:$img" /slow
+	[ -s "$OUT" ] && fail "cat of a dangling symlink wrote to stdout"
+	# stat shows the link itself and its target; ls -l lists it as a link
+	ok stat "emu:$img" /fast && { expect_out "Path: /fast -> x.bin"; expect_out "Type: symlink"; }
+	ok stat "emu:$img" /fast --json && json_check 'd["type"] == "symlink" and d["target"] == "x.bin"'
+	ok stat "emu:$img" /slow && expect_out "-> yyyy"
+	ok ls "emu:$img" / -l && expect_out "fast -> x.bin"
+	ok ls "emu:$img" / --json && json_check '[e["target"] for e in d["entries"] if e["name"] == "fast"] == ["x.bin"]'
 
 	# extents: 1 KiB blocks on 4 KiB LBAs; an extent inside an LBA says so
 	rm -rf "$d/t" && mkdir -p "$d/t"

@@ -16,7 +16,7 @@
  *     (exactly) and the guest kernel's `filefrag -v` (within EOF);
  *   - directories: the listing has exactly the manifest's entry count and
  *     every manifest child (10,000 in /bigdir), each resolving to the same
- *     inode as gpunvme_fs_lookup;
+ *     inode as gpunvme_fs_lookup_nofollow;
  *   - symbolic links: target bytes.
  * Every failure names the fixture, the source, the path and the reason; the
  * test goes on and fails at the end, so one run lists all broken files.
@@ -622,7 +622,7 @@ static int run_source(struct gpunvme_fs *fs, const struct fixture *fx)
 		if (e->type != 'D' || parent_failed(e->path))
 			continue;
 		uint64_t ino = 0;
-		if (gpunvme_fs_lookup(fs, e->path, &ino)) {
+		if (gpunvme_fs_lookup_nofollow(fs, e->path, &ino)) {
 			fail(e->path, "lookup: %s", gpunvme_last_error());
 			continue;
 		}
@@ -658,7 +658,7 @@ static int run_source(struct gpunvme_fs *fs, const struct fixture *fx)
 		bool big = !strncmp(e->path, "/bigdir/", 8);
 		if (!big || bigdir++ % 500 == 0) {
 			uint64_t li = 0;
-			if (gpunvme_fs_lookup(fs, e->path, &li))
+			if (gpunvme_fs_lookup_nofollow(fs, e->path, &li))
 				fail(e->path, "lookup: %s", gpunvme_last_error());
 			else if (li != ino)
 				fail(e->path, "lookup gives inode %" PRIu64 ", the listing %" PRIu64, li, ino);

@@ -78,7 +78,7 @@ for SRC in "$URI" "--image=$IMG"; do
 done
 if ok ls "$URI" /unicode -l; then
 	grep -q '^-rw-r--r-- .* na.*ve-ファイル-😀.txt$' "$OUT" || fail "ls -l /unicode: no UTF-8 file line: $(cat "$OUT")"
-	grep -q '^lrwxrwxrwx .* link-to-tiny$' "$OUT" || fail "ls -l /unicode: no symlink line"
+	grep -q '^lrwxrwxrwx .* link-to-tiny -> ../tiny.txt$' "$OUT" || fail "ls -l /unicode: no symlink line"
 	grep -q '^drwxr-xr-x .* Ελληνικά$' "$OUT" || fail "ls -l /unicode: no directory line"
 fi
 if ok ls "$URI" /frag --json; then
@@ -124,8 +124,10 @@ if ok cat "$URI" /sparse.bin; then
 	[ "$(head -c 131072 "$OUT" | tr -d '\0' | wc -c)" -eq 0 ] || fail "cat /sparse.bin: hole not zero"
 	ok cat --image "$IMG" /sparse.bin && { cmp -s "$OUT" "$WORK/$NAME.cli.sparse" || fail "cat: emu: and --image differ"; }
 fi
-# a symlink: refused with its target named, never its text printed as data
-err 1 "is a symbolic link (to '../tiny.txt')" cat "$URI" /unicode/link-to-tiny
+# a symlink: followed inside the file system; stat shows the link itself
+ok cat "$URI" /unicode/link-to-tiny && { [ "$(wc -c < "$OUT")" -eq 13 ] || fail "cat of link-to-tiny: not /tiny.txt"; }
+ok stat "$URI" /unicode/link-to-tiny && { grep -q 'link-to-tiny -> ../tiny.txt' "$OUT" || fail "stat of a link: no target"; }
+ok extents "$URI" /unicode/link-to-tiny --json && { grep -q '"size": 13' "$OUT" || fail "extents of a link: not /tiny.txt"; }
 ok cat "$URI" /empty && { [ ! -s "$OUT" ] || fail "cat /empty: not empty"; }
 
 # ---- errors --------------------------------------------------------------------

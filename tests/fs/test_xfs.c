@@ -428,7 +428,7 @@ static time_t g_start;
 static void check_tree(struct gpunvme_fs *fs, const char *img, const char *host, const char *fspath, int bmap, long idx)
 {
 	uint64_t ino = 0;
-	int rc = gpunvme_fs_lookup(fs, fspath, &ino);
+	int rc = gpunvme_fs_lookup_nofollow(fs, fspath, &ino);
 	CHECK_EQ(rc, 0);
 	if (rc) {
 		fprintf(stderr, "lookup %s: %s\n", fspath, gpunvme_last_error());

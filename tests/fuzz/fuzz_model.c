@@ -18,7 +18,9 @@
  * Seeds (tests/fuzz/corpus-model, each < 4 KiB) are small valid files:
  * safetensors with metadata, escapes, nested unknown members, zero-size and
  * sub-byte tensors; GGUF v2 and v3 with every metadata type, nested arrays,
- * general.alignment 64, block-type tensors, a vocabulary array. They are
+ * general.alignment 64, block-type tensors, a vocabulary array; a
+ * gguf-split shard with NVFP4 / Q1_0 / Q2_0 tensors; F8_*FNUZ and
+ * __metadata__ in a non-sorted order. They are
  * written by this file compiled without libFuzzer:
  *   cc -DFUZZ_MODEL_MKSEED -Iinclude tests/fuzz/fuzz_model.c -o mkseed
  *   ./mkseed tests/fuzz/corpus-model
@@ -249,7 +251,31 @@ int main(int argc, char **argv)
 	}
 	gg_tensors(&b, tv, 1, 32);
 	save(d, "gguf-vocab", &b);
+
+	/* a gguf-split shard (split keys only, as gguf-split writes shards
+	 * after the first) with the newest ggml types */
+	b.n = 0;
+	static const struct ti ts[] = {
+		{ "blk.1.nv", 40, 2, { 64, 2 }, 72 },  /* NVFP4 */
+		{ "blk.1.q1", 41, 1, { 128 }, 18 },    /* Q1_0 */
+		{ "blk.1.q2", 42, 1, { 64 }, 18 },     /* Q2_0 */
+		{ "blk.1.mx", 39, 1, { 32 }, 17 },     /* MXFP4 */
+	};
+	gguf_head(&b, 3, 4, 3);
+	gguf_split_kv(&b, 1, 3, 9);
+	gg_tensors(&b, ts, 4, 32);
+	save(d, "gguf-split", &b);
 	free(b.p);
+
+	/* every safetensors dtype added since the first seeds, and a larger
+	 * __metadata__ in its own order */
+	st(d, "st-meta-fnuz",
+	   "{\"__metadata__\":{\"z\":\"1\",\"a\":\"\\u00e9\",\"format\":\"pt\",\"e\":\"\"},"
+	   "\"a\":{\"dtype\":\"F8_E4M3FNUZ\",\"shape\":[2,3],\"data_offsets\":[0,6]},"
+	   "\"b\":{\"dtype\":\"F8_E5M2FNUZ\",\"shape\":[4],\"data_offsets\":[6,10]},"
+	   "\"c\":{\"dtype\":\"F8_E8M0\",\"shape\":[1],\"data_offsets\":[10,11]},"
+	   "\"d\":{\"dtype\":\"F6_E2M3\",\"shape\":[8],\"data_offsets\":[11,17]}}",
+	   0, 17);
 	return 0;
 }
 

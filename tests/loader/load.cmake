@@ -17,6 +17,7 @@ endforeach()
 # shards + index, split GGUF, and the inconsistent sets that must be refused.
 foreach(g sets bad)
   add_test(NAME loader.modelset.${g}
-    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/modelset_test.sh $<TARGET_FILE:gpunvme-cli> ${g})
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/modelset_test.sh $<TARGET_FILE:gpunvme-cli> ${g}
+            $<TARGET_FILE:gpunvme-mkmodel>)
   set_tests_properties(loader.modelset.${g} PROPERTIES LABELS loader TIMEOUT 300 SKIP_RETURN_CODE 77)
 endforeach()

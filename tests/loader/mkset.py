@@ -189,7 +189,28 @@ def gguf_tcount(files):
         f[2]["split.tensors.count"] = (5, 99)
 
 
+def hf_cache(d):
+    """The Hugging Face hub cache: snapshots/<rev>/<file> are relative
+    symlinks into blobs/<sha256> (huggingface_hub's layout), and an absolute
+    link to the snapshot directory beside it."""
+    repo = os.path.join(d, "models--org--tiny")
+    tmp = os.path.join(repo, ".tmp")
+    ts = hf_sharded(tmp)
+    snap = os.path.join(repo, "snapshots", "0123abcd")
+    os.makedirs(snap, exist_ok=True)
+    os.makedirs(os.path.join(repo, "blobs"), exist_ok=True)
+    for fn in sorted(os.listdir(tmp)):
+        data = open(os.path.join(tmp, fn), "rb").read()
+        blob = hashlib.sha256(data).hexdigest()
+        os.rename(os.path.join(tmp, fn), os.path.join(repo, "blobs", blob))
+        os.symlink(os.path.join("..", "..", "blobs", blob), os.path.join(snap, fn))
+    os.rmdir(tmp)
+    os.symlink("/" + os.path.relpath(snap, os.path.dirname(d.rstrip("/"))), os.path.join(d, "current"))
+    return ts
+
+
 LAYOUTS = {
+    "hf-cache": hf_cache,
     "hf-sharded": lambda d: hf_sharded(d),
     "hf-single": lambda d: [write(os.path.join(d, "model.safetensors"), st_bytes(t := tensors(9, 3), {"format": "pt"})), t][1],
     "gguf-split": lambda d: gguf_split(d),

@@ -9,15 +9,17 @@
 # Groups:
 #   sets  a sharded HF directory (by directory and by index file), a
 #         single-file HF directory, a split GGUF (by its first and by a middle
-#         shard): every tensor of every file, each sha256 equal to the source
+#         shard), the Hugging Face hub cache (symlinks into blobs/): every
+#         tensor of every file, each sha256 equal to the source
 #         bytes', --verify against the CPU path, --tensors across shards
 #   bad   incomplete or inconsistent sets: each refused with exit 1 and one
 #         line naming the file and the fix, never success for part of a model
 # Exit 0 pass, 1 fail, 77 skip (no python3 or mkfs.ext4).
 set -u
 
-BIN=${1:?usage: modelset_test.sh GPUNVME_BINARY GROUP}
-GROUP=${2:?usage: modelset_test.sh GPUNVME_BINARY GROUP}
+BIN=${1:?usage: modelset_test.sh GPUNVME_BINARY GROUP [MKMODEL_BINARY]}
+GROUP=${2:?usage: modelset_test.sh GPUNVME_BINARY GROUP [MKMODEL_BINARY]}
+MKMODEL=${3:-}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 T=${LOAD_TEST_TIMEOUT:-120}
 TIER=${LOAD_TEST_TIER:-cpu}
@@ -97,6 +99,9 @@ sets)
 	layout hf-sharded hf/llama-sharded &&
 	layout hf-single hf/llama-single &&
 	layout gguf-split gguf &&
+	layout hf-cache hub &&
+	{ [ -z "$MKMODEL" ] || { mkdir -p "$WORK/root/mk" && "$MKMODEL" --format gguf --size 3M --split 4 \
+		--every-dtype -o "$WORK/root/mk/q" --manifest "$WORK/mk.tsv" >/dev/null; }; } &&
 	image || exit 1
 	load_ok "$WORK/hf-sharded.man" /hf/llama-sharded
 	grep -q '"layout": "hf-index"' "$OUT" || fail "sharded directory: layout is not hf-index"
@@ -109,6 +114,28 @@ sets)
 	grep -q '"layout": "gguf-split"' "$OUT" || fail "split GGUF: layout is not gguf-split"
 	load_ok "$WORK/gguf-split.man" /gguf/model-00002-of-00003.gguf
 	load_ok "$WORK/gguf-split.man" /gguf
+	# gpunvme-mkmodel --split (the project's own gguf-split writer): every
+	# tensor of its manifest, from any shard
+	if [ -n "$MKMODEL" ]; then
+		for sh in 1 4; do
+			ok load "$URI" "/mk/q-0000$sh-of-00004.gguf" --json --verify || continue
+			python3 - "$OUT" "$WORK/mk.tsv" <<'PYEOF' || fail "mkmodel --split 4, shard $sh: tensors differ from the manifest"
+import json, sys
+d = json.load(open(sys.argv[1]))
+want = {l.split("\t")[0]: l.split("\t") for l in open(sys.argv[2]) if l.strip()}
+got = {t["name"]: t for t in d["tensors"]}
+assert d["files"] == 4 and d["layout"] == "gguf-split", (d["files"], d["layout"])
+assert set(got) == set(want), sorted(set(got) ^ set(want))[:5]
+for k, w in want.items():
+    assert got[k]["dtype"] == w[1] and int(w[4]) == got[k]["bytes"], k
+    assert int(w[3]) == got[k]["offset"], (k, w[3], got[k]["offset"])
+PYEOF
+			echo "  ok: mkmodel --split 4, load shard $sh: every tensor, offsets in its shard"
+		done
+	fi
+	# the hub cache: relative links into blobs/, an absolute link to the snapshot
+	load_ok "$WORK/hf-cache.man" /hub/models--org--tiny/snapshots/0123abcd --verify
+	load_ok "$WORK/hf-cache.man" /hub/current/model.safetensors.index.json
 	;;
 bad)
 	for l in bad-missing-shard bad-extra-in-map bad-missing-in-map bad-wrong-shard bad-dup bad-gguf-missing \
@@ -126,7 +153,27 @@ import sys; sys.path.insert(0, sys.argv[1])
 import mkset
 mkset.write(sys.argv[2] + "/lone/model-00001-of-00003.gguf", mkset.gguf_bytes(mkset.gguf_tensors(3, 5), {}))
 ' "$HERE" "$WORK/root"
+	mkdir -p "$WORK/root/idx"
+	python3 "$HERE/mkset.py" "$WORK/root/idx/shards" hf-sharded >/dev/null
+	idx() { printf '%s' "$2" >"$WORK/root/idx/$1.safetensors.index.json"; }
+	idx notjson '{"weight_map": {"a": "shards/model-00001-of-00003.safetensors",}}'
+	idx nomap '{"metadata": {"total_size": 4}}'
+	idx emptymap '{"metadata": {}, "weight_map": {}}'
+	idx mapnotobj '{"weight_map": ["shards/model-00001-of-00003.safetensors"]}'
+	idx valnotstr '{"weight_map": {"model.layers.0.wq": 1}}'
+	idx twomaps '{"weight_map": {}, "weight_map": {}}'
+	idx emptyshard '{"weight_map": {"model.layers.0.wq": ""}}'
+	idx notmodel '{"weight_map": {"x": "notmodel.safetensors.index.json"}}'
 	image || exit 1
+	bad 1 'bad JSON: .*(byte [0-9]+)' load "$URI" /idx/notjson.safetensors.index.json
+	bad 1 'no "weight_map": not a Hugging Face safetensors index' load "$URI" /idx/nomap.safetensors.index.json
+	bad 1 '"weight_map" is empty' load "$URI" /idx/emptymap.safetensors.index.json
+	bad 1 '"weight_map" must be an object' load "$URI" /idx/mapnotobj.safetensors.index.json
+	bad 1 'expected the shard.s file name' load "$URI" /idx/valnotstr.safetensors.index.json
+	bad 1 'duplicate "weight_map"' load "$URI" /idx/twomaps.safetensors.index.json
+	bad 1 'empty or NUL-bearing shard file name' load "$URI" /idx/emptyshard.safetensors.index.json
+	bad 1 'not a safetensors or GGUF file' load "$URI" /idx/notmodel.safetensors.index.json
+	bad 1 'holds 8 safetensors indexes' load "$URI" /idx
 	bad 1 'shard .*model-00002-of-00003.safetensors.* is missing' load "$URI" /bad-missing-shard
 	bad 1 'model.ghost.weight.*whose header does not have it' load "$URI" /bad-extra-in-map
 	bad 1 'does not list' load "$URI" /bad-missing-in-map/model.safetensors.index.json
