@@ -63,7 +63,10 @@ def gguf_bytes(tensors, kv=None, align=32):
     out = [b"GGUF", struct.pack("<IQQ", 3, len(tensors), len(kv) + 1)]
     out.append(_gstr("general.alignment") + struct.pack("<II", 4, align))  # UINT32
     for k, v in kv.items():
-        out.append(_gstr(k) + struct.pack("<I", 8) + _gstr(v))  # STRING
+        if isinstance(v, str):
+            out.append(_gstr(k) + struct.pack("<I", 8) + _gstr(v))  # STRING
+        else:  # (gguf value type, struct format, value): UINT16 = 2, INT32 = 5
+            out.append(_gstr(k) + struct.pack("<I", v[0]) + struct.pack("<" + v[1], v[2]))
     off = 0
     datas = []
     for name, ty, ne, data in tensors:
@@ -153,6 +156,11 @@ def models(tmp_path_factory):
                         "weight_map": {"a.w": "model-00001-of-00002.safetensors",
                                        "a.b": "model-00001-of-00002.safetensors",
                                        "b.w": "model-00002-of-00002.safetensors"}}).encode()
+    # llama.cpp gguf-split: split.no (u16), split.count (u16), split.tensors.count (i32)
+    sp_t = [("s.%d" % i, "F32", (4, 2), rand_bytes(rng, 32)) for i in range(3)]
+    sp_kv = lambda no: {"split.no": (2, "H", no), "split.count": (2, "H", 2), "split.tensors.count": (5, "i", 3)}
+    sp1, _ = gguf_bytes(sp_t[:2], kv=sp_kv(0))
+    sp2, _ = gguf_bytes(sp_t[2:], kv=sp_kv(1))
     single, single_data = st_bytes([("x", "I64", (2, 2), rand_bytes(rng, 32))])
     files = {
         "/m/every.safetensors": st,
@@ -162,6 +170,8 @@ def models(tmp_path_factory):
         "/hf/model-00002-of-00002.safetensors": s2,
         "/hf/model.safetensors.index.json": index,
         "/hf1/model.safetensors": single,
+        "/split/m-00001-of-00002.gguf": sp1,
+        "/split/m-00002-of-00002.gguf": sp2,
         "/hf1/config.json": b"{}",
         "/bad/notamodel.safetensors": b"hello, this is not a model file at all" * 10,
         "/bad/trunc.safetensors": big[:len(big) // 2],
@@ -180,4 +190,5 @@ def models(tmp_path_factory):
     m.big_data, m.gg_data, m.gg_t = big_data, gg_data, gg_t
     m.hf_data = dict(d1, **d2)
     m.single_data = single_data
+    m.split_t = sp_t
     return m

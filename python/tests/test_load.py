@@ -116,6 +116,14 @@ def test_gguf(models):
         assert f.get_slice("q4").get_shape() == [3, 36]
 
 
+def test_split_gguf(models):
+    for shard in ["/split/m-00001-of-00002.gguf", "/split/m-00002-of-00002.gguf"]:
+        sd = gpunvme.load_pretrained(models.uri, shard, framework="numpy")
+        assert list(sd) == [t[0] for t in models.split_t]
+        for name, ty, ne, data in models.split_t:
+            assert sd[name].shape == (2, 4) and raw(sd[name]) == data
+
+
 # ---- Volume and ownership ------------------------------------------------------------------
 
 
