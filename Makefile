@@ -10,7 +10,10 @@ QEMU_CACHE ?= build/qemu-cache
 CMAKE ?= cmake
 CTEST ?= ctest
 
-.PHONY: all build lint test test-asan test-tsan test-gpu test-qemu fuzz fuzz-build demo bench fs-fixtures clean
+PYVENV ?= build/pyvenv
+PYTHON3 ?= /usr/bin/python3
+
+.PHONY: all build lint test test-asan test-tsan test-gpu test-qemu test-python python fuzz fuzz-build demo bench fs-fixtures clean
 
 all: build
 
@@ -21,7 +24,7 @@ build:
 # Every suite that can run on this machine: unit + emulator conformance under
 # ASan/UBSan, the stress test under TSan, fuzz smoke runs, GPU tests (they
 # report "skipped" without a GPU).
-test: lint test-asan test-tsan fuzz test-gpu test-qemu
+test: lint test-asan test-tsan fuzz test-gpu test-qemu test-python
 
 # No include cycles between src/ folders (scripts/lint-includes.sh).
 lint:
@@ -43,6 +46,17 @@ test-tsan:
 test-qemu: build
 	-scripts/qemu/setup.sh --no-install $(QEMU_CACHE)
 	cd build && $(CTEST) --output-on-failure -L qemu
+
+# The Python package (python/): a venv that sees the system's numpy and
+# pytest (Debian packages; nothing is downloaded), the extension built from
+# this tree by python/setup.py through CMake. GPUNVME_CUDA=ON|OFF|AUTO picks
+# the CUDA backend as for the C build.
+python:
+	$(PYTHON3) -m venv --system-site-packages $(PYVENV)
+	$(PYVENV)/bin/pip install --no-build-isolation --no-index ./python
+
+test-python: python
+	$(PYVENV)/bin/python -m pytest -q python/tests
 
 test-gpu: build
 	cd build && $(CTEST) --output-on-failure -L gpu
@@ -70,4 +84,4 @@ fs-fixtures:
 	scripts/fixtures/make-fs-fixtures.sh
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz python/build python/src/gpunvme.egg-info

@@ -11,6 +11,9 @@
 #   qemu-system-x86, cpio, kmod  the QEMU guest tests (tests/qemu); the guest
 #                             kernel and busybox come from scripts/qemu/setup.sh
 #   xfsprogs, e2fsprogs, zstd  file system images for the extent decoders' tests
+#   python3-dev, -numpy, -pytest, -setuptools, -venv, -wheel  the Python package
+#                             (python/: headers for the extension, its tests;
+#                             make python / make test-python install nothing else)
 # Run as root (CI) or through sudo.
 set -euo pipefail
 
@@ -22,6 +25,12 @@ PACKAGES=(
 	pkg-config
 	git
 	python3
+	python3-dev
+	python3-numpy
+	python3-pytest
+	python3-setuptools
+	python3-venv
+	python3-wheel
 	valgrind
 	qemu-system-x86
 	cpio

@@ -153,6 +153,22 @@ struct gpunvme_model_buffers {
  */
 int gpunvme_model_buffers_alloc(struct gpunvme_layer_loader *l, const struct gpunvme_model *m, const char *patterns,
 				struct gpunvme_model_buffers **out);
+/*
+ * The same for an exact selection: the tensors m->tensors[idx[0..n)], in
+ * that order (b->tensors[k] and b->ptr[k] belong to idx[k]), for callers
+ * that pick tensors by name or position rather than by pattern — a name
+ * holding '*', ',' or '[' cannot be matched exactly by a pattern. n = 0
+ * selects nothing (no runs, no memory; loading it is a no-op). An index
+ * past the model's tensors is -ERANGE, one given twice -EINVAL.
+ *
+ * Ownership (both allocators): the buffers and the loader memory of their
+ * runs belong to the loader l and are freed by gpunvme_model_buffers_free
+ * (or, all at once, by gpunvme_layer_loader_destroy: after that only free
+ * the struct with gpunvme_model_buffers_free(NULL, b)). b->tensors point
+ * into m: m must outlive b. idx is not kept.
+ */
+int gpunvme_model_buffers_alloc_sel(struct gpunvme_layer_loader *l, const struct gpunvme_model *m, const size_t *idx,
+				    size_t n, struct gpunvme_model_buffers **out);
 /* Load every run: GPU tiers queue them on `stream` and record `event` (both
  * may be NULL: the loader's own stream, and then wait); the CPU tier loads
  * them at once. Results as for gpunvme_load_layer / _check. */

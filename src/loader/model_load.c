@@ -64,29 +64,11 @@ static const struct gpunvme_model_run *run_of(const struct gpunvme_model_buffers
 	return lo ? &b->runs[lo - 1] : (b->n_runs ? &b->runs[0] : NULL);
 }
 
-int gpunvme_model_buffers_alloc(struct gpunvme_layer_loader *l, const struct gpunvme_model *m, const char *patterns,
-				struct gpunvme_model_buffers **out)
+/* The selection is made (b->tensors, n_tensors, bytes): runs, loader
+ * memory per run, each tensor's pointer. Frees b on failure. */
+static int place(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b, struct gpunvme_model_buffers **out)
 {
-	if (!l || !m || !out)
-		return gpunvme_set_error(-EINVAL, "model buffers: bad arguments");
-	struct gpunvme_model_buffers *b = calloc(1, sizeof(*b));
-	size_t cap = m->n_tensors ? m->n_tensors : 1;
-	if (!b || !(b->tensors = calloc(cap, sizeof(*b->tensors))) || !(b->ptr = calloc(cap, sizeof(*b->ptr)))) {
-		gpunvme_model_buffers_free(l, b);
-		return gpunvme_set_error(-ENOMEM, "out of memory");
-	}
-	for (size_t i = 0; i < m->n_tensors; i++) {
-		const struct gpunvme_tensor *t = &m->tensors[i];
-		if (patterns && !gpunvme_tensor_match(patterns, t->name))
-			continue;
-		b->tensors[b->n_tensors++] = t;
-		b->bytes += t->bytes;
-	}
-	int rc = 0;
-	if (patterns && !b->n_tensors)
-		rc = gpunvme_set_error(-ENOENT, "no tensor matches '%s' (%zu tensors)", patterns, m->n_tensors);
-	if (!rc)
-		rc = make_runs(b);
+	int rc = make_runs(b);
 	for (size_t k = 0; !rc && k < b->n_runs; k++) {
 		b->runs[k].dst = gpunvme_layer_loader_alloc(l, b->runs[k].off, b->runs[k].len);
 		if (!b->runs[k].dst)
@@ -105,6 +87,76 @@ int gpunvme_model_buffers_alloc(struct gpunvme_layer_loader *l, const struct gpu
 	}
 	*out = b;
 	return 0;
+}
+
+static struct gpunvme_model_buffers *buffers_new(size_t cap)
+{
+	struct gpunvme_model_buffers *b = calloc(1, sizeof(*b));
+	if (!cap)
+		cap = 1;
+	if (!b || !(b->tensors = calloc(cap, sizeof(*b->tensors))) || !(b->ptr = calloc(cap, sizeof(*b->ptr)))) {
+		gpunvme_model_buffers_free(NULL, b);
+		gpunvme_set_error(-ENOMEM, "out of memory");
+		return NULL;
+	}
+	return b;
+}
+
+int gpunvme_model_buffers_alloc(struct gpunvme_layer_loader *l, const struct gpunvme_model *m, const char *patterns,
+				struct gpunvme_model_buffers **out)
+{
+	if (!l || !m || !out)
+		return gpunvme_set_error(-EINVAL, "model buffers: bad arguments");
+	struct gpunvme_model_buffers *b = buffers_new(m->n_tensors);
+	if (!b)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const struct gpunvme_tensor *t = &m->tensors[i];
+		if (patterns && !gpunvme_tensor_match(patterns, t->name))
+			continue;
+		b->tensors[b->n_tensors++] = t;
+		b->bytes += t->bytes;
+	}
+	if (patterns && !b->n_tensors) {
+		gpunvme_model_buffers_free(l, b);
+		return gpunvme_set_error(-ENOENT, "no tensor matches '%s' (%zu tensors)", patterns, m->n_tensors);
+	}
+	return place(l, b, out);
+}
+
+int gpunvme_model_buffers_alloc_sel(struct gpunvme_layer_loader *l, const struct gpunvme_model *m, const size_t *idx,
+				    size_t n, struct gpunvme_model_buffers **out)
+{
+	if (!l || !m || !out || (n && !idx))
+		return gpunvme_set_error(-EINVAL, "model buffers: bad arguments");
+	/* one bit per model tensor: an index given twice would place one
+	 * tensor twice and hand out two pointers to the same bytes */
+	uint8_t *seen = calloc(m->n_tensors / 8 + 1, 1);
+	struct gpunvme_model_buffers *b = seen ? buffers_new(n) : NULL;
+	if (!b) {
+		free(seen);
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	}
+	for (size_t k = 0; k < n; k++) {
+		size_t i = idx[k];
+		int rc = 0;
+		if (i >= m->n_tensors)
+			rc = gpunvme_set_error(-ERANGE, "tensor index %zu (selection entry %zu) is past the model's %zu tensors",
+					       i, k, m->n_tensors);
+		else if (seen[i / 8] & (1u << (i % 8)))
+			rc = gpunvme_set_error(-EINVAL, "tensor %zu (\"%.64s\") is selected twice (entry %zu): give each index once",
+					       i, m->tensors[i].name, k);
+		if (rc) {
+			free(seen);
+			gpunvme_model_buffers_free(l, b);
+			return rc;
+		}
+		seen[i / 8] |= (uint8_t)(1u << (i % 8));
+		b->tensors[b->n_tensors++] = &m->tensors[i];
+		b->bytes += m->tensors[i].bytes;
+	}
+	free(seen);
+	return place(l, b, out);
 }
 
 int gpunvme_model_load(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b, void *stream, void *event,

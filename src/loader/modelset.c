@@ -113,7 +113,7 @@ static int set_slot(struct gpunvme_model_set *s, struct gpunvme_model_file **f)
 
 static int set_add(struct gpunvme_model_set *s, struct gpunvme_fs *fs, const char *path)
 {
-	struct gpunvme_model_file *f;
+	struct gpunvme_model_file *f = NULL;
 	int rc = set_slot(s, &f);
 	return rc ? rc : open_file(fs, path, f);
 }
@@ -386,7 +386,7 @@ static void index_free(struct index_parse *x)
 
 static int read_index(struct gpunvme_fs *fs, const char *path, struct index_parse *x)
 {
-	uint64_t ino, size;
+	uint64_t ino = 0, size = 0;
 	int rc = regular_file(fs, path, &ino, &size);
 	if (rc)
 		return rc;
@@ -555,7 +555,7 @@ static int open_split(struct gpunvme_model_set *s, struct gpunvme_fs *fs, const 
 	int rc = 0;
 	for (uint32_t k = 1; k <= n && !rc; k++) {
 		if (k == named_no) {
-			struct gpunvme_model_file *f;
+			struct gpunvme_model_file *f = NULL;
 			if ((rc = set_slot(s, &f)))
 				break;
 			*f = named;

@@ -195,12 +195,15 @@ TEST_CASE(model_load)
 	/* data: a 1 MiB gap of padding between "a.*" and "b.*" so they form two runs
 	 * when only some are selected; the data at an odd offset */
 	const uint64_t big = 6u << 20;
-	const uint64_t s_aw[] = { 3, 7 }, s_az[] = { 0 }, s_pad[] = { big }, s_bw[] = { 5, 1001 };
+	const uint64_t s_aw[] = { 3, 7 }, s_az[] = { 0 }, s_pad[] = { big }, s_bw[] = { 5, 1001 }, s_odd[] = { 16 };
 	const struct st_tensor tensors[] = {
 		{ .name = "a.w", .dtype = "F32", .ndim = 2, .shape = s_aw, .begin = 0, .end = 84 },
 		{ .name = "a.z", .dtype = "F16", .ndim = 1, .shape = s_az, .begin = 84, .end = 84 },
 		{ .name = "pad", .dtype = "U8", .ndim = 1, .shape = s_pad, .begin = 84, .end = 84 + big },
 		{ .name = "b.w", .dtype = "I8", .ndim = 2, .shape = s_bw, .begin = 84 + big, .end = 84 + big + 5005 },
+		/* a name no pattern selects exactly: only an index list does */
+		{ .name = "w*,[x]", .dtype = "U8", .ndim = 1, .shape = s_odd, .begin = 84 + big + 5005,
+		  .end = 84 + big + 5021 },
 	};
 	struct st_writer w;
 	struct bb hdr = { 0 };
@@ -208,7 +211,7 @@ TEST_CASE(model_load)
 	for (size_t i = 0; i < sizeof(tensors) / sizeof(tensors[0]); i++)
 		st_tensor(&w, &tensors[i]);
 	st_finish(&w, &hdr, 1);
-	uint64_t size = hdr.n + 84 + big + 5005;
+	uint64_t size = hdr.n + 84 + big + 5021;
 	uint8_t *file = malloc(size);
 	REQUIRE(file);
 	uint64_t seed = 77;
@@ -250,7 +253,39 @@ TEST_CASE(model_load)
 	struct gpunvme_model_buffers *none = NULL;
 	REQUIRE_EQ(gpunvme_model_buffers_alloc(l, m, "nothing*", &none), -ENOENT);
 	REQUIRE(strstr(gpunvme_last_error(), "no tensor matches"));
+	/* exact selection by index, in the caller's order: b->ptr[k] is idx[k]'s */
+	const size_t idx[][3] = { { 4, 0, 1 }, { 3, 4, 0 }, { 2, 0, 0 } };
+	const size_t nidx[] = { 3, 3, 1 }, sel_runs[] = { 2, 2, 1 };
+	for (int k = 0; k < 3; k++) {
+		struct gpunvme_model_buffers *b = NULL;
+		REQUIRE_OK(gpunvme_model_buffers_alloc_sel(l, m, idx[k], nidx[k], &b));
+		REQUIRE_EQ(b->n_tensors, nidx[k]);
+		REQUIRE_EQ(b->n_runs, sel_runs[k]);
+		REQUIRE_OK(gpunvme_model_load(l, b, NULL, NULL, NULL));
+		for (size_t i = 0; i < b->n_tensors; i++) {
+			const struct gpunvme_tensor *t = b->tensors[i];
+			REQUIRE(t == &m->tensors[idx[k][i]]);
+			REQUIRE(!memcmp(b->ptr[i], file + t->offset, t->bytes), "tensor %s (index selection %d)",
+				 t->name, k);
+		}
+		gpunvme_model_buffers_free(l, b);
+	}
+	struct gpunvme_model_buffers *empty = NULL;
+	REQUIRE_OK(gpunvme_model_buffers_alloc_sel(l, m, NULL, 0, &empty));
+	REQUIRE(empty->n_tensors == 0 && empty->n_runs == 0);
+	REQUIRE_OK(gpunvme_model_load(l, empty, NULL, NULL, NULL));
+	gpunvme_model_buffers_free(l, empty);
+	const size_t past[] = { 0, 5 }, twice[] = { 1, 3, 1 };
+	REQUIRE_EQ(gpunvme_model_buffers_alloc_sel(l, m, past, 2, &none), -ERANGE);
+	REQUIRE(strstr(gpunvme_last_error(), "past the model"));
+	REQUIRE_EQ(gpunvme_model_buffers_alloc_sel(l, m, twice, 3, &none), -EINVAL);
+	REQUIRE(strstr(gpunvme_last_error(), "selected twice"));
+	REQUIRE_EQ(gpunvme_model_buffers_alloc_sel(l, m, NULL, 2, &none), -EINVAL);
+	/* loader memory outlives nothing: destroy frees it, the struct is freed alone */
+	struct gpunvme_model_buffers *late = NULL;
+	REQUIRE_OK(gpunvme_model_buffers_alloc_sel(l, m, idx[0], 3, &late));
 	gpunvme_layer_loader_destroy(l);
+	gpunvme_model_buffers_free(NULL, late);
 	gpunvme_model_free(m);
 	free(file);
 	gpunvme_close(c);

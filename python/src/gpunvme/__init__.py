@@ -1,0 +1,451 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""gpunvme: tensors of safetensors / GGUF files on an NVMe namespace, loaded
+through the gpu-nvme-direct user-space driver (no mount, no page cache).
+
+    import gpunvme
+    sd = gpunvme.load_file("emu:/tmp/ext4.img", "/models/m.safetensors", device="cuda")
+    sd = gpunvme.load_pretrained("emu:/tmp/ext4.img", "/models/llama", device="cuda")
+    with gpunvme.safe_open("emu:/tmp/ext4.img", "/models/m.safetensors", framework="np") as f:
+        w = f.get_tensor("w")
+
+Tensors are views of loader memory handed over by DLPack (no copy); that
+memory lives as long as any tensor over it does. Ownership rules, the dtype
+mapping and errors: docs/python.md.
+"""
+import os
+import posixpath
+import sys
+
+from . import _gpunvme
+from ._gpunvme import Error, HAVE_CUDA
+
+__all__ = ["Error", "Volume", "load_file", "safe_open", "load_pretrained", "StateDict", "HAVE_CUDA", "cuda_available"]
+
+# ---- dtypes -------------------------------------------------------------------
+
+# safetensors / GGUF dtype -> (numpy dtype name or None, torch dtype name or None).
+# numpy has no bfloat16 / float8 / float4: those come back as their raw bits
+# (uint16 / uint8) and the real dtype is in StateDict.dtypes.
+_NP = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16",
+    "F16": "float16", "I32": "int32", "U32": "uint32", "F32": "float32", "F64": "float64",
+    "I64": "int64", "U64": "uint64", "C64": "complex64",
+}
+_NP_RAW = {"BF16": "uint16", "F8_E4M3": "uint8", "F8_E5M2": "uint8", "F8_E8M0": "uint8",
+           "F8_E4M3FNUZ": "uint8", "F8_E5M2FNUZ": "uint8"}
+_TORCH = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16",
+    "F16": "float16", "BF16": "bfloat16", "I32": "int32", "U32": "uint32", "F32": "float32",
+    "F64": "float64", "I64": "int64", "U64": "uint64", "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
+}
+# GGUF's unquantized ggml types, as safetensors names
+_GGML_PLAIN = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64",
+               "I8": "I8", "I16": "I16", "I32": "I32", "I64": "I64"}
+
+_FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
+
+
+def _framework(fw):
+    if not isinstance(fw, str) or fw.lower() not in _FRAMEWORKS:
+        raise Error(22, "framework=%r: expected \"pt\" (torch) or \"numpy\" (\"np\")" % (fw,))
+    fw = _FRAMEWORKS[fw.lower()]
+    if fw == "pt":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise Error(95, "framework=\"pt\" needs torch, which is not importable here: install torch, "
+                            "or use framework=\"numpy\"") from None
+    return fw
+
+
+def _device(device, tier):
+    """-> (tier number, cuda device index, canonical device string)"""
+    if device is None:
+        device = "cpu"
+    if not isinstance(device, str):
+        # torch.device, or an int meaning cuda:N as safetensors accepts
+        if isinstance(device, int) and not isinstance(device, bool):
+            device = "cuda:%d" % device
+        elif type(device).__name__ == "device" and hasattr(device, "type"):
+            device = str(device)
+        else:
+            raise Error(22, "device=%r: expected \"cpu\", \"cuda\" or \"cuda:N\"" % (device,))
+    d = device.strip().lower()
+    if tier is not None and tier not in (0, 1, 2, "cpu", "1", "2"):
+        raise Error(22, "tier=%r: expected 1 (pinned host memory), 2 (GPU memory) or \"cpu\"" % (tier,))
+    if tier in ("cpu", 0):
+        tier = 0
+    elif tier is not None:
+        tier = int(tier)
+    if d == "cpu":
+        if tier not in (None, 0):
+            raise Error(22, "tier=%s needs device=\"cuda[:N]\" (device=\"cpu\" loads through the CPU data path)"
+                        % tier)
+        return 0, 0, "cpu"
+    if d == "cuda" or d.startswith("cuda:"):
+        idx = 0
+        if d.startswith("cuda:"):
+            try:
+                idx = int(d[5:])
+            except ValueError:
+                raise Error(22, "device=%r: expected cuda:N with N a GPU index" % device) from None
+            if idx < 0:
+                raise Error(22, "device=%r: negative GPU index" % device)
+        if not HAVE_CUDA:
+            raise Error(95, "device=%r: this gpunvme extension was built without CUDA: rebuild it on a "
+                            "machine with nvcc: GPUNVME_CUDA=ON pip install --no-build-isolation ./python"
+                        % device)
+        if tier == 0:
+            raise Error(22, "tier=\"cpu\" with device=%r: give device=\"cpu\"" % device)
+        return (2 if tier is None else tier), idx, "cuda:%d" % idx
+    raise Error(22, "device=%r: expected \"cpu\", \"cuda\" or \"cuda:N\"" % (device,))
+
+
+def _shape_dtype(name, dtype, stored_shape, nbytes, ggml_type, fmt):
+    """-> (shape row-major, safetensors-style dtype, raw: True for quantized
+    GGUF blocks exported as uint8)"""
+    if fmt != "gguf":
+        return tuple(stored_shape), dtype, False
+    # ggml's ne[0] is the innermost dimension: reversed, as gguf-py reads it
+    shape = tuple(reversed(stored_shape))
+    if dtype in _GGML_PLAIN:
+        return shape, _GGML_PLAIN[dtype], False
+    # quantized: the raw blocks, rows of ne[0] / block_size * type_size
+    # bytes (gguf-py's shape); the byte count comes from the library
+    outer = 1
+    for d in shape[:-1]:
+        outer *= d
+    row = nbytes // outer if outer else 0
+    return shape[:-1] + (row,), "U8", True
+
+
+class _Info:
+    __slots__ = ("index", "name", "dtype", "shape", "nbytes", "offset", "raw", "file_dtype", "ggml_type",
+                 "stored_shape")
+
+    def __init__(self, index, t, fmt):
+        name, dtype, stored, off, nbytes, ggml = t
+        self.index, self.name, self.offset, self.nbytes = index, name, off, nbytes
+        self.file_dtype, self.ggml_type, self.stored_shape = dtype, ggml, tuple(stored)
+        self.shape, self.dtype, self.raw = _shape_dtype(name, dtype, stored, nbytes, ggml, fmt)
+
+
+def _wrap(exporter, info, fw):
+    """a 1-D uint8 DLPack exporter -> a tensor of the info's dtype and shape"""
+    if fw == "np":
+        import numpy as np
+        a = np.from_dlpack(exporter)
+        npd = _NP.get(info.dtype) or _NP_RAW.get(info.dtype)
+        if npd is None:
+            # sub-byte types (F4, F6_*): bytes as stored
+            return a
+        return a.view(npd).reshape(info.shape)
+    import torch
+    t = torch.from_dlpack(exporter)
+    tname = _TORCH.get(info.dtype)
+    if tname is None or not hasattr(torch, tname):
+        return t  # sub-byte types, or a torch too old for this float8: raw bytes
+    return t.view(getattr(torch, tname)).reshape(info.shape)
+
+
+def _real_dtype_name(info):
+    return info.file_dtype if info.raw or info.dtype != info.file_dtype else info.dtype
+
+
+# ---- the volume ---------------------------------------------------------------------
+
+
+class Volume(_gpunvme.Volume):
+    """An opened controller, namespace and file system.
+
+    Volume(uri, nsid=1, partition=None, offset=None). uri: "emu:/path/ext4.img",
+    "emu:ram:1G", "vfio:0000:01:00.0", ... offset: the file system's byte offset
+    on the namespace (a partition's start). Many loads can share one volume.
+    close() (or leaving a `with` block) stops new use; the controller is shut
+    down when the last tensor loaded from it is gone.
+    """
+
+    def __init__(self, uri, nsid=1, partition=None, offset=None):
+        if not isinstance(uri, str):
+            raise TypeError("uri must be a str (e.g. \"emu:/path/ext4.img\"), not %s" % type(uri).__name__)
+        if partition not in (None, 0):
+            raise Error(95, "partition=%r: partition tables are not read by this build; give the "
+                            "partition's byte offset as offset=" % (partition,))
+        if offset is None:
+            offset = 0
+        if not isinstance(nsid, int) or nsid < 1 or nsid > 0xfffffffe:
+            raise Error(22, "nsid=%r: expected a namespace id 1..4294967294" % (nsid,))
+        if not isinstance(offset, int) or offset < 0:
+            raise Error(22, "offset=%r: expected a byte offset >= 0" % (offset,))
+        if ":" not in uri:
+            hint = " (an image file: emu:%s)" % uri if os.path.exists(uri) else ""
+            raise Error(22, "%r is not a device URI: expected emu:SPEC, vfio:BDF, uio:BDF or pci:BDF%s"
+                        % (uri, hint))
+        super().__init__(uri, nsid, offset)
+
+    def __repr__(self):
+        return "<gpunvme.Volume %s%s>" % (self.uri, " closed" if self.closed else "")
+
+    def exists(self, path):
+        try:
+            self.stat(path)
+            return True
+        except Error:
+            return False
+
+
+def _volume(uri, nsid, partition, offset):
+    """-> (volume, opened_here)"""
+    if isinstance(uri, _gpunvme.Volume):
+        if partition is not None or offset is not None or nsid != 1:
+            raise Error(22, "nsid/partition/offset are the Volume's: give them to gpunvme.Volume()")
+        return uri, False
+    return Volume(uri, nsid=nsid, partition=partition, offset=offset), True
+
+
+# ---- progress ---------------------------------------------------------------------------
+
+
+class _Progress:
+    def __init__(self, total, desc):
+        self.bar = None
+        self.last = 0
+        self.total = total
+        self.desc = desc
+        try:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit="B", unit_scale=True, desc=desc)
+        except ImportError:
+            pass
+
+    def __call__(self, done, total):
+        if self.bar is not None:
+            self.bar.update(done - self.last)
+        else:
+            sys.stderr.write("\r%s: %.1f / %.1f MB (%3d%%)" % (self.desc, done / 1e6, total / 1e6,
+                                                               100 * done // total if total else 100))
+            sys.stderr.flush()
+        self.last = done
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        elif self.last:
+            sys.stderr.write("\n")
+
+
+# ---- the state dict ------------------------------------------------------------------------
+
+
+class StateDict(dict):
+    """dict[name, tensor] with side tables:
+
+    .dtypes: name -> the file's dtype name ("BF16", "F8_E4M3", "Q4_K", ...);
+             for numpy the real dtype of tensors handed out as raw bits
+    .ggml_types: name -> ggml type name (GGUF files only)
+    .metadata: safetensors __metadata__ (dict) or None
+    """
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.dtypes = {}
+        self.ggml_types = {}
+        self.metadata = None
+
+
+def _load(model, infos, tier, devidx, fw, progress, desc):
+    loader = _gpunvme.Loader(model, tier, devidx)
+    bufs = loader.select([i.index for i in infos])
+    if progress:
+        bar = _Progress(bufs.run_bytes, desc)
+        try:
+            bufs.load(bar)
+        finally:
+            bar.close()
+    else:
+        bufs.load()
+    return [_wrap(_gpunvme.Tensor(bufs, k), info, fw) for k, info in enumerate(infos)]
+
+
+def _select(infos, tensors, path):
+    if tensors is None:
+        return list(infos.values())
+    if isinstance(tensors, str):
+        tensors = [tensors]
+    out = []
+    seen = set()
+    for name in tensors:
+        if not isinstance(name, str):
+            raise TypeError("tensors= takes tensor names (str), not %s" % type(name).__name__)
+        if name not in infos:
+            raise Error(2, "%s: no tensor named %r (%d tensors; names are exact, not patterns)"
+                        % (path, name, len(infos)))
+        if name not in seen:
+            seen.add(name)
+            out.append(infos[name])
+    return out
+
+
+def _index(model):
+    fmt = model.format
+    return {t[0]: _Info(i, t, fmt) for i, t in enumerate(model.tensors())}
+
+
+def _fill(sd, infos, tensors):
+    for info, t in zip(infos, tensors):
+        sd[info.name] = t
+        sd.dtypes[info.name] = info.file_dtype
+        if info.ggml_type >= 0:
+            sd.ggml_types[info.name] = info.file_dtype
+
+
+def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, *, nsid=1, partition=None,
+              offset=None, progress=False):
+    """Every tensor (or those named in `tensors`) of a safetensors or GGUF file
+    -> StateDict {name: tensor}, like safetensors.torch.load_file.
+
+    uri: a device URI ("emu:/path/ext4.img") or an open gpunvme.Volume.
+    device: "cpu" (CPU data path), "cuda" / "cuda:N" (tier 2, GPU memory;
+    tier=1: pinned host memory, CPU tensors). framework: "pt" or "numpy".
+    """
+    fw = _framework(framework)
+    t, devidx, _ = _device(device, tier)
+    if not isinstance(path, str):
+        raise TypeError("path must be a str, not %s" % type(path).__name__)
+    vol, own = _volume(uri, nsid, partition, offset)
+    try:
+        model = vol.open_model(path)
+        infos = _index(model)
+        sel = _select(infos, tensors, path)
+        sd = StateDict()
+        sd.metadata = model.metadata()
+        _fill(sd, sel, _load(model, sel, t, devidx, fw, progress, posixpath.basename(path)))
+        return sd
+    finally:
+        if own:
+            vol.close()
+
+
+# ---- safe_open --------------------------------------------------------------------------------
+
+
+class _Slice:
+    """get_slice(name): shape and dtype without loading; indexing loads the
+    tensor and slices it (the whole tensor is read, then sliced)"""
+
+    def __init__(self, f, info):
+        self._f, self._info = f, info
+
+    def get_shape(self):
+        return list(self._info.shape)
+
+    def get_dtype(self):
+        return self._info.file_dtype if self._info.ggml_type < 0 else self._info.dtype
+
+    def __getitem__(self, idx):
+        t = self._f.get_tensor(self._info.name)
+        r = t[idx]
+        # a copy, so the slice does not keep the whole tensor's memory
+        return r.copy() if self._f._fw == "np" else r.clone()
+
+    def __len__(self):
+        return self._info.shape[0] if self._info.shape else 0
+
+
+class safe_open:
+    """safe_open(uri, path, framework="pt", device="cpu", *, tier=None, nsid=1,
+    partition=None, offset=None): lazy access to one model file, as
+    safetensors.safe_open. Each get_tensor() reads that tensor."""
+
+    def __init__(self, uri, path, framework="pt", device="cpu", *, tier=None, nsid=1, partition=None, offset=None):
+        self._fw = _framework(framework)
+        self._tier, self._devidx, self._device = _device(device, tier)
+        if not isinstance(path, str):
+            raise TypeError("path must be a str, not %s" % type(path).__name__)
+        self._vol, self._own = _volume(uri, nsid, partition, offset)
+        try:
+            self._model = self._vol.open_model(path)
+        except BaseException:
+            if self._own:
+                self._vol.close()
+            raise
+        self._path = path
+        self._infos = _index(self._model)
+        self._loader = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._loader = None
+        self._model = None
+        if self._own and self._vol is not None:
+            self._vol.close()
+        self._vol = None
+
+    def _check(self):
+        if self._model is None:
+            raise Error(9, "%s: this safe_open is closed" % self._path)
+
+    def keys(self):
+        self._check()
+        return list(self._infos)
+
+    def metadata(self):
+        self._check()
+        return self._model.metadata()
+
+    def ggml_types(self):
+        """name -> ggml type name (GGUF; {} for safetensors)"""
+        self._check()
+        return {n: i.file_dtype for n, i in self._infos.items() if i.ggml_type >= 0}
+
+    def dtypes(self):
+        """name -> the file's dtype name (the real dtype of raw-bits numpy tensors)"""
+        self._check()
+        return {n: i.file_dtype for n, i in self._infos.items()}
+
+    def _info(self, name):
+        self._check()
+        if not isinstance(name, str):
+            raise TypeError("tensor names are str, not %s" % type(name).__name__)
+        try:
+            return self._infos[name]
+        except KeyError:
+            raise Error(2, "%s: no tensor named %r (%d tensors)" % (self._path, name, len(self._infos))) from None
+
+    def get_tensor(self, name):
+        info = self._info(name)
+        if self._loader is None:
+            # one loader for this file, reused by every get_tensor
+            self._loader = _gpunvme.Loader(self._model, self._tier, self._devidx)
+        bufs = self._loader.select([info.index])
+        bufs.load()
+        return _wrap(_gpunvme.Tensor(bufs, 0), info, self._fw)
+
+    def get_slice(self, name):
+        return _Slice(self, self._info(name))
+
+
+# ---- Hugging Face directories ---------------------------------------------------------------------
+
+
+def load_pretrained(uri, model_dir, device="cpu", framework="pt", tensors=None, tier=None, *, nsid=1,
+                    partition=None, offset=None, progress=False):
+    """A Hugging Face model directory (model.safetensors.index.json and its
+    shards, or one model.safetensors), its index file, a split GGUF's shard,
+    or one model file -> one StateDict, ready for
+    model.load_state_dict(sd, assign=True). Every shard is read by one loader
+    in one pass (the library's model set: include/gpunvme/modelset.h)."""
+    return load_file(uri, model_dir, device=device, framework=framework, tensors=tensors, tier=tier, nsid=nsid,
+                     partition=partition, offset=offset, progress=progress)
+
+
+def cuda_available():
+    """True when the extension has the CUDA backend and a GPU is visible"""
+    return bool(HAVE_CUDA) and _gpunvme.cuda_device_count() > 0

@@ -1,0 +1,1222 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * gpunvme._gpunvme: the CPython extension over libgpunvme. It holds the C
+ * objects and hands tensor memory out through DLPack; gpunvme/__init__.py
+ * turns that into numpy/torch tensors of the right dtype and shape.
+ *
+ * Object graph (each arrow is a strong reference):
+ *
+ *   capsule / DLManagedTensor -> Buffers -> Loader -> Model -> Volume
+ *   Tensor (exporter)         -> Buffers
+ *
+ * Volume: controller + namespace block device + file system.
+ * Model:  one model file's index and extents (or a model set's).
+ * Loader: a gpunvme_layer_loader on one tier / GPU.
+ * Buffers: a selection of tensors placed in loader memory, and loaded.
+ *
+ * Memory a consumer (numpy, torch) sees stays valid while any tensor over
+ * it lives: the DLPack deleter drops the Buffers reference, and everything
+ * down the chain goes with the last one. Volume.close() only stops new use;
+ * the controller is shut down when the last Model of the volume is gone.
+ *
+ * Locking: the controller's file system reader and a loader's queue pairs
+ * belong to one thread at a time, so every library call on a volume runs
+ * under the volume's mutex. Long calls release the GIL first; nothing takes
+ * the GIL while holding the mutex (progress callbacks run between chunks,
+ * with the mutex released), so deallocators may take the mutex with the GIL
+ * held without deadlocking.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpunvme/extents.h"
+#include "gpunvme/gpunvme.h"
+#include "gpunvme/loader.h"
+#include "gpunvme/model.h"
+#include "gpunvme/modelset.h"
+
+#ifdef GPUNVME_PY_CUDA
+#include <cuda_runtime_api.h>
+#include "gpunvme/gpu.h"
+#endif
+
+/* ---- DLPack (dmlc/dlpack dlpack.h, the legacy unversioned ABI) ---------------- */
+
+typedef struct {
+	int32_t device_type; /* DLDeviceType */
+	int32_t device_id;
+} DLDevice;
+
+typedef struct {
+	uint8_t code;  /* DLDataTypeCode: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4 */
+	uint8_t bits;
+	uint16_t lanes;
+} DLDataType;
+
+typedef struct {
+	void *data;
+	DLDevice device;
+	int32_t ndim;
+	DLDataType dtype;
+	int64_t *shape;
+	int64_t *strides;      /* NULL: compact row-major */
+	uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLManagedTensor {
+	DLTensor dl_tensor;
+	void *manager_ctx;
+	void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+
+enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 };
+enum { kDLUInt = 1 };
+
+/* ---- errors -------------------------------------------------------------------- */
+
+static PyObject *Error; /* gpunvme.Error(OSError): errno, strerror = the library's message */
+
+static PyObject *raise_err(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static PyObject *raise_err(int rc, const char *fmt, ...)
+{
+	char msg[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	PyObject *args = Py_BuildValue("(is)", rc < 0 ? -rc : rc, msg);
+	if (args) {
+		PyErr_SetObject(Error, args);
+		Py_DECREF(args);
+	}
+	return NULL;
+}
+
+/* The thread's last library message, copied before the GIL is taken back
+ * (it is per thread, and another library call could overwrite it). */
+#define LASTERR_LEN 1024
+static void save_err(char *buf)
+{
+	snprintf(buf, LASTERR_LEN, "%s", gpunvme_last_error());
+}
+
+#ifdef GPUNVME_PY_CUDA
+static int set_device(int dev, char *err)
+{
+	cudaError_t e = cudaSetDevice(dev);
+	if (e != cudaSuccess) {
+		snprintf(err, LASTERR_LEN, "cuda:%d: cudaSetDevice: %s (check the device index and CUDA_VISIBLE_DEVICES)",
+			 dev, cudaGetErrorString(e));
+		cudaGetLastError();
+		return -ENODEV;
+	}
+	return 0;
+}
+#endif
+
+/* ---- Volume -------------------------------------------------------------------- */
+
+typedef struct {
+	PyObject_HEAD
+	struct gpunvme_ctrl *c;
+	struct gpunvme_blkdev dev;
+	bool have_dev;
+	struct gpunvme_fs *fs;
+	pthread_mutex_t lock;
+	bool lock_init;
+	bool closed;         /* close() was called: no new use */
+	Py_ssize_t nchild;   /* Model objects alive */
+	uint32_t nsid;
+	char *uri;
+} Volume;
+
+static PyTypeObject VolumeType;
+
+static void vol_release(Volume *v)
+{
+	if (v->fs)
+		gpunvme_fs_close(v->fs);
+	if (v->have_dev)
+		gpunvme_blkdev_close(&v->dev);
+	if (v->c)
+		gpunvme_close(v->c);
+	v->fs = NULL;
+	v->have_dev = false;
+	v->c = NULL;
+}
+
+static int vol_usable(Volume *v)
+{
+	if (v->closed || !v->fs) {
+		raise_err(EBADF, "the gpunvme.Volume (%s) is closed: open a new one", v->uri ? v->uri : "?");
+		return -1;
+	}
+	return 0;
+}
+
+static int Volume_init(Volume *v, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "uri", "nsid", "offset", NULL };
+	const char *uri;
+	unsigned int nsid = 1;
+	unsigned long long offset = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IK", kwlist, &uri, &nsid, &offset))
+		return -1;
+	if (v->c || v->uri) {
+		raise_err(EINVAL, "Volume.__init__ called twice");
+		return -1;
+	}
+	if (!v->lock_init) {
+		pthread_mutex_init(&v->lock, NULL);
+		v->lock_init = true;
+	}
+	v->uri = strdup(uri);
+	v->nsid = nsid;
+	if (!v->uri) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	char err[LASTERR_LEN] = "";
+	int rc = 0;
+	const char *what = "";
+	uint64_t devsize = 0;
+	Py_BEGIN_ALLOW_THREADS
+	struct gpunvme_opts o;
+	gpunvme_opts_init(&o);
+	/* loaders take up to 8 queue pairs each, the file system reader one;
+	 * the controller grants what it has */
+	o.nr_io_queues = 64;
+	struct gpunvme_ns_info ni;
+	if ((rc = gpunvme_open(uri, &o, &v->c))) {
+		what = "cannot open the controller";
+	} else if ((rc = gpunvme_ns_info(v->c, nsid, &ni))) {
+		what = "namespace";
+	} else if ((rc = gpunvme_blkdev_open_ns(v->c, nsid, &v->dev))) {
+		what = "namespace";
+	} else {
+		v->have_dev = true;
+		devsize = v->dev.size;
+		if (offset >= devsize) {
+			rc = -EINVAL;
+			what = "offset";
+		} else if ((rc = gpunvme_fs_open(&v->dev, offset, &v->fs))) {
+			what = "file system";
+		}
+	}
+	if (rc)
+		save_err(err);
+	if (rc)
+		vol_release(v);
+	Py_END_ALLOW_THREADS
+	if (!rc)
+		return 0;
+	if (!strcmp(what, "offset"))
+		raise_err(rc, "%s: offset=%llu is past the end of namespace %u (%" PRIu64 " bytes)", uri, offset, nsid,
+			  devsize);
+	else if (!strcmp(what, "namespace"))
+		raise_err(rc, "%s: namespace %u: %s", uri, nsid, err);
+	else
+		raise_err(rc, "%s: %s", uri, err);
+	return -1;
+}
+
+static void Volume_dealloc(Volume *v)
+{
+	vol_release(v);
+	if (v->lock_init)
+		pthread_mutex_destroy(&v->lock);
+	free(v->uri);
+	Py_TYPE(v)->tp_free((PyObject *)v);
+}
+
+static PyObject *Volume_close(Volume *v, PyObject *unused)
+{
+	(void)unused;
+	v->closed = true;
+	/* the controller goes now when nothing loaded from it lives, else with
+	 * the last Model (Model_dealloc) */
+	if (!v->nchild) {
+		pthread_mutex_lock(&v->lock);
+		vol_release(v);
+		pthread_mutex_unlock(&v->lock);
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *Volume_closed(Volume *v, void *unused)
+{
+	(void)unused;
+	return PyBool_FromLong(v->closed);
+}
+
+static PyObject *Volume_fs_type(Volume *v, void *unused)
+{
+	(void)unused;
+	if (vol_usable(v))
+		return NULL;
+	return PyUnicode_FromString(gpunvme_fs_type(v->fs));
+}
+
+static PyObject *Volume_uri(Volume *v, void *unused)
+{
+	(void)unused;
+	return PyUnicode_FromString(v->uri ? v->uri : "");
+}
+
+/* path -> inode, errors named; called with the lock held and no GIL */
+static int vol_lookup(Volume *v, const char *path, uint64_t *ino, struct gpunvme_stat *st, char *err)
+{
+	int rc = gpunvme_fs_lookup(v->fs, path, ino);
+	if (!rc && st)
+		rc = gpunvme_fs_stat(v->fs, *ino, st);
+	if (rc)
+		snprintf(err, LASTERR_LEN, "%s: %s in the %s file system of %s (%s)", path, strerror(-rc),
+			 gpunvme_fs_type(v->fs), v->uri, gpunvme_last_error());
+	return rc;
+}
+
+static const char *ftype_of(uint32_t mode)
+{
+	switch (mode & 0170000) {
+	case 0100000: return "file";
+	case 0040000: return "dir";
+	case 0120000: return "symlink";
+	default: return "other";
+	}
+}
+
+static PyObject *Volume_stat(Volume *v, PyObject *args)
+{
+	const char *path;
+	if (!PyArg_ParseTuple(args, "s", &path) || vol_usable(v))
+		return NULL;
+	uint64_t ino = 0;
+	struct gpunvme_stat st;
+	char err[LASTERR_LEN];
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&v->lock);
+	rc = vol_lookup(v, path, &ino, &st, err);
+	pthread_mutex_unlock(&v->lock);
+	Py_END_ALLOW_THREADS
+	if (rc)
+		return raise_err(rc, "%s", err);
+	return Py_BuildValue("{s:K,s:I,s:s,s:I,s:I,s:I,s:K,s:K,s:L,s:I}", "ino", (unsigned long long)ino, "mode",
+			     st.mode, "type", ftype_of(st.mode), "nlink", st.nlink, "uid", st.uid, "gid", st.gid, "size",
+			     (unsigned long long)st.size, "blocks", (unsigned long long)st.blocks, "mtime_sec",
+			     (long long)st.mtime_sec, "mtime_nsec", st.mtime_nsec);
+}
+
+struct dirlist {
+	char **names;
+	size_t n, cap;
+	int oom;
+};
+
+static int dir_cb(void *arg, const char *name, size_t len, uint64_t ino, int ftype)
+{
+	(void)ino;
+	(void)ftype;
+	struct dirlist *d = arg;
+	if ((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))
+		return 0;
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? 2 * d->cap : 64;
+		char **p = realloc(d->names, cap * sizeof(*p));
+		if (!p)
+			return d->oom = 1;
+		d->names = p;
+		d->cap = cap;
+	}
+	if (!(d->names[d->n] = strndup(name, len)))
+		return d->oom = 1;
+	d->n++;
+	return 0;
+}
+
+static PyObject *Volume_listdir(Volume *v, PyObject *args)
+{
+	const char *path = "/";
+	if (!PyArg_ParseTuple(args, "|s", &path) || vol_usable(v))
+		return NULL;
+	struct dirlist d = { 0 };
+	char err[LASTERR_LEN];
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&v->lock);
+	uint64_t ino;
+	struct gpunvme_stat st;
+	rc = vol_lookup(v, path, &ino, &st, err);
+	if (!rc && (st.mode & 0170000) != 0040000) {
+		rc = -ENOTDIR;
+		snprintf(err, LASTERR_LEN, "%s: not a directory", path);
+	}
+	if (!rc && (rc = gpunvme_fs_readdir(v->fs, ino, dir_cb, &d)) < 0)
+		snprintf(err, LASTERR_LEN, "%s: %s", path, gpunvme_last_error());
+	pthread_mutex_unlock(&v->lock);
+	Py_END_ALLOW_THREADS
+	PyObject *list = NULL;
+	if (d.oom)
+		PyErr_NoMemory();
+	else if (rc < 0)
+		raise_err(rc, "%s", err);
+	else if ((list = PyList_New(0)))
+		for (size_t i = 0; i < d.n; i++) {
+			PyObject *s = PyUnicode_DecodeUTF8(d.names[i], (Py_ssize_t)strlen(d.names[i]), "surrogateescape");
+			if (!s || PyList_Append(list, s)) {
+				Py_XDECREF(s);
+				Py_CLEAR(list);
+				break;
+			}
+			Py_DECREF(s);
+		}
+	for (size_t i = 0; i < d.n; i++)
+		free(d.names[i]);
+	free(d.names);
+	return list;
+}
+
+/* read(path, offset=0, size=-1) -> bytes: a small file (an index json, a
+ * config) through the file system decoder */
+static PyObject *Volume_read(Volume *v, PyObject *args)
+{
+	const char *path;
+	unsigned long long off = 0;
+	long long size = -1;
+	if (!PyArg_ParseTuple(args, "s|KL", &path, &off, &size) || vol_usable(v))
+		return NULL;
+	char err[LASTERR_LEN];
+	int rc;
+	uint64_t ino;
+	struct gpunvme_stat st;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&v->lock);
+	rc = vol_lookup(v, path, &ino, &st, err);
+	pthread_mutex_unlock(&v->lock);
+	Py_END_ALLOW_THREADS
+	if (rc)
+		return raise_err(rc, "%s", err);
+	if ((st.mode & 0170000) != 0100000)
+		return raise_err(EISDIR, "%s: not a regular file", path);
+	uint64_t avail = off < st.size ? st.size - off : 0;
+	uint64_t n = size < 0 || (uint64_t)size > avail ? avail : (uint64_t)size;
+	if (n > (1ull << 30))
+		return raise_err(EFBIG, "%s: read of %" PRIu64 " bytes refused (1 GiB at most: load tensors instead)", path, n);
+	PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+	if (!b)
+		return NULL;
+	char *p = PyBytes_AS_STRING(b);
+	int64_t got;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&v->lock);
+	got = gpunvme_fs_pread(v->fs, ino, p, n, off);
+	if (got < 0)
+		save_err(err);
+	pthread_mutex_unlock(&v->lock);
+	Py_END_ALLOW_THREADS
+	if (got < 0) {
+		Py_DECREF(b);
+		return raise_err((int)got, "%s: %s", path, err);
+	}
+	if ((uint64_t)got != n)
+		_PyBytes_Resize(&b, (Py_ssize_t)got);
+	return b;
+}
+
+static PyObject *Volume_enter(Volume *v, PyObject *unused)
+{
+	(void)unused;
+	Py_INCREF(v);
+	return (PyObject *)v;
+}
+
+static PyObject *Volume_exit(Volume *v, PyObject *args)
+{
+	(void)args;
+	return Volume_close(v, NULL);
+}
+
+/* ---- Model --------------------------------------------------------------------- */
+
+typedef struct {
+	PyObject_HEAD
+	Volume *vol;
+	struct gpunvme_model_set *set; /* owns everything below */
+	struct gpunvme_model *m;      /* every tensor of every file of the set */
+	struct gpunvme_extent *ext;   /* the set's address space */
+	size_t n_ext;
+	uint64_t size;                /* bytes of the file (or set's address space) */
+	char *path;
+} Model;
+
+static PyTypeObject ModelType;
+
+/*
+ * The one place a model path becomes an index + extents: the library's model
+ * set (modelset.h) takes a single safetensors/GGUF file, a Hugging Face
+ * directory or its index, or a split GGUF's shard, and lays every file out
+ * in one address space a single loader reads. Lock held, no GIL.
+ */
+static int model_open(Volume *v, const char *path, Model *mo, char *err)
+{
+	int rc = gpunvme_model_set_open(v->fs, path, &mo->set);
+	if (rc) {
+		/* the library's message names the file it is about */
+		const char *msg = gpunvme_last_error();
+		snprintf(err, LASTERR_LEN, "%s%s%s", strstr(msg, path) ? "" : path, strstr(msg, path) ? "" : ": ", msg);
+		return rc;
+	}
+	mo->m = mo->set->model;
+	mo->ext = mo->set->ext;
+	mo->n_ext = mo->set->n_ext;
+	mo->size = mo->set->size;
+	return 0;
+}
+
+static PyObject *Volume_open_model(Volume *v, PyObject *args)
+{
+	const char *path;
+	if (!PyArg_ParseTuple(args, "s", &path) || vol_usable(v))
+		return NULL;
+	Model *mo = PyObject_New(Model, &ModelType);
+	if (!mo)
+		return NULL;
+	mo->vol = NULL;
+	mo->set = NULL;
+	mo->m = NULL;
+	mo->ext = NULL;
+	mo->n_ext = 0;
+	mo->size = 0;
+	mo->path = strdup(path);
+	if (!mo->path) {
+		Py_DECREF(mo);
+		return PyErr_NoMemory();
+	}
+	char err[LASTERR_LEN];
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&v->lock);
+	rc = model_open(v, path, mo, err);
+	pthread_mutex_unlock(&v->lock);
+	Py_END_ALLOW_THREADS
+	Py_INCREF(v);
+	mo->vol = v;
+	v->nchild++;
+	if (rc) {
+		Py_DECREF(mo);
+		return raise_err(rc, "%s", err);
+	}
+	return (PyObject *)mo;
+}
+
+static void Model_dealloc(Model *mo)
+{
+	gpunvme_model_set_free(mo->set);
+	free(mo->path);
+	Volume *v = mo->vol;
+	if (v) {
+		if (--v->nchild == 0 && v->closed) {
+			pthread_mutex_lock(&v->lock);
+			vol_release(v);
+			pthread_mutex_unlock(&v->lock);
+		}
+		Py_DECREF(v);
+	}
+	PyObject_Free(mo);
+}
+
+static PyObject *str_or_bytes(const char *s)
+{
+	return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "surrogateescape");
+}
+
+/* tensors() -> [(name, dtype, shape, offset, bytes, ggml_type)] in header
+ * order; shape as the file stores it (GGUF: ne[0] first) */
+static PyObject *Model_tensors(Model *mo, PyObject *unused)
+{
+	(void)unused;
+	PyObject *list = PyList_New((Py_ssize_t)mo->m->n_tensors);
+	if (!list)
+		return NULL;
+	for (size_t i = 0; i < mo->m->n_tensors; i++) {
+		const struct gpunvme_tensor *t = &mo->m->tensors[i];
+		PyObject *shape = PyTuple_New(t->ndim);
+		if (!shape) {
+			Py_DECREF(list);
+			return NULL;
+		}
+		for (uint32_t d = 0; d < t->ndim; d++)
+			PyTuple_SET_ITEM(shape, d, PyLong_FromUnsignedLongLong(t->shape[d]));
+		PyObject *name = str_or_bytes(t->name);
+		PyObject *item = name ? Py_BuildValue("(NsNKKi)", name, t->dtype, shape, (unsigned long long)t->offset,
+						      (unsigned long long)t->bytes, (int)t->ggml_type)
+				      : NULL;
+		if (!item) {
+			if (!name)
+				Py_DECREF(shape);
+			Py_DECREF(list);
+			return NULL;
+		}
+		PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+	}
+	return list;
+}
+
+/* metadata() -> {str: str} (safetensors __metadata__), or None */
+static PyObject *Model_metadata(Model *mo, PyObject *unused)
+{
+	(void)unused;
+	if (mo->m->format != GPUNVME_MODEL_SAFETENSORS || !mo->m->n_meta)
+		Py_RETURN_NONE;
+	PyObject *d = PyDict_New();
+	for (size_t i = 0; d && i < mo->m->n_meta; i++) {
+		PyObject *k = str_or_bytes(mo->m->meta[i].key), *val = str_or_bytes(mo->m->meta[i].value);
+		if (!k || !val || PyDict_SetItem(d, k, val))
+			Py_CLEAR(d);
+		Py_XDECREF(k);
+		Py_XDECREF(val);
+	}
+	return d;
+}
+
+static PyObject *Model_format(Model *mo, void *unused)
+{
+	(void)unused;
+	return PyUnicode_FromString(gpunvme_model_format_name(mo->m->format));
+}
+
+/* files() -> [(path, size)] of the set, in address order */
+static PyObject *Model_files(Model *mo, PyObject *unused)
+{
+	(void)unused;
+	PyObject *list = PyList_New((Py_ssize_t)mo->set->n_files);
+	for (size_t i = 0; list && i < mo->set->n_files; i++) {
+		PyObject *it = Py_BuildValue("(NK)", str_or_bytes(mo->set->files[i].path),
+					     (unsigned long long)mo->set->files[i].size);
+		if (!it) {
+			Py_CLEAR(list);
+			break;
+		}
+		PyList_SET_ITEM(list, (Py_ssize_t)i, it);
+	}
+	return list;
+}
+
+static PyObject *Model_kind(Model *mo, void *unused)
+{
+	(void)unused;
+	return PyUnicode_FromString(mo->set->kind);
+}
+
+static PyObject *Model_path(Model *mo, void *unused)
+{
+	(void)unused;
+	return PyUnicode_FromString(mo->path);
+}
+
+/* ---- Loader -------------------------------------------------------------------- */
+
+typedef struct {
+	PyObject_HEAD
+	Model *model;
+	struct gpunvme_layer_loader *l;
+	int tier;
+	int device;        /* CUDA device of the GPU tiers */
+} Loader;
+
+static PyTypeObject LoaderType;
+
+static pthread_mutex_t *loader_lock(Loader *ld)
+{
+	return &ld->model->vol->lock;
+}
+
+/* Loader(model, tier, device=0, queues=0) */
+static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "model", "tier", "device", "queues", NULL };
+	Model *mo;
+	int tier, device = 0;
+	unsigned int queues = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!i|iI", kwlist, &ModelType, &mo, &tier, &device, &queues))
+		return NULL;
+	if (tier < 0 || tier > 2)
+		return raise_err(EINVAL, "tier %d: expected 0 (CPU), 1 (pinned host memory) or 2 (GPU memory)", tier);
+	if (vol_usable(mo->vol))
+		return NULL;
+#ifndef GPUNVME_PY_CUDA
+	if (tier != GPUNVME_TIER_CPU)
+		return raise_err(ENOTSUP,
+				 "this gpunvme extension was built without CUDA: rebuild it on a machine with nvcc with "
+				 "GPUNVME_CUDA=ON pip install --no-build-isolation ./python (or use device=\"cpu\")");
+#endif
+	Loader *ld = (Loader *)type->tp_alloc(type, 0);
+	if (!ld)
+		return NULL;
+	Py_INCREF(mo);
+	ld->model = mo;
+	ld->tier = tier;
+	ld->device = device;
+	Volume *v = mo->vol;
+	char err[LASTERR_LEN];
+	int rc = 0;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&v->lock);
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.tier = (enum gpunvme_tier)tier;
+	o.queues = queues;
+#ifdef GPUNVME_PY_CUDA
+	if (tier != GPUNVME_TIER_CPU) {
+		o.gpu = gpunvme_loader_gpu_backend();
+		rc = set_device(device, err);
+	}
+#endif
+	if (!rc) {
+		rc = gpunvme_layer_loader_init(v->c, v->nsid, mo->ext, mo->n_ext, mo->size, &o, &ld->l);
+		if (rc)
+			snprintf(err, LASTERR_LEN, "%s: layer loader (tier %d): %s", mo->path, tier, gpunvme_last_error());
+		/* the CPU tier takes its queues again at its next load: idle
+		 * loaders (a safe_open between reads) leave them to others */
+		else if (tier == GPUNVME_TIER_CPU)
+			gpunvme_layer_loader_release_queues(ld->l);
+	}
+	pthread_mutex_unlock(&v->lock);
+	Py_END_ALLOW_THREADS
+	if (rc) {
+		Py_DECREF(ld);
+		return raise_err(rc, "%s", err);
+	}
+	return (PyObject *)ld;
+}
+
+static void Loader_dealloc(Loader *ld)
+{
+	if (ld->l) {
+		pthread_mutex_t *lk = loader_lock(ld);
+		pthread_mutex_lock(lk);
+#ifdef GPUNVME_PY_CUDA
+		char err[LASTERR_LEN];
+		if (ld->tier != GPUNVME_TIER_CPU)
+			set_device(ld->device, err);
+#endif
+		gpunvme_layer_loader_destroy(ld->l);
+		pthread_mutex_unlock(lk);
+	}
+	Py_XDECREF(ld->model);
+	Py_TYPE(ld)->tp_free((PyObject *)ld);
+}
+
+/* ---- Buffers ------------------------------------------------------------------- */
+
+typedef struct {
+	PyObject_HEAD
+	Loader *loader;
+	struct gpunvme_model_buffers *b;
+	bool loaded;
+} Buffers;
+
+static PyTypeObject BuffersType;
+
+static void Buffers_dealloc(Buffers *bu)
+{
+	if (bu->b) {
+		Loader *ld = bu->loader;
+		pthread_mutex_t *lk = loader_lock(ld);
+		pthread_mutex_lock(lk);
+#ifdef GPUNVME_PY_CUDA
+		char err[LASTERR_LEN];
+		if (ld->tier != GPUNVME_TIER_CPU)
+			set_device(ld->device, err);
+#endif
+		gpunvme_model_buffers_free(ld->l, bu->b);
+		pthread_mutex_unlock(lk);
+	}
+	Py_XDECREF(bu->loader);
+	Py_TYPE(bu)->tp_free((PyObject *)bu);
+}
+
+/* Loader.select(indices) -> Buffers: the tensors model.tensors()[i] for i in
+ * indices, in that order, placed in loader memory (nothing read yet) */
+static PyObject *Loader_select(Loader *ld, PyObject *args)
+{
+	PyObject *seq;
+	if (!PyArg_ParseTuple(args, "O", &seq))
+		return NULL;
+	PyObject *fast = PySequence_Fast(seq, "select() takes a sequence of tensor indices");
+	if (!fast)
+		return NULL;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+	size_t *idx = malloc(((size_t)n + 1) * sizeof(*idx));
+	if (!idx) {
+		Py_DECREF(fast);
+		return PyErr_NoMemory();
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		size_t k = PyLong_AsSize_t(PySequence_Fast_GET_ITEM(fast, i));
+		if (k == (size_t)-1 && PyErr_Occurred()) {
+			free(idx);
+			Py_DECREF(fast);
+			return NULL;
+		}
+		idx[i] = k;
+	}
+	Py_DECREF(fast);
+	if (vol_usable(ld->model->vol)) {
+		free(idx);
+		return NULL;
+	}
+	Buffers *bu = PyObject_New(Buffers, &BuffersType);
+	if (!bu) {
+		free(idx);
+		return NULL;
+	}
+	Py_INCREF(ld);
+	bu->loader = ld;
+	bu->b = NULL;
+	bu->loaded = false;
+	char err[LASTERR_LEN];
+	int rc = 0;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(loader_lock(ld));
+#ifdef GPUNVME_PY_CUDA
+	if (ld->tier != GPUNVME_TIER_CPU)
+		rc = set_device(ld->device, err);
+#endif
+	if (!rc && (rc = gpunvme_model_buffers_alloc_sel(ld->l, ld->model->m, idx, (size_t)n, &bu->b)))
+		snprintf(err, LASTERR_LEN, "%s: %s", ld->model->path, gpunvme_last_error());
+	pthread_mutex_unlock(loader_lock(ld));
+	Py_END_ALLOW_THREADS
+	free(idx);
+	if (rc) {
+		Py_DECREF(bu);
+		return raise_err(rc, "%s", err);
+	}
+	return (PyObject *)bu;
+}
+
+#define LOAD_CHUNK (64ull << 20) /* progress granularity */
+
+/* One locked, GIL-free step: a whole model load (chunk == NULL) or one
+ * chunk of one run. */
+static int load_step(Loader *ld, struct gpunvme_model_buffers *b, const struct gpunvme_model_run *r, uint64_t o,
+		     uint64_t n, char *err)
+{
+	int rc = 0;
+	uint16_t status = 0;
+	pthread_mutex_lock(loader_lock(ld));
+#ifdef GPUNVME_PY_CUDA
+	if (ld->tier != GPUNVME_TIER_CPU)
+		rc = set_device(ld->device, err);
+#endif
+	if (!rc) {
+		rc = r ? gpunvme_load_layer(ld->l, r->off + o, n, r->dst + o, &status)
+		       : gpunvme_model_load(ld->l, b, NULL, NULL, &status);
+		if (rc)
+			snprintf(err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
+	}
+	if (ld->tier == GPUNVME_TIER_CPU)
+		gpunvme_layer_loader_release_queues(ld->l);
+	pthread_mutex_unlock(loader_lock(ld));
+	return rc;
+}
+
+/* Buffers.load(progress=None): read every run; progress(done, total) is
+ * called after each chunk of at most 64 MiB (bytes the runs read) */
+static PyObject *Buffers_load(Buffers *bu, PyObject *args)
+{
+	PyObject *cb = Py_None;
+	if (!PyArg_ParseTuple(args, "|O", &cb))
+		return NULL;
+	Loader *ld = bu->loader;
+	if (vol_usable(ld->model->vol))
+		return NULL;
+	char err[LASTERR_LEN];
+	int rc = 0;
+	if (cb == Py_None) {
+		Py_BEGIN_ALLOW_THREADS
+		rc = load_step(ld, bu->b, NULL, 0, 0, err);
+		Py_END_ALLOW_THREADS
+	} else {
+		uint64_t done = 0, all = bu->b->run_bytes;
+		for (size_t k = 0; k < bu->b->n_runs && !rc; k++) {
+			const struct gpunvme_model_run *r = &bu->b->runs[k];
+			for (uint64_t o = 0; o < r->len && !rc; o += LOAD_CHUNK) {
+				uint64_t n = r->len - o < LOAD_CHUNK ? r->len - o : LOAD_CHUNK;
+				Py_BEGIN_ALLOW_THREADS
+				rc = load_step(ld, bu->b, r, o, n, err);
+				Py_END_ALLOW_THREADS
+				if (rc)
+					break;
+				done += n;
+				PyObject *res = PyObject_CallFunction(cb, "KK", (unsigned long long)done,
+								      (unsigned long long)all);
+				if (!res)
+					return NULL;
+				Py_DECREF(res);
+			}
+		}
+	}
+	if (rc)
+		return raise_err(rc, "%s", err);
+	bu->loaded = true;
+	Py_RETURN_NONE;
+}
+
+static PyObject *Buffers_run_bytes(Buffers *bu, void *unused)
+{
+	(void)unused;
+	return PyLong_FromUnsignedLongLong(bu->b->run_bytes);
+}
+
+static PyObject *Buffers_n_runs(Buffers *bu, void *unused)
+{
+	(void)unused;
+	return PyLong_FromSize_t(bu->b->n_runs);
+}
+
+/* ---- Tensor: a DLPack exporter over one selected tensor's bytes ------------------ */
+
+typedef struct {
+	PyObject_HEAD
+	Buffers *owner;
+	size_t k;
+} Tensor;
+
+static PyTypeObject TensorType;
+
+static char zero_byte; /* data pointer of zero-size host tensors: never NULL */
+
+struct dl_holder {
+	DLManagedTensor mt;
+	int64_t shape[1];
+	PyObject *owner;
+};
+
+/* The consumer is done with the memory. May run on any thread (torch frees
+ * tensors from its own), so take the GIL; after interpreter shutdown there
+ * is nothing left to release. */
+static void dl_deleter(DLManagedTensor *self)
+{
+	struct dl_holder *h = self->manager_ctx;
+	if (!h)
+		return;
+#if PY_VERSION_HEX >= 0x030D0000
+	int gone = !Py_IsInitialized() || Py_IsFinalizing();
+#else
+	int gone = !Py_IsInitialized() || _Py_IsFinalizing();
+#endif
+	if (!gone) {
+		PyGILState_STATE g = PyGILState_Ensure();
+		Py_XDECREF(h->owner);
+		PyGILState_Release(g);
+	}
+	free(h);
+}
+
+/* A capsule never consumed ("dltensor" still) owns its tensor; a consumed
+ * one was renamed "used_dltensor" and the consumer calls the deleter. */
+static void dl_capsule_destructor(PyObject *cap)
+{
+	if (!PyCapsule_IsValid(cap, "dltensor"))
+		return;
+	PyObject *et, *ev, *tb;
+	PyErr_Fetch(&et, &ev, &tb);
+	DLManagedTensor *mt = PyCapsule_GetPointer(cap, "dltensor");
+	if (mt && mt->deleter)
+		mt->deleter(mt);
+	else if (!mt)
+		PyErr_WriteUnraisable(cap);
+	PyErr_Restore(et, ev, tb);
+}
+
+static PyObject *Tensor_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "buffers", "index", NULL };
+	Buffers *bu;
+	Py_ssize_t k;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!n", kwlist, &BuffersType, &bu, &k))
+		return NULL;
+	if (k < 0 || (size_t)k >= bu->b->n_tensors)
+		return raise_err(EINVAL, "tensor index %zd out of range (%zu selected)", k, bu->b->n_tensors);
+	if (!bu->loaded)
+		return raise_err(EINVAL, "the tensors are not loaded yet: call load() first");
+	Tensor *t = (Tensor *)type->tp_alloc(type, 0);
+	if (!t)
+		return NULL;
+	Py_INCREF(bu);
+	t->owner = bu;
+	t->k = (size_t)k;
+	return (PyObject *)t;
+}
+
+static void Tensor_dealloc(Tensor *t)
+{
+	Py_XDECREF(t->owner);
+	Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static void tensor_device(Tensor *t, int32_t *type, int32_t *id)
+{
+	Loader *ld = t->owner->loader;
+	/* Tier 1 is host memory (pinned, mapped for the GPU): CPU tensors */
+	*type = ld->tier == GPUNVME_TIER_2 ? kDLCUDA : kDLCPU;
+	*id = ld->tier == GPUNVME_TIER_2 ? ld->device : 0;
+}
+
+/* __dlpack__(stream=None, max_version=None, dl_device=None, copy=None):
+ * the tensor's bytes as a 1-D uint8 DLPack tensor (legacy capsule); the
+ * Python layer views it as the real dtype and shape. The data is complete
+ * when this is called (the load waited), so any stream may use it. */
+static PyObject *Tensor_dlpack(Tensor *t, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "stream", "max_version", "dl_device", "copy", NULL };
+	PyObject *stream = Py_None, *maxv = Py_None, *dl_device = Py_None, *copy = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOO", kwlist, &stream, &maxv, &dl_device, &copy))
+		return NULL;
+	if (copy == Py_True)
+		return raise_err(ENOTSUP, "__dlpack__(copy=True): gpunvme tensors are exported without a copy");
+	struct dl_holder *h = calloc(1, sizeof(*h));
+	if (!h)
+		return PyErr_NoMemory();
+	const struct gpunvme_tensor *ten = t->owner->b->tensors[t->k];
+	void *p = t->owner->b->ptr[t->k];
+	int32_t dt, id;
+	tensor_device(t, &dt, &id);
+	if (!p && dt == kDLCPU)
+		p = &zero_byte;
+	h->shape[0] = (int64_t)ten->bytes;
+	h->mt.dl_tensor = (DLTensor){
+		.data = p,
+		.device = { dt, id },
+		.ndim = 1,
+		.dtype = { kDLUInt, 8, 1 },
+		.shape = h->shape,
+		.strides = NULL,
+		.byte_offset = 0,
+	};
+	h->mt.manager_ctx = h;
+	h->mt.deleter = dl_deleter;
+	Py_INCREF(t->owner);
+	h->owner = (PyObject *)t->owner;
+	PyObject *cap = PyCapsule_New(&h->mt, "dltensor", dl_capsule_destructor);
+	if (!cap) {
+		Py_DECREF(h->owner);
+		free(h);
+	}
+	return cap;
+}
+
+static PyObject *Tensor_dlpack_device(Tensor *t, PyObject *unused)
+{
+	(void)unused;
+	int32_t dt, id;
+	tensor_device(t, &dt, &id);
+	return Py_BuildValue("(ii)", dt, id);
+}
+
+static PyObject *Tensor_nbytes(Tensor *t, void *unused)
+{
+	(void)unused;
+	return PyLong_FromUnsignedLongLong(t->owner->b->tensors[t->k]->bytes);
+}
+
+static PyObject *Tensor_data_ptr(Tensor *t, void *unused)
+{
+	(void)unused;
+	return PyLong_FromVoidPtr(t->owner->b->ptr[t->k]);
+}
+
+/* ---- type tables ------------------------------------------------------------------- */
+
+/* GPUs the CUDA runtime sees (0 without the CUDA backend) */
+static PyObject *mod_cuda_device_count(PyObject *m, PyObject *unused)
+{
+	(void)m;
+	(void)unused;
+	int n = 0;
+#ifdef GPUNVME_PY_CUDA
+	Py_BEGIN_ALLOW_THREADS
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		n = 0;
+	}
+	Py_END_ALLOW_THREADS
+#endif
+	return PyLong_FromLong(n);
+}
+
+static PyMethodDef mod_methods[] = {
+	{ "cuda_device_count", mod_cuda_device_count, METH_NOARGS, "GPUs the CUDA runtime sees (0 without CUDA)" },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyMethodDef Volume_methods[] = {
+	{ "close", (PyCFunction)Volume_close, METH_NOARGS, "Stop using the volume; the controller is shut down "
+							    "when the last tensor loaded from it is gone." },
+	{ "stat", (PyCFunction)Volume_stat, METH_VARARGS, "stat(path) -> dict" },
+	{ "listdir", (PyCFunction)Volume_listdir, METH_VARARGS, "listdir(path='/') -> [name] (no '.' and '..')" },
+	{ "read", (PyCFunction)Volume_read, METH_VARARGS, "read(path, offset=0, size=-1) -> bytes (at most 1 GiB)" },
+	{ "open_model", (PyCFunction)Volume_open_model, METH_VARARGS, "open_model(path) -> Model" },
+	{ "__enter__", (PyCFunction)Volume_enter, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)Volume_exit, METH_VARARGS, NULL },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyGetSetDef Volume_getset[] = {
+	{ "closed", (getter)Volume_closed, NULL, NULL, NULL },
+	{ "fs_type", (getter)Volume_fs_type, NULL, "\"ext4\" or \"xfs\"", NULL },
+	{ "uri", (getter)Volume_uri, NULL, NULL, NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
+};
+
+static PyTypeObject VolumeType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "gpunvme._gpunvme.Volume",
+	.tp_basicsize = sizeof(Volume),
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+	.tp_doc = "Volume(uri, nsid=1, offset=0): a controller, namespace and file system",
+	.tp_new = PyType_GenericNew,
+	.tp_init = (initproc)Volume_init,
+	.tp_dealloc = (destructor)Volume_dealloc,
+	.tp_methods = Volume_methods,
+	.tp_getset = Volume_getset,
+};
+
+static PyMethodDef Model_methods[] = {
+	{ "tensors", (PyCFunction)Model_tensors, METH_NOARGS,
+	  "tensors() -> [(name, dtype, shape, offset, nbytes, ggml_type)], shape as stored" },
+	{ "metadata", (PyCFunction)Model_metadata, METH_NOARGS, "metadata() -> dict or None" },
+	{ "files", (PyCFunction)Model_files, METH_NOARGS, "files() -> [(path, size)]" },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyGetSetDef Model_getset[] = {
+	{ "format", (getter)Model_format, NULL, "\"safetensors\" or \"gguf\"", NULL },
+	{ "path", (getter)Model_path, NULL, NULL, NULL },
+	{ "kind", (getter)Model_kind, NULL, "\"file\", \"hf-index\", \"hf-dir\" or \"gguf-split\"", NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
+};
+
+static PyTypeObject ModelType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "gpunvme._gpunvme.Model",
+	.tp_basicsize = sizeof(Model),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "A model file's tensor index (Volume.open_model)",
+	.tp_dealloc = (destructor)Model_dealloc,
+	.tp_methods = Model_methods,
+	.tp_getset = Model_getset,
+};
+
+static PyMethodDef Loader_methods[] = {
+	{ "select", (PyCFunction)Loader_select, METH_VARARGS, "select(indices) -> Buffers" },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyTypeObject LoaderType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "gpunvme._gpunvme.Loader",
+	.tp_basicsize = sizeof(Loader),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Loader(model, tier, device=0, queues=0)",
+	.tp_new = Loader_new,
+	.tp_dealloc = (destructor)Loader_dealloc,
+	.tp_methods = Loader_methods,
+};
+
+static PyMethodDef Buffers_methods[] = {
+	{ "load", (PyCFunction)Buffers_load, METH_VARARGS, "load(progress=None)" },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyGetSetDef Buffers_getset[] = {
+	{ "run_bytes", (getter)Buffers_run_bytes, NULL, "bytes the runs read (gaps included)", NULL },
+	{ "n_runs", (getter)Buffers_n_runs, NULL, NULL, NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
+};
+
+static PyTypeObject BuffersType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "gpunvme._gpunvme.Buffers",
+	.tp_basicsize = sizeof(Buffers),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Selected tensors in loader memory (Loader.select)",
+	.tp_dealloc = (destructor)Buffers_dealloc,
+	.tp_methods = Buffers_methods,
+	.tp_getset = Buffers_getset,
+};
+
+static PyMethodDef Tensor_methods[] = {
+	{ "__dlpack__", (PyCFunction)(void (*)(void))Tensor_dlpack, METH_VARARGS | METH_KEYWORDS, NULL },
+	{ "__dlpack_device__", (PyCFunction)Tensor_dlpack_device, METH_NOARGS, NULL },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyGetSetDef Tensor_getset[] = {
+	{ "nbytes", (getter)Tensor_nbytes, NULL, NULL, NULL },
+	{ "data_ptr", (getter)Tensor_data_ptr, NULL, NULL, NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
+};
+
+static PyTypeObject TensorType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "gpunvme._gpunvme.Tensor",
+	.tp_basicsize = sizeof(Tensor),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Tensor(buffers, index): DLPack exporter of one loaded tensor's bytes (1-D uint8)",
+	.tp_new = Tensor_new,
+	.tp_dealloc = (destructor)Tensor_dealloc,
+	.tp_methods = Tensor_methods,
+	.tp_getset = Tensor_getset,
+};
+
+static struct PyModuleDef moddef = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "gpunvme._gpunvme",
+	.m_doc = "libgpunvme: controllers, file systems, model indexes and loaders (use the gpunvme package)",
+	.m_size = -1,
+	.m_methods = mod_methods,
+};
+
+PyMODINIT_FUNC PyInit__gpunvme(void)
+{
+	PyTypeObject *types[] = { &VolumeType, &ModelType, &LoaderType, &BuffersType, &TensorType };
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+		if (PyType_Ready(types[i]) < 0)
+			return NULL;
+	PyObject *m = PyModule_Create(&moddef);
+	if (!m)
+		return NULL;
+	Error = PyErr_NewExceptionWithDoc("gpunvme.Error",
+					  "A gpunvme failure: errno and strerror (the library's message, with the fix).",
+					  PyExc_OSError, NULL);
+	if (!Error || PyModule_AddObjectRef(m, "Error", Error) < 0)
+		goto fail;
+	const char *names[] = { "Volume", "Model", "Loader", "Buffers", "Tensor" };
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+		if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0)
+			goto fail;
+#ifdef GPUNVME_PY_CUDA
+	if (PyModule_AddObjectRef(m, "HAVE_CUDA", Py_True) < 0)
+		goto fail;
+#else
+	if (PyModule_AddObjectRef(m, "HAVE_CUDA", Py_False) < 0)
+		goto fail;
+#endif
+	if (PyModule_AddIntConstant(m, "TIER_CPU", GPUNVME_TIER_CPU) || PyModule_AddIntConstant(m, "TIER_1", GPUNVME_TIER_1) ||
+	    PyModule_AddIntConstant(m, "TIER_2", GPUNVME_TIER_2))
+		goto fail;
+	return m;
+fail:
+	Py_DECREF(m);
+	return NULL;
+}
