@@ -30,7 +30,10 @@ cat "$OUT/machine.txt"
 
 log "build: the Python extension with CUDA (sm_90)"
 export CMAKE_CUDA_ARCHITECTURES=90 GPUNVME_CUDA=ON
-if ! python3 -m pip install --no-build-isolation --no-deps ./python > "$OUT/pip.log" 2>&1; then
+# the machine's Python may be "externally managed" (PEP 668): it is a
+# throwaway machine, so the package goes into its site-packages anyway
+if ! python3 -m pip install --no-build-isolation --no-deps ./python > "$OUT/pip.log" 2>&1 &&
+	! python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python >> "$OUT/pip.log" 2>&1; then
 	tail -n 30 "$OUT/pip.log" >&2
 	log "pip install failed"
 	exit 1
