@@ -11,6 +11,7 @@
 #   qemu-system-x86, cpio, kmod  the QEMU guest tests (tests/qemu); the guest
 #                             kernel and busybox come from scripts/qemu/setup.sh
 #   xfsprogs, e2fsprogs, zstd  file system images for the extent decoders' tests
+#   fdisk                      sfdisk: partition tables for the partition tests
 # Run as root (CI) or through sudo.
 set -euo pipefail
 
@@ -28,6 +29,7 @@ PACKAGES=(
 	kmod
 	xfsprogs
 	e2fsprogs
+	fdisk
 	zstd
 )
 
