@@ -351,8 +351,16 @@ int gpunvme_part_list(const struct gpunvme_blkdev *dev, struct gpunvme_partition
 		int rb = gpt_read(dev, dev->size / bs - 1, &l);
 		if (rb) {
 			free(l.v);
+			/* a table written for other LBAs: its header is at
+			 * byte 512 or 4096, not at this LBA 1 */
+			uint8_t sig[8];
+			uint64_t other = bs == 512 ? 4096 : 512;
+			bool moved = dev_read(dev, other, sig, 8) == 0 && !memcmp(sig, "EFI PART", 8);
 			return gpunvme_set_error(-EUCLEAN, "a protective MBR (type 0xEE) but no valid GPT header at LBA 1 "
-							   "or at the last LBA (%" PRIu32 "-byte LBAs)", bs);
+							   "or at the last LBA (%" PRIu32 "-byte LBAs)%s", bs,
+						 moved ? other == 4096 ? ": there is one at byte 4096, written for 4096-byte LBAs"
+								       : ": there is one at byte 512, written for 512-byte LBAs"
+						       : "");
 		}
 		gpunvme_set_error(0, "note: no primary GPT header; the backup GPT at the last LBA was used");
 		rc = 0;
