@@ -14,6 +14,7 @@
 #   python3-dev, -numpy, -pytest, -setuptools, -venv, -wheel  the Python package
 #                             (python/: headers for the extension, its tests;
 #                             make python / make test-python install nothing else)
+#   fdisk                      sfdisk: partition tables for the partition tests
 # Run as root (CI) or through sudo.
 set -euo pipefail
 
@@ -37,6 +38,7 @@ PACKAGES=(
 	kmod
 	xfsprogs
 	e2fsprogs
+	fdisk
 	zstd
 )
 

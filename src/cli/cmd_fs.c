@@ -30,24 +30,26 @@ struct fs_opts {
 	const char *fiemap;  /* extents --fiemap FILE */
 	uint32_t nsid;
 	uint64_t offset;     /* --offset: the file system's byte offset on the device */
+	bool have_offset;
+	uint32_t partition;  /* --partition N, 0 = automatic */
 	bool json, longfmt;
 };
 
 static void help(int cmd)
 {
 	static const char *const use[] = {
-		"usage: gpunvme ls URI [PATH] [--nsid N] [--offset BYTES] [-l] [--json]\n"
+		"usage: gpunvme ls URI [PATH] [--nsid N] [--partition N | --offset BYTES] [-l] [--json]\n"
 		"       gpunvme ls --image FILE [PATH] [options]\n"
 		"\n"
 		"List a directory (default /) of the ext4 or XFS file system on a namespace,\n"
 		"without mounting it. Entries are sorted by name; '.' and '..' are left out.\n"
 		"A PATH naming a file lists that file.\n",
-		"usage: gpunvme stat URI PATH [--nsid N] [--offset BYTES] [--json]\n"
+		"usage: gpunvme stat URI PATH [--nsid N] [--partition N | --offset BYTES] [--json]\n"
 		"       gpunvme stat --image FILE PATH [options]\n"
 		"\n"
 		"Inode of PATH: number, type, mode, links, owner, size, bytes allocated, mtime.\n"
 		"A symbolic link is shown itself (as stat(1) without -L), with its target.\n",
-		"usage: gpunvme extents URI PATH [--nsid N] [--offset BYTES] [--json]\n"
+		"usage: gpunvme extents URI PATH [--nsid N] [--partition N | --offset BYTES] [--json]\n"
 		"       gpunvme extents --image FILE PATH [options]\n"
 		"       gpunvme extents --fiemap FILE [--json]\n"
 		"\n"
@@ -57,7 +59,7 @@ static void help(int cmd)
 		"the length and whether it is unwritten (allocated, reads as zeroes).\n"
 		"Holes are the gaps between extents. --fiemap asks the kernel (FS_IOC_FIEMAP)\n"
 		"about a file on a mounted file system; it must live on an NVMe namespace.\n",
-		"usage: gpunvme cat URI PATH [--nsid N] [--offset BYTES]\n"
+		"usage: gpunvme cat URI PATH [--nsid N] [--partition N | --offset BYTES]\n"
 		"       gpunvme cat --image FILE PATH [options]\n"
 		"\n"
 		"The bytes of a regular file to stdout (holes and unwritten ranges read as\n"
@@ -66,8 +68,11 @@ static void help(int cmd)
 	printf("%s", use[cmd]);
 	printf("\n"
 	       "  -n, --nsid N         namespace (default 1)\n"
+	       "      --partition N    the file system in partition N of the GPT or MBR table\n"
+	       "                       (numbered as Linux does: MBR logical partitions from 5)\n"
 	       "      --offset BYTES   byte offset of the file system on the namespace or image\n"
-	       "                       (a partition's start; default 0; K/M/G suffixes)\n"
+	       "                       (K/M/G suffixes). Without either: byte 0 when a file\n"
+	       "                       system starts there, else the one partition holding one\n"
 	       "      --image FILE     read an image file (or block device) directly instead\n"
 	       "                       of a namespace through the driver; no URI then\n"
 	       "%s%s"
@@ -89,6 +94,7 @@ static int parse(int argc, char **argv, struct fs_opts *o)
 		{"nsid", required_argument, NULL, 'n'},
 		{"namespace-id", required_argument, NULL, 'n'},
 		{"offset", required_argument, NULL, 'O'},
+		{"partition", required_argument, NULL, 'P'},
 		{"image", required_argument, NULL, 'I'},
 		{"fiemap", required_argument, NULL, 'F'},
 		{"long", no_argument, NULL, 'l'},
@@ -105,7 +111,12 @@ static int parse(int argc, char **argv, struct fs_opts *o)
 				return rc;
 			break;
 		case 'O':
-			if ((rc = cli_opt_u64("--offset", optarg, true, 0, UINT64_MAX, &o->offset)))
+			if ((rc = cli_opt_u64("--offset", optarg, true, 0, UINT64_MAX - 1, &o->offset)))
+				return rc;
+			o->have_offset = true;
+			break;
+		case 'P':
+			if ((rc = cli_opt_u32("--partition", optarg, false, 1, 1u << 20, &o->partition)))
 				return rc;
 			break;
 		case 'I': o->image = optarg; break;
@@ -159,6 +170,8 @@ static int parse(int argc, char **argv, struct fs_opts *o)
 		if ((rc = cli_check_uri(o->uri)))
 			return rc;
 	}
+	if (o->have_offset && o->partition)
+		return cli_usage_err("--offset and --partition both say where the file system is: give one");
 	if (npos > 1)
 		return cli_usage_err("unexpected argument '%s' (one PATH)", pos[1]);
 	if (npos == 1)
@@ -607,7 +620,7 @@ static int run(int cmd, int argc, char **argv)
 	if (o.fiemap)
 		return do_fiemap(&o);
 	struct cli_fs h;
-	if ((rc = cli_fs_open(&h, o.uri, NULL, o.image, o.nsid, o.offset)))
+	if ((rc = cli_fs_open(&h, o.uri, NULL, o.image, o.nsid, o.have_offset ? o.offset : CLI_FS_LOCATE, o.partition)))
 		return rc;
 	switch (cmd) {
 	case FS_LS: rc = do_ls(&o, &h); break;

@@ -36,6 +36,8 @@ struct load_opts {
 	const char *uri, *path, *tensors;
 	uint32_t nsid, queues, depth;
 	uint64_t offset;
+	bool have_offset;
+	uint32_t partition;         /* --partition N, 0 = automatic */
 	int tier;                   /* -1 auto */
 	bool verify, json, progress;
 };
@@ -66,7 +68,11 @@ static void help(void)
 	       "llama.cpp split GGUF (...-00001-of-00003.gguf: every shard is loaded).\n"
 	       "\n"
 	       "  -n, --nsid N          namespace (default 1)\n"
-	       "      --offset BYTES    the file system's byte offset on the namespace (default 0)\n"
+	       "      --partition N     the file system in partition N (GPT or MBR; MBR logical\n"
+	       "                        partitions from 5)\n"
+	       "      --offset BYTES    the file system's byte offset on the namespace (default:\n"
+	       "                        byte 0 when a file system starts there, else the one\n"
+	       "                        partition holding one)\n"
 	       "  -t, --tensors GLOBS   only tensors matching a pattern (* ? [..]; comma list)\n"
 	       "      --tier T          2: GPU memory, 1: pinned host memory (GPU-initiated I/O),\n"
 	       "                        cpu: host memory through the CPU data path\n"
@@ -86,6 +92,7 @@ static int parse(int argc, char **argv, struct load_opts *o)
 	static const struct option lo[] = {
 		{"nsid", required_argument, NULL, 'n'},
 		{"offset", required_argument, NULL, 'O'},
+		{"partition", required_argument, NULL, 'p' + 256},
 		{"tensors", required_argument, NULL, 't'},
 		{"tier", required_argument, NULL, 'T'},
 		{"queues", required_argument, NULL, 'q'},
@@ -104,7 +111,12 @@ static int parse(int argc, char **argv, struct load_opts *o)
 				return rc;
 			break;
 		case 'O':
-			if ((rc = cli_opt_u64("--offset", optarg, true, 0, UINT64_MAX, &o->offset)))
+			if ((rc = cli_opt_u64("--offset", optarg, true, 0, UINT64_MAX - 1, &o->offset)))
+				return rc;
+			o->have_offset = true;
+			break;
+		case 'p' + 256:
+			if ((rc = cli_opt_u32("--partition", optarg, false, 1, 1u << 20, &o->partition)))
 				return rc;
 			break;
 		case 't':
@@ -144,6 +156,8 @@ static int parse(int argc, char **argv, struct load_opts *o)
 		return cli_usage_err("missing PATH (the model file or directory in the file system, e.g. /models/m.safetensors)");
 	if (npos > 2)
 		return cli_usage_err("unexpected argument '%s'", argv[optind + 2]);
+	if (o->have_offset && o->partition)
+		return cli_usage_err("--offset and --partition both say where the file system is: give one");
 	o->uri = argv[optind];
 	o->path = argv[optind + 1];
 	struct stat sb;
@@ -164,7 +178,8 @@ static int open_file(struct load_ctx *x)
 	uint32_t want = (o->queues ? o->queues : 8) + 1;
 	if (go.nr_io_queues < want)
 		go.nr_io_queues = want;
-	if ((rc = cli_fs_open(&x->f, o->uri, &go, NULL, o->nsid, o->offset)))
+	if ((rc = cli_fs_open(&x->f, o->uri, &go, NULL, o->nsid, o->have_offset ? o->offset : CLI_FS_LOCATE,
+			      o->partition)))
 		return rc;
 	if ((rc = gpunvme_model_set_open(x->f.fs, o->path, &x->set))) {
 		if (rc == -ENOENT || rc == -ENOTDIR)

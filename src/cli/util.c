@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "gpunvme/emu.h"
+#include "gpunvme/part.h"
 #include "util.h"
 
 const char *cli_cmd;
@@ -642,7 +643,7 @@ void cli_fs_close(struct cli_fs *h)
 }
 
 int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *opts, const char *image,
-		uint32_t nsid, uint64_t offset)
+		uint32_t nsid, uint64_t offset, uint32_t partno)
 {
 	int rc;
 	memset(h, 0, sizeof(*h));
@@ -661,6 +662,15 @@ int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *op
 		}
 	}
 	h->have_dev = true;
+	if (offset == CLI_FS_LOCATE) {
+		if ((rc = gpunvme_fs_locate(&h->dev, partno, &offset))) {
+			cli_fs_close(h);
+			return cli_lib_err(rc, "%s", image ? image : uri);
+		}
+		/* the table was read from its backup: worth knowing, not fatal */
+		if (!strncmp(gpunvme_last_error(), "note: ", 6))
+			fprintf(stderr, "gpunvme: %s\n", gpunvme_last_error());
+	}
 	if (offset > h->dev.size) {
 		uint64_t size = h->dev.size;
 		cli_fs_close(h);

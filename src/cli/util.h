@@ -93,8 +93,12 @@ struct cli_fs {
 	bool have_dev;
 	struct gpunvme_fs *fs;
 };
+/* offset CLI_FS_LOCATE: find the file system (gpunvme_fs_locate), in
+ * partition `partno` (1-based) or, with 0, at byte 0 or in the one
+ * partition holding one. */
+#define CLI_FS_LOCATE UINT64_MAX
 int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *opts, const char *image,
-		uint32_t nsid, uint64_t offset);
+		uint32_t nsid, uint64_t offset, uint32_t partno);
 void cli_fs_close(struct cli_fs *h);
 
 /* ---- time ---------------------------------------------------------------- */

@@ -93,6 +93,21 @@ int gpunvme_fs_open(const struct gpunvme_blkdev *dev, uint64_t part_off, struct 
 	return gpunvme_set_error(-EINVAL, "no file system found (neither ext2/3/4 nor XFS superblock)");
 }
 
+int fs_probe_at(const struct gpunvme_blkdev *dev, uint64_t off, const char **type)
+{
+	if (!dev || off >= dev->size)
+		return 0;
+	struct gpunvme_fs fs = { .dev = *dev, .part_off = off, .size = dev->size - off };
+	for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
+		fs.ops = backends[i];
+		if (fs.ops->probe(&fs) == 1) {
+			*type = fs.ops->name;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 void gpunvme_fs_close(struct gpunvme_fs *fs)
 {
 	if (!fs)

@@ -39,6 +39,10 @@ struct gpunvme_fs {
  * through here, so a corrupt pointer cannot read out of bounds. */
 int fs_read(struct gpunvme_fs *fs, uint64_t off, void *buf, size_t len);
 
+/* 1 when an ext4 or XFS superblock is at byte `off` of dev (*type gets
+ * "ext4"/"xfs"), 0 when not; only the probes run, nothing is mounted. */
+int fs_probe_at(const struct gpunvme_blkdev *dev, uint64_t off, const char **type);
+
 /* A growable extent array for backends. */
 struct fs_extents {
 	struct gpunvme_extent *v;

@@ -143,7 +143,8 @@ err 2 '--fiemap' extents --fiemap "$IMG" "$URI"
 err 2 'no --json' cat "$URI" /tiny.txt --json
 err 2 'past the end' ls "$URI" --offset 100G
 err 1 'namespace 2' ls "$URI" --nsid 2
-err 1 'no file system found' ls --image "$MAN" /
+err 1 'no partition table (GPT or MBR): if the file system starts elsewhere, give --offset BYTES' ls --image "$MAN" /
+err 1 'no file system found' ls --image "$MAN" --offset 0 /
 # FIEMAP on this machine: a file in WORK is not on an NVMe namespace (or the
 # file system has no FIEMAP)
 run extents --fiemap "$MAN"
