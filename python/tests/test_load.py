@@ -4,12 +4,14 @@ bytes the test wrote; ownership; errors."""
 import errno
 import gc
 import os
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
 
 import gpunvme
-from conftest import NP_OF, ST_BITS
+from conftest import NP_OF, ST_BITS, make_image, rand_bytes, st_bytes
 
 
 def raw(a):
@@ -255,16 +257,24 @@ def test_bad_uris(models, tmp_path):
     with pytest.raises(gpunvme.Error):
         gpunvme.Volume(models.uri, offset=4096)  # no file system there
     with pytest.raises(gpunvme.Error):
-        gpunvme.Volume(models.uri, partition=1)
+        gpunvme.Volume(models.uri, partition=1)  # no partition table
 
 
 def test_bad_arguments(models):
     u, p = models.uri, "/m/every.safetensors"
     for kw in [dict(framework="tf"), dict(framework="numpy", device="tpu"), dict(framework="numpy", device="cuda:x"),
                dict(framework="numpy", tier=3), dict(framework="numpy", tier=2),
-               dict(framework="numpy", tensors=["nope"])]:
+               dict(framework="numpy", tensors=["nope"]), dict(framework="numpy", queues=0),
+               dict(framework="numpy", queues=65), dict(framework="numpy", depth=1),
+               dict(framework="numpy", depth=5000)]:
         with pytest.raises(gpunvme.Error):
             gpunvme.load_file(u, p, **kw)
+    with pytest.raises(TypeError):
+        gpunvme.load_file(u, p, framework="numpy", depth="8")
+    # explicit queue settings load the same bytes as the defaults
+    a = gpunvme.load_file(u, p, framework="numpy")
+    b = gpunvme.load_file(u, p, framework="numpy", queues=1, depth=2)
+    assert a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)
     with pytest.raises(TypeError):
         gpunvme.load_file(u, 42, framework="numpy")
     with pytest.raises(TypeError):
@@ -298,3 +308,63 @@ def test_torch_missing_is_an_error(models):
     with pytest.raises(gpunvme.Error) as e:
         gpunvme.load_file(models.uri, "/m/every.safetensors")
     assert "torch" in e.value.strerror
+
+
+def _gpt_disk(tmp_path, fs_img, parts):
+    """a disk image with a GPT made by sfdisk; fs_img copied into each
+    partition index listed in `parts` (1-based), the others left empty"""
+    if not shutil.which("sfdisk"):
+        pytest.skip("sfdisk (util-linux fdisk) is not installed")
+    size = os.path.getsize(fs_img)
+    sectors = size // 512
+    disk = tmp_path / "disk.img"
+    starts = [2048 + k * (sectors + 2048) for k in range(2)]
+    with open(disk, "wb") as f:
+        f.truncate((starts[-1] + sectors + 2048) * 512)
+    table = "label: gpt\n" + "".join("start=%d, size=%d\n" % (s, sectors) for s in starts)
+    subprocess.run(["sfdisk", "-q", str(disk)], input=table.encode(), check=True, stdout=subprocess.DEVNULL)
+    data = open(fs_img, "rb").read()
+    with open(disk, "r+b") as f:
+        for p in parts:
+            f.seek(starts[p - 1] * 512)
+            f.write(data)
+    return "emu:" + str(disk), starts
+
+
+def test_partitioned_disk(tmp_path):
+    rng = np.random.default_rng(5)
+    st, data = st_bytes([("p.w", "F32", (4, 4), rand_bytes(rng, 64))])
+    uri = make_image(tmp_path, {"/m/p.safetensors": st})
+    fs_img = uri[len("emu:"):]
+    # one file system, in partition 2: the URI alone finds it
+    disk, starts = _gpt_disk(tmp_path, fs_img, [2])
+    sd = gpunvme.load_file(disk, "/m/p.safetensors", framework="numpy")
+    assert sd["p.w"].tobytes() == data["p.w"]
+    sd = gpunvme.load_file(disk, "/m/p.safetensors", framework="numpy", partition=2)
+    assert sd["p.w"].tobytes() == data["p.w"]
+    sd = gpunvme.load_file(disk, "/m/p.safetensors", framework="numpy", offset=starts[1] * 512)
+    assert sd["p.w"].tobytes() == data["p.w"]
+    with pytest.raises(gpunvme.Error) as e:  # partition 1 is empty
+        gpunvme.load_file(disk, "/m/p.safetensors", framework="numpy", partition=1)
+    assert e.value.strerror
+    with pytest.raises(gpunvme.Error) as e:
+        gpunvme.load_file(disk, "/m/p.safetensors", framework="numpy", partition=7)
+    assert "7" in e.value.strerror
+    with pytest.raises(gpunvme.Error):
+        gpunvme.load_file(disk, "/m/p.safetensors", framework="numpy", partition=2, offset=0)
+    with pytest.raises(gpunvme.Error):
+        gpunvme.Volume(disk, partition=0)
+    with pytest.raises(gpunvme.Error):
+        gpunvme.Volume(disk, partition=True)
+
+
+def test_partitioned_disk_ambiguous(tmp_path):
+    rng = np.random.default_rng(6)
+    st, data = st_bytes([("q.w", "I8", (8,), rand_bytes(rng, 8))])
+    uri = make_image(tmp_path, {"/q.safetensors": st})
+    disk, _ = _gpt_disk(tmp_path, uri[len("emu:"):], [1, 2])
+    with pytest.raises(gpunvme.Error) as e:
+        gpunvme.load_file(disk, "/q.safetensors", framework="numpy")
+    assert "--partition" in e.value.strerror or "partition" in e.value.strerror
+    with gpunvme.Volume(disk, partition=1) as v:
+        assert gpunvme.load_file(v, "/q.safetensors", framework="numpy")["q.w"].tobytes() == data["q.w"]

@@ -161,8 +161,10 @@ class Volume(_gpunvme.Volume):
     """An opened controller, namespace and file system.
 
     Volume(uri, nsid=1, partition=None, offset=None). uri: "emu:/path/ext4.img",
-    "emu:ram:1G", "vfio:0000:01:00.0", ... offset: the file system's byte offset
-    on the namespace (a partition's start). Many loads can share one volume.
+    "emu:ram:1G", "vfio:0000:01:00.0", ... The file system is found at byte 0
+    of the namespace or, on a disk with a GPT or MBR partition table, in the
+    one partition that holds one; partition=N picks partition N, offset= a
+    byte offset. Many loads can share one volume.
     close() (or leaving a `with` block) stops new use; the controller is shut
     down when the last tensor loaded from it is gone.
     """
@@ -170,20 +172,21 @@ class Volume(_gpunvme.Volume):
     def __init__(self, uri, nsid=1, partition=None, offset=None):
         if not isinstance(uri, str):
             raise TypeError("uri must be a str (e.g. \"emu:/path/ext4.img\"), not %s" % type(uri).__name__)
-        if partition not in (None, 0):
-            raise Error(95, "partition=%r: partition tables are not read by this build; give the "
-                            "partition's byte offset as offset=" % (partition,))
-        if offset is None:
-            offset = 0
+        if partition is not None and offset is not None:
+            raise Error(22, "give partition= or offset=, not both")
+        if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)
+                                      or not 1 <= partition <= 0xffffffff):
+            raise Error(22, "partition=%r: expected a partition number >= 1 (as Linux numbers them)"
+                        % (partition,))
         if not isinstance(nsid, int) or nsid < 1 or nsid > 0xfffffffe:
             raise Error(22, "nsid=%r: expected a namespace id 1..4294967294" % (nsid,))
-        if not isinstance(offset, int) or offset < 0:
+        if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int) or offset < 0):
             raise Error(22, "offset=%r: expected a byte offset >= 0" % (offset,))
         if ":" not in uri:
             hint = " (an image file: emu:%s)" % uri if os.path.exists(uri) else ""
             raise Error(22, "%r is not a device URI: expected emu:SPEC, vfio:BDF, uio:BDF or pci:BDF%s"
                         % (uri, hint))
-        super().__init__(uri, nsid, offset)
+        super().__init__(uri, nsid, -1 if offset is None else offset, partition or 0)
 
     def __repr__(self):
         return "<gpunvme.Volume %s%s>" % (self.uri, " closed" if self.closed else "")
@@ -255,8 +258,24 @@ class StateDict(dict):
         self.metadata = None
 
 
-def _load(model, infos, tier, devidx, fw, progress, desc):
-    loader = _gpunvme.Loader(model, tier, devidx)
+def _queue_opts(queues, depth):
+    """queues=/depth=: None = fit to the controller (as gpunvme load does)"""
+    out = []
+    for name, v, lo, hi in (("queues", queues, 1, 64), ("depth", depth, 2, 4096)):
+        if v is None:
+            out.append(0)
+            continue
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError("%s= takes an int, not %s" % (name, type(v).__name__))
+        if not lo <= v <= hi:
+            raise Error(22, "%s=%d: expected %d..%d (None: fit to the controller)" % (name, v, lo, hi))
+        out.append(v)
+    return out
+
+
+def _load(model, infos, tier, devidx, fw, progress, desc, queues=None, depth=None):
+    q, d = _queue_opts(queues, depth)
+    loader = _gpunvme.Loader(model, tier, devidx, q, d)
     bufs = loader.select([i.index for i in infos])
     if progress:
         bar = _Progress(bufs.run_bytes, desc)
@@ -302,15 +321,18 @@ def _fill(sd, infos, tensors):
 
 
 def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, *, nsid=1, partition=None,
-              offset=None, progress=False):
+              offset=None, progress=False, queues=None, depth=None):
     """Every tensor (or those named in `tensors`) of a safetensors or GGUF file
     -> StateDict {name: tensor}, like safetensors.torch.load_file.
 
     uri: a device URI ("emu:/path/ext4.img") or an open gpunvme.Volume.
     device: "cpu" (CPU data path), "cuda" / "cuda:N" (tier 2, GPU memory;
     tier=1: pinned host memory, CPU tensors). framework: "pt" or "numpy".
+    queues, depth: I/O queue pairs and entries per queue (None: fit to the
+    controller, up to 8 x 256).
     """
     fw = _framework(framework)
+    _queue_opts(queues, depth)
     t, devidx, _ = _device(device, tier)
     if not isinstance(path, str):
         raise TypeError("path must be a str, not %s" % type(path).__name__)
@@ -321,7 +343,7 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
         sel = _select(infos, tensors, path)
         sd = StateDict()
         sd.metadata = model.metadata()
-        _fill(sd, sel, _load(model, sel, t, devidx, fw, progress, posixpath.basename(path)))
+        _fill(sd, sel, _load(model, sel, t, devidx, fw, progress, posixpath.basename(path), queues, depth))
         return sd
     finally:
         if own:
@@ -436,14 +458,14 @@ class safe_open:
 
 
 def load_pretrained(uri, model_dir, device="cpu", framework="pt", tensors=None, tier=None, *, nsid=1,
-                    partition=None, offset=None, progress=False):
+                    partition=None, offset=None, progress=False, queues=None, depth=None):
     """A Hugging Face model directory (model.safetensors.index.json and its
     shards, or one model.safetensors), its index file, a split GGUF's shard,
     or one model file -> one StateDict, ready for
     model.load_state_dict(sd, assign=True). Every shard is read by one loader
     in one pass (the library's model set: include/gpunvme/modelset.h)."""
     return load_file(uri, model_dir, device=device, framework=framework, tensors=tensors, tier=tier, nsid=nsid,
-                     partition=partition, offset=offset, progress=progress)
+                     partition=partition, offset=offset, progress=progress, queues=queues, depth=depth)
 
 
 def cuda_available():

@@ -42,6 +42,7 @@
 #include "gpunvme/loader.h"
 #include "gpunvme/model.h"
 #include "gpunvme/modelset.h"
+#include "gpunvme/part.h"
 
 #ifdef GPUNVME_PY_CUDA
 #include <cuda_runtime_api.h>
@@ -164,11 +165,13 @@ static int vol_usable(Volume *v)
 
 static int Volume_init(Volume *v, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "uri", "nsid", "offset", NULL };
+	/* offset -1: find the file system (at byte 0, or in the partition
+	 * table: partition 0 = the one partition holding a file system) */
+	static char *kwlist[] = { "uri", "nsid", "offset", "partition", NULL };
 	const char *uri;
-	unsigned int nsid = 1;
-	unsigned long long offset = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IK", kwlist, &uri, &nsid, &offset))
+	unsigned int nsid = 1, partition = 0;
+	long long offset = -1;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|ILI", kwlist, &uri, &nsid, &offset, &partition))
 		return -1;
 	if (v->c || v->uri) {
 		raise_err(EINVAL, "Volume.__init__ called twice");
@@ -204,10 +207,13 @@ static int Volume_init(Volume *v, PyObject *args, PyObject *kw)
 	} else {
 		v->have_dev = true;
 		devsize = v->dev.size;
-		if (offset >= devsize) {
+		uint64_t at = (uint64_t)offset;
+		if (offset >= 0 && at >= devsize) {
 			rc = -EINVAL;
 			what = "offset";
-		} else if ((rc = gpunvme_fs_open(&v->dev, offset, &v->fs))) {
+		} else if (offset < 0 && (rc = gpunvme_fs_locate(&v->dev, partition, &at))) {
+			what = "file system";
+		} else if ((rc = gpunvme_fs_open(&v->dev, at, &v->fs))) {
 			what = "file system";
 		}
 	}
@@ -219,7 +225,7 @@ static int Volume_init(Volume *v, PyObject *args, PyObject *kw)
 	if (!rc)
 		return 0;
 	if (!strcmp(what, "offset"))
-		raise_err(rc, "%s: offset=%llu is past the end of namespace %u (%" PRIu64 " bytes)", uri, offset, nsid,
+		raise_err(rc, "%s: offset=%lld is past the end of namespace %u (%" PRIu64 " bytes)", uri, offset, nsid,
 			  devsize);
 	else if (!strcmp(what, "namespace"))
 		raise_err(rc, "%s: namespace %u: %s", uri, nsid, err);
@@ -639,14 +645,16 @@ static pthread_mutex_t *loader_lock(Loader *ld)
 	return &ld->model->vol->lock;
 }
 
-/* Loader(model, tier, device=0, queues=0) */
+/* Loader(model, tier, device=0, queues=0, depth=0): 0 = fit to the
+ * controller (gpunvme_loader_opts) */
 static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "model", "tier", "device", "queues", NULL };
+	static char *kwlist[] = { "model", "tier", "device", "queues", "depth", NULL };
 	Model *mo;
 	int tier, device = 0;
-	unsigned int queues = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!i|iI", kwlist, &ModelType, &mo, &tier, &device, &queues))
+	unsigned int queues = 0, depth = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!i|iII", kwlist, &ModelType, &mo, &tier, &device, &queues,
+					 &depth))
 		return NULL;
 	if (tier < 0 || tier > 2)
 		return raise_err(EINVAL, "tier %d: expected 0 (CPU), 1 (pinned host memory) or 2 (GPU memory)", tier);
@@ -674,6 +682,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	gpunvme_loader_opts_init(&o);
 	o.tier = (enum gpunvme_tier)tier;
 	o.queues = queues;
+	o.depth = depth;
 #ifdef GPUNVME_PY_CUDA
 	if (tier != GPUNVME_TIER_CPU) {
 		o.gpu = gpunvme_loader_gpu_backend();
@@ -1083,7 +1092,8 @@ static PyTypeObject VolumeType = {
 	.tp_name = "gpunvme._gpunvme.Volume",
 	.tp_basicsize = sizeof(Volume),
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-	.tp_doc = "Volume(uri, nsid=1, offset=0): a controller, namespace and file system",
+	.tp_doc = "Volume(uri, nsid=1, offset=-1, partition=0): a controller, namespace and file system "
+		  "(offset -1: found at byte 0 or through the partition table)",
 	.tp_new = PyType_GenericNew,
 	.tp_init = (initproc)Volume_init,
 	.tp_dealloc = (destructor)Volume_dealloc,
@@ -1127,7 +1137,7 @@ static PyTypeObject LoaderType = {
 	.tp_name = "gpunvme._gpunvme.Loader",
 	.tp_basicsize = sizeof(Loader),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "Loader(model, tier, device=0, queues=0)",
+	.tp_doc = "Loader(model, tier, device=0, queues=0, depth=0)",
 	.tp_new = Loader_new,
 	.tp_dealloc = (destructor)Loader_dealloc,
 	.tp_methods = Loader_methods,
