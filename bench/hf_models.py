@@ -12,7 +12,7 @@ transformers (bench/python_load.sh runs every step in one device call).
       the tiny model: from_pretrained(HOST_DIR) vs a model whose state dict
       comes from gpunvme.load_pretrained(URI, ROOT_DIR_IN_FS, device="cuda")
       via load_state_dict(sd, assign=True): logits must be bitwise equal.
-  hf_models.py bench URI DIR_IN_FS HOST_DIR [--repeat N] [--only-ours]
+  hf_models.py bench URI DIR_IN_FS HOST_DIR [--repeat N] [--only-ours] [--queues Q]
       time to a usable state dict on the GPU, same start line for all (the
       process running, CUDA initialised, the files in the page cache):
       gpunvme.load_pretrained, safetensors.torch.load_file(device="cuda")
@@ -67,7 +67,7 @@ def check(uri, fs_dir, host_dir):
     import torch
     import gpunvme
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
-    ref = AutoModelForCausalLM.from_pretrained(host_dir, torch_dtype=torch.float32).to("cuda").eval()
+    ref = AutoModelForCausalLM.from_pretrained(host_dir, dtype=torch.float32).to("cuda").eval()
     sd = gpunvme.load_pretrained(uri, fs_dir, device="cuda")
     with torch.device("cuda"):
         ours = LlamaForCausalLM(ref.config)
@@ -87,7 +87,7 @@ def check(uri, fs_dir, host_dir):
     return 0 if ok else 1
 
 
-def bench(uri, fs_dir, host_dir, repeat, only_ours=False):
+def bench(uri, fs_dir, host_dir, repeat, only_ours=False, queues=None):
     import torch
     import gpunvme
     from safetensors.torch import load_file
@@ -113,12 +113,14 @@ def bench(uri, fs_dir, host_dir, repeat, only_ours=False):
             torch.cuda.empty_cache()
 
     def ours_uri():
-        return gpunvme.load_pretrained(uri, fs_dir, device="cuda")
+        return gpunvme.load_pretrained(uri, fs_dir, device="cuda", queues=queues)
 
+    t = time.perf_counter()
     vol = gpunvme.Volume(uri)
+    print(json.dumps({"volume_open_seconds": round(time.perf_counter() - t, 3), "uri": uri}), flush=True)
 
     def ours_vol():
-        return gpunvme.load_pretrained(vol, fs_dir, device="cuda")
+        return gpunvme.load_pretrained(vol, fs_dir, device="cuda", queues=queues)
 
     def st():
         sd = {}
@@ -127,11 +129,12 @@ def bench(uri, fs_dir, host_dir, repeat, only_ours=False):
         return sd
 
     def hf():
-        m = AutoModelForCausalLM.from_pretrained(host_dir, device_map="cuda", torch_dtype=torch.bfloat16)
+        m = AutoModelForCausalLM.from_pretrained(host_dir, device_map="cuda", dtype=torch.bfloat16)
         sd = m.state_dict()
         return sd
 
-    timed("gpunvme.load_pretrained(Volume)", ours_vol, "controller and file system opened before the clock; " + uri)
+    timed("gpunvme.load_pretrained(Volume)", ours_vol,
+          "controller and file system opened before the clock; queues=%s; %s" % (queues, uri))
     if only_ours:
         vol.close()
         return 0
@@ -151,7 +154,8 @@ def main(argv):
         return check(argv[2], argv[3], argv[4])
     if len(argv) >= 5 and argv[1] == "bench":
         rep = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 2
-        return bench(argv[2], argv[3], argv[4], rep, "--only-ours" in argv)
+        q = int(argv[argv.index("--queues") + 1]) if "--queues" in argv else None
+        return bench(argv[2], argv[3], argv[4], rep, "--only-ours" in argv, q)
     print(__doc__, file=sys.stderr)
     return 2
 
