@@ -17,6 +17,9 @@ transformers (bench/python_load.sh runs every step in one device call).
       process running, CUDA initialised, the files in the page cache):
       gpunvme.load_pretrained, safetensors.torch.load_file(device="cuda")
       shard by shard, AutoModelForCausalLM.from_pretrained(device_map="cuda").
+  hf_models.py breakdown URI DIR_IN_FS [--queues Q]
+      load_pretrained's steps timed one by one (open, loader, alloc, load,
+      DLPack wrap, free).
 Prints one JSON object per result line.
 """
 import glob
@@ -145,6 +148,37 @@ def bench(uri, fs_dir, host_dir, repeat, only_ours=False, queues=None):
     return 0
 
 
+def breakdown(uri, fs_dir, queues, repeat=3):
+    """where a load_pretrained call's time goes, step by step (the internal
+    calls load_file makes), next to the CLI's own load time"""
+    import torch
+    import gpunvme
+    from gpunvme import _gpunvme
+    torch.zeros(1, device="cuda")
+    vol = gpunvme.Volume(uri)
+    for r in range(repeat):
+        t = [time.perf_counter()]
+        m = vol.open_model(fs_dir)
+        infos = gpunvme._index(m)
+        t.append(time.perf_counter())
+        ld = _gpunvme.Loader(m, 2, 0, queues or 0, 0)
+        t.append(time.perf_counter())
+        b = ld.select([i.index for i in infos.values()])
+        t.append(time.perf_counter())
+        b.load()
+        torch.cuda.synchronize()
+        t.append(time.perf_counter())
+        ts = [gpunvme._wrap(_gpunvme.Tensor(b, k), i, "pt") for k, i in enumerate(infos.values())]
+        t.append(time.perf_counter())
+        del ts, b, ld, m
+        t.append(time.perf_counter())
+        names = ["open_model+index", "Loader (queues)", "select (alloc)", "load", "wrap (dlpack)", "free"]
+        print(json.dumps({"breakdown": r, "queues": queues, **{n: round(t[k + 1] - t[k], 4) for k, n in
+                                                                enumerate(names)}}), flush=True)
+    vol.close()
+    return 0
+
+
 def main(argv):
     if len(argv) >= 3 and argv[1] == "make":
         big = float(argv[argv.index("--big-gib") + 1]) if "--big-gib" in argv else 0
@@ -156,6 +190,9 @@ def main(argv):
         rep = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 2
         q = int(argv[argv.index("--queues") + 1]) if "--queues" in argv else None
         return bench(argv[2], argv[3], argv[4], rep, "--only-ours" in argv, q)
+    if len(argv) >= 4 and argv[1] == "breakdown":
+        q = int(argv[argv.index("--queues") + 1]) if "--queues" in argv else None
+        return breakdown(argv[2], argv[3], q)
     print(__doc__, file=sys.stderr)
     return 2
 
