@@ -424,6 +424,8 @@ void gpunvme_close(struct gpunvme_ctrl *c)
 			relax(spins);
 		}
 	}
+	if (c->kept_unpin)
+		c->kept_unpin(c->kept_pin);
 	dma_free_all(&c->dma);
 	gpunvme_bus_close(&c->bus);
 	free(c->qps);
@@ -559,4 +561,24 @@ int gpunvme_ctrl_unmap_device(struct gpunvme_ctrl *c, uint64_t iova)
 	if (!c->bus.ops->unmap_device)
 		return -EOPNOTSUPP;
 	return c->bus.ops->unmap_device(&c->bus, iova);
+}
+
+int gpunvme_ctrl_keep_pinned(struct gpunvme_ctrl *c, void *p, void (*unpin)(void *p))
+{
+	int rc = 0;
+	pthread_mutex_lock(&c->qp_lock);
+	if (c->kept_unpin)
+		rc = -EBUSY;
+	else
+		c->kept_pin = p, c->kept_unpin = unpin;
+	pthread_mutex_unlock(&c->qp_lock);
+	return rc;
+}
+
+void *gpunvme_ctrl_kept_pin(struct gpunvme_ctrl *c)
+{
+	pthread_mutex_lock(&c->qp_lock);
+	void *p = c->kept_pin;
+	pthread_mutex_unlock(&c->qp_lock);
+	return p;
 }

@@ -52,6 +52,11 @@ struct gpunvme_ctrl {
 	pthread_mutex_t qp_lock;
 	struct gpunvme_qpair **qps;  /* indexed by qid, [0] unused */
 	uint8_t *qid_gpu;            /* qid owned by GPU queues (src/cuda) */
+
+	/* memory the GPU side pinned for the controller's life (ctrl_gpu.h:
+	 * gpunvme_ctrl_keep_pinned); released at close, before the bus */
+	void *kept_pin;
+	void (*kept_unpin)(void *p);
 };
 
 /* Register access. BAR0 is MMIO on hardware and shared memory with the
