@@ -71,6 +71,7 @@ if [ "$BIG" != 0 ]; then
 		2>>"$OUT/bench.err" | tee -a "$OUT/results.jsonl"
 	python3 bench/hf_models.py bench "$SNAP" /big "$W/root/big" --repeat 2 --only-ours \
 		2>>"$OUT/bench.err" | tee -a "$OUT/results.jsonl"
+	python3 bench/hf_models.py breakdown "$SNAP" /big --queues 24 2>>"$OUT/bench.err" | tee -a "$OUT/results.jsonl"
 	if [ -x build/bin/gpunvme ]; then
 		for r in 1 2; do
 			build/bin/gpunvme load "$SNAP" /big --tier 2 --queues 24 --json --no-progress > "$OUT/cli-$r.json" 2>"$OUT/cli-$r.err"
