@@ -68,26 +68,42 @@ static int cmp_name(const void *a, const void *b)
 {
 	const struct gpunvme_tensor *x = *(const struct gpunvme_tensor *const *)a;
 	const struct gpunvme_tensor *y = *(const struct gpunvme_tensor *const *)b;
-	return strcmp(x->name, y->name);
+	int c = strcmp(x->name, y->name);
+	return c ? c : (x < y ? -1 : x > y); /* equal names in table order: a deterministic pair */
 }
 
-int model_check_names(const struct gpunvme_model *m, const char *fmt)
+int model_find_duplicate(const struct gpunvme_model *m, const struct gpunvme_tensor **a,
+			 const struct gpunvme_tensor **b)
 {
 	if (m->n_tensors < 2)
 		return 0;
 	const struct gpunvme_tensor **v = malloc(m->n_tensors * sizeof(*v));
 	if (!v)
-		return gpunvme_set_error(-ENOMEM, "%s: out of memory", fmt);
+		return -ENOMEM;
 	for (size_t i = 0; i < m->n_tensors; i++)
 		v[i] = &m->tensors[i];
 	/* sorted, equal names are neighbours: n log n for any count */
 	qsort(v, m->n_tensors, sizeof(*v), cmp_name);
-	int rc = 0;
-	for (size_t i = 1; i < m->n_tensors && !rc; i++)
-		if (!strcmp(v[i - 1]->name, v[i]->name))
-			rc = gpunvme_set_error(-EINVAL, "%s: duplicate tensor name \"%.80s\"", fmt, v[i]->name);
+	int found = 0;
+	for (size_t i = 1; i < m->n_tensors && !found; i++)
+		if (!strcmp(v[i - 1]->name, v[i]->name)) {
+			*a = v[i - 1];
+			*b = v[i];
+			found = 1;
+		}
 	free(v);
-	return rc;
+	return found;
+}
+
+int model_check_names(const struct gpunvme_model *m, const char *fmt)
+{
+	const struct gpunvme_tensor *a, *b;
+	int rc = model_find_duplicate(m, &a, &b);
+	if (rc < 0)
+		return gpunvme_set_error(rc, "%s: out of memory", fmt);
+	if (rc)
+		return gpunvme_set_error(-EINVAL, "%s: duplicate tensor name \"%.80s\"", fmt, b->name);
+	return 0;
 }
 
 static int cmp_offset(const void *a, const void *b)

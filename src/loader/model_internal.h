@@ -28,6 +28,11 @@ int model_read(const struct model_src *src, uint64_t off, void *buf, size_t len)
  * allocated count. 0 or -ENOMEM. */
 int model_push_tensor(struct gpunvme_model *m, size_t *cap, struct gpunvme_tensor **out);
 
+/* Two tensors of one name, if any: 1 with *a, *b set (a before b in the
+ * table's sort by name), 0 when names are unique, -ENOMEM (no message). */
+int model_find_duplicate(const struct gpunvme_model *m, const struct gpunvme_tensor **a,
+			 const struct gpunvme_tensor **b);
+
 /* Refuse two tensors of one name ("duplicate tensor name"). fmt is the
  * message prefix ("safetensors", "gguf"). 0, -EINVAL, -ENOMEM. */
 int model_check_names(const struct gpunvme_model *m, const char *fmt);

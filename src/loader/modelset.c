@@ -29,6 +29,7 @@
 #include "gpunvme/loader.h"
 #include "gpunvme/modelset.h"
 #include "loader/json.h"
+#include "loader/model_internal.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
@@ -153,33 +154,18 @@ const struct gpunvme_model_file *gpunvme_model_set_file(const struct gpunvme_mod
 	return f;
 }
 
-static int cmp_tensor_name(const void *a, const void *b)
-{
-	const struct gpunvme_tensor *x = *(const struct gpunvme_tensor *const *)a;
-	const struct gpunvme_tensor *y = *(const struct gpunvme_tensor *const *)b;
-	return strcmp(x->name, y->name);
-}
-
 /* A tensor name in two files of the set: the set would be ambiguous (a
  * state dict has one value per name). */
 static int check_unique(const struct gpunvme_model_set *s)
 {
-	const struct gpunvme_model *m = s->model;
-	if (m->n_tensors < 2)
-		return 0;
-	const struct gpunvme_tensor **v = malloc(m->n_tensors * sizeof(*v));
-	if (!v)
-		return gpunvme_set_error(-ENOMEM, "model set: out of memory");
-	for (size_t i = 0; i < m->n_tensors; i++)
-		v[i] = &m->tensors[i];
-	qsort(v, m->n_tensors, sizeof(*v), cmp_tensor_name);
-	int rc = 0;
-	for (size_t i = 1; i < m->n_tensors && !rc; i++)
-		if (!strcmp(v[i - 1]->name, v[i]->name))
-			rc = gpunvme_set_error(-EINVAL, "tensor \"%.80s\" is in both %s and %s: a model's names are unique",
-					       v[i]->name, s->files[v[i - 1]->file].path, s->files[v[i]->file].path);
-	free(v);
-	return rc;
+	const struct gpunvme_tensor *a, *b;
+	int rc = model_find_duplicate(s->model, &a, &b);
+	if (rc < 0)
+		return gpunvme_set_error(rc, "model set: out of memory");
+	if (rc)
+		return gpunvme_set_error(-EINVAL, "tensor \"%.80s\" is in both %s and %s: a model's names are unique",
+					 b->name, s->files[a->file].path, s->files[b->file].path);
+	return 0;
 }
 
 /*
