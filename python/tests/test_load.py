@@ -116,6 +116,33 @@ def test_gguf(models):
         assert f.ggml_types()["qk"] == "Q4_K"
         assert f.metadata() is None
         assert f.get_slice("q4").get_shape() == [3, 36]
+        full = np.frombuffer(models.gg_t[3][3], np.uint8).reshape(3, 36)
+        assert np.array_equal(f.get_slice("q4")[1:3], full[1:3])  # rows of raw blocks, read alone
+        assert np.array_equal(f.get_slice("q4")[-1, 18:], full[-1, 18:])
+
+
+def test_get_slice_reads_only_the_rows(models):
+    """rows of the outermost dimension are read alone (select_bytes), every
+    other index through the whole tensor: both equal numpy's slicing"""
+    name = "layer.3.w"
+    full = np.frombuffer(models.big_data[name], np.float32).reshape(64, 1024)
+    with gpunvme.safe_open(models.uri, "/m/big.safetensors", framework="numpy") as f:
+        sl = f.get_slice(name)
+        for idx in [np.s_[5:9], np.s_[63], np.s_[-2], np.s_[0:64], np.s_[10:12, 3:700], np.s_[7, 100:200],
+                    np.s_[-3:], np.s_[:1], np.s_[::3], np.s_[..., 5], np.s_[60:200], np.s_[9:3],
+                    np.s_[:, 1000], np.s_[2:4, ...]]:
+            got, want = sl[idx], full[idx]  # random bits: NaNs compare by bytes
+            assert got.dtype == np.float32 and got.shape == want.shape, idx
+            assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes(), idx
+        for bad in [64, -65]:
+            with pytest.raises(IndexError):
+                sl[bad]
+        # a part of a tensor is not the whole: the loader read count*row bytes
+        part = f._get_rows(f._info(name), 5, 4)
+        assert part.shape == (4, 1024) and part.nbytes == 4 * 4096
+        for bad in [(0, 0), (60, 5)]:
+            with pytest.raises(gpunvme.Error):
+                f._loader.select_bytes(f._info(name).index, bad[0] * 4096, bad[1] * 4096)
 
 
 def test_split_gguf(models):

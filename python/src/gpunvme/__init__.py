@@ -12,6 +12,7 @@ Tensors are views of loader memory handed over by DLPack (no copy); that
 memory lives as long as any tensor over it does. Ownership rules, the dtype
 mapping and errors: docs/python.md.
 """
+import copy
 import os
 import posixpath
 import sys
@@ -354,8 +355,11 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
 
 
 class _Slice:
-    """get_slice(name): shape and dtype without loading; indexing loads the
-    tensor and slices it (the whole tensor is read, then sliced)"""
+    """get_slice(name): shape and dtype without loading. Indexing reads only
+    what it needs when the first index is an int or a slice with step 1 over
+    the outermost dimension (the rows are contiguous in the file: how
+    tensor-parallel loaders shard dim 0); any other index reads the whole
+    tensor and slices a copy of it."""
 
     def __init__(self, f, info):
         self._f, self._info = f, info
@@ -366,11 +370,41 @@ class _Slice:
     def get_dtype(self):
         return self._info.file_dtype if self._info.ggml_type < 0 else self._info.dtype
 
+    def _rows(self, idx):
+        """-> (first row, row count, the index to apply to those rows) or None"""
+        info = self._info
+        if not info.shape or info.shape[0] == 0 or info.nbytes % info.shape[0]:
+            return None
+        if info.dtype not in _NP and info.dtype not in _NP_RAW and info.dtype not in _TORCH:
+            return None  # sub-byte types come back as packed bytes: no rows to cut
+        first, rest = idx[0], idx[1:]
+        if Ellipsis in rest:
+            return None
+        n = info.shape[0]
+        if isinstance(first, slice):
+            start, stop, step = first.indices(n)
+            if step != 1 or stop <= start:
+                return None
+            return start, stop - start, (slice(None),) + rest
+        if isinstance(first, int) and not isinstance(first, bool):
+            k = first + n if first < 0 else first
+            if not 0 <= k < n:
+                raise IndexError("index %d is out of bounds for dimension 0 with size %d" % (first, n))
+            return k, 1, (0,) + rest
+        return None
+
     def __getitem__(self, idx):
-        t = self._f.get_tensor(self._info.name)
-        r = t[idx]
-        # a copy, so the slice does not keep the whole tensor's memory
-        return r.copy() if self._f._fw == "np" else r.clone()
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        rows = self._rows(idx) if idx else None
+        if rows is None:
+            t = self._f.get_tensor(self._info.name)
+            r = t[idx]
+            # a copy, so the slice does not keep the whole tensor's memory
+            return r.copy() if self._f._fw == "np" else r.clone()
+        start, count, rest = rows
+        part = self._f._get_rows(self._info, start, count)
+        return part[rest]
 
     def __len__(self):
         return self._info.shape[0] if self._info.shape else 0
@@ -449,6 +483,18 @@ class safe_open:
         bufs = self._loader.select([info.index])
         bufs.load()
         return _wrap(_gpunvme.Tensor(bufs, 0), info, self._fw)
+
+    def _get_rows(self, info, start, count):
+        """rows [start, start + count) of the outermost dimension, read alone"""
+        if self._loader is None:
+            self._loader = _gpunvme.Loader(self._model, self._tier, self._devidx)
+        row = info.nbytes // info.shape[0]
+        bufs = self._loader.select_bytes(info.index, start * row, count * row)
+        bufs.load()
+        part = copy.copy(info)
+        part.shape = (count,) + tuple(info.shape[1:])
+        part.nbytes = count * row
+        return _wrap(_gpunvme.Tensor(bufs, 0), part, self._fw)
 
     def get_slice(self, name):
         return _Slice(self, self._info(name))

@@ -731,6 +731,9 @@ typedef struct {
 	Loader *loader;
 	struct gpunvme_model_buffers *b;
 	bool loaded;
+	/* select_bytes: a one-tensor index of the part asked for, which b's
+	 * tensor pointer points into (freed after b) */
+	struct gpunvme_model *part;
 } Buffers;
 
 static PyTypeObject BuffersType;
@@ -749,6 +752,7 @@ static void Buffers_dealloc(Buffers *bu)
 		gpunvme_model_buffers_free(ld->l, bu->b);
 		pthread_mutex_unlock(lk);
 	}
+	gpunvme_model_free(bu->part);
 	Py_XDECREF(bu->loader);
 	Py_TYPE(bu)->tp_free((PyObject *)bu);
 }
@@ -792,6 +796,7 @@ static PyObject *Loader_select(Loader *ld, PyObject *args)
 	bu->loader = ld;
 	bu->b = NULL;
 	bu->loaded = false;
+	bu->part = NULL;
 	char err[LASTERR_LEN];
 	int rc = 0;
 	Py_BEGIN_ALLOW_THREADS
@@ -805,6 +810,74 @@ static PyObject *Loader_select(Loader *ld, PyObject *args)
 	pthread_mutex_unlock(loader_lock(ld));
 	Py_END_ALLOW_THREADS
 	free(idx);
+	if (rc) {
+		Py_DECREF(bu);
+		return raise_err(rc, "%s", err);
+	}
+	return (PyObject *)bu;
+}
+
+/* Loader.select_bytes(index, start, length) -> Buffers: bytes [start,
+ * start + length) of tensor model.tensors()[index] alone, placed in loader
+ * memory (nothing read yet): a slice of rows reads only those rows. The
+ * part is a one-tensor index of its own, so the library places and loads
+ * it like any tensor (offset in the file moved by start). */
+static PyObject *Loader_select_bytes(Loader *ld, PyObject *args)
+{
+	Py_ssize_t k;
+	unsigned long long start, len;
+	if (!PyArg_ParseTuple(args, "nKK", &k, &start, &len))
+		return NULL;
+	const struct gpunvme_model *m = ld->model->m;
+	if (k < 0 || (size_t)k >= m->n_tensors)
+		return raise_err(ERANGE, "select_bytes: tensor index %zd out of range (%zu tensors)", k, m->n_tensors);
+	const struct gpunvme_tensor *t = &m->tensors[k];
+	if (!len || start > t->bytes || len > t->bytes - start)
+		return raise_err(EINVAL, "select_bytes: bytes [%llu, +%llu) are not inside tensor \"%s\" (%llu bytes)",
+				 start, len, t->name, (unsigned long long)t->bytes);
+	if (vol_usable(ld->model->vol))
+		return NULL;
+	struct gpunvme_model *part = calloc(1, sizeof(*part));
+	if (!part || !(part->tensors = calloc(1, sizeof(*part->tensors)))) {
+		free(part);
+		return PyErr_NoMemory();
+	}
+	part->format = m->format;
+	part->file_size = m->file_size;
+	part->n_tensors = 1;
+	struct gpunvme_tensor *pt = &part->tensors[0];
+	*pt = *t;
+	pt->offset += start;
+	pt->bytes = len;
+	pt->ndim = 1;
+	pt->shape[0] = len;
+	if (!(pt->name = strdup(t->name))) {
+		gpunvme_model_free(part);
+		return PyErr_NoMemory();
+	}
+	Buffers *bu = PyObject_New(Buffers, &BuffersType);
+	if (!bu) {
+		gpunvme_model_free(part);
+		return NULL;
+	}
+	Py_INCREF(ld);
+	bu->loader = ld;
+	bu->b = NULL;
+	bu->loaded = false;
+	bu->part = part;
+	char err[LASTERR_LEN];
+	int rc = 0;
+	size_t zero = 0;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(loader_lock(ld));
+#ifdef GPUNVME_PY_CUDA
+	if (ld->tier != GPUNVME_TIER_CPU)
+		rc = set_device(ld->device, err);
+#endif
+	if (!rc && (rc = gpunvme_model_buffers_alloc_sel(ld->l, part, &zero, 1, &bu->b)))
+		snprintf(err, LASTERR_LEN, "%s: %s", ld->model->path, gpunvme_last_error());
+	pthread_mutex_unlock(loader_lock(ld));
+	Py_END_ALLOW_THREADS
 	if (rc) {
 		Py_DECREF(bu);
 		return raise_err(rc, "%s", err);
@@ -1129,6 +1202,8 @@ static PyTypeObject ModelType = {
 
 static PyMethodDef Loader_methods[] = {
 	{ "select", (PyCFunction)Loader_select, METH_VARARGS, "select(indices) -> Buffers" },
+	{ "select_bytes", (PyCFunction)Loader_select_bytes, METH_VARARGS,
+	  "select_bytes(index, start, length) -> Buffers: part of one tensor" },
 	{ NULL, NULL, 0, NULL },
 };
 
