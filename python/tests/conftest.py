@@ -178,6 +178,18 @@ def models(tmp_path_factory):
         "/bad/torch/pytorch_model.bin": b"PK\x03\x04" + b"\0" * 100,
         "/bad/empty/.keep": b"",
         "/bad/empty.safetensors": b"",
+        # the Hugging Face hub cache: snapshot files are relative links into
+        # blobs/; an absolute link to the snapshot; a link loop; a dangling link
+        "/hub/models--o--m/blobs/aaa": s1,
+        "/hub/models--o--m/blobs/bbb": s2,
+        "/hub/models--o--m/blobs/ccc": index,
+        "/hub/models--o--m/snapshots/rev/model-00001-of-00002.safetensors": "../../blobs/aaa",
+        "/hub/models--o--m/snapshots/rev/model-00002-of-00002.safetensors": "../../blobs/bbb",
+        "/hub/models--o--m/snapshots/rev/model.safetensors.index.json": "../../blobs/ccc",
+        "/latest": "/hub/models--o--m/snapshots/rev",
+        "/loop/a": "b",
+        "/loop/b": "a",
+        "/loop/dangling": "../nowhere/model.safetensors",
     }
     uri = make_image(tmp, files)
 

@@ -91,6 +91,24 @@ def test_load_pretrained_index(models):
     assert set(sd2) == set(sd)
 
 
+def test_symlinks_hub_cache(models):
+    """relative links into blobs/, an absolute link to a snapshot, followed
+    inside the file system; loops and dangling links are errors"""
+    for d in ["/hub/models--o--m/snapshots/rev", "/latest", "/latest/model.safetensors.index.json"]:
+        sd = gpunvme.load_pretrained(models.uri, d, framework="numpy")
+        assert sorted(sd) == sorted(models.hf_data), d
+        for k, v in models.hf_data.items():
+            assert raw(sd[k]) == v, (d, k)
+    sd = gpunvme.load_file(models.uri, "/latest/model-00002-of-00002.safetensors", framework="numpy")
+    assert list(sd) == ["b.w"]
+    with pytest.raises(gpunvme.Error) as e:
+        gpunvme.load_file(models.uri, "/loop/a", framework="numpy")
+    assert e.value.errno == errno.ELOOP and "loop" in e.value.strerror
+    with pytest.raises(gpunvme.Error) as e:
+        gpunvme.load_file(models.uri, "/loop/dangling", framework="numpy")
+    assert e.value.errno == errno.ENOENT and "dangling" in e.value.strerror
+
+
 def test_load_pretrained_single(models):
     sd = gpunvme.load_pretrained(models.uri, "/hf1", framework="numpy")
     assert list(sd) == ["x"] and raw(sd["x"]) == models.single_data["x"] and sd["x"].dtype == np.int64
