@@ -110,15 +110,15 @@ static int build_tree(void)
 static void proto_dir(FILE *pf, const char *host, int depth)
 {
 	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "ls -A '%s'", host);
+	if ((size_t)snprintf(cmd, sizeof(cmd), "ls -A '%s'", host) >= sizeof(cmd))
+		return; /* a path this long is not one the test builds */
 	FILE *ls = popen(cmd, "r");
 	char name[512];
 	while (ls && fgets(name, sizeof(name), ls)) {
 		name[strcspn(name, "\n")] = 0;
 		char p[1024];
 		struct stat st;
-		snprintf(p, sizeof(p), "%s/%s", host, name);
-		if (lstat(p, &st))
+		if ((size_t)snprintf(p, sizeof(p), "%s/%s", host, name) >= sizeof(p) || lstat(p, &st))
 			continue;
 		fprintf(pf, "%*s", depth, "");
 		if (S_ISDIR(st.st_mode)) {
