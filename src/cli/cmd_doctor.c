@@ -204,9 +204,9 @@ static void print_text(const struct gpunvme_doctor_report *r, int gsel, int nsel
 	const struct gpunvme_doctor_system *s = &r->sys;
 	char b[32];
 
-	printf("System%s%s\n", r->root[0] ? " (captured: " : "", r->root[0] ? r->root : "");
+	printf("System\n");
 	if (r->root[0])
-		printf("  (root %s)\n", r->root);
+		printf("  captured machine: %s\n", r->root);
 	printf("  IOMMU: %s (%s)\n", gpunvme_doctor_iommu_str(s->iommu), s->iommu_why);
 	printf("  kernel command line: %s\n", or_unknown(s->cmdline));
 	printf("  modules: vfio-pci %s, uio_pci_generic %s, gpunvme kernel module %s, vfio no-IOMMU mode %s\n",

@@ -423,6 +423,31 @@ int dr_read_dev(const struct dr_ctx *c, const char *bdf, struct gpunvme_doctor_d
 
 /* ---- NVMe, GPU, system ---------------------------------------------------- */
 
+/* "nvme0n1" -> "/dev/nvme0n1", "nvme1c2n3" -> "/dev/nvme1n3"; -1 for
+ * anything else. */
+static int ns_devname(const char *name, char *dev, size_t len)
+{
+	const char *p = name;
+	if (strncmp(p, "nvme", 4) || strlen(name) > 40)
+		return -1;
+	p += 4;
+	size_t s = strspn(p, "0123456789");
+	if (!s)
+		return -1;
+	const char *subsys = p;
+	p += s;
+	if (*p == 'c') {
+		size_t cl = strspn(p + 1, "0123456789");
+		if (!cl)
+			return -1;
+		p += 1 + cl;
+	}
+	if (*p != 'n' || !p[1] || strspn(p + 1, "0123456789") != strlen(p + 1))
+		return -1;
+	int k = snprintf(dev, len, "/dev/nvme%.*s%s", (int)s, subsys, p);
+	return k < 0 || (size_t)k >= len ? -1 : 0;
+}
+
 static void read_nvme(const struct dr_ctx *c, struct gpunvme_doctor_nvme *n, const char *mounts)
 {
 	char p[PATH_MAX], b[64];
@@ -450,18 +475,17 @@ static void read_nvme(const struct dr_ctx *c, struct gpunvme_doctor_nvme *n, con
 		return;
 	n->namespaces = 0;
 	char first[64] = "";
-	size_t kl = strlen(n->kname);
 	while ((de = readdir(d))) {
-		/* namespaces: nvme0n1, nvme0n2 (not nvme0c0n1 paths) */
-		if (strncmp(de->d_name, n->kname, kl) || de->d_name[kl] != 'n' || strlen(de->d_name) >= sizeof(first))
+		/* namespaces: nvme0n1 (block device of this controller), or
+		 * with native multipath nvme<subsys>c<ctrl>n<ns>, whose block
+		 * device is /dev/nvme<subsys>n<ns> */
+		char dev[80];
+		if (ns_devname(de->d_name, dev, sizeof(dev)))
 			continue;
 		n->namespaces++;
 		if (!first[0] || strcmp(de->d_name, first) < 0)
 			dr_copy(first, sizeof(first), de->d_name);
 		/* mounted: a /proc/mounts source /dev/nvme0n1 or /dev/nvme0n1pN */
-		char dev[80];
-		memcpy(dev, "/dev/", 6);
-		dr_copy(dev + 5, sizeof(dev) - 5, de->d_name);
 		const char *m = mounts;
 		size_t dl = strlen(dev);
 		while (m && *m) {
