@@ -26,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -183,6 +184,11 @@ int gpunvme_doctor_scan(const char *root, struct gpunvme_doctor_report **out);
 int gpunvme_doctor_judge(struct gpunvme_doctor_report *rep);
 
 void gpunvme_doctor_free(struct gpunvme_doctor_report *rep);
+
+/* Print every path the scans open, read or resolve to f, one per line
+ * (NULL: stop). Process-wide; for the test that checks the capture script
+ * copies all of them. */
+void gpunvme_doctor_set_trace(FILE *f);
 
 /* Bandwidth of a link after line encoding, GB/s: GT/s x width x 8/10
  * (2.5 and 5 GT/s) or 128/130 (8 GT/s and up), / 8. 0 for unknown input. */

@@ -51,6 +51,27 @@ double gpunvme_doctor_link_gbytes(double gts, int width)
 
 /* ---- reading under the root ------------------------------------------- */
 
+/* Every path the scan touches, for the test that holds the capture script
+ * to this reader (gpunvme_doctor_set_trace). */
+static FILE *trace;
+
+void gpunvme_doctor_set_trace(FILE *f)
+{
+	trace = f;
+}
+
+static void dr_trace(const char *path)
+{
+	if (trace)
+		fprintf(trace, "%s\n", path);
+}
+
+DIR *dr_opendir(const char *path)
+{
+	dr_trace(path);
+	return opendir(path);
+}
+
 int dr_path(const struct dr_ctx *c, char *buf, size_t len, const char *fmt, ...)
 {
 	va_list ap;
@@ -70,6 +91,7 @@ int dr_path(const struct dr_ctx *c, char *buf, size_t len, const char *fmt, ...)
  * byte count). -errno when it cannot be opened or read. */
 ssize_t dr_read_bytes(const char *path, void *buf, size_t len)
 {
+	dr_trace(path);
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	size_t got = 0;
 
@@ -163,6 +185,7 @@ static int dev_hex(const struct dr_ctx *c, const char *bdf, const char *attr, lo
 static int link_base(const char *path, char *out, size_t len)
 {
 	char t[PATH_MAX];
+	dr_trace(path);
 	ssize_t n = readlink(path, t, sizeof(t) - 1);
 	if (n < 0)
 		return -errno;
@@ -348,7 +371,7 @@ static void read_bridge(const struct dr_ctx *c, const char *bdf, struct gpunvme_
 static void read_topology(const struct dr_ctx *c, struct gpunvme_doctor_dev *d)
 {
 	char p[PATH_MAX], real[PATH_MAX];
-	if (dr_path(c, p, sizeof(p), "/sys/bus/pci/devices/%s", d->bdf) || !realpath(p, real)) {
+	if (dr_path(c, p, sizeof(p), "/sys/bus/pci/devices/%s", d->bdf) || (dr_trace(p), !realpath(p, real))) {
 		dr_why(d->why, sizeof(d->why), "PCI path unknown (sysfs link unresolved)");
 		return;
 	}
@@ -458,7 +481,7 @@ static void read_nvme(const struct dr_ctx *c, struct gpunvme_doctor_nvme *n, con
 	n->max_transfer_kib = -1;
 	if (dr_path(c, p, sizeof(p), "/sys/bus/pci/devices/%s/nvme", n->pci.bdf))
 		return;
-	DIR *d = opendir(p);
+	DIR *d = dr_opendir(p);
 	if (!d)
 		return; /* not owned by the kernel driver */
 	struct dirent *de;
@@ -471,7 +494,7 @@ static void read_nvme(const struct dr_ctx *c, struct gpunvme_doctor_nvme *n, con
 		return;
 	if (!dr_path(c, p, sizeof(p), "/sys/bus/pci/devices/%s/nvme/%s/model", n->pci.bdf, n->kname))
 		dr_read_line(p, n->model, sizeof(n->model));
-	if (dr_path(c, p, sizeof(p), "/sys/bus/pci/devices/%s/nvme/%s", n->pci.bdf, n->kname) || !(d = opendir(p)))
+	if (dr_path(c, p, sizeof(p), "/sys/bus/pci/devices/%s/nvme/%s", n->pci.bdf, n->kname) || !(d = dr_opendir(p)))
 		return;
 	n->namespaces = 0;
 	char first[64] = "";
@@ -514,7 +537,7 @@ static void read_nvme(const struct dr_ctx *c, struct gpunvme_doctor_nvme *n, con
 	    !dr_read_line(p, b, sizeof(b)) && !parse_long(b, 10, &v) && v > 0 && v < (1L << 30))
 		n->max_transfer_kib = (int)v;
 	if (!dr_path(c, p, sizeof(p), "/sys/bus/pci/devices/%s/nvme/%s/%s/mq", n->pci.bdf, n->kname, first) &&
-	    (d = opendir(p))) {
+	    (d = dr_opendir(p))) {
 		n->queues = 0;
 		while ((de = readdir(d)))
 			if (isdigit((unsigned char)de->d_name[0]))
@@ -569,7 +592,7 @@ static enum gpunvme_doctor_answer module_present(const struct dr_ctx *c, const c
 	char p[PATH_MAX];
 	if (dr_path(c, p, sizeof(p), "/sys/module/%s", name))
 		return GPUNVME_DOCTOR_UNKNOWN;
-	DIR *d = opendir(p);
+	DIR *d = dr_opendir(p);
 	if (d) {
 		closedir(d);
 		return GPUNVME_DOCTOR_YES;
@@ -587,7 +610,7 @@ static void read_system(const struct dr_ctx *c, struct gpunvme_doctor_system *s)
 	s->hugepages_total = s->hugepages_free = -1;
 	if (!dr_path(c, p, sizeof(p), "/proc/cmdline"))
 		dr_read_line(p, s->cmdline, sizeof(s->cmdline));
-	if (!dr_path(c, p, sizeof(p), "/sys/kernel/iommu_groups") && (d = opendir(p))) {
+	if (!dr_path(c, p, sizeof(p), "/sys/kernel/iommu_groups") && (d = dr_opendir(p))) {
 		s->iommu_groups = 0;
 		while ((de = readdir(d)))
 			if (isdigit((unsigned char)de->d_name[0]))
@@ -595,7 +618,7 @@ static void read_system(const struct dr_ctx *c, struct gpunvme_doctor_system *s)
 		closedir(d);
 	}
 	int units = -1;
-	if (!dr_path(c, p, sizeof(p), "/sys/class/iommu") && (d = opendir(p))) {
+	if (!dr_path(c, p, sizeof(p), "/sys/class/iommu") && (d = dr_opendir(p))) {
 		units = 0;
 		while ((de = readdir(d)))
 			if (de->d_name[0] != '.')
@@ -759,7 +782,7 @@ int gpunvme_doctor_scan(const char *root, struct gpunvme_doctor_report **out)
 	}
 	DIR *d = NULL;
 	if (!dr_path(&c, p, sizeof(p), "/sys/bus/pci/devices"))
-		d = opendir(p);
+		d = dr_opendir(p);
 	if (!d)
 		dr_why(r->sys.why, sizeof(r->sys.why), "no PCI bus in sysfs (%s/sys/bus/pci/devices)", c.root);
 	struct dirent *de;

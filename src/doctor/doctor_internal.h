@@ -5,6 +5,7 @@
 #ifndef GPUNVME_DOCTOR_INTERNAL_H
 #define GPUNVME_DOCTOR_INTERNAL_H
 
+#include <dirent.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -22,6 +23,8 @@ int dr_read_line(const char *path, char *buf, size_t len);
 /* Append "; text" to a why string (bounded). */
 void dr_why(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void dr_copy(char *dst, size_t len, const char *src);
+/* opendir, traced */
+DIR *dr_opendir(const char *path);
 int dr_read_dev(const struct dr_ctx *c, const char *bdf, struct gpunvme_doctor_dev *d);
 
 #endif

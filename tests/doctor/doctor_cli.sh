@@ -178,6 +178,16 @@ group_capture() {
 				fail "$sh capture of $n: doctor reads differently:"
 				diff "$WORK/a.json" "$WORK/b.json" | head -20 >&2
 			fi
+			# every path the doctor touches in the fixture is in the
+			# capture too (the script's list and the reader agree)
+			"$MK" trace "$d" >"$WORK/trace" || fail "trace of $n"
+			[ -s "$WORK/trace" ] || fail "trace of $n is empty"
+			while IFS= read -r p; do
+				rel=${p#"$d"/}
+				if { [ -e "$d/$rel" ] || [ -L "$d/$rel" ]; } && ! { [ -e "$c/$rel" ] || [ -L "$c/$rel" ]; }; then
+					fail "$sh capture of $n lacks $rel, which the doctor reads"
+				fi
+			done <"$WORK/trace"
 			# the capture holds nothing the doctor does not read: no
 			# file of the fixture's kinds beyond those the fixture has
 			[ -L "$c/sys/bus/pci/devices/0000:00:03.1" ] || [ "$n" != seed004 ] ||

@@ -10,6 +10,7 @@
  *   test_doctor [CASE]               run the cases (ctest runs each)
  *   test_doctor mkfixture NAME DIR   write fixture NAME under DIR (the CLI
  *                                    tests and anyone curious use it)
+ *   test_doctor trace ROOT           print every path a scan of ROOT opens
  */
 #include <errno.h>
 #include <ftw.h>
@@ -800,6 +801,17 @@ int main(int argc, char **argv)
 			fputc('\n', stderr);
 			return 2;
 		}
+		return 0;
+	}
+	if (argc == 3 && !strcmp(argv[1], "trace")) {
+		/* every path a scan of ROOT touches, one per line */
+		struct gpunvme_doctor_report *r;
+		gpunvme_doctor_set_trace(stdout);
+		int rc = gpunvme_doctor_scan(argv[2], &r);
+		gpunvme_doctor_set_trace(NULL);
+		if (rc)
+			return 1;
+		gpunvme_doctor_free(r);
 		return 0;
 	}
 	return check_main(argc, argv);
