@@ -236,7 +236,13 @@ static void print_text(const struct gpunvme_doctor_report *r, int gsel, int nsel
 		printf("  %s %04x:%04x driver %s, power %s, ", n->pci.bdf, n->pci.vendor & 0xffff, n->pci.device & 0xffff,
 		       n->pci.driver[0] ? n->pci.driver : "none", or_unknown(n->pci.power_state));
 		print_dev_link(&n->pci);
-		printf(", IOMMU group %d, NUMA %d\n", n->pci.iommu_group, n->pci.numa_node);
+		if (n->pci.iommu_group >= 0)
+			printf(", IOMMU group %d", n->pci.iommu_group);
+		else
+			printf(", no IOMMU group");
+		if (n->pci.numa_node >= 0)
+			printf(", NUMA %d", n->pci.numa_node);
+		printf("\n");
 		if (n->kname[0])
 			printf("    kernel %s \"%s\": %d namespaces, %d queues, max transfer %d KiB, %s\n", n->kname,
 			       n->model, n->namespaces, n->queues, n->max_transfer_kib,
