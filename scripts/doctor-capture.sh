@@ -14,7 +14,7 @@
 #     256 otherwise), the symlinks driver and iommu_group; for NVMe
 #     controllers owned by the kernel, nvme/nvmeX/{model, <ns>/queue/
 #     max_hw_sectors_kb, <ns>/mq/N};
-#   - /sys/kernel/iommu_groups/N and /sys/class/iommu/X (names only),
+#   - /sys/kernel/iommu_groups/N/type, /sys/class/iommu/X (names only),
 #     /sys/module/{MODULES} (presence), the few module parameters and
 #     versions below, 2 MiB hugepage counts;
 #   - /proc/cmdline, /proc/mounts, /proc/driver/nvidia/version and
@@ -92,6 +92,9 @@ for m in $MODULES; do
 	[ -d "$SRC/sys/module/$m" ] && mkdir -p "$OUT/sys/module/$m"
 done
 names sys/kernel/iommu_groups
+for g in "$SRC/sys/kernel/iommu_groups"/*; do
+	[ -d "$g" ] && copy "sys/kernel/iommu_groups/${g##*/}/type"
+done
 names sys/class/iommu
 
 n=0

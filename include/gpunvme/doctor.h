@@ -74,6 +74,7 @@ struct gpunvme_doctor_dev {
 	int class_code;             /* 24 bit, -1 when unreadable */
 	char driver[64];            /* "" none bound */
 	int iommu_group;            /* -1 none */
+	char iommu_type[16];        /* the group's type: "DMA", "DMA-FQ", "identity"; "" unknown */
 	int numa_node;
 	double link_gts;            /* current link: GT/s, 0 unknown */
 	int link_width;             /* lanes, 0 unknown */

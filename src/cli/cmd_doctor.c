@@ -328,6 +328,7 @@ static void json_dev(struct cli_json *j, const struct gpunvme_doctor_dev *d)
 	cj_dbl(j, "link_gts", d->link_gts);
 	cj_i64(j, "link_width", d->link_width);
 	cj_i64(j, "iommu_group", d->iommu_group);
+	cj_str(j, "iommu_type", d->iommu_type);
 	cj_i64(j, "numa_node", d->numa_node);
 	cj_str(j, "host_bridge", d->host_bridge);
 	cj_arr_begin(j, "bridges");

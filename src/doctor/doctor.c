@@ -432,6 +432,12 @@ int dr_read_dev(const struct dr_ctx *c, const char *bdf, struct gpunvme_doctor_d
 	if (!dr_path(c, p, sizeof(p), "/sys/bus/pci/devices/%s/iommu_group", bdf) &&
 	    !link_base(p, b, sizeof(b)) && !parse_long(b, 10, &v) && v >= 0 && v < 1000000)
 		d->iommu_group = (int)v;
+	/* The group's default domain: "identity" is passthrough (iommu=pt,
+	 * or a kernel built with passthrough as default), "DMA"/"DMA-FQ"
+	 * translate. */
+	if (d->iommu_group >= 0 && !dr_path(c, p, sizeof(p), "/sys/kernel/iommu_groups/%d/type", d->iommu_group) &&
+	    !dr_read_line(p, b, sizeof(b)))
+		dr_copy(d->iommu_type, sizeof(d->iommu_type), b);
 	if (!dev_attr(c, bdf, "numa_node", b, sizeof(b)) && !parse_long(b, 10, &v) && v >= -1 && v < 4096)
 		d->numa_node = (int)v;
 	read_link_attrs(c, d);

@@ -136,6 +136,10 @@ static bool is_d3(const char *ps)
 
 static enum gpunvme_doctor_iommu dev_iommu(const struct gpunvme_doctor_report *r, const struct gpunvme_doctor_dev *d)
 {
+	if (!strcmp(d->iommu_type, "identity"))
+		return GPUNVME_IOMMU_PASSTHROUGH;
+	if (!strncmp(d->iommu_type, "DMA", 3))
+		return GPUNVME_IOMMU_TRANSLATED;
 	if (r->sys.iommu == GPUNVME_IOMMU_TRANSLATED && d->iommu_group < 0)
 		return GPUNVME_IOMMU_UNKNOWN;
 	return r->sys.iommu;

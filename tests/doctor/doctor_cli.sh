@@ -194,10 +194,12 @@ group_capture() {
 				fail "capture of $n: bus/pci/devices entries are not symlinks"
 		done
 	done
-	# the fixture holds files the doctor must not need; the capture
-	# leaves them out (iommu group type files)
-	[ -e "$WORK/cap-sh-server-switch/sys/kernel/iommu_groups/31/type" ] &&
-		fail "capture copied iommu_groups/N/type, which the doctor does not read"
+	# the fixture holds files the doctor does not read; the capture
+	# leaves them out (the GPU's group type, hugepages of other sizes)
+	[ -e "$WORK/cap-sh-server-switch/sys/kernel/iommu_groups/32/type" ] ||
+		fail "capture lacks the NVMe's iommu_groups/32/type"
+	[ -e "$WORK/cap-sh-server-switch/sys/kernel/mm/hugepages/hugepages-1048576kB" ] &&
+		fail "capture copied 1 GiB hugepage counts, which the doctor does not read"
 	# real sysfs: capture this machine, read it back
 	if sh "$CAPTURE" "$WORK/self" 2>"$WORK/cap.err"; then
 		run doctor --json --root "$WORK/self"

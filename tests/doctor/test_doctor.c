@@ -277,6 +277,7 @@ static void fx_server_switch(void)
 	putf("sys/module/vfio/parameters/enable_unsafe_noiommu_mode", "N\n");
 	putf("sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages", "512\n");
 	putf("sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "512\n");
+	putf("sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages", "0\n");
 	struct fxdev devs[] = {
 		{"pci0000:00/0000:00:01.0", 0x8086, 0x352a, 0x060400, "pcieport", 1, 4, 16, true, "D0", 0, RP, 0x001d, 0, NULL},
 		{"pci0000:00/0000:00:01.0/0000:01:00.0", 0x10b5, 0xc040, 0x060400, "pcieport", 1, 4, 16, true, "D0", 0, USP, -1,
@@ -596,6 +597,35 @@ TEST_CASE(server_switch)
 	CHECK_EQ(p->tier[1].answer, NO);
 	CHECK_EQ(p->tier[2].answer, NO);
 	CHECK(has_reason(&p->tier[2], "depend on the platform"));
+	CHECK_EQ(gpunvme_doctor_judge(r), 1);
+	gpunvme_doctor_free(r);
+	cleanup();
+	return 0;
+}
+
+/* The controller behind the switch on uio: refused while its IOMMU group
+ * translates, fine once the group is identity-mapped (iommu=pt). */
+TEST_CASE(uio_and_iommu)
+{
+	struct gpunvme_doctor_report *r = load("server-switch");
+	REQUIRE(r);
+	CHECK_STR(r->nvme[0].pci.iommu_type, "DMA");
+	gpunvme_doctor_free(r);
+	char p[PATH_MAX];
+	SNP(p, "%s/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:10.0/0000:04:00.0/driver", tmpdir);
+	unlink(p);
+	REQUIRE(symlink("../../../../bus/pci/drivers/uio_pci_generic", p) == 0);
+	REQUIRE_OK(gpunvme_doctor_scan(tmpdir, &r));
+	CHECK_STR(r->nvme[0].pci.driver, "uio_pci_generic");
+	CHECK_EQ(r->pairs[0].tier[0].answer, NO);
+	CHECK(has_reason(&r->pairs[0].tier[0], "the IOMMU translates its DMA"));
+	CHECK(has_reason(&r->pairs[0].tier[0], "iommu=pt"));
+	gpunvme_doctor_free(r);
+	snprintf(fx_root, sizeof(fx_root), "%s", tmpdir);
+	putf("sys/kernel/iommu_groups/32/type", "identity\n");
+	REQUIRE_OK(gpunvme_doctor_scan(tmpdir, &r));
+	CHECK_STR(r->nvme[0].pci.iommu_type, "identity");
+	CHECK_EQ(r->pairs[0].tier[0].answer, YES);
 	CHECK_EQ(gpunvme_doctor_judge(r), 1);
 	gpunvme_doctor_free(r);
 	cleanup();
