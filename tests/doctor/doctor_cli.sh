@@ -152,8 +152,8 @@ group_usage() {
 	# the machine itself: never a crash, exit 0 or 1
 	run doctor
 	[ "$RC" -le 1 ] || { fail "doctor on this machine exited $RC"; show; }
-	run doctor --probe --json
-	[ "$RC" -le 1 ] || { fail "doctor --probe exited $RC"; show; }
+	# (--probe is not run here: on a machine with a bound controller it
+	# would touch the device; it is for people, not for ctest)
 }
 
 group_capture() {
