@@ -23,6 +23,8 @@ int cmd_extents(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 /* cmd_load.c: model files into GPU memory */
 int cmd_load(int argc, char **argv);
+/* cmd_doctor.c: can this machine run the GPU data path */
+int cmd_doctor(int argc, char **argv);
 
 #ifndef GPUNVME_VERSION
 #define GPUNVME_VERSION "0.1.0"
@@ -36,6 +38,7 @@ struct command {
 
 static const struct command commands[] = {
 	{"list", cmd_list, "NVMe controllers and NVIDIA GPUs on the PCI bus (sysfs)"},
+	{"doctor", cmd_doctor, "diagnose the GPU data path: tiers per GPU x NVMe pair, reasons, fixes"},
 	{"id-ctrl", cmd_id_ctrl, "decoded Identify Controller data"},
 	{"id-ns", cmd_id_ns, "decoded Identify Namespace data"},
 	{"show-regs", cmd_show_regs, "decoded controller registers (BAR0)"},

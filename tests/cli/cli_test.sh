@@ -293,7 +293,7 @@ group_help() {
 	ok --help && expect_out "usage: gpunvme"
 	ok help && expect_out "commands:"
 	ok version && expect_out "gpunvme "
-	for c in list id-ctrl id-ns show-regs read write perf; do
+	for c in list doctor id-ctrl id-ns show-regs read write perf; do
 		ok "$c" --help && expect_out "usage: gpunvme $c"
 		ok "$c" -h && expect_out "usage: gpunvme $c"
 		ok help "$c" && expect_out "usage: gpunvme $c"
