@@ -556,16 +556,29 @@ static void read_gpu(const struct dr_ctx *c, struct gpunvme_doctor_gpu *g)
 {
 	char p[PATH_MAX], buf[2048];
 
-	/* BAR1 (the window onto GPU memory peers write to) is resource line
-	 * 1: "start end flags" in hex. */
+	/* BAR1 (the window onto GPU memory peers write to) is the GPU's second
+	 * memory BAR: sysfs's resource file has a "start end flags" line per
+	 * BAR register (PCI 3.0 §6.2.5.1), and a 64-bit BAR takes two registers
+	 * with the upper one's line all zeros. A 32-bit BAR0 puts BAR1 on line
+	 * 1 (older GPUs); a 64-bit BAR0 on line 2 (an H200 in a VM: 16 MiB,
+	 * 256 GiB, 32 MiB on lines 0, 2, 4). So: the second non-empty line of
+	 * the six BAR lines. */
 	if (!dr_path(c, p, sizeof(p), "/sys/bus/pci/devices/%s/resource", g->pci.bdf)) {
 		ssize_t n = dr_read_bytes(p, buf, sizeof(buf) - 1);
 		if (n > 0) {
 			buf[n] = '\0';
-			char *l1 = strchr(buf, '\n');
-			unsigned long long s, e, f;
-			if (l1 && sscanf(l1 + 1, "%llx %llx %llx", &s, &e, &f) == 3 && e > s)
-				g->bar1_bytes = (uint64_t)(e - s + 1);
+			char *l = buf;
+			int seen = 0;
+			for (int i = 0; i < 6 && l && *l; i++) {
+				unsigned long long s, e, f;
+				if (sscanf(l, "%llx %llx %llx", &s, &e, &f) == 3 && e > s && ++seen == 2) {
+					g->bar1_bytes = (uint64_t)(e - s + 1);
+					break;
+				}
+				l = strchr(l, '\n');
+				if (l)
+					l++;
+			}
 		}
 	}
 	if (!g->bar1_bytes)

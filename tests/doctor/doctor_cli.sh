@@ -50,6 +50,35 @@ no_path() { # PHRASE ARGS...
 	bad 1 "$pat" "$@"
 }
 
+# Captures of real machines (scripts/doctor-capture.sh, committed as
+# tests/doctor/captures/NAME.tgz): the inventory and verdicts doctor gives
+# for them. h200-vm: the project's GPU machine, an H200 behind a
+# hypervisor (firecracker), no NVMe, no IOMMU; BAR0 64-bit, so BAR1 is on
+# resource line 2.
+CAPS=$(cd "$(dirname "${BASH_SOURCE[0]}")/captures" && pwd)
+cap() { # NAME: the capture, unpacked once
+	if [ ! -d "$WORK/cap/$1" ]; then
+		mkdir -p "$WORK/cap/$1" && tar xzf "$CAPS/$1.tgz" -C "$WORK/cap/$1" || fail "unpack $1"
+	fi
+	echo "$WORK/cap/$1"
+}
+
+group_captured() {
+	local d
+	d=$(cap h200-vm)
+	no_path "no NVMe controller found" doctor --root "$d"
+	expect_out "IOMMU: off"
+	expect_out "NVIDIA driver: 580.159.04, open kernel module: yes"
+	expect_out "dma-buf export: yes"
+	expect_out "0000:00:06.0 10de:2335 NVIDIA H200, driver nvidia, power D0, link 32 GT/s x16, BAR1 256 GiB"
+	run doctor --root "$d" --json
+	[ "$RC" -eq 1 ] || fail "h200-vm --json: exit $RC, expected 1"
+	json_check 'd["gpus"][0]["bar1_bytes"] == 256 << 30 and d["gpus"][0]["link_gts"] == 32 and d["gpus"][0]["link_width"] == 16'
+	json_check 'd["nvme"] == [] and d["pairs"] == [] and d["tier1_pairs"] == 0'
+	json_check 'd["system"]["iommu"] == "off" and d["system"]["nvidia_open"] == "yes" and d["system"]["dmabuf"] == "yes"'
+	json_check 'd["system"]["memlock"] == "unlimited" and d["system"]["vfio_pci"] == "no"'
+}
+
 group_fixtures() {
 	local d
 	d=$(fx seed004)
@@ -213,7 +242,7 @@ group_capture() {
 }
 
 case "$GROUP" in
-fixtures | json | usage | capture) "group_$GROUP" ;;
+fixtures | json | usage | capture | captured) "group_$GROUP" ;;
 *) echo "unknown group $GROUP" >&2; exit 2 ;;
 esac
 echo "$GROUP: $CHECKS checks, $FAILS failed"
