@@ -169,6 +169,9 @@ struct gpunvme_doctor_report {
 	int nnvme, ngpu, npairs;
 	struct gpunvme_doctor_nvme nvme[GPUNVME_DOCTOR_MAX_NVME];
 	struct gpunvme_doctor_gpu gpu[GPUNVME_DOCTOR_MAX_GPU];
+	/* per controller: can the user-space driver own it (the CPU data path,
+	 * and the NVMe half of Tier 1), whatever GPU it is paired with */
+	struct gpunvme_doctor_verdict nvme_verdict[GPUNVME_DOCTOR_MAX_NVME];
 	struct gpunvme_doctor_pair pairs[GPUNVME_DOCTOR_MAX_GPU * GPUNVME_DOCTOR_MAX_NVME];
 	bool probed;
 	struct gpunvme_doctor_probe probe;

@@ -249,6 +249,10 @@ static void print_text(const struct gpunvme_doctor_report *r, int gsel, int nsel
 			       n->mounted[0] ? n->mounted : "nothing mounted");
 		if (n->pci.why[0])
 			printf("    unknown: %s\n", n->pci.why);
+		/* the controller's own verdict, reasons as for a tier */
+		const struct gpunvme_doctor_verdict *u = &r->nvme_verdict[i];
+		printf("  ");
+		print_verdict("user-space driver (CPU path)", u);
 	}
 	if (!r->nnvme)
 		printf("  (none)\n");
@@ -408,6 +412,7 @@ static void print_json(const struct gpunvme_doctor_report *r, int gsel, int nsel
 		cj_str(&j, "mounted", n->mounted);
 		if (r->probed)
 			json_probe(&j, "probe_bar0", &r->probe.bar0[i]);
+		json_verdict(&j, "userspace", &r->nvme_verdict[i]);
 		cj_obj_end(&j);
 	}
 	cj_arr_end(&j);

@@ -145,22 +145,21 @@ static enum gpunvme_doctor_iommu dev_iommu(const struct gpunvme_doctor_report *r
 	return r->sys.iommu;
 }
 
-static void tier1(struct gpunvme_doctor_report *r, struct gpunvme_doctor_pair *p)
+/*
+ * Whether the user-space driver can own controller ni at all (its CPU data
+ * path, and the NVMe half of Tier 1): the driver it is bound to, the IOMMU
+ * mode that driver needs, its power state, the BAR0 probe. Stored per
+ * controller, so a machine without a GPU still gets an answer.
+ */
+static void userspace(struct gpunvme_doctor_report *r, int ni)
 {
-	const struct gpunvme_doctor_gpu *g = &r->gpu[p->gpu];
-	const struct gpunvme_doctor_nvme *n = &r->nvme[p->nvme];
-	struct gpunvme_doctor_verdict *v = &p->tier[0];
+	const struct gpunvme_doctor_nvme *n = &r->nvme[ni];
+	struct gpunvme_doctor_verdict *v = &r->nvme_verdict[ni];
 	const char *nb = n->pci.bdf;
 	char fix[GPUNVME_DOCTOR_TEXT];
 
+	memset(v, 0, sizeof(*v));
 	v->answer = GPUNVME_DOCTOR_YES;
-	if (strcmp(g->pci.driver, "nvidia") != 0) {
-		worse(&v->answer, GPUNVME_DOCTOR_NO);
-		reason(v, "install the NVIDIA driver and load it (sudo modprobe nvidia); if nouveau holds the GPU, "
-			  "blacklist it and reboot",
-		       "GPU %s is %s%s, not by the NVIDIA driver", g->pci.bdf, g->pci.driver[0] ? "bound to " : "not bound",
-		       g->pci.driver);
-	}
 	const char *drv = n->pci.driver;
 	bool vfio = !strcmp(drv, "vfio-pci"), uio = !strcmp(drv, "uio_pci_generic") || !drv[0];
 	enum gpunvme_doctor_iommu im = dev_iommu(r, &n->pci);
@@ -200,13 +199,36 @@ static void tier1(struct gpunvme_doctor_report *r, struct gpunvme_doctor_pair *p
 		reason(v, fix, "NVMe %s is in %s (powered down after the driver change): BAR0 reads all ones", nb,
 		       n->pci.power_state);
 	}
+	if (r->probed && r->probe.bar0[ni].run && !r->probe.bar0[ni].ok) {
+		worse(&v->answer, GPUNVME_DOCTOR_NO);
+		reason(v, "run as root with the controller bound to vfio-pci or uio_pci_generic and in D0",
+		       "BAR0 mapping failed: %s", r->probe.bar0[ni].text);
+	}
+}
+
+static void tier1(struct gpunvme_doctor_report *r, struct gpunvme_doctor_pair *p)
+{
+	const struct gpunvme_doctor_gpu *g = &r->gpu[p->gpu];
+	const struct gpunvme_doctor_nvme *n = &r->nvme[p->nvme];
+	struct gpunvme_doctor_verdict *v = &p->tier[0];
+	const char *nb = n->pci.bdf;
+	bool vfio = !strcmp(n->pci.driver, "vfio-pci");
+
+	v->answer = GPUNVME_DOCTOR_YES;
+	if (strcmp(g->pci.driver, "nvidia") != 0) {
+		worse(&v->answer, GPUNVME_DOCTOR_NO);
+		reason(v, "install the NVIDIA driver and load it (sudo modprobe nvidia); if nouveau holds the GPU, "
+			  "blacklist it and reboot",
+		       "GPU %s is %s%s, not by the NVIDIA driver", g->pci.bdf, g->pci.driver[0] ? "bound to " : "not bound",
+		       g->pci.driver);
+	}
+	/* the controller's half: its own verdict, reasons included */
+	const struct gpunvme_doctor_verdict *u = &r->nvme_verdict[p->nvme];
+	worse(&v->answer, u->answer);
+	for (int k = 0; k < u->nreasons && v->nreasons < GPUNVME_DOCTOR_MAX_REASONS; k++)
+		v->reasons[v->nreasons++] = u->reasons[k];
 	if (r->probed) {
-		const struct gpunvme_doctor_probe_result *b = &r->probe.bar0[p->nvme], *io = &r->probe.register_io[p->gpu][p->nvme];
-		if (b->run && !b->ok) {
-			worse(&v->answer, GPUNVME_DOCTOR_NO);
-			reason(v, "run as root with the controller bound to vfio-pci or uio_pci_generic and in D0",
-			       "BAR0 mapping failed: %s", b->text);
-		}
+		const struct gpunvme_doctor_probe_result *io = &r->probe.register_io[p->gpu][p->nvme];
 		if (io->run && !io->ok) {
 			worse(&v->answer, GPUNVME_DOCTOR_NO);
 			reason(v,
@@ -303,6 +325,8 @@ int gpunvme_doctor_judge(struct gpunvme_doctor_report *r)
 {
 	int usable = 0;
 	r->npairs = 0;
+	for (int ni = 0; ni < r->nnvme; ni++)
+		userspace(r, ni);
 	for (int gi = 0; gi < r->ngpu; gi++)
 		for (int ni = 0; ni < r->nnvme; ni++) {
 			struct gpunvme_doctor_pair *p = &r->pairs[r->npairs++];
