@@ -137,16 +137,6 @@ group_json() {
 	json_check 'd["system"]["iommu"] == "off" and d["system"]["dmabuf"] == "yes" and d["system"]["memlock"] == "unlimited"'
 	json_check 'len(d["pairs"]) == 1 and d["pairs"][0]["tier1"]["answer"] == "yes" and d["tier1_pairs"] == 1'
 	json_check 'd["pairs"][0]["tier2"]["answer"] == "no" and d["pairs"][0]["tier2"]["route"] == "dma-buf + kernel module"'
-	# each controller's own verdict (the user-space driver can own it), GPU or not
-	json_check 'd["nvme"][0]["userspace"] == {"answer": "yes", "reasons": []}'
-	run doctor --json --root "$(fx seed004-d3)"
-	json_check 'd["nvme"][0]["userspace"]["answer"] == "no" and "D3hot" in d["nvme"][0]["userspace"]["reasons"][0]["why"] and "CAP_PM+4.W=0x0008" in d["nvme"][0]["userspace"]["reasons"][0]["fix"]'
-	run doctor --json --root "$(fx server-switch)"
-	json_check '[n["userspace"]["answer"] for n in d["nvme"]] == ["yes", "no"] and "in use (/dev/nvme0n1p2 on /)" in d["nvme"][1]["userspace"]["reasons"][0]["why"]'
-	run doctor --json --root "$(fx no-nvidia)"
-	json_check 'd["nvme"][0]["userspace"]["answer"] == "no" and "vfio-bind.sh 0000:01:00.0" in d["nvme"][0]["userspace"]["reasons"][0]["fix"]'
-	run doctor --root "$(fx no-nvidia)"
-	expect_out "user-space driver (CPU path): no"
 	json_check 'd["pairs"][0]["tier3"]["answer"] == "no" and any("AMD" in r["why"] for r in d["pairs"][0]["tier3"]["reasons"])'
 	json_check 'abs(d["pairs"][0]["link_gbytes"] - 7.877) < 0.01 and d["pairs"][0]["path"] == "root-complex"'
 	json_check 'd["gpus"][0]["bar1_bytes"] == 268435456 and d["nvme"][0]["driver"] == "vfio-pci"'
@@ -172,6 +162,17 @@ group_json() {
 	d=$(fx broken)
 	ok doctor --json --root "$d" || return
 	json_check 'd["system"]["memlock"] is None and d["system"]["dmabuf"] == "unknown" and d["nvme"][0]["link_gts"] == 0'
+	# each controller's own verdict (the user-space driver can own it), GPU or not
+	run doctor --json --root "$(fx seed004)"
+	json_check 'd["nvme"][0]["userspace"] == {"answer": "yes", "reasons": []}'
+	run doctor --json --root "$(fx seed004-d3)"
+	json_check 'd["nvme"][0]["userspace"]["answer"] == "no" and "D3hot" in d["nvme"][0]["userspace"]["reasons"][0]["why"] and "CAP_PM+4.W=0x0008" in d["nvme"][0]["userspace"]["reasons"][0]["fix"]'
+	run doctor --json --root "$(fx server-switch)"
+	json_check '[n["userspace"]["answer"] for n in d["nvme"]] == ["yes", "no"] and "in use (/dev/nvme0n1p2 on /)" in d["nvme"][1]["userspace"]["reasons"][0]["why"]'
+	run doctor --json --root "$(fx no-nvidia)"
+	json_check 'd["nvme"][0]["userspace"]["answer"] == "no" and "vfio-bind.sh 0000:01:00.0" in d["nvme"][0]["userspace"]["reasons"][0]["fix"]'
+	run doctor --root "$(fx no-nvidia)"
+	expect_out "user-space driver (CPU path): no"
 }
 
 group_usage() {
