@@ -190,7 +190,18 @@ static void userspace(struct gpunvme_doctor_report *r, int ni)
 		worse(&v->answer, GPUNVME_DOCTOR_UNKNOWN);
 		reason(v, "", "unknown, because the IOMMU state is unknown (%s)", r->sys.iommu_why);
 	}
-	if (is_d3(n->pci.power_state)) {
+	if (is_d3(n->pci.power_state) && vfio) {
+		/* vfio-pci idles a device no process has open in D3hot (its
+		 * runtime power management, module parameter disable_idle_d3)
+		 * and returns it to D0 when it is opened through VFIO, which is
+		 * how this driver maps BAR0: seen in the QEMU guest, where
+		 * doctor found D3hot and the VFIO probe then worked. Tools that
+		 * mmap resource0 directly do read all ones. */
+		reason(v, "",
+		       "NVMe %s is in %s while unused: vfio-pci's runtime power management; opening it through VFIO "
+		       "(as this driver does) returns it to D0 (tools that map resource0 directly read all ones)",
+		       nb, n->pci.power_state);
+	} else if (is_d3(n->pci.power_state)) {
 		worse(&v->answer, GPUNVME_DOCTOR_NO);
 		snprintf(fix, sizeof(fix),
 			 "echo on | sudo tee /sys/bus/pci/devices/%s/power/control; sudo setpci -s %s CAP_PM+4.W=0x0008; "

@@ -54,7 +54,7 @@ no_path() { # PHRASE ARGS...
 # tests/doctor/captures/NAME.tgz): the inventory and verdicts doctor gives
 # for them. h200-vm: the project's GPU machine, an H200 behind a
 # hypervisor (firecracker), no NVMe, no IOMMU; BAR0 64-bit, so BAR1 is on
-# resource line 2.
+# resource line 2. qemu-iommu, qemu-noiommu: the QEMU guests (see below).
 CAPS=$(cd "$(dirname "${BASH_SOURCE[0]}")/captures" && pwd)
 cap() { # NAME: the capture, unpacked once
 	if [ ! -d "$WORK/cap/$1" ]; then
@@ -77,6 +77,26 @@ group_captured() {
 	json_check 'd["nvme"] == [] and d["pairs"] == [] and d["tier1_pairs"] == 0'
 	json_check 'd["system"]["iommu"] == "off" and d["system"]["nvidia_open"] == "yes" and d["system"]["dmabuf"] == "yes"'
 	json_check 'd["system"]["memlock"] == "unlimited" and d["system"]["vfio_pci"] == "no"'
+
+	# the QEMU guests of tests/qemu/scenarios/doctor.sh and doctor_noiommu.sh
+	# (captured by busybox sh in the guest), where the probes then did what
+	# these verdicts say: vfio-pci yes (idle in D3hot: vfio-pci's runtime
+	# PM), uio_pci_generic yes (identity domain / no IOMMU), nvme no
+	d=$(cap qemu-iommu)
+	no_path "no NVIDIA GPU found" doctor --root "$d"
+	expect_out "IOMMU: passthrough (5 IOMMU groups, iommu=pt on the kernel command line)"
+	expect_out "0000:00:04.0 1b36:0010 driver vfio-pci, power D3hot, link 2.5 GT/s x1, IOMMU group 1"
+	expect_out "vfio-pci's runtime power management"
+	expect_out "NVMe 0000:00:06.0 is bound to nvme: the kernel owns it"
+	run doctor --root "$d" --json
+	json_check '[(n["bdf"], n["driver"], n["iommu_group"], n["userspace"]["answer"]) for n in d["nvme"]] == [("0000:00:04.0", "vfio-pci", 1, "yes"), ("0000:00:05.0", "uio_pci_generic", 2, "yes"), ("0000:00:06.0", "nvme", 3, "no")]'
+	json_check 'd["nvme"][2]["kernel_name"] == "nvme2" and d["nvme"][2]["namespaces"] == 1 and d["system"]["hugepages_2m_total"] == 8 and d["gpus"] == []'
+	d=$(cap qemu-noiommu)
+	no_path "no NVIDIA GPU found" doctor --root "$d"
+	expect_out "IOMMU: off"
+	run doctor --root "$d" --json
+	json_check '[(n["bdf"], n["driver"], n["iommu_group"], n["userspace"]["answer"]) for n in d["nvme"]] == [("0000:00:04.0", "uio_pci_generic", -1, "yes"), ("0000:00:05.0", "nvme", -1, "no")]'
+	json_check 'd["system"]["iommu"] == "off" and d["system"]["vfio_pci"] == "yes" and d["system"]["uio_pci_generic"] == "yes" and d["system"]["vfio_noiommu"] != "yes"'
 }
 
 group_fixtures() {

@@ -226,8 +226,10 @@ static const char *NV_OPEN_590 = "NVRM version: NVIDIA UNIX Open Kernel Module f
 /* (a) the RTX 3090 + WD SN740 machine of the investigation (seed 004):
  * AMD Matisse root complex, separate root ports, IOMMU off (amd_iommu=off),
  * the SSD on vfio-pci in no-IOMMU mode, open NVIDIA module 590, 256 MiB
- * BAR1, run as root. d3: as found right after binding (PMCSR D3hot, no
- * power_state attribute: an older kernel). */
+ * BAR1, run as root. d3: as found right after unbinding nvme (the seed:
+ * "device falls to D3 after unbind"): no driver, PMCSR D3hot, no
+ * power_state attribute (an older kernel). Nothing will wake it: BAR0
+ * mapped through resource0 reads all ones. */
 static void fx_seed004(bool d3)
 {
 	putf("proc/cmdline", "BOOT_IMAGE=/vmlinuz-6.17.0-14-generic root=UUID=1 ro quiet splash amd_iommu=off\n");
@@ -251,7 +253,7 @@ static void fx_seed004(bool d3)
 		 -1, 0,
 		 "0x00000000fb000000 0x00000000fbffffff 0x0000000000040200\n"
 		 "0x000000d000000000 0x000000d00fffffff 0x000000000014220c\n"},
-		{"pci0000:00/0000:00:03.4/0000:0b:00.0", 0x15b7, 0x5017, 0x010802, "vfio-pci", -1, 4, 4, !d3,
+		{"pci0000:00/0000:00:03.4/0000:0b:00.0", 0x15b7, 0x5017, 0x010802, d3 ? NULL : "vfio-pci", -1, 4, 4, !d3,
 		 d3 ? NULL : "D0", d3 ? 3 : 0, EP, -1, 0, NULL},
 	};
 	for (size_t i = 0; i < sizeof(devs) / sizeof(devs[0]); i++)
@@ -625,6 +627,27 @@ TEST_CASE(uio_and_iommu)
 	putf("sys/kernel/iommu_groups/32/type", "identity\n");
 	REQUIRE_OK(gpunvme_doctor_scan(tmpdir, &r));
 	CHECK_STR(r->nvme[0].pci.iommu_type, "identity");
+	CHECK_EQ(r->pairs[0].tier[0].answer, YES);
+	CHECK_EQ(gpunvme_doctor_judge(r), 1);
+	gpunvme_doctor_free(r);
+	cleanup();
+	return 0;
+}
+
+/* vfio-pci keeps an unopened device in D3hot (runtime PM) and wakes it
+ * when VFIO opens it: not a reason against the user-space driver, only a
+ * remark (the QEMU guest's doctor scenario shows the probe working). */
+TEST_CASE(vfio_idle_d3)
+{
+	struct gpunvme_doctor_report *r = load("seed004");
+	REQUIRE(r);
+	gpunvme_doctor_free(r);
+	snprintf(fx_root, sizeof(fx_root), "%s", tmpdir);
+	putf("sys/devices/pci0000:00/0000:00:03.4/0000:0b:00.0/power_state", "D3hot\n");
+	REQUIRE_OK(gpunvme_doctor_scan(tmpdir, &r));
+	CHECK_STR(r->nvme[0].pci.power_state, "D3hot");
+	CHECK_EQ(r->nvme_verdict[0].answer, YES);
+	CHECK(has_reason(&r->nvme_verdict[0], "runtime power management"));
 	CHECK_EQ(r->pairs[0].tier[0].answer, YES);
 	CHECK_EQ(gpunvme_doctor_judge(r), 1);
 	gpunvme_doctor_free(r);
