@@ -757,6 +757,45 @@ static void Buffers_dealloc(Buffers *bu)
 	Py_TYPE(bu)->tp_free((PyObject *)bu);
 }
 
+/* Buffers for tensors idx[0..n) of model m (the loader's own index, or
+ * `part`, a one-tensor index the Buffers then owns and frees), placed in
+ * loader memory; nothing read yet. */
+static PyObject *buffers_place(Loader *ld, const struct gpunvme_model *m, struct gpunvme_model *part,
+			       const size_t *idx, size_t n)
+{
+	if (vol_usable(ld->model->vol)) {
+		gpunvme_model_free(part);
+		return NULL;
+	}
+	Buffers *bu = PyObject_New(Buffers, &BuffersType);
+	if (!bu) {
+		gpunvme_model_free(part);
+		return NULL;
+	}
+	Py_INCREF(ld);
+	bu->loader = ld;
+	bu->b = NULL;
+	bu->loaded = false;
+	bu->part = part;
+	char err[LASTERR_LEN];
+	int rc = 0;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(loader_lock(ld));
+#ifdef GPUNVME_PY_CUDA
+	if (ld->tier != GPUNVME_TIER_CPU)
+		rc = set_device(ld->device, err);
+#endif
+	if (!rc && (rc = gpunvme_model_buffers_alloc_sel(ld->l, m, idx, n, &bu->b)))
+		snprintf(err, LASTERR_LEN, "%s: %s", ld->model->path, gpunvme_last_error());
+	pthread_mutex_unlock(loader_lock(ld));
+	Py_END_ALLOW_THREADS
+	if (rc) {
+		Py_DECREF(bu);
+		return raise_err(rc, "%s", err);
+	}
+	return (PyObject *)bu;
+}
+
 /* Loader.select(indices) -> Buffers: the tensors model.tensors()[i] for i in
  * indices, in that order, placed in loader memory (nothing read yet) */
 static PyObject *Loader_select(Loader *ld, PyObject *args)
@@ -783,38 +822,9 @@ static PyObject *Loader_select(Loader *ld, PyObject *args)
 		idx[i] = k;
 	}
 	Py_DECREF(fast);
-	if (vol_usable(ld->model->vol)) {
-		free(idx);
-		return NULL;
-	}
-	Buffers *bu = PyObject_New(Buffers, &BuffersType);
-	if (!bu) {
-		free(idx);
-		return NULL;
-	}
-	Py_INCREF(ld);
-	bu->loader = ld;
-	bu->b = NULL;
-	bu->loaded = false;
-	bu->part = NULL;
-	char err[LASTERR_LEN];
-	int rc = 0;
-	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(loader_lock(ld));
-#ifdef GPUNVME_PY_CUDA
-	if (ld->tier != GPUNVME_TIER_CPU)
-		rc = set_device(ld->device, err);
-#endif
-	if (!rc && (rc = gpunvme_model_buffers_alloc_sel(ld->l, ld->model->m, idx, (size_t)n, &bu->b)))
-		snprintf(err, LASTERR_LEN, "%s: %s", ld->model->path, gpunvme_last_error());
-	pthread_mutex_unlock(loader_lock(ld));
-	Py_END_ALLOW_THREADS
+	PyObject *bu = buffers_place(ld, ld->model->m, NULL, idx, (size_t)n);
 	free(idx);
-	if (rc) {
-		Py_DECREF(bu);
-		return raise_err(rc, "%s", err);
-	}
-	return (PyObject *)bu;
+	return bu;
 }
 
 /* Loader.select_bytes(index, start, length) -> Buffers: bytes [start,
@@ -835,8 +845,6 @@ static PyObject *Loader_select_bytes(Loader *ld, PyObject *args)
 	if (!len || start > t->bytes || len > t->bytes - start)
 		return raise_err(EINVAL, "select_bytes: bytes [%llu, +%llu) are not inside tensor \"%s\" (%llu bytes)",
 				 start, len, t->name, (unsigned long long)t->bytes);
-	if (vol_usable(ld->model->vol))
-		return NULL;
 	struct gpunvme_model *part = calloc(1, sizeof(*part));
 	if (!part || !(part->tensors = calloc(1, sizeof(*part->tensors)))) {
 		free(part);
@@ -855,34 +863,8 @@ static PyObject *Loader_select_bytes(Loader *ld, PyObject *args)
 		gpunvme_model_free(part);
 		return PyErr_NoMemory();
 	}
-	Buffers *bu = PyObject_New(Buffers, &BuffersType);
-	if (!bu) {
-		gpunvme_model_free(part);
-		return NULL;
-	}
-	Py_INCREF(ld);
-	bu->loader = ld;
-	bu->b = NULL;
-	bu->loaded = false;
-	bu->part = part;
-	char err[LASTERR_LEN];
-	int rc = 0;
 	size_t zero = 0;
-	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(loader_lock(ld));
-#ifdef GPUNVME_PY_CUDA
-	if (ld->tier != GPUNVME_TIER_CPU)
-		rc = set_device(ld->device, err);
-#endif
-	if (!rc && (rc = gpunvme_model_buffers_alloc_sel(ld->l, part, &zero, 1, &bu->b)))
-		snprintf(err, LASTERR_LEN, "%s: %s", ld->model->path, gpunvme_last_error());
-	pthread_mutex_unlock(loader_lock(ld));
-	Py_END_ALLOW_THREADS
-	if (rc) {
-		Py_DECREF(bu);
-		return raise_err(rc, "%s", err);
-	}
-	return (PyObject *)bu;
+	return buffers_place(ld, part, part, &zero, 1);
 }
 
 #define LOAD_CHUNK (64ull << 20) /* progress granularity */
