@@ -366,14 +366,16 @@ int gpunvme_part_list(const struct gpunvme_blkdev *dev, struct gpunvme_partition
 		rc = 0;
 	}
 	if (rc == 0) {
-		qsort(l.v, l.n, sizeof(*l.v), cmp_num);
+		if (l.n > 1) /* qsort of a NULL array is undefined (C11 7.22.5) */
+			qsort(l.v, l.n, sizeof(*l.v), cmp_num);
 		*scheme = "gpt";
 	} else if (rc == -ENODATA && mbr) {
 		if ((rc = mbr_read(dev, s, &l))) {
 			free(l.v);
 			return rc;
 		}
-		qsort(l.v, l.n, sizeof(*l.v), cmp_num);
+		if (l.n > 1) /* qsort of a NULL array is undefined (C11 7.22.5) */
+			qsort(l.v, l.n, sizeof(*l.v), cmp_num);
 		*scheme = "mbr";
 	} else if (rc == -ENODATA) {
 		return 0;

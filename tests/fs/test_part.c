@@ -165,6 +165,30 @@ TEST_CASE(gpt_valid)
 	return 0;
 }
 
+/* A valid GPT with no partition entries (NumberOfPartitionEntries 0, or
+ * every entry unused): an empty list, no error. Found by fuzz_part: the
+ * empty list was sorted through a NULL pointer (undefined behaviour). */
+TEST_CASE(gpt_empty)
+{
+	for (uint32_t bs = 512; bs <= 4096; bs *= 8) {
+		uint64_t nblk = 256;
+		struct gpunvme_blkdev d = mem_dev(nblk * bs, bs);
+		pmbr();
+		gpt(bs, 1, 2, 0, 128, nblk);
+		struct gpunvme_partition *p;
+		size_t n;
+		const char *s;
+		REQUIRE_OK(list(&d, &p, &n, &s));
+		CHECK_STR(s, "gpt");
+		CHECK_EQ(n, 0);
+		CHECK(p == NULL);
+		uint64_t off = 1;
+		CHECK(gpunvme_fs_locate(&d, 0, &off) < 0);
+		CHECK_LAST_ERROR("gpt partition table with 0 partitions");
+	}
+	return 0;
+}
+
 TEST_CASE(gpt_hostile)
 {
 	const uint64_t nblk = 256;
