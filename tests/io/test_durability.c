@@ -39,58 +39,16 @@
 #include <unistd.h>
 
 #include "gpunvme/gpunvme.h"
+#include "blocktag.h"
 #include "harness.h"
 
 #define NBLK 256u          /* blocks in the image */
 #define BATCH_MAX 32u      /* writes in flight at once */
 #define ROUNDS 60u
-#define MAGIC 0x4152554456414e47ull /* "GNVDURA" */
 #define CHILD_LIFE_MS 10000u /* a child never outlives this, killed or not */
 #define WAIT_MS 10000u       /* bound on every wait of the parent */
 
-/* ---- block content ----------------------------------------------------------- */
-
-static uint32_t crc32c(uint32_t crc, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-	crc = ~crc;
-	while (len--) {
-		crc ^= *p++;
-		for (int k = 0; k < 8; k++)
-			crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1u)));
-	}
-	return ~crc;
-}
-
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* Layout: magic, lba, gen (8 bytes each), crc32c (4), pad (4), payload from
- * (lba, gen). The CRC covers everything but itself. */
-static uint32_t block_crc(const uint8_t *b, uint32_t bs)
-{
-	uint32_t crc = crc32c(0, b, 24);
-	return crc32c(crc, b + 28, bs - 28);
-}
-
-static void block_fill(uint8_t *b, uint32_t bs, uint64_t lba, uint64_t gen)
-{
-	uint64_t h[3] = { MAGIC, lba, gen };
-	memcpy(b, h, sizeof(h));
-	memset(b + 24, 0, 8);
-	uint64_t s = lba * 0x100000001b3ull ^ gen;
-	for (uint32_t o = 32; o < bs; o += 8) {
-		uint64_t v = splitmix(&s);
-		memcpy(b + o, &v, 8);
-	}
-	uint32_t crc = block_crc(b, bs);
-	memcpy(b + 24, &crc, 4);
-}
+/* ---- block content (blocktag.h) --------------------------------------------- */
 
 enum verdict { V_OK, V_STALE, V_TORN, V_FOREIGN, V_GARBAGE };
 static const char *const verdict_name[] = { "ok", "stale (older than durable)", "torn", "another LBA's block",
@@ -102,23 +60,18 @@ static const char *const verdict_name[] = { "ok", "stale (older than durable)", 
 static enum verdict block_check(const uint8_t *b, uint32_t bs, uint64_t lba, uint64_t min_gen, uint64_t max_gen,
 				uint64_t *gen_out)
 {
-	static uint8_t want[4096];
-	uint64_t h[3];
-	*gen_out = 0;
-	if (h_all(b, bs, 0))
-		return min_gen == 0 ? V_OK : V_STALE;
-	memcpy(h, b, sizeof(h));
-	if (h[0] != MAGIC)
-		return V_GARBAGE;
-	if (h[1] != lba)
-		return V_FOREIGN;
-	*gen_out = h[2];
-	if (h[2] == 0 || h[2] > max_gen)
-		return V_GARBAGE;
-	block_fill(want, bs, lba, h[2]);
-	if (memcmp(want, b, bs) != 0)
+	switch (bt_parse(b, bs, lba, gen_out)) {
+	case BT_WHOLE:
+		if (*gen_out > max_gen)
+			return V_GARBAGE; /* a generation never written */
+		return *gen_out < min_gen ? V_STALE : V_OK;
+	case BT_TORN:
 		return V_TORN;
-	return h[2] < min_gen ? V_STALE : V_OK;
+	case BT_FOREIGN:
+		return V_FOREIGN;
+	default:
+		return V_GARBAGE;
+	}
 }
 
 /* ---- the child: writes, flushes, reports ----------------------------------- */
@@ -227,7 +180,7 @@ static int child_main(const char *uri, int fd, uint32_t round, uint64_t seed)
 		ch.batch_left = n;
 		for (uint32_t i = 0; i < n; i++) {
 			w[i] = (struct wctx){ &ch, lbas[i], ((uint64_t)round << 32) | ++seq };
-			block_fill(bufs + (size_t)i * bs, bs, lbas[i], w[i].gen);
+			bt_fill(bufs + (size_t)i * bs, bs, lbas[i], w[i].gen);
 			if (gpunvme_write(qp, 1, bufs + (size_t)i * bs, lbas[i], 1, write_cb, &w[i]))
 				return 13;
 		}
@@ -470,7 +423,7 @@ TEST_CASE(checker_catches_damage)
 	static uint8_t b[4096];
 	uint64_t g;
 	const uint32_t bs = 4096;
-	block_fill(b, bs, 7, 5);
+	bt_fill(b, bs, 7, 5);
 	CHECK_EQ(block_check(b, bs, 7, 5, 9, &g), V_OK);
 	CHECK_EQ(g, 5);
 	CHECK_EQ(block_check(b, bs, 7, 3, 9, &g), V_OK); /* newer than durable: allowed */
@@ -479,15 +432,15 @@ TEST_CASE(checker_catches_damage)
 	CHECK_EQ(block_check(b, bs, 7, 0, 4, &g), V_GARBAGE); /* a generation never written */
 	/* torn: the second half from another generation of the same LBA */
 	static uint8_t o[4096];
-	block_fill(o, bs, 7, 4);
+	bt_fill(o, bs, 7, 4);
 	memcpy(b + 2048, o + 2048, 2048);
 	CHECK_EQ(block_check(b, bs, 7, 0, 9, &g), V_TORN);
 	/* torn at 512 B: one sector of a 4 KiB block left old */
-	block_fill(b, bs, 7, 5);
+	bt_fill(b, bs, 7, 5);
 	memcpy(b + 3584, o + 3584, 512);
 	CHECK_EQ(block_check(b, bs, 7, 0, 9, &g), V_TORN);
 	/* one flipped bit */
-	block_fill(b, bs, 7, 5);
+	bt_fill(b, bs, 7, 5);
 	b[100] ^= 1;
 	CHECK_EQ(block_check(b, bs, 7, 0, 9, &g), V_TORN);
 	/* zeroes: fine only when nothing was durable */
