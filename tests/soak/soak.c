@@ -116,7 +116,7 @@ static struct {
 	atomic_ulong commands, mismatches, hangs, unexplained;
 	unsigned long faults_media, faults_drop, faults_cfs, faults_remove;
 	unsigned long recoveries, recovery_failures;
-	uint64_t longest_recovery_us;
+	uint64_t longest_recovery_us, longest_reset_us;
 	unsigned long verified_blocks, uncertain_resolved;
 } g = { .lock = PTHREAD_MUTEX_INITIALIZER,
 	.cond = PTHREAD_COND_INITIALIZER,
@@ -149,6 +149,7 @@ struct blk {
 struct slot {
 	struct worker *w;
 	bool busy, write, hang_counted;
+	bool poisoned; /* completed with an error: buf holds 0xa5 until reused */
 	uint64_t lba; /* first LBA, namespace-wide */
 	uint32_t nlb;
 	uint64_t gen;
@@ -290,8 +291,10 @@ static void io_cb(void *arg, const struct gpunvme_cpl *cpl)
 	/* a caller may reuse a buffer as soon as its command completed, with
 	 * an error too: poison it, so a controller still moving data for it
 	 * shows as a torn block or a poisoned read */
-	if (cpl->err)
+	if (cpl->err) {
 		memset(s->buf, 0xa5, (size_t)s->nlb * BS);
+		s->poisoned = true;
+	}
 	s->busy = false;
 }
 
@@ -308,6 +311,7 @@ static bool submit_one(struct worker *w, struct slot *s)
 	s->nlb = nlb;
 	s->gen = write ? ((uint64_t)(w->id + 1) << 40) | ++w->seq : 0;
 	s->hang_counted = false;
+	s->poisoned = false;
 	s->t0_us = now_us();
 	if (write)
 		for (uint32_t i = 0; i < nlb; i++)
@@ -477,7 +481,11 @@ static bool recover(struct gpunvme_qpair *mqp, uint8_t *vbuf, bool reset)
 	bool ok = true;
 	if (reset) {
 		atomic_store(&g.resetting, true);
+		uint64_t r0 = now_us();
 		int rc = gpunvme_reset(g.c);
+		uint64_t rdt = now_us() - r0;
+		if (rdt > g.longest_reset_us)
+			g.longest_reset_us = rdt;
 		atomic_store(&g.resetting, false);
 		if (rc) {
 			report("RECOVERY FAILED: gpunvme_reset: %d (%s)", rc, gpunvme_last_error());
@@ -488,6 +496,20 @@ static bool recover(struct gpunvme_qpair *mqp, uint8_t *vbuf, bool reset)
 				atomic_fetch_add(&g.hangs, 1);
 				report("HANG q%u: %u commands outstanding after gpunvme_reset", q,
 				       gpunvme_qpair_outstanding(workers[q].qp));
+			}
+			/* once a command completed, failed or not, the
+			 * controller must not write its buffer any more */
+			for (unsigned i = 0; i < QD; i++) {
+				struct slot *s = &workers[q].slot[i];
+				for (size_t b = 0; s->poisoned && b < (size_t)s->nlb * BS; b++) {
+					if (s->buf[b] != 0xa5) {
+						atomic_fetch_add(&g.mismatches, 1);
+						report("MISMATCH q%u: the buffer of a failed %s at LBA %" PRIu64
+						       " changed after its completion (byte %zu)",
+						       q, s->write ? "write" : "read", s->lba, b);
+						break;
+					}
+				}
 			}
 		}
 	}
@@ -716,6 +738,8 @@ int main(int argc, char **argv)
 	       g.faults_remove);
 	printf("recoveries: %lu\n", g.recoveries);
 	printf("longest recovery: %.1f ms\n", (double)g.longest_recovery_us / 1000.0);
+	printf("longest reset: %.1f ms (gpunvme_reset alone; a recovery adds the re-read of every block)\n",
+	       (double)g.longest_reset_us / 1000.0);
 	printf("mismatches: %lu\n", (unsigned long)atomic_load(&g.mismatches));
 	printf("hangs: %lu\n", (unsigned long)atomic_load(&g.hangs));
 	printf("unexplained errors: %lu\n", (unsigned long)atomic_load(&g.unexplained));
