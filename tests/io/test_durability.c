@@ -44,7 +44,7 @@
 
 #define NBLK 256u          /* blocks in the image */
 #define BATCH_MAX 32u      /* writes in flight at once */
-#define ROUNDS 60u
+#define ROUNDS 60u /* GPUNVME_DURABILITY_ROUNDS overrides, for long runs */
 #define CHILD_LIFE_MS 10000u /* a child never outlives this, killed or not */
 #define WAIT_MS 10000u       /* bound on every wait of the parent */
 
@@ -336,7 +336,11 @@ static int run_rounds(uint32_t lbads, uint64_t seed)
 	REQUIRE(r.batch);
 	uint64_t rnd = seed;
 	int result = 0;
-	for (uint32_t round = 1; round <= ROUNDS && !check_failures(); round++) {
+	uint32_t rounds = ROUNDS;
+	const char *env = getenv("GPUNVME_DURABILITY_ROUNDS");
+	if (env && atoi(env) > 0)
+		rounds = (uint32_t)atoi(env);
+	for (uint32_t round = 1; round <= rounds && !check_failures(); round++) {
 		int pfd[2];
 		REQUIRE(pipe(pfd) == 0);
 		fflush(NULL);
@@ -397,7 +401,7 @@ static int run_rounds(uint32_t lbads, uint64_t seed)
 	/* not vacuous: flushes completed, kills landed during Flushes, and
 	 * durable blocks were read back */
 	if (!check_failures()) {
-		CHECK(t.flushes_done >= ROUNDS, "only %u flushes completed", t.flushes_done);
+		CHECK(t.flushes_done >= rounds, "only %u flushes completed", t.flushes_done);
 		CHECK(t.killed_in_flush > 0, "no kill landed while a Flush was outstanding");
 		CHECK(t.durable_checked > 0, "no durable block was checked");
 	}
