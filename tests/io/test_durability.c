@@ -21,7 +21,9 @@
  *       landed: that is allowed), never an older one;
  *   (b) every block holds one whole write: all zeroes (never written) or a
  *       generation that was written to that LBA, with its CRC and payload
- *       exact: no torn block, no block from another LBA;
+ *       exact: no torn block, no block from another LBA (the emulator
+ *       writes a file namespace with pwritev, which a dying process leaves
+ *       only between pages; a memcpy into the mapping tore 512 B blocks);
  *   (c) the image reopens (identify, namespace size) without complaint.
  * What a SIGKILL cannot show: whether Flush itself did anything. The data
  * of a MAP_SHARED mapping lives in the kernel's page cache, which survives
