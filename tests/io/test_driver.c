@@ -439,6 +439,61 @@ TEST_CASE(cfs_then_reset)
 	return 0;
 }
 
+struct poison_wait {
+	uint8_t *buf;
+	size_t len;
+	int err;
+	bool done;
+};
+
+/* A caller may reuse a buffer once its command completed, failed or not. */
+static void poison_cb(void *arg, const struct gpunvme_cpl *cpl)
+{
+	struct poison_wait *p = arg;
+	p->err = cpl->err;
+	memset(p->buf, 0xa5, p->len);
+	p->done = true;
+}
+
+/* gpunvme_reset fails every outstanding command, and a callback may reuse
+ * its buffer at once: the controller must have stopped first (CC.EN = 0,
+ * CSTS.RDY = 0), or a read it is still working on lands in a buffer its
+ * owner was told is free (found by the soak: a failed read's buffer
+ * changed after its completion). Many large reads are outstanding when
+ * the reset starts, so the controller is busy with them throughout. */
+TEST_CASE(reset_stops_controller_before_failing)
+{
+	enum { N = 32, LEN = 128 << 10 };
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M", 0);
+	REQUIRE(c);
+	struct gpunvme_qpair *qp;
+	REQUIRE_OK(gpunvme_qpair_create(c, 64, &qp));
+	uint8_t *b = gpunvme_dma_alloc(c, (size_t)N * LEN);
+	REQUIRE(b);
+	unsigned late = 0, failed = 0;
+	for (int a = 0; a < 100; a++) {
+		struct poison_wait w[N];
+		for (int i = 0; i < N; i++) {
+			w[i] = (struct poison_wait){ b + (size_t)i * LEN, LEN, 0, false };
+			REQUIRE_OK(gpunvme_read(qp, 1, w[i].buf, (uint64_t)i * (LEN / 512), LEN / 512, poison_cb, &w[i]));
+		}
+		REQUIRE_OK(gpunvme_reset(c));
+		for (int i = 0; i < N; i++) {
+			REQUIRE(w[i].done, "attempt %d: read %d did not complete in the reset", a, i);
+			failed += w[i].err == -EIO;
+		}
+		h_sleep_ms(5); /* a late transfer would have landed by now */
+		for (int i = 0; i < N; i++)
+			late += !h_all(w[i].buf, LEN, 0xa5);
+	}
+	CHECK_EQ(late, 0);
+	printf("%u of %u reads failed by the reset, %u buffers written after their completion\n", failed, 100 * N,
+	       late);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
 TEST_CASE(surprise_removal)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 0);
