@@ -29,7 +29,9 @@ extern "C" {
 
 enum gpunvme_emu_backing {
 	GPUNVME_EMU_BACK_RAM = 0,   /* anonymous memory, zero-filled */
-	GPUNVME_EMU_BACK_FILE = 1,  /* mmap(MAP_SHARED) of a file; Flush = msync */
+	GPUNVME_EMU_BACK_FILE = 1,  /* mmap(MAP_SHARED) of a file, written with
+	                               pwritev (no torn block if the process
+	                               dies); Flush = msync */
 	GPUNVME_EMU_BACK_NULL = 2,  /* no data: reads leave buffers untouched */
 };
 

@@ -441,11 +441,20 @@ int gpunvme_reset(struct gpunvme_ctrl *c)
 {
 	int rc;
 	pthread_mutex_lock(&c->qp_lock);
+	/* Stop the controller before failing what is outstanding: once
+	 * CSTS.RDY reads 0 it processes no command and moves no data, and
+	 * a callback may reuse its buffer as soon as it runs. (Failing
+	 * first let a read still in progress land in a buffer its owner had
+	 * been told was free.) A controller that does not stop in CAP.TO
+	 * cannot be helped: its commands are failed all the same. */
+	pthread_mutex_lock(&c->admin_lock);
+	int drc = disable(c);
+	pthread_mutex_unlock(&c->admin_lock);
 	for (uint32_t q = 1; q <= c->nr_io_queues; q++)
 		if (c->qps[q])
 			qpair_fail_all(c->qps[q], -EIO);
 	pthread_mutex_lock(&c->admin_lock);
-	rc = bring_up(c);
+	rc = drc == -ENODEV ? drc : bring_up(c);
 	pthread_mutex_unlock(&c->admin_lock);
 	if (!rc) {
 		/* the controller forgot the queue count: ask again, it must

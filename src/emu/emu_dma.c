@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/uio.h>
+
 #include "emu/emu_internal.h"
 
 int emu_dma_init(struct emu_dma *d)
@@ -302,6 +304,53 @@ uint16_t emu_segs_copy(struct emu_thread *t, uint32_t nsegs, uint8_t *buf, int t
 			t->gpu_pending = true;
 		}
 		buf += s->len;
+	}
+	return 0;
+}
+
+/* Host segments into a file at off with one pwritev per IOV_MAX segments.
+ * The kernel copies a page of the file at a time and a dying process stops
+ * only between pages, so a crash of the process hosting the emulator (a
+ * SIGKILL in the middle of a write) leaves every block of 512 B or 4 KiB
+ * either old or new: a memcpy into the shared mapping could stop in the
+ * middle of a block and tear it. One call covers transfers of up to 1024
+ * segments (4 MiB of pages). Returns 0 or -errno. */
+int emu_segs_to_file(struct emu_thread *t, uint32_t nsegs, int fd, uint64_t off)
+{
+	struct iovec iov[1024];
+	uint32_t i = 0;
+	while (i < nsegs) {
+		int n = 0;
+		uint64_t len = 0;
+		for (; i < nsegs && n < (int)(sizeof(iov) / sizeof(iov[0])); i++, n++) {
+			if (!t->segs[i].host)
+				return -EFAULT;
+			iov[n].iov_base = t->segs[i].host;
+			iov[n].iov_len = t->segs[i].len;
+			len += t->segs[i].len;
+		}
+		struct iovec *v = iov;
+		while (len) {
+			ssize_t w = pwritev(fd, v, n, (off_t)off);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0)
+				return -errno;
+			if (w == 0)
+				return -EIO;
+			off += (uint64_t)w;
+			len -= (uint64_t)w;
+			size_t left = (size_t)w;
+			while (n && left >= v->iov_len) {
+				left -= v->iov_len;
+				v++;
+				n--;
+			}
+			if (n) {
+				v->iov_base = (uint8_t *)v->iov_base + left;
+				v->iov_len -= left;
+			}
+		}
 	}
 	return 0;
 }

@@ -248,6 +248,9 @@ uint16_t emu_prp_map(struct emu_thread *t, uint64_t prp1, uint64_t prp2, uint64_
 /* Move data between host memory `buf` and the segments. to_host: controller
  * writes host/GPU memory (a Read). Returns a status value. */
 uint16_t emu_segs_copy(struct emu_thread *t, uint32_t nsegs, uint8_t *buf, int to_host);
+/* Write host segments into a file at off (pwritev: each block old or new
+ * even if the process dies meanwhile). 0 or -errno (-EFAULT: a GPU segment). */
+int emu_segs_to_file(struct emu_thread *t, uint32_t nsegs, int fd, uint64_t off);
 uint16_t emu_gpu_sync(struct emu_thread *t);
 /* Admin data helpers: translate + copy + sync in one call (admin thread). */
 uint16_t emu_dma_to_host(struct emu_thread *t, const struct gpunvme_sqe *c, const void *src, uint64_t len);

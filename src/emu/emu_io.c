@@ -131,6 +131,14 @@ static uint64_t model_due(struct gpunvme_emu *e, uint64_t bytes, int write)
 
 /* ---- faults ------------------------------------------------------------------- */
 
+static bool segs_have_gpu(const struct emu_thread *t, uint32_t nsegs)
+{
+	for (uint32_t i = 0; i < nsegs; i++)
+		if (!t->segs[i].host)
+			return true;
+	return false;
+}
+
 static bool fault_drop(struct gpunvme_emu *e, uint16_t sqid)
 {
 	bool drop = false;
@@ -208,7 +216,12 @@ static uint16_t io_rw(struct emu_thread *t, struct emu_ns *ns, const struct gpun
 		EMU_STAT_ADD(t->c.media_errors, 1);
 		return write ? GPUNVME_SC_WRITE_FAULT : GPUNVME_SC_UNRECOVERED_READ;
 	}
-	if (ns->data) {
+	if (ns->data && write && ns->fd >= 0 && !segs_have_gpu(t, nsegs)) {
+		/* a file namespace: through the file, so that a crash of this
+		 * process never leaves a torn block (emu_segs_to_file) */
+		if (emu_segs_to_file(t, nsegs, ns->fd, slba << ns->lba_shift))
+			return GPUNVME_SC_WRITE_FAULT;
+	} else if (ns->data) {
 		st = emu_segs_copy(t, nsegs, ns->data + (slba << ns->lba_shift), !write);
 		if (st)
 			return st;

@@ -716,7 +716,10 @@ int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max)
 	}
 	if (qp->ring.sq_tail != tail0)
 		ring_sq(qp);
-	if (!reaped && qp->outstanding) {
+	/* Deadlines are checked in busy polls too: a queue pair whose every
+	 * poll reaps something must still expire a command the controller
+	 * never answers (one TSC read per poll, the scan once a millisecond). */
+	if (qp->outstanding) {
 		if (!now)
 			now = ticks();
 		if (now >= qp->next_check) {

@@ -362,6 +362,60 @@ TEST_CASE(dropped_command_times_out)
 	return 0;
 }
 
+struct tmo_wait {
+	int err;
+	bool done;
+	uint64_t at_ms;
+};
+
+static void tmo_cb(void *arg, const struct gpunvme_cpl *cpl)
+{
+	struct tmo_wait *w = arg;
+	w->err = cpl->err;
+	w->done = true;
+	w->at_ms = h_now_ms();
+}
+
+/* A dropped command must time out also on a queue pair that is never idle:
+ * here every poll finds the completion of the read submitted before it
+ * (found by the soak's analysis: the timeout scan ran only in polls that
+ * reaped nothing, so a busy queue pair kept a dropped command forever). */
+TEST_CASE(timeout_on_a_busy_queue)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M?idle_us=20", 200);
+	REQUIRE(c);
+	struct gpunvme_qpair *qp;
+	REQUIRE_OK(gpunvme_qpair_create(c, 16, &qp));
+	uint8_t *b = gpunvme_dma_alloc(c, 4096);
+	REQUIRE(b);
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_DROP, .sqid = GPUNVME_EMU_SQID_ANY, .count = 1 };
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	struct tmo_wait dropped = { 0 }, busy = { 0 };
+	uint64_t t0 = h_now_ms();
+	REQUIRE_OK(gpunvme_read(qp, 1, b, 0, 8, tmo_cb, &dropped));
+	unsigned reaping = 0, polls = 0;
+	while (!dropped.done && h_now_ms() - t0 < 3000) {
+		busy.done = false;
+		REQUIRE_OK(gpunvme_read(qp, 1, b, 8, 8, tmo_cb, &busy));
+		h_sleep_ms(5); /* the read completes meanwhile */
+		int rc = gpunvme_qpair_poll(qp, 0);
+		REQUIRE(rc >= 0, "poll: %d", rc);
+		polls++;
+		reaping += busy.done;
+	}
+	REQUIRE(dropped.done, "the dropped command did not time out in 3 s (%u of %u polls reaped a completion)",
+		reaping, polls);
+	CHECK_EQ(dropped.err, -ETIMEDOUT);
+	CHECK(dropped.at_ms - t0 >= 190 && dropped.at_ms - t0 < 1000, "timed out after %llu ms",
+	      (unsigned long long)(dropped.at_ms - t0));
+	uint64_t end = h_now_ms() + 2000;
+	while (gpunvme_qpair_outstanding(qp) && h_now_ms() < end)
+		gpunvme_qpair_poll(qp, 0);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
 TEST_CASE(cfs_then_reset)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 0);
@@ -380,6 +434,61 @@ TEST_CASE(cfs_then_reset)
 	memset(b, 0, 4096);
 	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 8, 8, NULL));
 	REQUIRE_EQ(b[4095], 0x5a);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+struct poison_wait {
+	uint8_t *buf;
+	size_t len;
+	int err;
+	bool done;
+};
+
+/* A caller may reuse a buffer once its command completed, failed or not. */
+static void poison_cb(void *arg, const struct gpunvme_cpl *cpl)
+{
+	struct poison_wait *p = arg;
+	p->err = cpl->err;
+	memset(p->buf, 0xa5, p->len);
+	p->done = true;
+}
+
+/* gpunvme_reset fails every outstanding command, and a callback may reuse
+ * its buffer at once: the controller must have stopped first (CC.EN = 0,
+ * CSTS.RDY = 0), or a read it is still working on lands in a buffer its
+ * owner was told is free (found by the soak: a failed read's buffer
+ * changed after its completion). Many large reads are outstanding when
+ * the reset starts, so the controller is busy with them throughout. */
+TEST_CASE(reset_stops_controller_before_failing)
+{
+	enum { N = 32, LEN = 128 << 10 };
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M", 0);
+	REQUIRE(c);
+	struct gpunvme_qpair *qp;
+	REQUIRE_OK(gpunvme_qpair_create(c, 64, &qp));
+	uint8_t *b = gpunvme_dma_alloc(c, (size_t)N * LEN);
+	REQUIRE(b);
+	unsigned late = 0, failed = 0;
+	for (int a = 0; a < 100; a++) {
+		struct poison_wait w[N];
+		for (int i = 0; i < N; i++) {
+			w[i] = (struct poison_wait){ b + (size_t)i * LEN, LEN, 0, false };
+			REQUIRE_OK(gpunvme_read(qp, 1, w[i].buf, (uint64_t)i * (LEN / 512), LEN / 512, poison_cb, &w[i]));
+		}
+		REQUIRE_OK(gpunvme_reset(c));
+		for (int i = 0; i < N; i++) {
+			REQUIRE(w[i].done, "attempt %d: read %d did not complete in the reset", a, i);
+			failed += w[i].err == -EIO;
+		}
+		h_sleep_ms(5); /* a late transfer would have landed by now */
+		for (int i = 0; i < N; i++)
+			late += !h_all(w[i].buf, LEN, 0xa5);
+	}
+	CHECK_EQ(late, 0);
+	printf("%u of %u reads failed by the reset, %u buffers written after their completion\n", failed, 100 * N,
+	       late);
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
 	return 0;
