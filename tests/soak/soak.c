@@ -590,7 +590,8 @@ int main(int argc, char **argv)
 {
 	unsigned seconds = 60, nq = 4;
 	uint64_t seed = 1;
-	for (int i = 1; i < argc; i++) {
+	/* options come in pairs: "--name value" */
+	for (int i = 1; i < argc; i += 2) {
 		char *end = NULL;
 		if (i + 1 >= argc)
 			return usage(argv[0]);
@@ -605,7 +606,6 @@ int main(int argc, char **argv)
 			nq = (unsigned)v;
 		else
 			return usage(argv[0]);
-		i++;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGALRM, watchdog);
