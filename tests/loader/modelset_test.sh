@@ -133,6 +133,20 @@ PYEOF
 			echo "  ok: mkmodel --split 4, load shard $sh: every tensor, offsets in its shard"
 		done
 	fi
+	# queue pressure across shards: 2-entry queues (CAP.MQES 1), 8 KiB
+	# commands (MDTS 2), one or three queue pairs of depth 2..5, so runs of
+	# every file wait for slots with others outstanding; every tensor of every
+	# shard hashed and --verify'ed
+	base=$URI
+	for v in "mqes=1&mdts=2&nsq=2|--queues 1 --depth 2" "mqes=3&mdts=2&nsq=4|--queues 3 --depth 4" \
+		"mdts=3|--queues 3 --depth 5"; do
+		URI="$base&${v%%|*}"
+		# shellcheck disable=SC2086
+		load_ok "$WORK/hf-sharded.man" /hf/llama-sharded --verify ${v#*|}
+		# shellcheck disable=SC2086
+		load_ok "$WORK/gguf-split.man" /gguf/model-00002-of-00003.gguf --verify ${v#*|}
+	done
+	URI=$base
 	# the hub cache: relative links into blobs/, an absolute link to the snapshot
 	load_ok "$WORK/hf-cache.man" /hub/models--org--tiny/snapshots/0123abcd --verify
 	load_ok "$WORK/hf-cache.man" /hub/current/model.safetensors.index.json
