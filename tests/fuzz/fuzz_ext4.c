@@ -18,42 +18,16 @@
 #include <string.h>
 
 #include "gpunvme/extents.h"
+#include "fuzz_disk.h"
 
 #define MAX_ENTRIES 512  /* work bound per input */
 #define MAX_DEPTH   6
 
-/* run_fuzz.sh passes -max_len=4096 (right for the emulator's operation
- * streams); an ext4 image needs more: a later flag wins in libFuzzer, so
- * add one before the flags are parsed. */
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	static char max_len[] = "-max_len=65536";
-	char **v = calloc((size_t)*argc + 2, sizeof(*v));
-	if (!v)
-		return 0;
-	memcpy(v, *argv, (size_t)*argc * sizeof(*v));
-	v[(*argc)++] = max_len;
-	v[*argc] = NULL;
-	*argv = v;  /* lives for the whole run */
-	return 0;
+	return fuzz_disk_max_len(argc, argv);
 }
-
-struct mem {
-	const uint8_t *p;
-	size_t n;
-};
-
-static int mem_read(void *ctx, uint64_t off, void *buf, size_t len)
-{
-	const struct mem *m = ctx;
-	if (off > m->n || len > m->n - off)
-		return -5; /* -EIO */
-	memcpy(buf, m->p + off, len);
-	return 0;
-}
-
-static void mem_close(void *ctx) { (void)ctx; }
 
 struct names {
 	uint64_t ino[64];
@@ -116,8 +90,8 @@ static void visit(struct gpunvme_fs *fs, uint64_t ino, int depth, int *budget)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct mem m = { data, size };
-	struct gpunvme_blkdev dev = { mem_read, mem_close, &m, size, 512 };
+	struct fuzz_mem m = { data, size };
+	struct gpunvme_blkdev dev = fuzz_mem_dev(&m, 512);
 	struct gpunvme_fs *fs;
 	if (gpunvme_fs_open(&dev, 0, &fs))
 		return 0;

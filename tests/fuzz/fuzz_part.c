@@ -19,44 +19,19 @@
 #include <string.h>
 
 #include "gpunvme/extents.h"
+#include "fuzz_disk.h"
 #include "gpunvme/part.h"
 
-/* run_fuzz.sh passes -max_len=4096; a GPT disk needs more: a later flag
- * wins in libFuzzer, so add one before the flags are parsed. */
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	static char max_len[] = "-max_len=65536";
-	char **v = calloc((size_t)*argc + 2, sizeof(*v));
-	if (!v)
-		return 0;
-	memcpy(v, *argv, (size_t)*argc * sizeof(*v));
-	v[(*argc)++] = max_len;
-	v[*argc] = NULL;
-	*argv = v; /* lives for the whole run */
-	return 0;
+	return fuzz_disk_max_len(argc, argv);
 }
-
-struct mem {
-	const uint8_t *p;
-	size_t n;
-};
-
-static int mem_read(void *ctx, uint64_t off, void *buf, size_t len)
-{
-	const struct mem *m = ctx;
-	if (off > m->n || len > m->n - off)
-		return -5; /* -EIO */
-	memcpy(buf, m->p + off, len);
-	return 0;
-}
-
-static void mem_close(void *ctx) { (void)ctx; }
 
 static void one(const uint8_t *data, size_t size, uint32_t lba)
 {
-	struct mem m = { data, size };
-	struct gpunvme_blkdev dev = { .read = mem_read, .close = mem_close, .ctx = &m, .size = size, .lba_size = lba };
+	struct fuzz_mem m = { data, size };
+	struct gpunvme_blkdev dev = fuzz_mem_dev(&m, lba);
 	struct gpunvme_partition *parts = NULL;
 	size_t n = 0;
 	const char *scheme = NULL;
