@@ -171,7 +171,15 @@ enum gpunvme_emu_fault_kind {
 	GPUNVME_EMU_FAULT_CFS = 3,    /* controller fatal: CSTS.CFS = 1, nothing is
 	                                 processed until CC.EN goes 1 -> 0 */
 	GPUNVME_EMU_FAULT_REMOVE = 4, /* surprise removal: every BAR0 byte reads
-	                                 0xff, nothing is processed or DMAed again */
+	                                 0xff, nothing is processed or DMAed again
+	                                 (until a RETURN) */
+	GPUNVME_EMU_FAULT_SLOW = 5,   /* every I/O command completes .latency_us
+	                                 later than the device model says, until
+	                                 gpunvme_emu_clear_faults() */
+	GPUNVME_EMU_FAULT_RETURN = 6, /* a removed device comes back, as after a
+	                                 hot-plug: registers at their reset values
+	                                 (CC = 0, CSTS = 0), no queues; the host
+	                                 brings it up again (gpunvme_reset) */
 };
 
 struct gpunvme_emu_fault {
@@ -182,12 +190,13 @@ struct gpunvme_emu_fault {
 	int writes;        /* MEDIA: also fail writes */
 	uint16_t sqid;     /* DROP */
 	uint32_t count;    /* DROP */
+	uint32_t latency_us; /* SLOW: added to every I/O command (1..10,000,000) */
 };
 
 #define GPUNVME_EMU_SQID_ANY 0xffffu
 
 int gpunvme_emu_inject(struct gpunvme_emu *emu, const struct gpunvme_emu_fault *f);
-/* Remove MEDIA and pending DROP faults (not CFS, not REMOVE). */
+/* Remove MEDIA, SLOW and pending DROP faults (not CFS, not REMOVE). */
 void gpunvme_emu_clear_faults(struct gpunvme_emu *emu);
 
 /* ---- Statistics ----------------------------------------------------------- */

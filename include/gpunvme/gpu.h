@@ -37,6 +37,55 @@ void gpunvme_gpu_queues_destroy(struct gpunvme_gpu_queues *g);
 /* The descriptor to pass (by value) to kernels. */
 const struct gpunvme_dev_queues *gpunvme_gpu_queues_desc(const struct gpunvme_gpu_queues *g);
 
+/*
+ * Recovery (docs/reliability.md, "GPU queues"). A device wait that runs out
+ * of time marks its queue pair broken: later submissions on it fail at once
+ * with GPUNVME_DEV_EIO, and the command keeps its slot (the controller may
+ * still answer). A controller fatal status or a removal shows the same way.
+ *
+ * gpunvme_gpu_queues_check() looks (host side, cheap) at what the kernels
+ * left behind. gpunvme_gpu_queues_recover() makes the queues usable again
+ * in place: the descriptor (gpunvme_gpu_queues_desc) and every registered
+ * buffer stay valid, so the next launch just works. Steps:
+ *   1. an Abort (admin) for every command still in a slot, while the
+ *      controller runs (no fatal status) and not asked to reset;
+ *   2. every queue pair deleted on the controller (NVMe 1.4 §5.6, §5.7: its
+ *      commands are aborted and nothing more is posted for them), or, when
+ *      that cannot be done (fatal status, a device that came back, a failed
+ *      delete, GPUNVME_GPU_RECOVER_RESET), a controller reset
+ *      (gpunvme_reset: CPU queue pairs are re-created too and their
+ *      outstanding commands fail with -EIO, so their threads must be parked);
+ *   3. rings and device state zeroed, queue pairs created again with the
+ *      same ids and memory.
+ * When it returns 0, the controller moves no data for any command issued
+ * before it: a buffer of a command that failed is never written after that.
+ * Commands that were in flight never report success: their kernels already
+ * returned a timeout or GPUNVME_DEV_EIO.
+ * Call it only when no kernel uses these queues (synchronise the streams
+ * that launched them; every device wait ends at its deadline). -ENODEV when
+ * the device is gone (registers read all ones): close it, open it again
+ * when it is back.
+ */
+struct gpunvme_gpu_health {
+	uint32_t broken;        /* queue pairs a device wait marked broken */
+	uint32_t stuck;         /* commands in a slot with no completion seen */
+	uint32_t csts;          /* CSTS as the host reads it */
+};
+/* 0: nothing to do; -EIO: recover (broken queues, commands stuck, fatal
+ * status, controller not ready); -ENODEV: device gone. */
+int gpunvme_gpu_queues_check(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_health *h);
+
+#define GPUNVME_GPU_RECOVER_RESET 0x1u /* reset the controller even if deleting the queues would do */
+
+struct gpunvme_gpu_recovery {
+	uint32_t stuck;         /* commands in a slot with no completion seen */
+	uint32_t abort_sent;    /* Abort commands sent */
+	uint32_t aborted;       /* ... that the controller says it aborted */
+	bool reset;             /* the controller was reset */
+	uint64_t ns;            /* time the recovery took */
+};
+int gpunvme_gpu_queues_recover(struct gpunvme_gpu_queues *g, unsigned flags, struct gpunvme_gpu_recovery *r);
+
 /* Tier 1: a buffer of DMA memory (gpunvme_dma_alloc) made visible to the
  * GPU; *dev_ptr is the GPU's address of it. */
 int gpunvme_gpu_buf_host(struct gpunvme_gpu_queues *g, void *dma_mem, size_t len, struct gpunvme_gpu_buf **out,

@@ -102,6 +102,16 @@ volatile void *gpunvme_bar0(struct gpunvme_ctrl *c, size_t *len);
 int gpunvme_admin(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, void *buf, size_t len,
 		  int host_to_ctrl, struct gpunvme_cqe *cpl);
 int gpunvme_get_log_page(struct gpunvme_ctrl *c, uint32_t nsid, uint8_t lid, void *buf, size_t len);
+/*
+ * Admin Abort (NVMe 1.4 §5.1) of command `cid` on submission queue `sqid`.
+ * *aborted (may be NULL) is set when the controller says it aborted the
+ * command: its completion, status Command Abort Requested, is then posted
+ * on its own queue. Not aborted is no error (the command may have finished
+ * or be past the point of no return): reset to be sure. Returns 0, -EAGAIN
+ * (Abort Command Limit Exceeded: too many aborts outstanding) or as
+ * gpunvme_admin().
+ */
+int gpunvme_abort(struct gpunvme_ctrl *c, uint16_t sqid, uint16_t cid, bool *aborted);
 int gpunvme_get_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, uint32_t *dw0);
 int gpunvme_set_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, uint32_t *dw0);
 
@@ -156,6 +166,18 @@ int gpunvme_deallocate(struct gpunvme_qpair *qp, uint32_t nsid, uint64_t slba, u
 int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max);
 /* Requests submitted and not yet completed. */
 uint32_t gpunvme_qpair_outstanding(const struct gpunvme_qpair *qp);
+/*
+ * The step before a reset, as Linux's nvme driver takes it: an Abort
+ * (gpunvme_abort) for every command of qp that timed out, then polls qp
+ * until the controller answered them, for at most admin_timeout_ms. A
+ * timed-out command keeps its id until the controller answers (it may still
+ * move data); an aborted one gives it back, and the queue pair is whole
+ * again without a reset. Returns how many timed-out commands are still
+ * unanswered (0: no reset needed; otherwise gpunvme_reset), or -ENODEV /
+ * -EIO when the controller is gone or failed. Call it from the thread that
+ * owns qp (it polls qp: completions of other commands run their callbacks).
+ */
+int gpunvme_qpair_abort_expired(struct gpunvme_qpair *qp);
 /* I/O queue pairs the controller granted that no CPU queue pair or GPU
  * queue holds now: what a new user of queues can still create. */
 uint32_t gpunvme_io_queues_free(struct gpunvme_ctrl *c);

@@ -155,6 +155,25 @@ int gpunvme_admin(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, void *buf, si
 	return rc;
 }
 
+int gpunvme_abort(struct gpunvme_ctrl *c, uint16_t sqid, uint16_t cid, bool *aborted)
+{
+	/* CDW10: CID in bits 31:16, SQID in 15:0; DW0 bit 0 of the
+	 * completion is 1 when the command was not aborted (§5.1.1) */
+	struct gpunvme_sqe cmd = { .opc = GPUNVME_ADM_ABORT };
+	struct gpunvme_cqe cpl;
+	memset(&cpl, 0, sizeof(cpl));
+	cmd.cdw[0] = (uint32_t)cid << 16 | sqid;
+	if (aborted)
+		*aborted = false;
+	int rc = gpunvme_admin(c, &cmd, NULL, 0, 0, &cpl);
+	if (rc == -EIO && gpunvme_status_code(gpunvme_cqe_status(cpl.status)) == GPUNVME_SC_ABORT_LIMIT)
+		return gpunvme_set_error(-EAGAIN, "abort of command %u on SQ %u: Abort Command Limit Exceeded "
+					 "(wait for earlier aborts, or reset)", cid, sqid);
+	if (!rc && aborted)
+		*aborted = !(cpl.dw0 & 1u);
+	return rc;
+}
+
 static int identify(struct gpunvme_ctrl *c, uint8_t cns, uint32_t nsid, void *buf)
 {
 	struct gpunvme_sqe cmd = { .opc = GPUNVME_ADM_IDENTIFY, .nsid = nsid };

@@ -29,6 +29,9 @@ struct gpunvme_gpu_queues {
 	uint32_t nq, depth, lp;
 	uint8_t *mem;                    /* DMA memory: SQs, CQs, list pages */
 	size_t mem_len;
+	size_t ring_len, q_per;          /* SQ + CQ bytes of a queue pair; its whole run */
+	size_t sq_len;                   /* SQ bytes: the CQ follows */
+	size_t st_per;                   /* device state bytes per queue pair */
 	void *dev_state;                 /* cudaMalloc: counters and slot arrays */
 	uint64_t *dev_list_iova;
 	volatile void *bar;
@@ -145,6 +148,9 @@ static int alloc_queue_memory(struct gpunvme_gpu_queues *g, uint32_t ps, struct 
 	L->cq = align_up((size_t)d * 16, 4096);
 	L->lists = (size_t)d * g->lp * ps;
 	L->per = L->sq + L->cq + L->lists;
+	g->sq_len = L->sq;
+	g->ring_len = L->sq + L->cq;
+	g->q_per = L->per;
 	g->mem_len = align_up(L->per * nq, 2u << 20);
 	g->mem = (uint8_t *)gpunvme_dma_alloc(g->c, g->mem_len);
 	if (!g->mem)
@@ -157,6 +163,7 @@ static int alloc_queue_memory(struct gpunvme_gpu_queues *g, uint32_t ps, struct 
 	/* per queue: the counters and three slot arrays (mark, done, freed) */
 	L->st_per = align_up(sizeof(struct gpunvme_dq_state) + (size_t)d * 3 * sizeof(unsigned), 256);
 	L->st_len = L->st_per * nq + sizeof(struct gpunvme_dq_pair) * nq;
+	g->st_per = L->st_per;
 	if ((ce = cudaMalloc(&g->dev_state, L->st_len)) != cudaSuccess ||
 	    (ce = cudaMemset(g->dev_state, 0, L->st_len)) != cudaSuccess ||
 	    (ce = cudaMalloc((void **)&g->dev_list_iova, (size_t)nq * d * g->lp * sizeof(uint64_t))) != cudaSuccess)
@@ -201,6 +208,18 @@ static int create_queue_pair(struct gpunvme_gpu_queues *g, uint32_t i, const str
 	return rc;
 }
 
+/* The CQ phase starts at 1 (§4.6): each queue's CQ word is head 0,
+ * nothing rung, phase 1, unlocked (device_queue.cuh). On the auxiliary
+ * stream, which waits for no kernel (see upload_table). */
+static cudaError_t seed_cq_words(struct gpunvme_gpu_queues *g)
+{
+	static const unsigned long long cqw = 1ull << 1;
+	cudaError_t ce = cudaSuccess;
+	for (uint32_t i = 0; i < g->nq && ce == cudaSuccess; i++)
+		ce = cudaMemcpyAsync(&g->qp_host[i].s->cqw, &cqw, sizeof(cqw), cudaMemcpyHostToDevice, g->aux);
+	return ce == cudaSuccess ? cudaStreamSynchronize(g->aux) : ce;
+}
+
 /* Every queue pair, then what the device needs of them: seeded CQ words,
  * the list pages' bus addresses and the descriptor array. */
 static int create_queue_pairs(struct gpunvme_gpu_queues *g, const struct qlayout *L, uint8_t *dbar, uint32_t dstrd,
@@ -213,12 +232,7 @@ static int create_queue_pairs(struct gpunvme_gpu_queues *g, const struct qlayout
 	int rc = 0;
 	for (uint32_t i = 0; i < g->nq && !rc; i++)
 		rc = create_queue_pair(g, i, L, dbar, dstrd, ps, li);
-	cudaError_t ce = cudaSuccess;
-	/* the CQ phase starts at 1 (§4.6): each queue's CQ word is head 0,
-	 * nothing rung, phase 1, unlocked (device_queue.cuh) */
-	const unsigned long long cqw = 1ull << 1;
-	for (uint32_t i = 0; i < g->nq && !rc && ce == cudaSuccess; i++)
-		ce = cudaMemcpy(&g->qp_host[i].s->cqw, &cqw, sizeof(cqw), cudaMemcpyHostToDevice);
+	cudaError_t ce = rc ? cudaSuccess : seed_cq_words(g);
 	if (!rc && ce == cudaSuccess)
 		ce = cudaMemcpy(g->dev_list_iova, li, nli * sizeof(uint64_t), cudaMemcpyHostToDevice);
 	free(li);
@@ -349,6 +363,165 @@ void gpunvme_gpu_queues_destroy(struct gpunvme_gpu_queues *g)
 const struct gpunvme_dev_queues *gpunvme_gpu_queues_desc(const struct gpunvme_gpu_queues *g)
 {
 	return &g->desc;
+}
+
+/* ---- recovery ------------------------------------------------------------------ */
+
+static uint32_t host_csts(const struct gpunvme_gpu_queues *g)
+{
+	return ((const volatile uint32_t *)g->bar)[GPUNVME_REG_CSTS / 4];
+}
+
+/* Commands still in a slot with no completion seen: a slot's last command
+ * (mark = ticket + 1) not consumed (freed[] has not counted its lap,
+ * device_queue.cuh gpunvme_dq_slot_free) and not published (done[]). Fills
+ * cids (qid << 16 | cid; room for nq * depth) when given. The device state
+ * is read on the auxiliary stream: no kernel may be using the queues. */
+static int find_stuck(struct gpunvme_gpu_queues *g, uint32_t *broken, uint32_t *stuck, uint32_t *cids)
+{
+	const uint32_t d = g->depth, mask = d - 1;
+	uint8_t *st = (uint8_t *)malloc(g->st_per * g->nq);
+	if (!st)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	cudaError_t ce = cudaMemcpyAsync(st, g->dev_state, g->st_per * g->nq, cudaMemcpyDeviceToHost, g->aux);
+	if (ce == cudaSuccess)
+		ce = cudaStreamSynchronize(g->aux);
+	if (ce != cudaSuccess) {
+		free(st);
+		return cuda_err(ce, "reading the GPU queues' state");
+	}
+	*broken = *stuck = 0;
+	for (uint32_t i = 0; i < g->nq; i++) {
+		const uint8_t *q = st + (size_t)i * g->st_per;
+		struct gpunvme_dq_state s;
+		memcpy(&s, q, sizeof(s));
+		const unsigned *mark = (const unsigned *)(q + sizeof(s)), *done = mark + d, *freed = done + d;
+		*broken += s.broken != 0;
+		for (uint32_t k = 0; k < d; k++) {
+			if (!mark[k])
+				continue;
+			const unsigned t = mark[k] - 1u;
+			const bool consumed = freed[k] * d != (t & ~mask);
+			const bool published = (done[k] >> 16) == ((t + 1u) & 0xffffu);
+			if (consumed || published)
+				continue;
+			if (cids)
+				cids[*stuck] = (uint32_t)g->qids[i] << 16 | (t & 0xffffu);
+			(*stuck)++;
+		}
+	}
+	free(st);
+	return 0;
+}
+
+int gpunvme_gpu_queues_check(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_health *h)
+{
+	struct gpunvme_gpu_health tmp;
+	if (!g)
+		return gpunvme_set_error(-EINVAL, "gpu queues check: no queues");
+	if (!h)
+		h = &tmp;
+	memset(h, 0, sizeof(*h));
+	h->csts = host_csts(g);
+	if (h->csts == 0xffffffffu)
+		return gpunvme_set_error(-ENODEV, "GPU queues: device gone (registers read all ones); close it and "
+						  "open it again once it is back");
+	int rc = find_stuck(g, &h->broken, &h->stuck, NULL);
+	if (rc)
+		return rc;
+	if (h->csts & GPUNVME_CSTS_CFS)
+		return gpunvme_set_error(-EIO, "GPU queues: controller fatal status (CSTS.CFS): recover "
+					 "(gpunvme_gpu_queues_recover resets it)");
+	if (!(h->csts & GPUNVME_CSTS_RDY))
+		return gpunvme_set_error(-EIO, "GPU queues: controller not ready (CSTS 0x%x: reset or came back): "
+					 "recover", h->csts);
+	if (h->broken || h->stuck)
+		return gpunvme_set_error(-EIO, "GPU queues: %u queue pair(s) broken, %u command(s) without a "
+					 "completion: recover (gpunvme_gpu_queues_recover)", h->broken, h->stuck);
+	return 0;
+}
+
+/* Abort every stuck command (best effort: the queues are deleted or the
+ * controller reset afterwards either way). Returns -1 when the admin queue
+ * itself failed, which calls for a reset. */
+static int abort_stuck(struct gpunvme_gpu_queues *g, const uint32_t *cids, uint32_t n, struct gpunvme_gpu_recovery *r)
+{
+	for (uint32_t k = 0; k < n; k++) {
+		bool ok = false;
+		int rc = gpunvme_abort(g->c, (uint16_t)(cids[k] >> 16), (uint16_t)cids[k], &ok);
+		if (rc == -EAGAIN)
+			return 0; /* Abort Command Limit: the delete aborts the rest */
+		if (rc && rc != -EIO)
+			return -1; /* timeout or gone: the admin queue is not trusted */
+		r->abort_sent++;
+		r->aborted += ok;
+	}
+	return 0;
+}
+
+int gpunvme_gpu_queues_recover(struct gpunvme_gpu_queues *g, unsigned flags, struct gpunvme_gpu_recovery *r)
+{
+	struct gpunvme_gpu_recovery tmp;
+	if (!g || (flags & ~GPUNVME_GPU_RECOVER_RESET))
+		return gpunvme_set_error(-EINVAL, "gpu queues recover: bad arguments");
+	if (!r)
+		r = &tmp;
+	memset(r, 0, sizeof(*r));
+	const uint64_t t0 = gpunvme_now_ns();
+	/* Tier 2 on the emulator: copies it queued must land before we look */
+	for (unsigned i = 0; i < g->lanes; i++)
+		cudaStreamSynchronize(g->lane_stream[i]);
+	uint32_t csts = host_csts(g);
+	if (csts == 0xffffffffu)
+		return gpunvme_set_error(-ENODEV, "GPU queues: device gone (registers read all ones); close it and "
+						  "open it again once it is back");
+	uint32_t *cids = (uint32_t *)malloc((size_t)g->nq * g->depth * sizeof(uint32_t));
+	if (!cids)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	uint32_t broken = 0;
+	int rc = find_stuck(g, &broken, &r->stuck, cids);
+	if (rc) {
+		free(cids);
+		return rc;
+	}
+	/* a fatal or stopped controller (reset by someone, or a device that
+	 * came back) has lost its queues: only a reset brings it back */
+	bool reset = (flags & GPUNVME_GPU_RECOVER_RESET) || (csts & GPUNVME_CSTS_CFS) || !(csts & GPUNVME_CSTS_RDY);
+	if (!reset && abort_stuck(g, cids, r->stuck, r))
+		reset = true;
+	free(cids);
+	/* NVMe 1.4 §5.7: once Delete I/O SQ completes, the controller has
+	 * aborted that queue's commands and posts nothing more for them; the
+	 * CQ (§5.6) goes after its SQ. Then no DMA of an old command remains. */
+	for (uint32_t i = 0; i < g->nq && !reset; i++)
+		if (gpunvme_ctrl_delete_qpair_raw(g->c, g->qids[i]))
+			reset = true;
+	if (reset) {
+		/* CC.EN = 0 and CSTS.RDY = 0 first (gpunvme_reset): every queue,
+		 * ours too, is gone and nothing moves data any more */
+		if ((rc = gpunvme_reset(g->c)))
+			return rc;
+		r->reset = true;
+	}
+	/* Fresh rings: zeroed CQ entries carry phase 0, which the first lap
+	 * (phase 1) does not take for new entries (§4.6). Device state zeroed
+	 * (tickets, locks, slot words) and the CQ words seeded again. */
+	for (uint32_t i = 0; i < g->nq; i++)
+		memset(g->mem + i * g->q_per, 0, g->ring_len);
+	cudaError_t ce = cudaMemsetAsync(g->dev_state, 0, g->st_per * g->nq, g->aux);
+	if (ce == cudaSuccess)
+		ce = seed_cq_words(g);
+	if (ce != cudaSuccess)
+		return cuda_err(ce, "resetting the GPU queues' state");
+	for (uint32_t i = 0; i < g->nq; i++) {
+		uint8_t *base = g->mem + i * g->q_per;
+		rc = gpunvme_ctrl_create_qpair_raw(g->c, g->qids[i], gpunvme_dma_iova(g->c, base),
+						   gpunvme_dma_iova(g->c, base + g->sq_len), g->depth);
+		if (rc)
+			return rc;
+	}
+	r->ns = gpunvme_now_ns() - t0;
+	return 0;
 }
 
 /* ---- buffers ----------------------------------------------------------------- */

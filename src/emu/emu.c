@@ -362,6 +362,27 @@ int gpunvme_emu_inject(struct gpunvme_emu *e, const struct gpunvme_emu_fault *f)
 			nanosleep(&ts, NULL);
 		}
 		return -ETIMEDOUT;
+	case GPUNVME_EMU_FAULT_SLOW:
+		if (f->latency_us == 0 || f->latency_us > 10000000u)
+			return -EINVAL;
+		__atomic_store_n(&e->slow_ns, (uint64_t)f->latency_us * 1000u, __ATOMIC_RELAXED);
+		return 0;
+	case GPUNVME_EMU_FAULT_RETURN:
+		if (!__atomic_load_n(&e->removed, __ATOMIC_ACQUIRE))
+			return -EINVAL; /* only a removed device can come back */
+		__atomic_store_n(&e->return_pending, 1, __ATOMIC_RELEASE);
+		if (!e->threaded) {
+			emu_admin_pass(e);
+			return 0;
+		}
+		/* the admin thread owns BAR0 stores: wait until it applied it */
+		for (int i = 0; i < 2000; i++) {
+			if (!__atomic_load_n(&e->return_pending, __ATOMIC_ACQUIRE))
+				return 0;
+			struct timespec ts = { 0, 1000000 };
+			nanosleep(&ts, NULL);
+		}
+		return -ETIMEDOUT;
 	default:
 		return -EINVAL;
 	}
@@ -375,6 +396,7 @@ void gpunvme_emu_clear_faults(struct gpunvme_emu *e)
 	e->nmedia = 0;
 	e->ndrops = 0;
 	__atomic_store_n(&e->faults_active, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->slow_ns, 0, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&e->fault_lock);
 }
 

@@ -204,6 +204,8 @@ struct gpunvme_emu {
 	uint32_t halted;                   /* CFS or removal: nothing is processed */
 	uint32_t removed;
 	uint32_t cfs_pending;              /* CFS injected; admin thread applies it */
+	uint32_t return_pending;           /* RETURN injected; admin thread applies it */
+	uint64_t slow_ns;                  /* SLOW fault: added to every I/O command */
 
 	/* device model */
 	uint64_t model_next_bw;            /* ns timestamps, reserved with CAS */

@@ -390,6 +390,9 @@ static int sq_process(struct emu_thread *t, struct emu_sq *sq, uint32_t burst)
 			emu_log_error(e, sq->id, &c, st, r.lba);
 		}
 		uint64_t due = e->model_on ? model_due(e, r.bytes, r.write) : 0;
+		const uint64_t slow = __atomic_load_n(&e->slow_ns, __ATOMIC_RELAXED);
+		if (slow)
+			due = (due ? due : emu_now_ns()) + slow;
 		emu_cq_enqueue(cq, sq, c.cid, 0, st, due);
 		if (t->gpu_pending) {
 			uint32_t i = cq->pend_head + cq->pend_count - 1;

@@ -275,8 +275,30 @@ static void fill_removed(struct gpunvme_emu *e)
 		emu_reg_st(e, off, 0xffffffffu);
 }
 
+/* A removed device plugged back in: what a controller looks like after a
+ * conventional reset of the function (every register at its reset value,
+ * §3.1; no queues, nothing enabled). Its namespaces keep their data. */
+static void reinsert(struct gpunvme_emu *e)
+{
+	__atomic_store_n(&e->removed, 0, __ATOMIC_RELEASE);
+	emu_controller_reset(e); /* clears halted and cfs_pending now */
+	for (uint32_t off = 0; off + 4 <= e->bar_size; off += 4)
+		emu_reg_st(e, off, 0);
+	e->last_cc = 0;
+	e->csts = 0;
+	store_csts(e, 0);
+	emu_reg_st(e, GPUNVME_REG_CAP, (uint32_t)e->cap);
+	emu_reg_st(e, GPUNVME_REG_CAP + 4, (uint32_t)(e->cap >> 32));
+	emu_reg_st(e, GPUNVME_REG_VS, GPUNVME_VS(1, 4, 0));
+	/* pairs with the injector's acquire load: the registers above are
+	 * in place before it returns */
+	__atomic_store_n(&e->return_pending, 0, __ATOMIC_RELEASE);
+}
+
 int emu_admin_pass(struct gpunvme_emu *e)
 {
+	if (__atomic_load_n(&e->return_pending, __ATOMIC_ACQUIRE))
+		reinsert(e);
 	if (__atomic_load_n(&e->removed, __ATOMIC_ACQUIRE)) {
 		/* writes to a device that is gone are dropped: keep every
 		 * register reading all ones whatever the host stores */

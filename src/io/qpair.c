@@ -295,6 +295,48 @@ void gpunvme_qpair_destroy(struct gpunvme_qpair *qp)
 	free_mem(qp);
 }
 
+static uint32_t count_expired(const struct gpunvme_qpair *qp)
+{
+	uint32_t n = 0;
+	for (uint32_t cid = 0; cid < qp->depth; cid++)
+		n += qp->cmds[cid].state != CMD_FREE && qp->cmds[cid].timed_out;
+	return n;
+}
+
+int gpunvme_qpair_abort_expired(struct gpunvme_qpair *qp)
+{
+	if (!qp)
+		return gpunvme_set_error(-EINVAL, "abort expired: no queue pair");
+	int rc = ctrl_check_alive(qp->c, "abort");
+	if (rc)
+		return rc;
+	for (uint32_t cid = 0; cid < qp->depth; cid++) {
+		const struct io_cmd *cmd = &qp->cmds[cid];
+		if (cmd->state == CMD_FREE || !cmd->timed_out)
+			continue;
+		rc = gpunvme_abort(qp->c, qp->qid, (uint16_t)cid, NULL);
+		if (rc == -EAGAIN)
+			break; /* the Abort Command Limit: the rest is left to a reset */
+		if (rc && rc != -EIO)
+			return rc; /* the admin queue failed: gone, fatal, timed out */
+	}
+	/* An Abort's completion says only that the controller will end the
+	 * command (§5.1); the command's own completion comes on this queue
+	 * pair, which the poll below reaps (freeing its id). */
+	const uint64_t deadline = gpunvme_now_ns() + (uint64_t)qp->c->opts.admin_timeout_ms * 1000000u;
+	uint32_t left;
+	while ((left = count_expired(qp)) > 0 && gpunvme_now_ns() < deadline) {
+		rc = gpunvme_qpair_poll(qp, 0);
+		if (rc < 0)
+			return rc;
+		if (rc == 0) {
+			struct timespec ts = { 0, 50000 };
+			nanosleep(&ts, NULL);
+		}
+	}
+	return (int)left;
+}
+
 uint32_t gpunvme_qpair_outstanding(const struct gpunvme_qpair *qp)
 {
 	return qp->outstanding;

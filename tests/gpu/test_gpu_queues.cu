@@ -12,6 +12,11 @@
  *                  kernel, which returns within its timeout
  *   relaunch       the same queues over 200 kernel launches
  *   lanes          warp-batched submission (gpunvme_dev_rw_lanes), idle lanes
+ *   recover        gpunvme_gpu_queues_recover after a dropped command (abort,
+ *                  queues deleted), a slow device, a fatal status (reset) and
+ *                  a removal and return, Tier 1 and Tier 2: failed commands
+ *                  never succeed, their buffers stay untouched after the
+ *                  recovery, the same descriptor works at the next launch
  * Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
@@ -422,6 +427,179 @@ TEST_CASE(relaunch)
 	printf("relaunch: 200 launches x 256 threads on the same 4 queues: ok\n");
 	gpunvme_gpu_buf_free(b);
 	gpunvme_gpu_queues_destroy(g);
+	gpunvme_close(c);
+	return 0;
+}
+
+/* ---- recovery ---------------------------------------------------------------- */
+
+/* One launch of k_ranges; statuses into st (managed), no judgement. */
+static int launch_ranges(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b, const struct range *dr, int n,
+			 uint8_t opc, int *st, uint64_t tmo)
+{
+	memset(st, 0, n * sizeof(int));
+	k_ranges<<<(n + 63) / 64, 64>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), dr, n, opc, st, tmo);
+	REQUIRE_CUDA(cudaGetLastError());
+	REQUIRE_CUDA(cudaDeviceSynchronize());
+	return 0;
+}
+
+/* Read buffer contents (Tier 1: the host mapping; Tier 2: copied back). */
+static void buf_get(uint8_t *out, const uint8_t *host, void *vram, size_t len)
+{
+	if (vram)
+		cudaMemcpy(out, vram, len, cudaMemcpyDeviceToHost);
+	else
+		memcpy(out, host, len);
+}
+
+static void buf_set(uint8_t *host, void *vram, int v, size_t len)
+{
+	if (vram)
+		cudaMemset(vram, v, len);
+	else
+		memset(host, v, len);
+}
+
+enum { R_DROP, R_SLOW, R_CFS, R_REMOVE, R_NKINDS };
+static const char *const r_name[] = { "drop", "slow", "cfs", "remove+return" };
+
+/* One fault kind: fault, launch (some commands fail, none succeeds with
+ * wrong data), check says recover, recover, poison every buffer, wait past
+ * any late completion, poison intact, relaunch on the same descriptor:
+ * every range right. */
+static int recover_case(struct gpunvme_ctrl *c, struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b,
+			uint8_t *host, void *vram, const uint8_t *ref, size_t len, struct range *dr,
+			const struct range *hr, int n, int kind)
+{
+	struct gpunvme_emu *emu = gpunvme_ctrl_emu(c);
+	uint8_t *back = (uint8_t *)malloc(len);
+	int *st;
+	REQUIRE_CUDA(cudaMallocManaged(&st, n * sizeof(int)));
+	struct gpunvme_emu_fault f;
+	memset(&f, 0, sizeof(f));
+	f.kind = kind == R_DROP ? GPUNVME_EMU_FAULT_DROP : kind == R_SLOW ? GPUNVME_EMU_FAULT_SLOW
+			 : kind == R_CFS ? GPUNVME_EMU_FAULT_CFS : GPUNVME_EMU_FAULT_REMOVE;
+	f.sqid = GPUNVME_EMU_SQID_ANY;
+	f.count = 3;
+	f.latency_us = 400000; /* 0.4 s against a 0.1 s timeout */
+	buf_set(host, vram, 0, len);
+	REQUIRE_OK(gpunvme_emu_inject(emu, &f));
+	if (launch_ranges(g, b, dr, n, GPUNVME_CMD_READ, st, SEC / 10))
+		return 1;
+	int failed = 0;
+	buf_get(back, host, vram, len);
+	for (int i = 0; i < n; i++) {
+		if (st[i] == 0) {
+			if (memcmp(back + hr[i].off, ref + hr[i].slba * 4096, hr[i].nlb * 4096))
+				FAIL("%s: range %d reported success with wrong data", r_name[kind], i);
+			continue;
+		}
+		failed++;
+		if (st[i] != GPUNVME_DEV_ETIMEDOUT && st[i] != GPUNVME_DEV_EIO && st[i] != GPUNVME_DEV_ENODEV)
+			FAIL("%s: range %d: unexpected status %d (%s)", r_name[kind], i, st[i], gpunvme_gpu_status_str(st[i]));
+	}
+	if (!failed)
+		FAIL("%s: no command failed", r_name[kind]);
+	struct gpunvme_gpu_health h;
+	int crc = gpunvme_gpu_queues_check(g, &h);
+	if (kind == R_REMOVE) {
+		if (crc != -ENODEV)
+			FAIL("remove: check returned %d, want -ENODEV", crc);
+		struct gpunvme_gpu_recovery r0;
+		if (gpunvme_gpu_queues_recover(g, 0, &r0) != -ENODEV)
+			FAIL("remove: recover of a removed device must say -ENODEV");
+		f.kind = GPUNVME_EMU_FAULT_RETURN;
+		REQUIRE_OK(gpunvme_emu_inject(emu, &f));
+	} else if (crc != -EIO) {
+		FAIL("%s: check returned %d (broken %u stuck %u csts 0x%x), want -EIO", r_name[kind], crc, h.broken,
+		     h.stuck, h.csts);
+	}
+	struct gpunvme_gpu_recovery r;
+	if (gpunvme_gpu_queues_recover(g, 0, &r))
+		FAIL("%s: recover: %s", r_name[kind], gpunvme_last_error());
+	gpunvme_emu_clear_faults(emu);
+	const bool want_reset = kind == R_CFS || kind == R_REMOVE;
+	if (r.reset != want_reset)
+		FAIL("%s: reset %d, want %d", r_name[kind], r.reset, want_reset);
+	if (kind == R_DROP && r.aborted < 1)
+		FAIL("drop: %u of %u aborts honoured, want at least one (the dropped commands)", r.aborted, r.abort_sent);
+	/* after recovery nothing of the old commands may land */
+	buf_set(host, vram, 0xa5, len);
+	struct timespec ts = { 0, 500000000 }; /* past the slow fault's 0.4 s */
+	nanosleep(&ts, NULL);
+	buf_get(back, host, vram, len);
+	for (size_t k = 0; k < len; k++)
+		if (back[k] != 0xa5)
+			FAIL("%s: buffer byte %zu changed after the recovery", r_name[kind], k);
+	if (gpunvme_gpu_queues_check(g, &h))
+		FAIL("%s: check after recovery: %s", r_name[kind], gpunvme_last_error());
+	if (launch_ranges(g, b, dr, n, GPUNVME_CMD_READ, st, 10 * SEC))
+		return 1;
+	buf_get(back, host, vram, len);
+	for (int i = 0; i < n; i++) {
+		if (st[i])
+			FAIL("%s: after recovery range %d: %s", r_name[kind], i, gpunvme_gpu_status_str(st[i]));
+		if (memcmp(back + hr[i].off, ref + hr[i].slba * 4096, hr[i].nlb * 4096))
+			FAIL("%s: after recovery range %d: wrong data", r_name[kind], i);
+	}
+	printf("recover %s (%s): %d of %d commands failed, none succeeded wrongly; %u stuck, %u/%u aborted, "
+	       "reset %s, %.1f ms; buffers untouched afterwards; relaunch on the same descriptor: ok\n",
+	       r_name[kind], vram ? "tier 2" : "tier 1", failed, n, r.stuck, r.aborted, r.abort_sent,
+	       r.reset ? "yes" : "no", r.ns / 1e6);
+	cudaFree(st);
+	free(back);
+	return 0;
+}
+
+TEST_CASE(recover)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:64M?lbads=12&workers=2");
+	if (!c)
+		return 1;
+	const int n = 64;
+	const size_t len = (size_t)n * 4 * 4096;
+	uint8_t *ref = (uint8_t *)malloc(16u << 20);
+	fill(ref, 16u << 20, 19);
+	/* a CPU queue pair: it must keep working across every recovery */
+	struct gpunvme_qpair *qp;
+	REQUIRE_OK(gpunvme_qpair_create(c, 64, &qp));
+	uint8_t *io = (uint8_t *)gpunvme_dma_alloc(c, 16u << 20);
+	memcpy(io, ref, 16u << 20);
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, io, 0, (16u << 20) / 4096, NULL));
+	struct gpunvme_gpu_queues *g;
+	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 4, 32, &g));
+	struct range hr[64];
+	for (int i = 0; i < n; i++) {
+		hr[i].slba = (uint64_t)((i * 37) % 1000) * 4;
+		hr[i].nlb = 1 + i % 4;
+		hr[i].off = (uint64_t)i * 4 * 4096;
+	}
+	struct range *dr;
+	REQUIRE_CUDA(cudaMalloc(&dr, sizeof(hr)));
+	REQUIRE_CUDA(cudaMemcpy(dr, hr, sizeof(hr), cudaMemcpyHostToDevice));
+	uint8_t *host = (uint8_t *)gpunvme_dma_alloc(c, len);
+	struct gpunvme_gpu_buf *b1, *b2;
+	void *vram = NULL;
+	REQUIRE_OK(gpunvme_gpu_buf_host(g, host, len, &b1, NULL));
+	REQUIRE_OK(gpunvme_gpu_buf_device(g, len, &b2, &vram));
+	for (int kind = 0; kind < R_NKINDS; kind++) {
+		if (recover_case(c, g, b1, host, NULL, ref, len, dr, hr, n, kind) ||
+		    recover_case(c, g, b2, NULL, vram, ref, len, dr, hr, n, kind))
+			return 1;
+		/* the CPU queue pair after this recovery */
+		memset(io, 0, 1u << 20);
+		REQUIRE_OK(gpunvme_read_sync(qp, 1, io, 0, (1u << 20) / 4096, NULL));
+		if (memcmp(io, ref, 1u << 20))
+			FAIL("%s: CPU queue pair reads wrong data after the recovery", r_name[kind]);
+	}
+	printf("recover: CPU queue pair fine after every recovery\n");
+	gpunvme_gpu_buf_free(b1);
+	gpunvme_gpu_buf_free(b2);
+	gpunvme_gpu_queues_destroy(g);
+	gpunvme_qpair_destroy(qp);
+	cudaFree(dr);
+	free(ref);
 	gpunvme_close(c);
 	return 0;
 }

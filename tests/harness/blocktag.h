@@ -21,7 +21,7 @@
 
 static inline uint32_t bt_crc32c(uint32_t crc, const void *buf, size_t len)
 {
-	const uint8_t *p = buf;
+	const uint8_t *p = (const uint8_t *)buf;
 	crc = ~crc;
 	while (len--) {
 		crc ^= *p++;

@@ -635,4 +635,109 @@ TEST_CASE(file_two_processes)
 	unlink(path);
 	return 0;
 }
+/* The abort step: dropped commands time out, keep their ids, and
+ * gpunvme_qpair_abort_expired gets them back without a reset (the
+ * emulator honours an Abort of a dropped command). */
+TEST_CASE(abort_expired_frees_dropped)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 200);
+	REQUIRE(c);
+	struct gpunvme_qpair *qp;
+	REQUIRE_OK(gpunvme_qpair_create(c, 4, &qp));
+	uint8_t *b = gpunvme_dma_alloc(c, 4 * 4096);
+	REQUIRE(b);
+	memset(b, 0x3c, 4096);
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, b, 0, 8, NULL));
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_DROP, .sqid = GPUNVME_EMU_SQID_ANY, .count = 2 };
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	struct tmo_wait w[2] = { { 0 }, { 0 } };
+	REQUIRE_OK(gpunvme_read(qp, 1, b, 0, 8, tmo_cb, &w[0]));
+	REQUIRE_OK(gpunvme_read(qp, 1, b + 4096, 0, 8, tmo_cb, &w[1]));
+	uint64_t end = h_now_ms() + 3000;
+	while (!(w[0].done && w[1].done) && h_now_ms() < end)
+		REQUIRE(gpunvme_qpair_poll(qp, 0) >= 0);
+	REQUIRE(w[0].done && w[1].done, "the dropped commands did not time out");
+	CHECK_EQ(w[0].err, -ETIMEDOUT);
+	CHECK_EQ(w[1].err, -ETIMEDOUT);
+	/* 2 of the 3 usable ids are held by the timed-out commands */
+	REQUIRE_EQ(gpunvme_qpair_abort_expired(qp), 0);
+	/* every id is back: three reads at once (depth 4 keeps one slot free) */
+	struct tmo_wait r[3] = { { 0 }, { 0 }, { 0 } };
+	for (int i = 0; i < 3; i++)
+		REQUIRE_OK(gpunvme_read(qp, 1, b + i * 4096, 0, 8, tmo_cb, &r[i]));
+	end = h_now_ms() + 3000;
+	while (!(r[0].done && r[1].done && r[2].done) && h_now_ms() < end)
+		REQUIRE(gpunvme_qpair_poll(qp, 0) >= 0);
+	for (int i = 0; i < 3; i++) {
+		REQUIRE(r[i].done && r[i].err == 0, "read %d after the abort step: done %d err %d", i, r[i].done, r[i].err);
+		REQUIRE_EQ(b[i * 4096 + 4095], 0x3c);
+	}
+	REQUIRE_EQ(gpunvme_qpair_abort_expired(qp), 0); /* nothing to do is no error */
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+/* A slow device (SLOW fault): commands time out; once it answers again the
+ * late completions give the ids back; the abort step reports 0 left. */
+TEST_CASE(slow_device_times_out_then_answers)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 100);
+	REQUIRE(c);
+	struct gpunvme_emu *emu = gpunvme_ctrl_emu(c);
+	struct gpunvme_qpair *qp;
+	REQUIRE_OK(gpunvme_qpair_create(c, 8, &qp));
+	uint8_t *b = gpunvme_dma_alloc(c, 4096);
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_SLOW, .latency_us = 0 };
+	REQUIRE_EQ(gpunvme_emu_inject(emu, &f), -EINVAL);
+	f.latency_us = 10000001;
+	REQUIRE_EQ(gpunvme_emu_inject(emu, &f), -EINVAL);
+	f.latency_us = 300000;
+	REQUIRE_OK(gpunvme_emu_inject(emu, &f));
+	uint64_t t0 = h_now_ms();
+	int rc = gpunvme_read_sync(qp, 1, b, 0, 1, NULL);
+	REQUIRE(rc == -ETIMEDOUT, "read on a slow device: %d, want -ETIMEDOUT", rc);
+	CHECK(h_now_ms() - t0 < 1000, "took %llu ms", (unsigned long long)(h_now_ms() - t0));
+	gpunvme_emu_clear_faults(emu);
+	REQUIRE_EQ(gpunvme_qpair_abort_expired(qp), 0);
+	t0 = h_now_ms();
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 0, 1, NULL));
+	CHECK(h_now_ms() - t0 < 100, "read after the slow fault took %llu ms", (unsigned long long)(h_now_ms() - t0));
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+/* Surprise removal, then the device comes back (RETURN): commands fail
+ * with -ENODEV while it is gone, gpunvme_reset brings it up again, data
+ * written before is there. */
+TEST_CASE(remove_and_return)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 0);
+	REQUIRE(c);
+	struct gpunvme_emu *emu = gpunvme_ctrl_emu(c);
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_RETURN };
+	REQUIRE_EQ(gpunvme_emu_inject(emu, &f), -EINVAL); /* not removed */
+	struct gpunvme_qpair *qp;
+	REQUIRE_OK(gpunvme_qpair_create(c, 8, &qp));
+	uint8_t *b = gpunvme_dma_alloc(c, 4096);
+	memset(b, 0x6e, 4096);
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, b, 16, 8, NULL));
+	f.kind = GPUNVME_EMU_FAULT_REMOVE;
+	REQUIRE_OK(gpunvme_emu_inject(emu, &f));
+	REQUIRE_EQ(gpunvme_read_sync(qp, 1, b, 16, 8, NULL), -ENODEV);
+	REQUIRE_EQ(gpunvme_reset(c), -ENODEV);
+	REQUIRE_EQ(gpunvme_qpair_abort_expired(qp), -ENODEV);
+	f.kind = GPUNVME_EMU_FAULT_RETURN;
+	REQUIRE_OK(gpunvme_emu_inject(emu, &f));
+	REQUIRE_OK(gpunvme_reset(c));
+	memset(b, 0, 4096);
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 16, 8, NULL));
+	REQUIRE_EQ(b[0], 0x6e);
+	REQUIRE_EQ(b[4095], 0x6e);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
 int main(int argc, char **argv) { return check_main(argc, argv); }

@@ -11,15 +11,18 @@
  *          right data, never succeed with wrong data.
  *   DROP   the next 1-4 commands of any I/O queue are swallowed; the
  *          driver's timeout (io_timeout_ms) must end each with -ETIMEDOUT;
- *          then gpunvme_reset.
+ *          then the abort step (gpunvme_qpair_abort_expired), and
+ *          gpunvme_reset only if a timed-out command stays unanswered.
+ *   SLOW   every command takes 1.5 s more (past io_timeout_ms): they time
+ *          out; the fault ends, then the abort step (the emulator cannot
+ *          abort a command it is working on, but it answers them late,
+ *          which gives their ids back; a reset if not).
  *   CFS    controller fatal: every outstanding command must fail with -EIO
  *          (and the queue pair's poll reports -EIO); then gpunvme_reset.
- *   REMOVE surprise removal, once, at the very end (the emulator cannot
- *          bring a removed device back): every outstanding command must
- *          fail with -ENODEV within its bound, and close must return.
- * A slow device is not part of the soak: the emulator's device model
- * (latency, bandwidth, IOPS) is fixed at creation and cannot change at run
- * time.
+ *   REMOVE surprise removal: every outstanding command must fail with
+ *          -ENODEV within its bound; mid-run the device comes back (RETURN,
+ *          as after a hot-plug) and gpunvme_reset brings it up again; at
+ *          the very end it stays gone and close must return.
  *
  * Recovery: the workers park (gpunvme_reset fails their outstanding
  * commands from the main thread, so they must not touch their queue pairs
@@ -60,6 +63,7 @@
 #define MAX_NLB 4u
 #define MAYBE_MAX 8u
 #define IO_TIMEOUT_MS 1000u
+#define SLOW_US 1500000u   /* SLOW: half again past the timeout */
 #define HANG_SLACK_MS 3000u
 #define MAX_Q 8u
 #define VERIFY_CHUNK 128u
@@ -108,14 +112,14 @@ static struct {
 
 	/* which errors a fault explains now (set before the fault, cleared
 	 * after the recovery, with the workers parked) */
-	atomic_bool drop_active, cfs_active, resetting, removed;
+	atomic_bool drop_active, slow_active, cfs_active, resetting, removed;
 	pthread_mutex_t media_lock;
 	struct media_rec *media;
 	unsigned nmedia;
 
 	atomic_ulong commands, mismatches, hangs, unexplained;
-	unsigned long faults_media, faults_drop, faults_cfs, faults_remove;
-	unsigned long recoveries, recovery_failures;
+	unsigned long faults_media, faults_drop, faults_slow, faults_cfs, faults_remove, faults_return;
+	unsigned long recoveries, recovery_failures, abort_recoveries, resets;
 	uint64_t longest_recovery_us, longest_reset_us;
 	unsigned long verified_blocks, uncertain_resolved;
 } g = { .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -245,7 +249,7 @@ static bool explained(const struct slot *s, const struct gpunvme_cpl *cpl, uint6
 			return media_explains(s, t1_us);
 		return false;
 	case -ETIMEDOUT:
-		return atomic_load(&g.drop_active);
+		return atomic_load(&g.drop_active) || atomic_load(&g.slow_active);
 	case -ENODEV:
 		return atomic_load(&g.removed);
 	default:
@@ -470,16 +474,67 @@ static bool verify_all(struct gpunvme_qpair *qp, uint8_t *buf)
 	return true;
 }
 
-/* Park the workers, reset, re-read everything. Without a reset the workers
- * drain first: nothing may be in flight while the blocks are read. */
-static bool recover(struct gpunvme_qpair *mqp, uint8_t *vbuf, bool reset)
+enum recovery { R_CHECK, R_ABORT, R_RESET };
+
+/* The abort step on every queue pair (the workers are parked, so the main
+ * thread may poll their queue pairs): true when nothing timed out stays
+ * unanswered, so no reset is needed. */
+static bool abort_step(void)
 {
-	if (!pause_workers(!reset))
+	bool whole = true;
+	for (unsigned q = 0; q < g.nq; q++) {
+		int left = gpunvme_qpair_abort_expired(workers[q].qp);
+		if (left != 0)
+			whole = false;
+		if (left < 0)
+			report("abort step q%u: %d (%s)", q, left, gpunvme_last_error());
+	}
+	return whole;
+}
+
+/* Without a reset, commands that had not timed out are still in flight
+ * (parked workers do not drain): the main thread polls their queue pairs
+ * until they are done, so the read-back sees no write still under way.
+ * Bounded by the driver's own timeout. */
+static bool drain_parked(void)
+{
+	const uint64_t dl = now_us() + (IO_TIMEOUT_MS + HANG_SLACK_MS) * 1000ull;
+	for (unsigned q = 0; q < g.nq; q++) {
+		struct worker *w = &workers[q];
+		while (gpunvme_qpair_outstanding(w->qp) || busy_slots(w)) {
+			int rc = gpunvme_qpair_poll(w->qp, 0);
+			if (rc < 0 || now_us() > dl) {
+				report("drain q%u: poll %d, %u outstanding", q, rc, gpunvme_qpair_outstanding(w->qp));
+				return false;
+			}
+			if (rc == 0)
+				sleep_us(100);
+		}
+	}
+	return true;
+}
+
+/* Park the workers, recover, re-read everything. R_CHECK: the workers
+ * drain first (nothing may be in flight while the blocks are read), no
+ * reset. R_ABORT: the abort step, then a reset if it did not suffice.
+ * R_RESET: gpunvme_reset. */
+static bool recover(struct gpunvme_qpair *mqp, uint8_t *vbuf, enum recovery how)
+{
+	if (!pause_workers(how == R_CHECK))
 		return false;
 	uint64_t t0 = now_us();
+	bool ok = true, reset = how == R_RESET;
+	if (how == R_ABORT) {
+		/* the fault first goes away (a slow device answers again,
+		 * drops stop), as after a transient fault */
+		gpunvme_emu_clear_faults(g.emu);
+		reset = !abort_step() || !drain_parked();
+		if (!reset)
+			g.abort_recoveries++;
+	}
 	gpunvme_emu_clear_faults(g.emu);
-	bool ok = true;
 	if (reset) {
+		g.resets++;
 		atomic_store(&g.resetting, true);
 		uint64_t r0 = now_us();
 		int rc = gpunvme_reset(g.c);
@@ -497,6 +552,10 @@ static bool recover(struct gpunvme_qpair *mqp, uint8_t *vbuf, bool reset)
 				report("HANG q%u: %u commands outstanding after gpunvme_reset", q,
 				       gpunvme_qpair_outstanding(workers[q].qp));
 			}
+		}
+	}
+	if (how != R_CHECK) {
+		for (unsigned q = 0; q < g.nq; q++) {
 			/* once a command completed, failed or not, the
 			 * controller must not write its buffer any more */
 			for (unsigned i = 0; i < QD; i++) {
@@ -516,7 +575,7 @@ static bool recover(struct gpunvme_qpair *mqp, uint8_t *vbuf, bool reset)
 	if (ok && !verify_all(mqp, vbuf))
 		ok = false;
 	uint64_t dt = now_us() - t0;
-	if (reset) {
+	if (how != R_CHECK) {
 		g.recoveries++;
 		if (dt > g.longest_recovery_us)
 			g.longest_recovery_us = dt;
@@ -524,7 +583,9 @@ static bool recover(struct gpunvme_qpair *mqp, uint8_t *vbuf, bool reset)
 	if (!ok)
 		g.recovery_failures++;
 	atomic_store(&g.drop_active, false);
+	atomic_store(&g.slow_active, false);
 	atomic_store(&g.cfs_active, false);
+	atomic_store(&g.removed, false);
 	for (unsigned q = 0; q < g.nq; q++)
 		__atomic_store_n(&workers[q].stalled, false, __ATOMIC_RELAXED);
 	resume_workers();
@@ -667,7 +728,7 @@ int main(int argc, char **argv)
 		unsigned pick = (unsigned)(rnd(&rng) % 100);
 		if (pick < 45) {
 			inject_media(&rng);
-		} else if (pick < 70) {
+		} else if (pick < 62) {
 			struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_DROP, .sqid = GPUNVME_EMU_SQID_ANY,
 						       .count = 1 + (uint32_t)(rnd(&rng) % 4) };
 			atomic_store(&g.drop_active, true);
@@ -675,7 +736,31 @@ int main(int argc, char **argv)
 				g.faults_drop++;
 			/* the driver's timeout must end the dropped commands */
 			sleep_us((IO_TIMEOUT_MS + 300) * 1000ull);
-			fatal = !recover(mqp, vbuf, true);
+			fatal = !recover(mqp, vbuf, R_ABORT);
+		} else if (pick < 72) {
+			struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_SLOW, .latency_us = SLOW_US };
+			atomic_store(&g.slow_active, true);
+			if (gpunvme_emu_inject(g.emu, &f) == 0)
+				g.faults_slow++;
+			sleep_us((IO_TIMEOUT_MS + 300) * 1000ull);
+			fatal = !recover(mqp, vbuf, R_ABORT);
+		} else if (pick < 78) {
+			/* surprise removal, and the device comes back */
+			atomic_store(&g.removed, true);
+			struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_REMOVE };
+			if (gpunvme_emu_inject(g.emu, &f) == 0)
+				g.faults_remove++;
+			uint64_t dl = now_us() + 3000000u;
+			while (!all_stalled() && now_us() < dl)
+				sleep_us(1000);
+			if (!all_stalled()) {
+				atomic_fetch_add(&g.hangs, 1);
+				report("HANG: not every queue pair noticed the removal within 3 s");
+			}
+			f.kind = GPUNVME_EMU_FAULT_RETURN;
+			if (gpunvme_emu_inject(g.emu, &f) == 0)
+				g.faults_return++;
+			fatal = !recover(mqp, vbuf, R_RESET);
 		} else if (pick < 95) {
 			struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_CFS };
 			atomic_store(&g.cfs_active, true);
@@ -688,10 +773,10 @@ int main(int argc, char **argv)
 				atomic_fetch_add(&g.hangs, 1);
 				report("HANG: not every queue pair noticed CFS within 3 s");
 			}
-			fatal = !recover(mqp, vbuf, true);
+			fatal = !recover(mqp, vbuf, R_RESET);
 		} else {
 			/* a check without a fault: drain, park, verify */
-			fatal = !recover(mqp, vbuf, false);
+			fatal = !recover(mqp, vbuf, R_CHECK);
 		}
 	}
 
@@ -734,9 +819,10 @@ int main(int argc, char **argv)
 	alarm(0);
 
 	printf("commands: %lu\n", (unsigned long)atomic_load(&g.commands));
-	printf("faults: media=%lu drop=%lu cfs=%lu remove=%lu\n", g.faults_media, g.faults_drop, g.faults_cfs,
-	       g.faults_remove);
-	printf("recoveries: %lu\n", g.recoveries);
+	printf("faults: media=%lu drop=%lu slow=%lu cfs=%lu remove=%lu (came back %lu times)\n", g.faults_media,
+	       g.faults_drop, g.faults_slow, g.faults_cfs, g.faults_remove, g.faults_return);
+	printf("recoveries: %lu (%lu without a reset: aborted or answered late; %lu with a controller reset)\n", g.recoveries, g.abort_recoveries,
+	       g.resets);
 	printf("longest recovery: %.1f ms\n", (double)g.longest_recovery_us / 1000.0);
 	printf("longest reset: %.1f ms (gpunvme_reset alone; a recovery adds the re-read of every block)\n",
 	       (double)g.longest_reset_us / 1000.0);
