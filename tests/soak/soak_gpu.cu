@@ -538,7 +538,7 @@ int main(int argc, char **argv)
 	       S.faults[F_MEDIA], S.faults[F_DROP], S.faults[F_SLOW], S.faults[F_CFS], S.faults[F_REMOVE],
 	       S.faults[F_NONE]);
 	printf("recoveries: %lu (controller resets %lu; stuck commands %lu, aborts sent %lu, honoured %lu)\n",
-	       S.recoveries, S.resets, S.aborts_sent, S.aborts_ok, S.stuck);
+	       S.recoveries, S.resets, S.stuck, S.aborts_sent, S.aborts_ok);
 	printf("longest recovery: %.1f ms\n", S.longest_recovery_us / 1000.0);
 	printf("blocks written at least once: %lu of %u; uncertain blocks resolved: %lu\n", verified, NBLK, S.resolved);
 	printf("late writes after recovery: %lu\n", S.late_writes);
