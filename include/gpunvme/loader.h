@@ -45,6 +45,14 @@ struct gpunvme_loader_opts {
 	uint32_t queues;
 	uint32_t depth;
 	uint32_t timeout_ms;    /* each load (default 30000) */
+	/* A synchronous load that fails is tried again, at most this many
+	 * times (default 2), after recovering the queues: the abort step and,
+	 * if needed, a controller reset on the CPU path (gpunvme_reset: other
+	 * queue pairs of the controller see their commands fail), the GPU
+	 * queues re-created in place on the GPU tiers. Not retried: a status
+	 * with Do Not Retry set (§4.6.1.2), a device that is gone, bad
+	 * arguments. Then the load fails with the byte range and the status. */
+	uint32_t retries;
 	/* Tiers 1 and 2 need the CUDA backend of libgpunvme_cuda; NULL with a
 	 * GPU tier is -ENOTSUP "built without CUDA". */
 	const struct gpunvme_loader_gpu_ops *gpu;
@@ -117,6 +125,8 @@ struct gpunvme_loader_stats {
 	uint64_t bounced_bytes;
 	uint64_t zero_bytes;     /* holes and unwritten extents */
 	uint64_t commands;       /* reads planned (the CPU path cuts them further at 1 MiB, the GPU path per warp) */
+	uint64_t retries;        /* loads tried again after a failure */
+	uint64_t resets;         /* controller resets among the recoveries before them */
 };
 void gpunvme_layer_loader_stats(const struct gpunvme_layer_loader *l, struct gpunvme_loader_stats *st);
 

@@ -2,6 +2,7 @@
 /* The thread's last error message (gpunvme_last_error in gpunvme.h). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "gpunvme/gpunvme.h"
@@ -15,9 +16,13 @@ const char *gpunvme_last_error(void)
 
 int gpunvme_set_error(int rc, const char *fmt, ...)
 {
+	/* formatted aside first: callers may wrap the last message in a new
+	 * one (an argument pointing into last_error) */
+	char tmp[sizeof(last_error)];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	vsnprintf(tmp, sizeof(tmp), fmt, ap);
 	va_end(ap);
+	memcpy(last_error, tmp, sizeof(tmp));
 	return rc;
 }

@@ -359,7 +359,7 @@ static int lg_check(void *ctx, uint16_t *status)
 	case 0:
 		return 0;
 	case GPUNVME_DEV_ETIMEDOUT:
-		return gpunvme_set_error(-ETIMEDOUT, "a read did not complete in time (queues are now unusable)");
+		return gpunvme_set_error(-ETIMEDOUT, "a read did not complete in time (the queues need a recovery)");
 	case GPUNVME_DEV_ENODEV:
 		return gpunvme_set_error(-ENODEV, "the controller is gone (registers read all ones)");
 	case GPUNVME_DEV_EINVAL:
@@ -369,9 +369,18 @@ static int lg_check(void *ctx, uint16_t *status)
 	}
 }
 
+static int lg_recover(void *ctx, int *reset)
+{
+	struct lg_ctx *x = (struct lg_ctx *)ctx;
+	struct gpunvme_gpu_recovery r;
+	int rc = gpunvme_gpu_queues_recover(x->g, 0, &r);
+	*reset = r.reset;
+	return rc;
+}
+
 static const struct gpunvme_loader_gpu_ops lg_ops = {
 	lg_open, lg_close, lg_alloc_fn, lg_free_fn, lg_dev_ptr, lg_reg, lg_direct, lg_exec, lg_finish, lg_check,
-	LOADER_BOUNCE_BYTES,
+	lg_recover, LOADER_BOUNCE_BYTES,
 };
 
 extern "C" const struct gpunvme_loader_gpu_ops *gpunvme_loader_gpu_backend(void)

@@ -6,6 +6,7 @@
  * the CUDA backend (src/cuda/loader_gpu.cu).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,7 @@ void gpunvme_loader_opts_init(struct gpunvme_loader_opts *o)
 	o->queues = 0; /* fit to the controller */
 	o->depth = 0;
 	o->timeout_ms = 30000;
+	o->retries = 2;
 }
 
 static const char *tier_name(enum gpunvme_tier t)
@@ -426,15 +428,27 @@ struct cpu_run {
 	uint32_t pending;
 	int err;
 	uint16_t status;
+	uint64_t bad_slba, bad_nlb;  /* the first command that failed */
+	struct cpu_cmd **free;       /* records of commands not in flight */
+	uint32_t nfree;
+};
+
+struct cpu_cmd {
+	struct cpu_run *r;
+	uint64_t slba, nlb;
 };
 
 static void cpu_done(void *arg, const struct gpunvme_cpl *cpl)
 {
-	struct cpu_run *r = arg;
+	struct cpu_cmd *c = arg;
+	struct cpu_run *r = c->r;
 	r->pending--;
+	r->free[r->nfree++] = c;
 	if (cpl->err && !r->err) {
 		r->err = cpl->err;
 		r->status = cpl->status;
+		r->bad_slba = c->slba;
+		r->bad_nlb = c->nlb;
 	}
 }
 
@@ -459,11 +473,16 @@ static int cpu_submit(struct gpunvme_layer_loader *l, struct cpu_run *r, uint32_
 		struct gpunvme_qpair *qp = l->qp[*qi];
 		*qi = (*qi + 1) % l->nqp;
 		if (gpunvme_qpair_outstanding(qp) < l->o.depth) {
-			int rc = gpunvme_read(qp, l->nsid, buf, slba, nlb, cpu_done, r);
+			/* one record per command: nqp * depth cover every
+			 * queue pair full */
+			struct cpu_cmd *c = r->free[--r->nfree];
+			*c = (struct cpu_cmd){ r, slba, nlb };
+			int rc = gpunvme_read(qp, l->nsid, buf, slba, nlb, cpu_done, c);
 			if (rc == 0) {
 				r->pending++;
 				return 0;
 			}
+			r->free[r->nfree++] = c;
 			if (rc != -EAGAIN)
 				return rc;
 		}
@@ -479,9 +498,19 @@ static int cpu_submit(struct gpunvme_layer_loader *l, struct cpu_run *r, uint32_
 static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct load_op *ops, size_t n,
 		     uint64_t deadline, uint16_t *status)
 {
-	struct cpu_run r = { 0, 0, 0 };
+	struct cpu_run r = { 0 };
 	uint32_t qi = 0;
 	int rc = 0;
+	const uint32_t ncmds = l->nqp * l->o.depth;
+	struct cpu_cmd *cmds = malloc(ncmds * sizeof(*cmds));
+	r.free = malloc(ncmds * sizeof(*r.free));
+	if (!cmds || !r.free) {
+		free(cmds);
+		free(r.free);
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	}
+	for (uint32_t i = 0; i < ncmds; i++)
+		r.free[r.nfree++] = &cmds[i];
 	for (size_t i = 0; i < n && !rc && !r.err; i++) {
 		const struct load_op *op = &ops[i];
 		if (op->kind == LOAD_ZERO) {
@@ -511,10 +540,17 @@ static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct 
 		rc = r.err;
 		if (status)
 			*status = r.status;
-		if (rc == -EIO)
-			gpunvme_set_error(-EIO, "read failed: NVMe status 0x%x (%s)", r.status,
+		if (rc == -EIO && r.status)
+			gpunvme_set_error(-EIO, "read of LBA %llu+%llu failed: NVMe status 0x%x (%s)",
+					  (unsigned long long)r.bad_slba, (unsigned long long)r.bad_nlb, r.status,
 					  gpunvme_status_str(r.status));
+		else if (rc == -ETIMEDOUT)
+			gpunvme_set_error(-ETIMEDOUT, "read of LBA %llu+%llu: no completion within the I/O "
+					  "timeout (gpunvme_opts.io_timeout_ms)",
+					  (unsigned long long)r.bad_slba, (unsigned long long)r.bad_nlb);
 	}
+	free(cmds);
+	free(r.free);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < n; i++) {
@@ -541,14 +577,10 @@ static int check_range(const struct gpunvme_layer_loader *l, uint64_t off, uint6
 	return 0;
 }
 
-static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
+static int run_once(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
 		    void *event, int sync, uint16_t *status)
 {
-	int rc = check_range(l, off, len, dst);
-	if (rc)
-		return rc;
-	if (len == 0 && !l->gpu)
-		return 0;
+	int rc;
 	/* memory the controller cannot reach (CPU tier: not DMA memory; GPU
 	 * tiers: not loader or registered memory) is filled through the bounce
 	 * buffer, and counted as bounced */
@@ -586,6 +618,80 @@ static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
 			rc = l->gpu->check(l->gctx, status);
 	}
 	plan_free(&p);
+	return rc;
+}
+
+/* Worth another try after a recovery? A status with Do Not Retry set
+ * (§4.6.1.2: the same command is expected to fail again) is not, nor a
+ * device that is gone or a refused argument. */
+static bool retryable(int rc, uint16_t status)
+{
+	if (rc == -EIO)
+		return !status || !(status & GPUNVME_STATUS_DNR);
+	return rc == -ETIMEDOUT;
+}
+
+/* Make the queues usable again: the GPU backend re-creates its queues in
+ * place; the CPU path takes the abort step on its queue pairs and resets
+ * the controller when a timed-out command stays unanswered or the
+ * controller failed (its queue pairs are re-created in place). */
+static int recover_queues(struct gpunvme_layer_loader *l)
+{
+	int reset = 0, rc;
+	if (l->gpu) {
+		rc = l->gpu->recover(l->gctx, &reset);
+	} else {
+		rc = 0;
+		for (uint32_t i = 0; i < l->nqp && !rc; i++) {
+			int left = gpunvme_qpair_abort_expired(l->qp[i]);
+			if (left != 0)
+				rc = left > 0 ? -EAGAIN : left;
+		}
+		if (rc == -EAGAIN || rc == -EIO) {
+			reset = 1;
+			rc = gpunvme_reset(l->c);
+		}
+	}
+	l->st.resets += (uint64_t)reset;
+	return rc;
+}
+
+static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
+		    void *event, int sync, uint16_t *status)
+{
+	int rc = check_range(l, off, len, dst);
+	if (rc)
+		return rc;
+	if (len == 0 && !l->gpu)
+		return 0;
+	uint16_t st = 0;
+	uint32_t attempt;
+	for (attempt = 0;; attempt++) {
+		st = 0;
+		rc = run_once(l, off, len, dst, stream, event, sync, &st);
+		/* an asynchronous load reports at the next check: the caller
+		 * decides (gpunvme_layer_loader_check) */
+		if (!rc || !sync || !retryable(rc, st) || attempt == l->o.retries)
+			break;
+		if (st) { /* an NVMe status: the queues are fine, only try again */
+			l->st.retries++;
+			continue;
+		}
+		char why[256];
+		snprintf(why, sizeof(why), "%s", gpunvme_last_error());
+		int rrc = recover_queues(l);
+		if (rrc) {
+			gpunvme_set_error(rrc, "bytes %llu+%llu: %s; recovering the queues failed: %s",
+					  (unsigned long long)off, (unsigned long long)len, why, gpunvme_last_error());
+			return rrc;
+		}
+		l->st.retries++;
+	}
+	if (status)
+		*status = st;
+	if (rc && sync)
+		gpunvme_set_error(rc, "bytes %llu+%llu of the file, %u %s: %s", (unsigned long long)off,
+				  (unsigned long long)len, attempt + 1, attempt ? "tries" : "try", gpunvme_last_error());
 	return rc;
 }
 

@@ -60,6 +60,9 @@ struct gpunvme_loader_gpu_ops {
 	int (*finish)(void *ctx, void *stream, void *event, int sync);
 	/* first failure since the last check: 0, -EIO with *status, -errno */
 	int (*check)(void *ctx, uint16_t *status);
+	/* make the queues usable after a failure (no read in flight):
+	 * gpunvme_gpu_queues_recover; *reset says whether the controller was */
+	int (*recover)(void *ctx, int *reset);
 	/* the tier's bounce buffer size (LOADER_BOUNCE_BYTES) */
 	uint64_t bounce_bytes;
 };

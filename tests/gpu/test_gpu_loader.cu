@@ -256,6 +256,34 @@ TEST_CASE(faults)
 	rc = gpunvme_load_layer(l, L.size - 10, 11, dst, &st);
 	if (rc != -ERANGE)
 		FAIL("past EOF: %d", rc);
+	gpunvme_layer_loader_destroy(l);
+	/* a dropped command: the wait times out, the queues are recovered in
+	 * place and the load tried again (opts.retries) */
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.tier = GPUNVME_TIER_2;
+	o.gpu = gpunvme_loader_gpu_backend();
+	o.queues = 2;
+	o.depth = 32;
+	o.timeout_ms = 300;
+	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, L.ext, L.n, L.size, &o, &l));
+	dst = (uint8_t *)gpunvme_layer_loader_alloc(l, 0, L.size);
+	memset(&f, 0, sizeof(f));
+	f.kind = GPUNVME_EMU_FAULT_DROP;
+	f.sqid = GPUNVME_EMU_SQID_ANY;
+	f.count = 2;
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	if ((rc = gpunvme_load_layer(l, 0, L.size, dst, &st)))
+		FAIL("load with dropped commands: %d (%s)", rc, gpunvme_last_error());
+	struct gpunvme_loader_stats ls;
+	gpunvme_layer_loader_stats(l, &ls);
+	if (ls.retries < 1 || ls.retries > 2)
+		FAIL("dropped commands: %llu retries, want 1 or 2", (unsigned long long)ls.retries);
+	REQUIRE_CUDA(cudaMemcpy(host, dst, L.size, cudaMemcpyDeviceToHost));
+	if (compare(host, L.ref, L.size, 0, "after the retry"))
+		return 1;
+	printf("faults: 2 dropped commands -> %llu retr%s after recovering the GPU queues, data intact\n",
+	       (unsigned long long)ls.retries, ls.retries == 1 ? "y" : "ies");
 	free(host);
 	gpunvme_layer_loader_destroy(l);
 	free(L.ref);

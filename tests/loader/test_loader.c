@@ -181,6 +181,88 @@ TEST_CASE(errors)
 	gpunvme_close(c);
 	return 0;
 }
+/* Retries after recovery: a dropped command (timeout, abort step), a fatal
+ * controller (reset), a media error that stays (fails with the range and
+ * the status after 1 + retries tries), retries = 0. */
+TEST_CASE(retries)
+{
+	struct gpunvme_ctrl *c = NULL;
+	struct gpunvme_opts co;
+	gpunvme_opts_init(&co);
+	co.io_timeout_ms = 200;
+	REQUIRE_OK(gpunvme_open("emu:ram:8M?lbads=12", &co, &c));
+	struct gpunvme_emu *emu = gpunvme_ctrl_emu(c);
+	/* reference contents through a queue pair of our own */
+	const size_t len = 256u << 10;
+	uint8_t *ref = gpunvme_dma_alloc(c, len), *dst = gpunvme_dma_alloc(c, len);
+	REQUIRE(ref && dst);
+	uint64_t seed = 5;
+	for (size_t i = 0; i < len; i++)
+		ref[i] = (uint8_t)rng(&seed);
+	struct gpunvme_qpair *qp;
+	REQUIRE_OK(gpunvme_qpair_create(c, 8, &qp));
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, ref, 16, len / 4096, NULL));
+	gpunvme_qpair_destroy(qp);
+	struct gpunvme_extent ext[1] = { { 0, 16 * 4096, len, 0 } };
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	REQUIRE_EQ(o.retries, 2u);
+	o.queues = 2;
+	o.depth = 8;
+	struct gpunvme_layer_loader *l = NULL;
+	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, ext, 1, len, &o, &l));
+	struct gpunvme_loader_stats st;
+
+	/* dropped: times out, the abort step gives the id back, tried again */
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_DROP, .sqid = GPUNVME_EMU_SQID_ANY, .count = 1 };
+	REQUIRE_OK(gpunvme_emu_inject(emu, &f));
+	memset(dst, 0, len);
+	REQUIRE(gpunvme_load_layer(l, 0, len, dst, NULL) == 0, "%s", gpunvme_last_error());
+	REQUIRE(!memcmp(dst, ref, len));
+	gpunvme_layer_loader_stats(l, &st);
+	REQUIRE_EQ(st.retries, 1u);
+	REQUIRE_EQ(st.resets, 0u);
+
+	/* controller fatal: reset, tried again */
+	struct gpunvme_emu_fault cfs = { .kind = GPUNVME_EMU_FAULT_CFS };
+	REQUIRE_OK(gpunvme_emu_inject(emu, &cfs));
+	memset(dst, 0, len);
+	REQUIRE(gpunvme_load_layer(l, 0, len, dst, NULL) == 0, "%s", gpunvme_last_error());
+	REQUIRE(!memcmp(dst, ref, len));
+	gpunvme_layer_loader_stats(l, &st);
+	REQUIRE_EQ(st.retries, 2u);
+	REQUIRE_EQ(st.resets, 1u);
+
+	/* a media error that stays: 3 tries, then the range and the status */
+	struct gpunvme_emu_fault m = { .kind = GPUNVME_EMU_FAULT_MEDIA, .nsid = 1, .slba = 40, .nlb = 1 };
+	REQUIRE_OK(gpunvme_emu_inject(emu, &m));
+	uint16_t status = 0;
+	REQUIRE_EQ(gpunvme_load_layer(l, 4096, len - 4096, dst, &status), -EIO);
+	REQUIRE_EQ(gpunvme_status_code(status), GPUNVME_SC_UNRECOVERED_READ & 0x7ff);
+	const char *e = gpunvme_last_error();
+	REQUIRE(strstr(e, "bytes 4096+258048") && strstr(e, "3 tries") && strstr(e, "LBA ") &&
+		strstr(e, "Unrecovered Read Error"), "message: %s", e);
+	gpunvme_layer_loader_stats(l, &st);
+	REQUIRE_EQ(st.retries, 4u);
+	gpunvme_layer_loader_destroy(l);
+
+	/* retries = 0: one try */
+	o.retries = 0;
+	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, ext, 1, len, &o, &l));
+	REQUIRE_EQ(gpunvme_load_layer(l, 0, len, dst, &status), -EIO);
+	REQUIRE(strstr(gpunvme_last_error(), "1 try"), "message: %s", gpunvme_last_error());
+	gpunvme_layer_loader_stats(l, &st);
+	REQUIRE_EQ(st.retries, 0u);
+	gpunvme_emu_clear_faults(emu);
+	REQUIRE_OK(gpunvme_load_layer(l, 0, len, dst, NULL));
+	REQUIRE(!memcmp(dst, ref, len));
+	gpunvme_layer_loader_destroy(l);
+	gpunvme_dma_free(c, ref);
+	gpunvme_dma_free(c, dst);
+	gpunvme_close(c);
+	return 0;
+}
+
 /* A safetensors file scattered over the namespace in fragments: every
  * tensor (or those a pattern selects) lands intact through
  * gpunvme_model_buffers_alloc + gpunvme_model_load, far-apart tensors in
