@@ -47,7 +47,7 @@ test-tsan:
 # scripts/qemu/setup.sh (CI runs it with network); without it they skip.
 test-qemu: build
 	-scripts/qemu/setup.sh --no-install $(QEMU_CACHE)
-	cd build && $(CTEST) --output-on-failure -L qemu
+	cd build && $(CTEST) --output-on-failure -j $(JOBS) -L qemu
 
 # The Python package (python/): a venv that sees the system's numpy and
 # pytest (Debian packages; nothing is downloaded), the extension built from

@@ -178,6 +178,9 @@ uint32_t gpunvme_qpair_outstanding(const struct gpunvme_qpair *qp);
  * owns qp (it polls qp: completions of other commands run their callbacks).
  */
 int gpunvme_qpair_abort_expired(struct gpunvme_qpair *qp);
+/* The I/O timeout of commands submitted on qp from now on (default
+ * gpunvme_opts.io_timeout_ms; at least 1 ms, checked about once a ms). */
+int gpunvme_qpair_set_timeout(struct gpunvme_qpair *qp, uint32_t ms);
 /* I/O queue pairs the controller granted that no CPU queue pair or GPU
  * queue holds now: what a new user of queues can still create. */
 uint32_t gpunvme_io_queues_free(struct gpunvme_ctrl *c);

@@ -61,6 +61,11 @@ struct gpunvme_bus_ops {
 	 */
 	int (*map_device)(struct gpunvme_bus *b, const struct gpunvme_devmem *m, uint64_t *iova);
 	int (*unmap_device)(struct gpunvme_bus *b, uint64_t iova);
+	/* PCI bus mastering off or on (NULL: no such thing, the emulator).
+	 * A reset turns it off while the controller is disabled, as Linux's
+	 * nvme_dev_disable does: a controller that still works on a command
+	 * after CSTS.RDY = 0 cannot DMA it into memory that was given back. */
+	int (*set_master)(struct gpunvme_bus *b, bool on);
 };
 
 struct gpunvme_bus {

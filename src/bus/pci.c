@@ -333,7 +333,7 @@ int gpunvme_pci_list_nvme(struct gpunvme_pci_info *out, int max)
 	return n;
 }
 
-int gpunvme_pci_enable_master_fd(int fd, uint64_t cfg_off)
+int gpunvme_pci_set_master_fd(int fd, uint64_t cfg_off, bool on)
 {
 	uint16_t cmd, want;
 	ssize_t n;
@@ -346,12 +346,18 @@ int gpunvme_pci_enable_master_fd(int fd, uint64_t cfg_off)
 		return -ENODEV;
 	/* Bit 1 memory space (BAR0 decodes), bit 2 bus master (the
 	 * controller may DMA); without bus mastering every queue read fails
-	 * silently and the controller times out or sets CFS. */
-	want = (uint16_t)(cmd | 0x6);
+	 * silently and the controller times out or sets CFS. Off, only bus
+	 * mastering goes: the registers stay reachable. */
+	want = on ? (uint16_t)(cmd | 0x6) : (uint16_t)(cmd & ~0x4);
 	if (want == cmd)
 		return 0;
 	n = pwrite(fd, &want, sizeof(want), (off_t)(cfg_off + 4));
 	if (n != (ssize_t)sizeof(want))
 		return n < 0 ? -errno : -EIO;
 	return 0;
+}
+
+int gpunvme_pci_enable_master_fd(int fd, uint64_t cfg_off)
+{
+	return gpunvme_pci_set_master_fd(fd, cfg_off, true);
 }

@@ -15,6 +15,7 @@
 #define GPUNVME_BUS_PCI_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "gpunvme/pci.h"
@@ -38,6 +39,8 @@ int gpunvme_pci_group_devices(int group, char (*bdfs)[13], int max);
  * and 2) through a config-space file descriptor at `cfg_off` (the sysfs
  * config file: 0; a VFIO config region: its offset). */
 int gpunvme_pci_enable_master_fd(int fd, uint64_t cfg_off);
+/* Bus mastering on or off (PCI Command bit 2); memory space stays on. */
+int gpunvme_pci_set_master_fd(int fd, uint64_t cfg_off, bool on);
 
 /* ---- physical-address DMA memory (src/bus/uio.c) ------------------------- */
 

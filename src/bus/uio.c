@@ -383,6 +383,12 @@ static size_t uio_contig(struct gpunvme_bus *b, void *handle)
 	return HP;
 }
 
+static int uio_set_master(struct gpunvme_bus *b, bool on)
+{
+	struct uio_priv *p = b->priv;
+	return gpunvme_pci_set_master_fd(p->cfg_fd, 0, on);
+}
+
 const struct gpunvme_bus_ops gpunvme_bus_uio = {
 	.name = "uio",
 	.open = uio_open,
@@ -391,4 +397,5 @@ const struct gpunvme_bus_ops gpunvme_bus_uio = {
 	.dma_free = uio_dma_free,
 	.iova_of = uio_iova_of,
 	.contig = uio_contig,
+	.set_master = uio_set_master,
 };

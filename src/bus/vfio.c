@@ -692,6 +692,12 @@ static size_t vfio_contig(struct gpunvme_bus *b, void *handle)
 	return d->phys ? GPUNVME_HUGEPAGE_SIZE : d->len;
 }
 
+static int vfio_set_master(struct gpunvme_bus *b, bool on)
+{
+	struct vfio_priv *p = b->priv;
+	return gpunvme_pci_set_master_fd(p->device, p->cfg_off, on);
+}
+
 const struct gpunvme_bus_ops gpunvme_bus_vfio = {
 	.name = "vfio",
 	.open = vfio_open,
@@ -700,4 +706,5 @@ const struct gpunvme_bus_ops gpunvme_bus_vfio = {
 	.dma_free = vfio_dma_free,
 	.iova_of = vfio_iova_of,
 	.contig = vfio_contig,
+	.set_master = vfio_set_master,
 };

@@ -468,12 +468,21 @@ int gpunvme_reset(struct gpunvme_ctrl *c)
 	 * cannot be helped: its commands are failed all the same. */
 	pthread_mutex_lock(&c->admin_lock);
 	int drc = disable(c);
+	/* Bus mastering off too, until the controller is brought up again
+	 * (Linux's nvme_dev_disable does the same on every reset): QEMU's
+	 * controller was seen moving a read's data after CSTS.RDY = 0
+	 * (tests/qemu/scenarios/recovery.sh), into buffers whose commands
+	 * had been failed. Off, no such DMA reaches memory. */
+	const bool master = drc != -ENODEV && c->bus.ops->set_master && c->bus.ops->set_master(&c->bus, false) == 0;
 	pthread_mutex_unlock(&c->admin_lock);
 	for (uint32_t q = 1; q <= c->nr_io_queues; q++)
 		if (c->qps[q])
 			qpair_fail_all(c->qps[q], -EIO);
 	pthread_mutex_lock(&c->admin_lock);
-	rc = drc == -ENODEV ? drc : bring_up(c);
+	if (master && (rc = c->bus.ops->set_master(&c->bus, true)))
+		rc = gpunvme_set_error(rc, "reset: cannot turn bus mastering back on: %s", strerror(-rc));
+	else
+		rc = drc == -ENODEV ? drc : bring_up(c);
 	pthread_mutex_unlock(&c->admin_lock);
 	if (!rc) {
 		/* the controller forgot the queue count: ask again, it must

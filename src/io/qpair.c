@@ -67,6 +67,7 @@ struct gpunvme_qpair {
 	struct io_req *reqs, *free_reqs, *wait_head, *wait_tail;
 	uint32_t outstanding;
 	uint64_t timeout_ticks, next_check;
+	uint32_t timeout_ms;
 	struct dma_alloc cache;  /* last DMA allocation looked up, valid for cache_gen;
 				  * only a lookup shortcut: requests keep copies */
 	uint64_t cache_gen;
@@ -171,7 +172,8 @@ int gpunvme_qpair_create(struct gpunvme_ctrl *c, uint32_t depth, struct gpunvme_
 		qp->reqs[i].next = qp->free_reqs;
 		qp->free_reqs = &qp->reqs[i];
 	}
-	qp->timeout_ticks = (uint64_t)c->opts.io_timeout_ms * ticks_per_ms;
+	qp->timeout_ms = c->opts.io_timeout_ms;
+	qp->timeout_ticks = (uint64_t)qp->timeout_ms * ticks_per_ms;
 	reset_ring_state(qp);
 
 	pthread_mutex_lock(&c->qp_lock);
@@ -293,6 +295,15 @@ void gpunvme_qpair_destroy(struct gpunvme_qpair *qp)
 	c->qps[qp->qid] = NULL;
 	pthread_mutex_unlock(&c->qp_lock);
 	free_mem(qp);
+}
+
+int gpunvme_qpair_set_timeout(struct gpunvme_qpair *qp, uint32_t ms)
+{
+	if (!qp || ms == 0)
+		return gpunvme_set_error(-EINVAL, "queue pair timeout: %u ms (at least 1)", ms);
+	qp->timeout_ms = ms;
+	qp->timeout_ticks = (uint64_t)ms * ticks_per_ms;
+	return 0;
 }
 
 static uint32_t count_expired(const struct gpunvme_qpair *qp)
@@ -684,7 +695,7 @@ static int periodic_check(struct gpunvme_qpair *qp, uint64_t now)
 		}
 	}
 	if (done)
-		gpunvme_set_error(-ETIMEDOUT, "I/O command timed out after %u ms", qp->c->opts.io_timeout_ms);
+		gpunvme_set_error(-ETIMEDOUT, "I/O command timed out after %u ms", qp->timeout_ms);
 	return done;
 }
 

@@ -13,6 +13,12 @@
  *                                        first 16 MiB of the namespace
  *   qemu_driver pattern SEED START BYTES the pattern of byte offsets START.. on
  *                                        stdout (for dd + cmp with the kernel driver)
+ *   qemu_driver recovery URI NSID SEED   real timeouts (a 1 ms queue pair timeout
+ *                                        against TCG), the abort step, a reset with
+ *                                        writes and reads in flight: acknowledged
+ *                                        writes there, every block old or new whole,
+ *                                        failed reads' buffers untouched afterwards;
+ *                                        overwrites 8 MiB at the namespace's start
  *
  * Prints a "PASS ..." line for every check that passed (check.h's verbose
  * mode: the guest log shows what was verified), a FAIL line for every one
@@ -22,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../harness/check.h"
@@ -351,6 +358,206 @@ static int randio(const char *uri, uint32_t nsid, uint64_t seed, uint32_t ops, u
 	return check_failures() ? 1 : 0;
 }
 
+/* ---- recovery on QEMU's controller --------------------------------------------- */
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+#define RC_CMDS 16
+#define RC_LEN (512u << 10)
+
+struct rc_cmd {
+	int done, err;
+	uint8_t *buf;
+};
+
+static void rc_cb(void *arg, const struct gpunvme_cpl *cpl)
+{
+	struct rc_cmd *k = arg;
+	k->done = 1;
+	k->err = cpl->err;
+	/* A command failed by a reset has stopped (the controller was
+	 * disabled first): its buffer is the caller's again. A timed-out one
+	 * may still move data until the abort step or a reset ended it (QEMU
+	 * does: the late reads land), so it is poisoned only after that. */
+	if (cpl->err == -EIO)
+		memset(k->buf, 0xa5, RC_LEN);
+}
+
+static int poll_until_done(struct gpunvme_qpair *qp, struct rc_cmd *k, int n, uint32_t ms)
+{
+	uint64_t t0 = now_ms();
+	for (;;) {
+		int left = 0;
+		for (int i = 0; i < n; i++)
+			left += !k[i].done;
+		if (!left)
+			return 0;
+		if (now_ms() - t0 > ms)
+			return -ETIMEDOUT;
+		int rc = gpunvme_qpair_poll(qp, 0);
+		if (rc < 0)
+			return rc;
+	}
+}
+
+/* Each block of [0, RC_CMDS * RC_LEN) read back must be seed a's or seed
+ * b's pattern, whole; blocks of acknowledged writes b's. */
+static int rc_check_blocks(struct gpunvme_qpair *qp, uint32_t nsid, uint32_t lbs, uint8_t *buf, uint32_t a,
+			   uint32_t b, const struct rc_cmd *w, const char *what)
+{
+	uint8_t *pa = malloc(lbs), *pb = malloc(lbs);
+	int bad = 0;
+	for (int i = 0; i < RC_CMDS && !bad; i++) {
+		uint64_t off = (uint64_t)i * RC_LEN;
+		int rc = gpunvme_read_sync(qp, nsid, buf, off / lbs, RC_LEN / lbs, NULL);
+		CHECK(rc == 0, "%s: read back %d: %s", what, i, rc ? gpunvme_last_error() : "ok");
+		if (rc) {
+			bad = 1;
+			break;
+		}
+		for (uint32_t o = 0; o < RC_LEN; o += lbs) {
+			pattern(pa, lbs, off + o, a);
+			pattern(pb, lbs, off + o, b);
+			bool is_b = !memcmp(buf + o, pb, lbs), is_a = !memcmp(buf + o, pa, lbs);
+			if (is_b || (is_a && !(w && w[i].done && !w[i].err)))
+				continue;
+			CHECK(0, "%s: block at byte %llu holds %s", what, (unsigned long long)(off + o),
+			      is_a ? "the old data after its write was acknowledged" : "neither the old nor the new data");
+			bad = 1;
+			break;
+		}
+	}
+	free(pa);
+	free(pb);
+	return bad;
+}
+
+static int recovery(const char *uri, uint32_t nsid, uint32_t seed)
+{
+	struct gpunvme_ctrl *c = open_ctrl(uri);
+	if (!c)
+		return 1;
+	struct gpunvme_ns_info ni;
+	struct gpunvme_qpair *qp = NULL;
+	uint8_t *mem = NULL;
+	int rc = gpunvme_ns_info(c, nsid, &ni);
+	CHECK(rc == 0 && ni.nsze * ni.lba_size >= (uint64_t)RC_CMDS * RC_LEN, "namespace %u holds 8 MiB", nsid);
+	if (rc || (rc = gpunvme_qpair_create(c, 64, &qp)) ||
+	    !(mem = gpunvme_dma_alloc(c, (size_t)RC_CMDS * RC_LEN + RC_LEN))) {
+		CHECK(0, "setup: %s", gpunvme_last_error());
+		goto out;
+	}
+	const uint32_t lbs = ni.lba_size, a = seed, b = seed + 1;
+	uint8_t *scratch = mem + (size_t)RC_CMDS * RC_LEN;
+	for (int i = 0; i < RC_CMDS; i++) {
+		pattern(scratch, RC_LEN, (uint64_t)i * RC_LEN, a);
+		rc = gpunvme_write_sync(qp, nsid, scratch, (uint64_t)i * RC_LEN / lbs, RC_LEN / lbs, NULL);
+		CHECK(rc == 0, "write seed %u part %d: %s", a, i, rc ? gpunvme_last_error() : "ok");
+		if (rc)
+			goto out;
+	}
+	/* 1. real timeouts: 16 reads of 512 KiB at once with a 1 ms timeout;
+	 * TCG takes longer than that for most of them */
+	struct rc_cmd k[RC_CMDS];
+	int timeouts = 0;
+	CHECK(gpunvme_qpair_set_timeout(qp, 0) == -EINVAL, "a 0 ms timeout is refused");
+	gpunvme_qpair_set_timeout(qp, 1);
+	for (int round = 0; round < 20 && !timeouts; round++) {
+		for (int i = 0; i < RC_CMDS; i++) {
+			k[i] = (struct rc_cmd){ 0, 0, mem + (size_t)i * RC_LEN };
+			rc = gpunvme_read(qp, nsid, k[i].buf, (uint64_t)i * RC_LEN / lbs, RC_LEN / lbs, rc_cb, &k[i]);
+			CHECK(rc == 0, "submit read %d: %d", i, rc);
+		}
+		rc = poll_until_done(qp, k, RC_CMDS, 5000);
+		CHECK(rc == 0, "every read ended (success or timeout) within 5 s: %d", rc);
+		for (int i = 0; i < RC_CMDS; i++)
+			timeouts += k[i].err == -ETIMEDOUT;
+		/* the abort step: QEMU answers "not aborted" and completes the
+		 * reads late, which gives their ids back */
+		int left = gpunvme_qpair_abort_expired(qp);
+		CHECK(left == 0, "abort step after %d timeouts: %d left (%s)", timeouts, left,
+		      left ? gpunvme_last_error() : "ok");
+	}
+	CHECK(timeouts > 0, "QEMU took longer than 1 ms for some 512 KiB reads: %d timed out", timeouts);
+	printf("INFO %d reads timed out at 1 ms; the abort step got every id back\n", timeouts);
+	/* ended now: poisoned, their buffers must stay so */
+	for (int i = 0; i < RC_CMDS; i++)
+		if (k[i].err == -ETIMEDOUT)
+			memset(k[i].buf, 0xa5, RC_LEN);
+	usleep(50000);
+	for (int i = 0; i < RC_CMDS; i++) {
+		if (k[i].err != -ETIMEDOUT)
+			continue;
+		for (uint32_t o = 0; o < RC_LEN; o++)
+			if (k[i].buf[o] != 0xa5) {
+				CHECK(0, "timed-out read %d: buffer changed after the abort step (byte %u)", i, o);
+				break;
+			}
+	}
+	gpunvme_qpair_set_timeout(qp, 60000);
+	rc_check_blocks(qp, nsid, lbs, scratch, a, a, NULL, "after the timeouts");
+
+	/* 2. a reset with writes of seed b in flight */
+	uint8_t *wsrc = mem;
+	for (int i = 0; i < RC_CMDS; i++) {
+		pattern(wsrc + (size_t)i * RC_LEN, RC_LEN, (uint64_t)i * RC_LEN, b);
+		k[i] = (struct rc_cmd){ 0, 0, wsrc + (size_t)i * RC_LEN };
+		rc = gpunvme_write(qp, nsid, k[i].buf, (uint64_t)i * RC_LEN / lbs, RC_LEN / lbs, rc_cb, &k[i]);
+		CHECK(rc == 0, "submit write %d: %d", i, rc);
+	}
+	gpunvme_qpair_poll(qp, 2); /* some done, most in flight */
+	rc = gpunvme_reset(c);
+	CHECK(rc == 0, "reset with writes in flight: %s", rc ? gpunvme_last_error() : "ok");
+	int acked = 0, failed = 0;
+	for (int i = 0; i < RC_CMDS; i++) {
+		CHECK(k[i].done, "write %d ended by the reset", i);
+		acked += k[i].done && !k[i].err;
+		failed += k[i].err == -EIO;
+	}
+	printf("INFO reset with 16 writes in flight: %d acknowledged, %d failed with -EIO\n", acked, failed);
+	rc_check_blocks(qp, nsid, lbs, scratch, a, b, k, "after a reset under writes");
+
+	/* 3. a reset with reads in flight: failed reads' buffers stay poisoned */
+	for (int i = 0; i < RC_CMDS; i++) {
+		k[i] = (struct rc_cmd){ 0, 0, mem + (size_t)i * RC_LEN };
+		memset(k[i].buf, 0, RC_LEN);
+		rc = gpunvme_read(qp, nsid, k[i].buf, (uint64_t)i * RC_LEN / lbs, RC_LEN / lbs, rc_cb, &k[i]);
+		CHECK(rc == 0, "submit read %d: %d", i, rc);
+	}
+	rc = gpunvme_reset(c);
+	CHECK(rc == 0, "reset with reads in flight: %s", rc ? gpunvme_last_error() : "ok");
+	usleep(50000);
+	failed = 0;
+	for (int i = 0; i < RC_CMDS; i++) {
+		if (k[i].err != -EIO)
+			continue;
+		failed++;
+		for (uint32_t o = 0; o < RC_LEN; o++)
+			if (k[i].buf[o] != 0xa5) {
+				CHECK(0, "read %d failed by the reset, but its buffer changed afterwards (byte %u)", i, o);
+				break;
+			}
+	}
+	printf("INFO reset with 16 reads in flight: %d failed, their buffers untouched afterwards\n", failed);
+	/* 4. the controller works: everything written again and read back */
+	for (int i = 0; i < RC_CMDS; i++) {
+		pattern(scratch, RC_LEN, (uint64_t)i * RC_LEN, b);
+		rc = gpunvme_write_sync(qp, nsid, scratch, (uint64_t)i * RC_LEN / lbs, RC_LEN / lbs, NULL);
+		CHECK(rc == 0, "write after the resets %d: %s", i, rc ? gpunvme_last_error() : "ok");
+	}
+	rc_check_blocks(qp, nsid, lbs, scratch, b, b, NULL, "after the resets");
+out:
+	if (qp)
+		gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return check_failures() ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	check_g.verbose = 1;
@@ -359,6 +566,8 @@ int main(int argc, char **argv)
 			      (uint32_t)strtoul(argv[5], NULL, 0), (uint32_t)strtoul(argv[6], NULL, 0));
 	if (argc == 3 && !strcmp(argv[1], "selftest"))
 		return selftest(argv[2]);
+	if (argc == 5 && !strcmp(argv[1], "recovery"))
+		return recovery(argv[2], (uint32_t)strtoul(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0));
 	if (argc == 3 && !strcmp(argv[1], "iommu-fault"))
 		return iommu_fault(argv[2]);
 	if (argc == 7 && (!strcmp(argv[1], "write") || !strcmp(argv[1], "verify")))
