@@ -660,13 +660,16 @@ def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, 
     as model._gpunvme_stream."""
     import torch
     s = LayerStream(uri, model_dir, layers=layers, window=window, device=device, **kw)
-    dev = torch.device(s.device if s.tier != 1 else "cpu")
+    dev = torch.device(s.device)
+    # Tier 1 (a fallback on hardware without GPU bus addresses) gives CPU
+    # tensors in pinned memory: copied on the current stream, in order
+    copy = s.tier == 1
     prefix = layers.split("{i}")[0]
     container = model.get_submodule(prefix.rstrip("."))
     if len(container) != s.n_layers:
         raise Error(22, "%s: the model has %d decoder layers under %r, the checkpoint %d"
                     % (model_dir, len(container), prefix.rstrip("."), s.n_layers))
-    res = dict(s.resident)
+    res = {k: (v.to(dev) if copy else v) for k, v in s.resident.items()}
     missing, unexpected = model.load_state_dict(res, strict=False, assign=True)
     if unexpected:
         raise Error(22, "%s: tensors the model does not have: %s" % (model_dir, ", ".join(sorted(unexpected)[:5])))
@@ -699,6 +702,8 @@ def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, 
         def hook(mod, args, kwargs=None):
             for name, t in s.acquire(i).items():
                 sub, leaf = target(i, mod, name)
+                if copy:
+                    t = t.to(dev, non_blocking=True)
                 if leaf in sub._parameters:
                     sub._parameters[leaf] = torch.nn.Parameter(t, requires_grad=False)
                 else:
