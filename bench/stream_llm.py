@@ -61,14 +61,14 @@ def make(a):
 def decode(model, prompt, n):
     """greedy: -> (last-position logits per step, tokens, seconds per step)"""
     import torch
-    from transformers import DynamicCache
-    cache = DynamicCache()
+    cache = None  # the model makes its own cache on the first step
     ids, logits, toks, secs = prompt, [], [], []
     with torch.no_grad():
         for _ in range(n):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+            kw = {"past_key_values": cache} if cache is not None else {}
+            out = model(input_ids=ids, use_cache=True, **kw)
             lg = out.logits[:, -1, :]
             nxt = lg.argmax(-1, keepdim=True)
             torch.cuda.synchronize()

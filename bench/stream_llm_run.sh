@@ -9,16 +9,21 @@
 #   3. bench/stream_llm.py run: greedy decoding with streamed layers against
 #      the RAM-backed emulator and a modeled Gen4 SSD (7 GB/s), the resident
 #      reference, per-layer mmap + .to("cuda"), accelerate disk offload.
-# Usage: OUT=DIR bench/stream_llm_run.sh [LAYERS] [TOKENS] [BUDGET_GIB]
+# Usage: OUT=DIR [STEPS="build model run"] bench/stream_llm_run.sh [LAYERS] [TOKENS] [BUDGET_GIB]
+# (STEPS picks steps; the model and image stay in $W for a later "run")
 set -uo pipefail
+STEPS=${STEPS:-build model run}
+has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 LAYERS=${1:-40}
 TOKENS=${2:-8}
 BUDGET=${3:-1.6}
 OUT=${OUT:-/tmp/gpunvme-stream}
 W=${W:-/tmp/gpunvme-stream-work}
 mkdir -p "$OUT"
-rm -rf "$W"
-mkdir -p "$W/root"
+if has model; then
+	rm -rf "$W"
+	mkdir -p "$W/root"
+fi
 log() { echo "stream_llm: $*" | tee -a "$OUT/run.log" >&2; }
 {
 	date -u
@@ -28,6 +33,7 @@ log() { echo "stream_llm: $*" | tee -a "$OUT/run.log" >&2; }
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
+if has build; then
 log "1. build (sm_90): library, stream tests; the Python extension with CUDA"
 export CMAKE_CUDA_ARCHITECTURES=90 GPUNVME_CUDA=ON
 { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
@@ -42,7 +48,9 @@ fi
 python3 -c 'import gpunvme; print("gpunvme", gpunvme.__file__, gpunvme.cuda_available())' 2>&1 | tee -a "$OUT/run.log"
 (cd python && timeout 300 python3 -m pytest -q tests > "$OUT/pytest.log" 2>&1)
 log "pytest rc=$? $(tail -n 1 "$OUT/pytest.log")"
+fi
 
+if has model; then
 log "2. model and image"
 t=$(date +%s)
 python3 bench/stream_llm.py make "$W/root" --layers "$LAYERS" 2> "$OUT/make.err" | tee -a "$OUT/results.jsonl" || { tail -20 "$OUT/make.err"; exit 1; }
@@ -50,8 +58,10 @@ SZ=$(du -sb "$W/root" | cut -f1)
 truncate -s $(( (SZ + SZ / 16 + (512 << 20)) / 1048576 * 1048576 )) "$W/ext4.img"
 mkfs.ext4 -q -F -b 4096 -d "$W/root" "$W/ext4.img" > "$OUT/mkfs.log" 2>&1 || { cat "$OUT/mkfs.log" >&2; exit 1; }
 log "model + image in $(( $(date +%s) - t )) s"
-cat "$W/root/llm"/* > /dev/null   # page cache: the baselines read the files from RAM
+fi
 
+has run || exit 0
+cat "$W/root/llm"/* > /dev/null   # page cache: the baselines read the files from RAM
 log "3. decode"
 EMU="emu:$W/ext4.img?snapshot=1&workers=12&mdts=9&nsq=64&mqes=1023"
 SSD="$EMU&read_mbps=7000&latency_us=80&iops=1000000"

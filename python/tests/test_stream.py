@@ -121,10 +121,30 @@ def test_stream_bad_types(dec):
     assert e.value.errno == errno.ENOENT
 
 
-def test_stream_decoder_llama_cpu(tmp_path):
+def test_stream_cuda_every_layer(dec):
+    """Tier 2: the bytes of every layer on the GPU, in stream order"""
+    torch = pytest.importorskip("torch")
+    if not gpunvme.cuda_available() or not torch.cuda.is_available():
+        pytest.skip("no CUDA backend or no GPU")
+    uri, data = dec
+    s = gpunvme.stream(uri, "/llm", window=2, device="cuda")
+    assert s.tier in (1, 2)
+    for p in range(3):
+        for i, layer in s:
+            for n, t in layer.items():
+                b = t.contiguous().view(torch.uint8).cpu().numpy().tobytes() if t.numel() else b""
+                assert b == data[n], n
+    st = s.stats()
+    assert st["acquires"] == 15 and st["layer_loads"] == 15 and 0.0 <= st["overlap"] <= 1.0
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_stream_decoder_llama(tmp_path, device):
     """a tiny Llama: logits with streamed layers == fully loaded, bitwise"""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
+    if device == "cuda" and (not gpunvme.cuda_available() or not torch.cuda.is_available()):
+        pytest.skip("no CUDA backend or no GPU")
     from safetensors.torch import save_file  # noqa: F401 (save_pretrained needs it)
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
@@ -135,12 +155,14 @@ def test_stream_decoder_llama_cpu(tmp_path):
     ref.save_pretrained(str(root / "tiny"), max_shard_size="40KB", safe_serialization=True)
     files = {"/tiny/" + p.name: p.read_bytes() for p in (root / "tiny").iterdir()}
     uri = make_image(tmp_path, files)
-    full = transformers.LlamaForCausalLM(cfg).eval()
-    full.load_state_dict(gpunvme.load_pretrained(uri, "/tiny", device="cpu"), assign=True, strict=True)
+    with torch.device("meta"):
+        full = transformers.LlamaForCausalLM(cfg).eval()
+    full.load_state_dict(gpunvme.load_pretrained(uri, "/tiny", device=device), assign=True, strict=True)
+    gpunvme._rebuild_rotary(full, "model.rotary_emb", full.model.rotary_emb, torch.device(device))
     with torch.device("meta"):
         m = transformers.LlamaForCausalLM(cfg).eval()
-    s = gpunvme.stream_decoder(m, uri, "/tiny", window=2, device="cpu")
-    ids = torch.randint(0, 300, (1, 12))
+    s = gpunvme.stream_decoder(m, uri, "/tiny", window=2, device=device)
+    ids = torch.randint(0, 300, (1, 12)).to(device)
     with torch.no_grad():
         for _ in range(2):
             a = full(ids).logits
