@@ -36,17 +36,19 @@ cat "$OUT/machine.txt"
 if has build; then
 log "1. build (sm_90): library, stream tests; the Python extension with CUDA"
 export CMAKE_CUDA_ARCHITECTURES=90 GPUNVME_CUDA=ON
-{ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-	cmake --build build -j "$(nproc)" --target test_stream test_loader; } > "$OUT/cmake.log" 2>&1 || log "C build failed (cmake.log)"
-(cd build && ctest -R 'loader\.(stream|layer)' --output-on-failure > "$OUT/ctest.log" 2>&1)
-log "ctest rc=$? $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
+if [ "${CTEST:-0}" = 1 ]; then # the CPU-tier tests (CI runs them too)
+	{ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+		cmake --build build -j "$(nproc)" --target test_stream test_loader; } > "$OUT/cmake.log" 2>&1 || log "C build failed (cmake.log)"
+	(cd build && ctest -R 'loader\.(stream|layer)' --output-on-failure > "$OUT/ctest.log" 2>&1)
+	log "ctest rc=$? $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
+fi
 if ! python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python > "$OUT/pip.log" 2>&1; then
 	tail -n 30 "$OUT/pip.log" >&2
 	log "pip install failed"
 	exit 1
 fi
 python3 -c 'import gpunvme; print("gpunvme", gpunvme.__file__, gpunvme.cuda_available())' 2>&1 | tee -a "$OUT/run.log"
-(cd python && timeout 300 python3 -m pytest -q tests > "$OUT/pytest.log" 2>&1)
+(cd python && timeout 240 python3 -m pytest -q tests > "$OUT/pytest.log" 2>&1)
 log "pytest rc=$? $(tail -n 1 "$OUT/pytest.log")"
 fi
 
