@@ -8,7 +8,8 @@ the same-run baselines.
       A LlamaForCausalLM from a config, random weights (seed 0, drawn on the
       GPU), bf16, save_pretrained(max_shard_size="1GB") into ROOT/llm.
   stream_llm.py run RAM_URI SSD_URI ROOT [--tokens 8 --budget-gib G --window 2]
-      One process, one prompt (seed 1), greedy decoding of N tokens by:
+      One run, each method in a process of its own (stream_llm.py one
+      METHOD ...), one prompt (seed 1), greedy decoding of N tokens by:
         ref    the fully resident model (weights by gpunvme.load_pretrained:
                same placement, so the same kernels), outside the budget; its
                per-token time is the compute time
@@ -125,7 +126,8 @@ def layer_bytes(root):
     return total, layers
 
 
-def run(a):
+def setup(a):
+    """-> (torch, gpunvme, cfg, dev, prompt, totals)"""
     import torch
     import gpunvme
     from transformers import AutoConfig
@@ -134,159 +136,215 @@ def run(a):
     dev = torch.device("cuda")
     d = os.path.join(a.root, "llm")
     cfg = AutoConfig.from_pretrained(d)
-    total_bytes, stream_bytes = layer_bytes(a.root)
-    budget = int(a.budget_gib * (1 << 30))
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, cfg.vocab_size, (1, a.prompt), generator=g).to(dev)
-    free0, total_mem = torch.cuda.mem_get_info()
-    emit({"model_bytes": total_bytes, "streamed_bytes_per_token": stream_bytes, "budget_bytes": budget,
-          "model_over_budget": total_bytes / budget, "gpu": torch.cuda.get_device_name(), "gpu_mem": total_mem,
-          "layers": cfg.num_hidden_layers, "tokens": a.tokens, "prompt": a.prompt, "window": a.window})
+    return torch, gpunvme, cfg, dev, prompt
 
-    # ref: fully resident (not under the budget: the reference)
+
+def ref_path(a):
+    return os.path.join(a.work, "ref_logits.pt")
+
+
+def load_ref(a):
+    import torch
+    return torch.load(ref_path(a))
+
+
+def one_ref(a):
+    """the fully resident model (weights by gpunvme.load_pretrained: the same
+    placement as the stream's, so the same kernels); outside the budget"""
+    torch, gpunvme, cfg, dev, prompt = setup(a)
     vol = gpunvme.Volume(a.ram_uri)
     sd = gpunvme.load_pretrained(vol, "/llm", device="cuda")
     m = meta_model(cfg)
     m.load_state_dict(sd, assign=True, strict=True)
     gpunvme._rebuild_rotary(m, "model.rotary_emb", m.model.rotary_emb, dev)
     decode(m, prompt, 2)  # warm-up: kernels, cuBLAS handles
-    ref_logits, ref_toks, ref_secs = decode(m, prompt, a.tokens)
-    compute = per_token(ref_secs[1:]) if a.tokens > 1 else ref_secs[0]
-    emit({"method": "resident (reference, outside the budget)", "s_per_token": per_token(ref_secs),
-          "decode_s_per_token": compute, "prefill_s": ref_secs[0], "tokens": ref_toks,
+    logits, toks, secs = decode(m, prompt, a.tokens)
+    compute = per_token(secs[1:]) if a.tokens > 1 else secs[0]
+    torch.save({"logits": logits, "tokens": toks, "compute_s": compute}, ref_path(a))
+    emit({"method": "resident (reference, outside the budget)", "s_per_token": per_token(secs),
+          "decode_s_per_token": compute, "prefill_s": secs[0], "per_step_s": secs, "tokens": toks,
           "peak_torch_bytes": torch.cuda.max_memory_allocated()})
-    del m, sd
-    vol.close()
-    del vol
-    free_all()
 
-    floor = stream_bytes / SSD_BPS
-    results = {}
 
-    # ours: the stream, RAM emulator then modeled SSD
-    for label, uri in (("ours-ram", a.ram_uri), ("ours-ssd7", a.ssd_uri)):
-        free_all()
-        f_before = torch.cuda.mem_get_info()[0]
-        m = meta_model(cfg)
-        t0 = time.perf_counter()
-        s = gpunvme.stream_decoder(m, uri, "/llm", layers="model.layers.{i}.", window=a.window, device="cuda")
-        torch.cuda.synchronize()
-        t_open = time.perf_counter() - t0
-        lib_measured = f_before - torch.cuda.mem_get_info()[0]
-        st0 = s.stats()
-        lib = st0["memory_bytes"] + st0["bounce_bytes"]
-        lib_cap = max(lib, lib_measured)
-        # the budget: torch may take what the library left of it
-        frac = max(0.0, (budget - lib_cap) / total_mem)
-        torch.cuda.set_per_process_memory_fraction(frac)
-        torch.cuda.reset_peak_memory_stats()
+def one_ours(a, label, uri):
+    torch, gpunvme, cfg, dev, prompt = setup(a)
+    ref = load_ref(a)
+    _, stream_bytes = layer_bytes(a.root)
+    budget = int(a.budget_gib * (1 << 30))
+    total_mem = torch.cuda.mem_get_info()[1]
+    f_before = torch.cuda.mem_get_info()[0]
+    m = meta_model(cfg)
+    t0 = time.perf_counter()
+    s = gpunvme.stream_decoder(m, uri, "/llm", layers="model.layers.{i}.", window=a.window, device="cuda")
+    torch.cuda.synchronize()
+    t_open = time.perf_counter() - t0
+    lib_measured = f_before - torch.cuda.mem_get_info()[0]
+    st0 = s.stats()
+    lib = st0["memory_bytes"] + st0["bounce_bytes"]
+    lib_cap = max(lib, lib_measured)
+    # the budget: torch may take what the library left of it
+    frac = max(0.0, (budget - lib_cap) / total_mem)
+    torch.cuda.set_per_process_memory_fraction(frac)
+    torch.cuda.reset_peak_memory_stats()
+    r = {"method": "gpunvme stream (%s)" % label, "uri": uri, "open_s": t_open, "library_bytes": lib,
+         "library_bytes_measured": lib_measured, "torch_cap_bytes": int(frac * total_mem), "budget_bytes": budget}
+    try:
         logits, toks, secs = decode(m, prompt, a.tokens)
-        st = s.stats()
-        peak = torch.cuda.max_memory_allocated()
-        eq = same(ref_logits, logits)
-        r = {"method": "gpunvme stream (%s)" % label, "uri": uri, "tier": st["tier"], "window": st["window"],
-             "s_per_token": per_token(secs), "tokens_per_s": 1 / per_token(secs), "per_step_s": secs,
-             "open_s": t_open, "tokens": toks, "tokens_equal_ref": toks == ref_toks,
-             "logits_bitwise_equal_every_token": all(eq), "logits_equal": eq,
-             "peak_torch_bytes": peak, "library_bytes": lib, "library_bytes_measured": lib_measured,
-             "torch_cap_bytes": int(frac * total_mem), "peak_total_bytes": peak + lib_cap, "budget_bytes": budget,
-             "under_budget": peak + lib_cap <= budget, "stats": st,
-             "read_gbps": st["bytes_read"] / (st["io_ms"] / 1e3) / 1e9 if st["io_ms"] else None}
-        if label == "ours-ssd7":
-            r["floor_s"] = floor
-            r["max_floor_compute_s"] = max(floor, compute)
-            r["ratio_to_max_floor_compute"] = per_token(secs) / max(floor, compute)
-            r["pct_of_floor_speed"] = 100.0 * max(floor, compute) / per_token(secs)
+    except Exception as e:  # reported with what the stream saw
+        r["error"] = repr(e)[:500]
+        try:
+            r["stats"] = s.stats()
+        except Exception as e2:
+            r["stats_error"] = repr(e2)[:300]
         emit(r)
-        results[label] = per_token(secs)
-        torch.cuda.set_per_process_memory_fraction(1.0)
-        del m, s
-        free_all()
+        return
+    st = s.stats()
+    peak = torch.cuda.max_memory_allocated()
+    eq = same(ref["logits"], logits)
+    compute = ref["compute_s"]
+    floor = stream_bytes / SSD_BPS
+    r.update({"tier": st["tier"], "window": st["window"], "s_per_token": per_token(secs),
+              "tokens_per_s": 1 / per_token(secs), "per_step_s": secs, "tokens": toks,
+              "tokens_equal_ref": toks == ref["tokens"], "logits_bitwise_equal_every_token": all(eq),
+              "logits_equal": eq, "peak_torch_bytes": peak, "peak_total_bytes": peak + lib_cap,
+              "under_budget": peak + lib_cap <= budget, "stats": st,
+              "read_gbps": st["bytes_read"] / (st["io_ms"] / 1e3) / 1e9 if st["io_ms"] else None,
+              "floor_s_at_7gbps": floor, "compute_s": compute, "max_floor_compute_s": max(floor, compute),
+              "ratio_to_max_floor_compute": per_token(secs) / max(floor, compute)})
+    emit(r)
 
-    # (c) per-layer mmap + .to("cuda")
-    try:
-        from safetensors import safe_open
-        import json as _j
-        idx = _j.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"]
-        handles = {f: safe_open(os.path.join(d, f), framework="pt", device="cpu") for f in set(idx.values())}
-        m = meta_model(cfg)
-        res = {k: handles[f].get_tensor(k).to(dev) for k, f in idx.items() if ".layers." not in k}
-        m.load_state_dict(res, strict=False, assign=True)
-        gpunvme._rebuild_rotary(m, "model.rotary_emb", m.model.rotary_emb, dev)
-        names = {}
-        for k, f in idx.items():
-            if ".layers." in k:
-                i = int(k.split(".")[2])
-                names.setdefault(i, []).append((k, f))
 
-        def pre(i):
-            def hook(mod, args, kwargs=None):
-                for k, f in names[i]:
-                    rel = k[len("model.layers.%d." % i):]
-                    path, _, leaf = rel.rpartition(".")
-                    sub = mod.get_submodule(path) if path else mod
-                    # mmap'd (page cache) -> GPU, as llama.cpp-style mmap streaming
-                    sub._parameters[leaf] = torch.nn.Parameter(handles[f].get_tensor(k).to(dev), requires_grad=False)
-            return hook
+def one_mmap(a):
+    """per-layer mmap + .to("cuda"), as llama.cpp-style mmap streaming"""
+    torch, gpunvme, cfg, dev, prompt = setup(a)
+    from safetensors import safe_open
+    ref = load_ref(a)
+    d = os.path.join(a.root, "llm")
+    idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"]
+    handles = {f: safe_open(os.path.join(d, f), framework="pt", device="cpu") for f in set(idx.values())}
+    m = meta_model(cfg)
+    res = {k: handles[f].get_tensor(k).to(dev) for k, f in idx.items() if ".layers." not in k}
+    m.load_state_dict(res, strict=False, assign=True)
+    gpunvme._rebuild_rotary(m, "model.rotary_emb", m.model.rotary_emb, dev)
+    names = {}
+    for k, f in idx.items():
+        if ".layers." in k:
+            names.setdefault(int(k.split(".")[2]), []).append((k, f))
 
-        def post(i):
-            def hook(mod, args, out):
-                for k, f in names[i]:
-                    rel = k[len("model.layers.%d." % i):]
-                    path, _, leaf = rel.rpartition(".")
-                    sub = mod.get_submodule(path) if path else mod
-                    sub._parameters[leaf] = None
-            return hook
-        for i, mod in enumerate(m.model.layers):
-            mod.register_forward_pre_hook(pre(i))
-            mod.register_forward_hook(post(i))
-        torch.cuda.reset_peak_memory_stats()
-        n = max(2, a.tokens // 2)
-        logits, toks, secs = decode(m, prompt, n)
-        emit({"method": "per-layer mmap + .to(\"cuda\") (safetensors safe_open, page-cached files)",
-              "s_per_token": per_token(secs), "tokens_per_s": 1 / per_token(secs), "per_step_s": secs,
-              "tokens": toks, "tokens_equal_ref": toks == ref_toks[:n],
-              "logits_bitwise_equal_every_token": all(same(ref_logits[:n], logits)),
-              "peak_torch_bytes": torch.cuda.max_memory_allocated()})
-        results["mmap"] = per_token(secs)
-        del m, res, handles
-    except Exception as e:  # recorded, not hidden
-        emit({"method": "per-layer mmap", "error": repr(e)[:500]})
-    free_all()
+    def place(mod, i, k):
+        rel = k[len("model.layers.%d." % i):]
+        path, _, leaf = rel.rpartition(".")
+        return (mod.get_submodule(path) if path else mod), leaf
 
-    # (b) accelerate disk offload
-    try:
-        from transformers import AutoModelForCausalLM
-        dm = {"model.embed_tokens": 0, "model.norm": 0, "model.rotary_emb": 0, "lm_head": 0}
-        for i in range(cfg.num_hidden_layers):
-            dm["model.layers.%d" % i] = "disk"
-        off = os.path.join(a.work, "offload")
-        t0 = time.perf_counter()
-        m = AutoModelForCausalLM.from_pretrained(d, device_map=dm, offload_folder=off, dtype=torch.bfloat16).eval()
-        t_load = time.perf_counter() - t0
-        torch.cuda.reset_peak_memory_stats()
-        n = max(2, a.tokens // 4)
-        logits, toks, secs = decode(m, prompt, n)
-        emit({"method": "accelerate disk offload (device_map layers=\"disk\", offload_folder)",
-              "s_per_token": per_token(secs), "tokens_per_s": 1 / per_token(secs), "per_step_s": secs,
-              "load_s": t_load, "tokens": toks, "tokens_equal_ref": toks == ref_toks[:n],
-              "logits_bitwise_equal_every_token": all(same(ref_logits[:n], logits)),
-              "peak_torch_bytes": torch.cuda.max_memory_allocated()})
-        results["accelerate"] = per_token(secs)
-        del m
-    except Exception as e:
-        emit({"method": "accelerate disk offload", "error": repr(e)[:800]})
-    free_all()
+    def pre(i):
+        def hook(mod, args, kwargs=None):
+            for k, f in names[i]:
+                sub, leaf = place(mod, i, k)
+                sub._parameters[leaf] = torch.nn.Parameter(handles[f].get_tensor(k).to(dev), requires_grad=False)
+        return hook
 
-    ssd = results.get("ours-ssd7")
-    emit({"summary": True, "floor_s": floor, "compute_s": compute, "max_floor_compute_s": max(floor, compute),
-          "s_per_token": results,
-          "acceptance_3_ratio": ssd / max(floor, compute) if ssd else None,
-          "acceptance_3_within_1.1": bool(ssd and ssd <= 1.1 * max(floor, compute)),
-          "ssd7_ahead_of_mmap": bool(ssd and "mmap" in results and ssd < results["mmap"]),
-          "ssd7_ahead_of_accelerate": bool(ssd and "accelerate" in results and ssd < results["accelerate"]),
-          "ram_ahead_of_mmap": bool("mmap" in results and results["ours-ram"] < results["mmap"]),
-          "ram_ahead_of_accelerate": bool("accelerate" in results and results["ours-ram"] < results["accelerate"])})
+    def post(i):
+        def hook(mod, args, out):
+            for k, f in names[i]:
+                sub, leaf = place(mod, i, k)
+                sub._parameters[leaf] = None
+        return hook
+    for i, mod in enumerate(m.model.layers):
+        mod.register_forward_pre_hook(pre(i))
+        mod.register_forward_hook(post(i))
+    torch.cuda.reset_peak_memory_stats()
+    n = max(2, a.tokens // 2)
+    logits, toks, secs = decode(m, prompt, n)
+    emit({"method": "per-layer mmap + .to(\"cuda\") (safetensors safe_open, page-cached files)",
+          "s_per_token": per_token(secs), "tokens_per_s": 1 / per_token(secs), "per_step_s": secs,
+          "tokens": toks, "tokens_equal_ref": toks == ref["tokens"][:n],
+          "logits_bitwise_equal_every_token": all(same(ref["logits"][:n], logits)),
+          "peak_torch_bytes": torch.cuda.max_memory_allocated()})
+
+
+def one_accel(a):
+    """transformers + accelerate disk offload: decoder layers on "disk" """
+    torch, gpunvme, cfg, dev, prompt = setup(a)
+    from transformers import AutoModelForCausalLM
+    ref = load_ref(a)
+    d = os.path.join(a.root, "llm")
+    dm = {"model.embed_tokens": 0, "model.norm": 0, "model.rotary_emb": 0, "lm_head": 0}
+    for i in range(cfg.num_hidden_layers):
+        dm["model.layers.%d" % i] = "disk"
+    t0 = time.perf_counter()
+    m = AutoModelForCausalLM.from_pretrained(d, device_map=dm, offload_folder=os.path.join(a.work, "offload"),
+                                             dtype=torch.bfloat16).eval()
+    t_load = time.perf_counter() - t0
+    torch.cuda.reset_peak_memory_stats()
+    n = max(2, a.tokens // 4)
+    logits, toks, secs = decode(m, prompt, n)
+    emit({"method": "accelerate disk offload (device_map layers=\"disk\", offload_folder)",
+          "s_per_token": per_token(secs), "tokens_per_s": 1 / per_token(secs), "per_step_s": secs,
+          "load_s": t_load, "tokens": toks, "tokens_equal_ref": toks == ref["tokens"][:n],
+          "logits_bitwise_equal_every_token": all(same(ref["logits"][:n], logits)),
+          "peak_torch_bytes": torch.cuda.max_memory_allocated()})
+
+
+def run(a):
+    """every method in a process of its own (a fresh CUDA context each: the
+    emulator's copy streams never share hardware queues with streams an
+    earlier method created, docs/loader.md Limits), results collected"""
+    import subprocess
+    total_bytes, stream_bytes = layer_bytes(a.root)
+    budget = int(a.budget_gib * (1 << 30))
+    emit({"model_bytes": total_bytes, "streamed_bytes_per_token": stream_bytes, "budget_bytes": budget,
+          "model_over_budget": total_bytes / budget, "tokens": a.tokens, "prompt": a.prompt, "window": a.window,
+          "ram_uri": a.ram_uri, "ssd_uri": a.ssd_uri})
+    os.makedirs(a.work, exist_ok=True)
+    common = ["--work", a.work, "--tokens", str(a.tokens), "--prompt", str(a.prompt), "--budget-gib",
+              str(a.budget_gib), "--window", str(a.window)]
+    out = {}
+    for method in a.methods.split(","):
+        cmd = [sys.executable, os.path.abspath(__file__), "one", method, a.ram_uri, a.ssd_uri, a.root] + common
+        try:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=sys.stderr, text=True, timeout=a.method_timeout)
+            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+            for ln in lines:
+                print(ln, flush=True)
+            if p.returncode or not lines:
+                emit({"method": method, "error": "exit status %d (stderr: run.err)" % p.returncode})
+                continue
+            out[method] = json.loads(lines[-1])
+        except subprocess.TimeoutExpired:
+            emit({"method": method, "error": "did not finish in %d s" % a.method_timeout})
+    spt = {k: v.get("s_per_token") for k, v in out.items() if "s_per_token" in v}
+    compute = out.get("ref", {}).get("decode_s_per_token")
+    floor = stream_bytes / SSD_BPS
+    ssd = spt.get("ssd")
+    mx = max(floor, compute) if compute else floor
+    emit({"summary": True, "floor_s_at_7gbps": floor, "compute_s": compute, "max_floor_compute_s": mx,
+          "s_per_token": spt, "acceptance_3_ratio": ssd / mx if ssd else None,
+          "acceptance_3_within_1.1": bool(ssd and ssd <= 1.1 * mx),
+          "ssd_ahead_of_mmap": bool(ssd and spt.get("mmap") and ssd < spt["mmap"]),
+          "ssd_ahead_of_accelerate": bool(ssd and spt.get("accel") and ssd < spt["accel"]),
+          "ram_ahead_of_mmap": bool(spt.get("ram") and spt.get("mmap") and spt["ram"] < spt["mmap"]),
+          "ram_ahead_of_accelerate": bool(spt.get("ram") and spt.get("accel") and spt["ram"] < spt["accel"]),
+          "logits_bitwise_ram": out.get("ram", {}).get("logits_bitwise_equal_every_token"),
+          "logits_bitwise_ssd": out.get("ssd", {}).get("logits_bitwise_equal_every_token"),
+          "under_budget_ram": out.get("ram", {}).get("under_budget"),
+          "under_budget_ssd": out.get("ssd", {}).get("under_budget")})
+
+
+def one(a):
+    if a.method == "ref":
+        one_ref(a)
+    elif a.method == "ram":
+        one_ours(a, "ours-ram", a.ram_uri)
+    elif a.method == "ssd":
+        one_ours(a, "ours-ssd7", a.ssd_uri)
+    elif a.method == "mmap":
+        one_mmap(a)
+    elif a.method == "accel":
+        one_accel(a)
+    else:
+        raise SystemExit("unknown method %r (ref, ram, ssd, mmap, accel)" % a.method)
 
 
 def main():
@@ -300,18 +358,26 @@ def main():
     mk.add_argument("--heads", type=int, default=16)
     mk.add_argument("--kv-heads", type=int, default=4)
     mk.add_argument("--vocab", type=int, default=32000)
-    r = sp.add_parser("run")
-    r.add_argument("ram_uri")
-    r.add_argument("ssd_uri")
-    r.add_argument("root")
-    r.add_argument("--work", default="/tmp/stream-llm-work")
-    r.add_argument("--tokens", type=int, default=8)
-    r.add_argument("--prompt", type=int, default=16)
-    r.add_argument("--budget-gib", type=float, default=1.6)
-    r.add_argument("--window", type=int, default=2)
+    for name in ("run", "one"):
+        r = sp.add_parser(name)
+        if name == "one":
+            r.add_argument("method", help="ref, ram, ssd, mmap or accel")
+        r.add_argument("ram_uri")
+        r.add_argument("ssd_uri")
+        r.add_argument("root")
+        r.add_argument("--work", default="/tmp/stream-llm-work")
+        r.add_argument("--tokens", type=int, default=8)
+        r.add_argument("--prompt", type=int, default=16)
+        r.add_argument("--budget-gib", type=float, default=1.6)
+        r.add_argument("--window", type=int, default=2)
+        if name == "run":
+            r.add_argument("--methods", default="ref,ram,ssd,mmap,accel")
+            r.add_argument("--method-timeout", type=int, default=150)
     a = p.parse_args()
     if a.cmd == "make":
         make(a)
+    elif a.cmd == "one":
+        one(a)
     else:
         run(a)
     return 0

@@ -645,7 +645,9 @@ def _rebuild_rotary(model, module_name, module, dev):
     checkpoint): built again on the device from the model's config."""
     parent = model.get_submodule(module_name.rsplit(".", 1)[0]) if "." in module_name else model
     leaf = module_name.rsplit(".", 1)[-1]
-    setattr(parent, leaf, type(module)(config=model.config, device=dev))
+    import torch
+    with torch.device(dev):  # its buffers are made on dev (the device= argument is deprecated)
+        setattr(parent, leaf, type(module)(config=model.config))
 
 
 def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, device="cuda", **kw):
