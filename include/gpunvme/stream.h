@@ -55,6 +55,12 @@ struct gpunvme_stream_opts {
 	uint32_t window;                    /* K slots, >= 1; more than the layers: the layers */
 	struct gpunvme_loader_opts loader;  /* tier, queues, depth, timeout, GPU backend */
 	int no_fallback;                    /* 1: Tier 2 failing to set up is an error */
+	/* 1: acquire waits on the host (bounded) until the layer's reads are
+	 * done, so the consumer's stream never holds a wait on a read in
+	 * flight; reads still run ahead. For the emulator's Tier 2 when its
+	 * copy lanes may share hardware queues with the consumer (docs/loader.md,
+	 * Limits); default 0: nothing waits on the host. */
+	int sync_reads;
 };
 
 void gpunvme_stream_opts_init(struct gpunvme_stream_opts *o);

@@ -57,6 +57,7 @@ struct gpunvme_layer_stream {
 	const struct gpunvme_loader_gpu_ops *gpu;  /* NULL: CPU tier */
 	enum gpunvme_tier tier;
 	int fell_back;
+	int sync_reads;
 	uint32_t nl, k;
 	struct slayer *layers;
 	size_t max_tensors;
@@ -493,6 +494,7 @@ int gpunvme_layer_stream_open(struct gpunvme_ctrl *c, uint32_t nsid, const struc
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 	s->c = c;
 	s->m = m;
+	s->sync_reads = opts->sync_reads;
 	size_t *res_idx = NULL, n_res = 0;
 	int rc = group(s, opts, &res_idx, &n_res);
 	if (!rc) {
@@ -594,6 +596,8 @@ int gpunvme_layer_stream_acquire(struct gpunvme_layer_stream *s, uint32_t i, voi
 		/* the consumer's stream waits for the reads; the time it waits is
 		 * the stall (two events around the wait, on its stream) */
 		struct tpair *tp = NULL;
+		if (s->sync_reads && (rc = s->gpu->event_wait(sl->ready, s->timeout_ns)))
+			return rc;
 		if ((rc = timing_next(s, 1, &tp)) || (rc = s->gpu->event_record(tp->a, stream)) ||
 		    (rc = s->gpu->stream_wait(stream, sl->ready)) || (rc = s->gpu->event_record(tp->b, stream)))
 			return rc;

@@ -551,7 +551,7 @@ class LayerStream:
 
     def __init__(self, uri, model_dir, layers="model.layers.{i}.", window=2, device="cuda", resident=None,
                  framework="pt", tier=None, *, nsid=1, partition=None, offset=None, queues=None, depth=None,
-                 no_fallback=False):
+                 no_fallback=False, sync_reads=False):
         self._fw = _framework(framework)
         q, d = _queue_opts(queues, depth)
         t, devidx, self.device = _device(device, tier)
@@ -572,7 +572,8 @@ class LayerStream:
         try:
             model = vol.open_model(model_dir)
             self._infos = [_Info(i, x, model.format) for i, x in enumerate(model.tensors())]
-            self._s = _gpunvme.Stream(model, layers, resident, window, t, devidx, q, d, bool(no_fallback))
+            self._s = _gpunvme.Stream(model, layers, resident, window, t, devidx, q, d, bool(no_fallback),
+                                      bool(sync_reads))
         finally:
             if own:
                 vol.close()  # the stream keeps the controller through its model

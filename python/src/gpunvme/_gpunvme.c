@@ -1148,13 +1148,13 @@ static int stream_usable(Stream *st)
 static PyObject *Stream_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "model", "layers", "resident", "window", "tier", "device", "queues", "depth",
-				  "no_fallback", NULL };
+				  "no_fallback", "sync_reads", NULL };
 	Model *mo;
 	const char *layers, *resident = NULL;
 	unsigned int window, queues = 0, depth = 0;
-	int tier, device = 0, no_fallback = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!szIi|iIIp", kwlist, &ModelType, &mo, &layers, &resident, &window,
-					 &tier, &device, &queues, &depth, &no_fallback))
+	int tier, device = 0, no_fallback = 0, sync_reads = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!szIi|iIIpp", kwlist, &ModelType, &mo, &layers, &resident,
+					 &window, &tier, &device, &queues, &depth, &no_fallback, &sync_reads))
 		return NULL;
 	if (tier < 0 || tier > 2)
 		return raise_err(EINVAL, "tier %d: expected 0 (CPU), 1 (pinned host memory) or 2 (GPU memory)", tier);
@@ -1183,6 +1183,7 @@ static PyObject *Stream_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	o.resident = resident;
 	o.window = window;
 	o.no_fallback = no_fallback;
+	o.sync_reads = sync_reads;
 	o.loader.tier = (enum gpunvme_tier)tier;
 	o.loader.queues = queues;
 	o.loader.depth = depth;
@@ -1597,7 +1598,8 @@ static PyTypeObject StreamType = {
 	.tp_name = "gpunvme._gpunvme.Stream",
 	.tp_basicsize = sizeof(Stream),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "Stream(model, layers, resident, window, tier, device=0, queues=0, depth=0, no_fallback=False)",
+	.tp_doc = "Stream(model, layers, resident, window, tier, device=0, queues=0, depth=0, no_fallback=False, "
+		  "sync_reads=False)",
 	.tp_new = Stream_new,
 	.tp_dealloc = (destructor)Stream_dealloc,
 	.tp_methods = Stream_methods,
