@@ -36,10 +36,10 @@ cat "$OUT/machine.txt"
 if has build; then
 log "1. build (sm_90): library, stream tests; the Python extension with CUDA"
 export CMAKE_CUDA_ARCHITECTURES=90 GPUNVME_CUDA=ON
-if [ "${CTEST:-0}" = 1 ]; then # the CPU-tier tests (CI runs them too)
+if [ "${CTEST:-0}" = 1 ]; then # the stream's C tests: CPU tier (CI runs them too) and GPU (gpu.stream.*)
 	{ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-		cmake --build build -j "$(nproc)" --target test_stream test_loader; } > "$OUT/cmake.log" 2>&1 || log "C build failed (cmake.log)"
-	(cd build && ctest -R 'loader\.(stream|layer)' --output-on-failure > "$OUT/ctest.log" 2>&1)
+		cmake --build build -j "$(nproc)" --target test_stream test_loader test_gpu_stream; } > "$OUT/cmake.log" 2>&1 || log "C build failed (cmake.log)"
+	(cd build && ctest -R 'loader\.(stream|layer)|gpu\.stream' --output-on-failure > "$OUT/ctest.log" 2>&1)
 	log "ctest rc=$? $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
 fi
 if ! python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python > "$OUT/pip.log" 2>&1; then
