@@ -7,6 +7,7 @@
  */
 #include <cuda_runtime.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -378,9 +379,88 @@ static int lg_recover(void *ctx, int *reset)
 	return rc;
 }
 
+/* ---- streams and events of the layer stream (src/loader/stream.c) ---------------- */
+
+static int lg_stream_new(void **s)
+{
+	cudaStream_t st = NULL;
+	/* non-blocking: the reads never serialise with the legacy default
+	 * stream a consumer (torch's default stream) computes on */
+	cudaError_t ce = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+	if (ce != cudaSuccess)
+		return lg_cuda(ce, "creating the reads' stream");
+	*s = st;
+	return 0;
+}
+
+static void lg_stream_free(void *s)
+{
+	if (s) {
+		cudaStreamSynchronize((cudaStream_t)s);
+		cudaStreamDestroy((cudaStream_t)s);
+	}
+}
+
+static int lg_event_new(void **e, int timing)
+{
+	cudaEvent_t ev = NULL;
+	cudaError_t ce = cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming);
+	if (ce != cudaSuccess)
+		return lg_cuda(ce, "creating an event");
+	*e = ev;
+	return 0;
+}
+
+static void lg_event_free(void *e)
+{
+	if (e)
+		cudaEventDestroy((cudaEvent_t)e);
+}
+
+static int lg_event_record(void *e, void *stream)
+{
+	cudaError_t ce = cudaEventRecord((cudaEvent_t)e, (cudaStream_t)stream);
+	return ce == cudaSuccess ? 0 : lg_cuda(ce, "recording an event");
+}
+
+static int lg_stream_wait(void *stream, void *e)
+{
+	cudaError_t ce = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)e, 0);
+	return ce == cudaSuccess ? 0 : lg_cuda(ce, "making a stream wait for an event");
+}
+
+/* Polled rather than cudaEventSynchronize, which has no timeout. */
+static int lg_event_wait(void *e, uint64_t timeout_ns)
+{
+	uint64_t deadline = gpunvme_now_ns() + timeout_ns;
+	for (;;) {
+		cudaError_t ce = cudaEventQuery((cudaEvent_t)e);
+		if (ce == cudaSuccess)
+			return 0;
+		if (ce != cudaErrorNotReady)
+			return lg_cuda(ce, "waiting for an event");
+		if (gpunvme_now_ns() > deadline)
+			return gpunvme_set_error(-ETIMEDOUT, "GPU work did not complete in %llu ms",
+						 (unsigned long long)(timeout_ns / 1000000));
+		sched_yield();
+	}
+}
+
+static int lg_event_elapsed(void *a, void *b, float *ms)
+{
+	cudaError_t ce = cudaEventElapsedTime(ms, (cudaEvent_t)a, (cudaEvent_t)b);
+	if (ce == cudaErrorNotReady) {
+		cudaGetLastError();
+		return -EAGAIN;
+	}
+	return ce == cudaSuccess ? 0 : lg_cuda(ce, "reading an event's time");
+}
+
 static const struct gpunvme_loader_gpu_ops lg_ops = {
 	lg_open, lg_close, lg_alloc_fn, lg_free_fn, lg_dev_ptr, lg_reg, lg_direct, lg_exec, lg_finish, lg_check,
 	lg_recover, LOADER_BOUNCE_BYTES,
+	lg_stream_new, lg_stream_free, lg_event_new, lg_event_free, lg_event_record, lg_stream_wait, lg_event_wait,
+	lg_event_elapsed,
 };
 
 extern "C" const struct gpunvme_loader_gpu_ops *gpunvme_loader_gpu_backend(void)

@@ -65,6 +65,19 @@ struct gpunvme_loader_gpu_ops {
 	int (*recover)(void *ctx, int *reset);
 	/* the tier's bounce buffer size (LOADER_BOUNCE_BYTES) */
 	uint64_t bounce_bytes;
+	/* streams and events for the layer stream (src/loader/stream.c): a
+	 * non-blocking stream; events (timing: 1 records time); record on a
+	 * stream (NULL: the default stream); make a stream wait for an event;
+	 * host wait for an event, bounded (-ETIMEDOUT); elapsed ms between two
+	 * completed events (-EAGAIN while either is pending) */
+	int (*stream_new)(void **s);
+	void (*stream_free)(void *s);
+	int (*event_new)(void **e, int timing);
+	void (*event_free)(void *e);
+	int (*event_record)(void *e, void *stream);
+	int (*stream_wait)(void *stream, void *e);
+	int (*event_wait)(void *e, uint64_t timeout_ns);
+	int (*event_elapsed)(void *a, void *b, float *ms);
 };
 
 #endif

@@ -129,6 +129,39 @@ def hf_sharded(d, n_shards=3, n=24, seed=1, index_name="model.safetensors.index.
     return ts
 
 
+def hf_stream(d, n_shards=4, layers=7, seed=5):
+    """A decoder as save_pretrained shards it: embeddings, layers of four
+    tensors (model.layers.{i}.*, some layers split across two shards), the
+    final norm and head; the layer stream test's model."""
+    rnd = random.Random(seed)
+    ts = []
+
+    def t(name, dt, shape):
+        nb = ST_BYTES[dt]
+        for x in shape:
+            nb *= x
+        ts.append((name, dt, shape, rnd.randbytes(nb)))
+    t("model.embed_tokens.weight", "BF16", [97, 64])
+    for i in range(layers):
+        for part, shape in (("self_attn.q_proj.weight", [64, 64 + 8 * i]), ("mlp.up_proj.weight", [300, 64]),
+                            ("input_layernorm.weight", [64]), ("mlp.down_proj.weight", [64, 300])):
+            t("model.layers.%d.%s" % (i, part), "BF16" if i % 2 else "F32", shape)
+    t("model.norm.weight", "BF16", [64])
+    t("lm_head.weight", "BF16", [97, 64])
+    per = (len(ts) + n_shards - 1) // n_shards
+    wm, total = {}, 0
+    for k in range(n_shards):
+        part = ts[k * per:(k + 1) * per]
+        fn = "model-%05d-of-%05d.safetensors" % (k + 1, n_shards)
+        for x in part:
+            wm[x[0]] = fn
+            total += len(x[3])
+        write(os.path.join(d, fn), st_bytes(part, {"format": "pt"}))
+    idx = {"metadata": {"total_size": total}, "weight_map": dict(sorted(wm.items()))}
+    write(os.path.join(d, "model.safetensors.index.json"), json.dumps(idx, indent=2).encode())
+    return ts
+
+
 def gguf_split(d, prefix="model", n_shards=3, n=12, seed=2, mutate=None):
     ts = gguf_tensors(n, seed)
     per = (n + n_shards - 1) // n_shards
@@ -212,6 +245,7 @@ def hf_cache(d):
 LAYOUTS = {
     "hf-cache": hf_cache,
     "hf-sharded": lambda d: hf_sharded(d),
+    "hf-stream": hf_stream,
     "hf-single": lambda d: [write(os.path.join(d, "model.safetensors"), st_bytes(t := tensors(9, 3), {"format": "pt"})), t][1],
     "gguf-split": lambda d: gguf_split(d),
     "bad-missing-shard": lambda d: hf_sharded(d, mutate=drop_shard),

@@ -5,6 +5,8 @@ through the gpu-nvme-direct user-space driver (no mount, no page cache).
     import gpunvme
     sd = gpunvme.load_file("emu:/tmp/ext4.img", "/models/m.safetensors", device="cuda")
     sd = gpunvme.load_pretrained("emu:/tmp/ext4.img", "/models/llama", device="cuda")
+    for i, layer in gpunvme.stream("emu:/tmp/ext4.img", "/models/llama", layers="model.layers.{i}.", window=2):
+        ...   # layer: {name: tensor}, valid until the next step
     with gpunvme.safe_open("emu:/tmp/ext4.img", "/models/m.safetensors", framework="np") as f:
         w = f.get_tensor("w")
 
@@ -20,7 +22,8 @@ import sys
 from . import _gpunvme
 from ._gpunvme import Error, HAVE_CUDA
 
-__all__ = ["Error", "Volume", "load_file", "safe_open", "load_pretrained", "StateDict", "HAVE_CUDA", "cuda_available"]
+__all__ = ["Error", "Volume", "load_file", "safe_open", "load_pretrained", "StateDict", "HAVE_CUDA", "cuda_available",
+           "stream", "LayerStream", "stream_decoder"]
 
 # ---- dtypes -------------------------------------------------------------------
 
@@ -517,3 +520,206 @@ def load_pretrained(uri, model_dir, device="cpu", framework="pt", tensors=None, 
 def cuda_available():
     """True when the extension has the CUDA backend and a GPU is visible"""
     return bool(HAVE_CUDA) and _gpunvme.cuda_device_count() > 0
+
+
+# ---- layer streaming -------------------------------------------------------------------------
+
+
+def _cuda_stream_ptr(dev, fw):
+    """the current torch CUDA stream of dev as an int (0: the default stream)"""
+    if fw != "pt" or not dev.startswith("cuda"):
+        return 0
+    import torch
+    return torch.cuda.current_stream(torch.device(dev)).cuda_stream
+
+
+class LayerStream:
+    """A model bigger than GPU memory, one layer at a time (the library's
+    layer stream: include/gpunvme/stream.h). Layers are the tensors whose
+    names start with `layers` with {i} replaced by the layer number; the
+    others (or those matching the `resident` patterns) are loaded once:
+    .resident. A window of `window` slots, each the size of the largest
+    layer, holds layer i while layers i+1..i+window-1 are read.
+
+    Iterating yields (i, {name: tensor}) for i = 0..n_layers-1 (one pass;
+    iterate again for the next). The tensors of a step are valid until the
+    next step: then the slot is released on the current CUDA stream and the
+    read of a later layer into it is queued behind the work queued so far.
+    acquire(i) / release(i) do the same by hand. device="cpu" reads through
+    the CPU data path (no GPU; no read-ahead: each acquire reads its layer).
+    """
+
+    def __init__(self, uri, model_dir, layers="model.layers.{i}.", window=2, device="cuda", resident=None,
+                 framework="pt", tier=None, *, nsid=1, partition=None, offset=None, queues=None, depth=None,
+                 no_fallback=False, sync_reads=False):
+        self._fw = _framework(framework)
+        q, d = _queue_opts(queues, depth)
+        t, devidx, self.device = _device(device, tier)
+        if not isinstance(layers, str):
+            raise TypeError("layers= takes a pattern str with {i} (e.g. \"model.layers.{i}.\"), not %s"
+                            % type(layers).__name__)
+        if resident is not None and not isinstance(resident, str):
+            raise TypeError("resident= takes patterns (str, comma-separated) or None, not %s"
+                            % type(resident).__name__)
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise TypeError("window= takes an int, not %s" % type(window).__name__)
+        if not 1 <= window <= 0xffffffff:
+            raise Error(22, "window=%d: the stream needs at least 1 slot (2 to read ahead)" % window)
+        if not isinstance(model_dir, str):
+            raise TypeError("model_dir must be a str, not %s" % type(model_dir).__name__)
+        self.layers_pattern = layers
+        vol, own = _volume(uri, nsid, partition, offset)
+        try:
+            model = vol.open_model(model_dir)
+            self._infos = [_Info(i, x, model.format) for i, x in enumerate(model.tensors())]
+            self._s = _gpunvme.Stream(model, layers, resident, window, t, devidx, q, d, bool(no_fallback),
+                                      bool(sync_reads))
+        finally:
+            if own:
+                vol.close()  # the stream keeps the controller through its model
+        self.tier = self._s.tier
+        self.n_layers = self._s.n_layers
+        self.resident = StateDict()
+        self._fill(self.resident, self._s.resident())
+        self._held = set()
+
+    def _fill(self, out, views):
+        for idx, v in views:
+            info = self._infos[idx]
+            out[info.name] = _wrap(v, info, self._fw)
+            out.dtypes[info.name] = info.file_dtype
+        return out
+
+    def __len__(self):
+        return self.n_layers
+
+    def acquire(self, i):
+        """layer i -> StateDict {name: tensor}, ordered on the current CUDA stream"""
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError("layer index must be an int, not %s" % type(i).__name__)
+        if not 0 <= i < self.n_layers:
+            raise Error(34, "layer %d: the model has layers 0..%d" % (i, self.n_layers - 1))
+        views = self._s.acquire(i, _cuda_stream_ptr(self.device, self._fw))
+        self._held.add(i)
+        return self._fill(StateDict(), views)
+
+    def release(self, i):
+        """done with layer i: its slot is refilled after the current CUDA stream's queued work"""
+        self._s.release(i, _cuda_stream_ptr(self.device, self._fw))
+        self._held.discard(i)
+
+    def __iter__(self):
+        for i in range(self.n_layers):
+            layer = self.acquire(i)
+            try:
+                yield i, layer
+            finally:
+                del layer
+                self.release(i)
+
+    def stats(self):
+        """dict: tier, layers, window, slot_bytes, memory_bytes (slots + resident,
+        the tier's memory the stream holds), bounce_bytes, resident_bytes,
+        layer_loads, bytes_read, acquires, restarts, io_ms, stall_ms, overlap"""
+        return self._s.stats()
+
+    def close(self):
+        """drop the stream; its memory goes with the last tensor over it"""
+        self.resident = None
+        self._s = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def stream(uri, model_dir, layers="model.layers.{i}.", window=2, device="cuda", **kw):
+    """LayerStream(uri, model_dir, layers, window, device, ...): iterate it for
+    (i, {name: tensor}), each layer valid until the next step."""
+    return LayerStream(uri, model_dir, layers=layers, window=window, device=device, **kw)
+
+
+def _rebuild_rotary(model, module_name, module, dev):
+    """A rotary embedding's inv_freq is a non-persistent buffer (not in the
+    checkpoint): built again on the device from the model's config."""
+    parent = model.get_submodule(module_name.rsplit(".", 1)[0]) if "." in module_name else model
+    leaf = module_name.rsplit(".", 1)[-1]
+    import torch
+    with torch.device(dev):  # its buffers are made on dev (the device= argument is deprecated)
+        setattr(parent, leaf, type(module)(config=model.config))
+
+
+def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, device="cuda", **kw):
+    """Run a Hugging Face decoder (Llama architecture and alike) with its
+    decoder layers streamed: every tensor outside the layers is loaded once
+    into the model (load_state_dict(assign=True)); each decoder layer gets
+    its weights from the stream in a forward pre-hook and gives its slot
+    back in a forward hook (stream-ordered: no host wait). Build the model
+    on the meta device (`with torch.device("meta"): Model(config)`) so that
+    no memory is spent on the layers; rotary embeddings are rebuilt on the
+    device. Returns the LayerStream (stats(), close()); the model keeps it
+    as model._gpunvme_stream."""
+    import torch
+    s = LayerStream(uri, model_dir, layers=layers, window=window, device=device, **kw)
+    dev = torch.device(s.device)
+    # Tier 1 (a fallback on hardware without GPU bus addresses) gives CPU
+    # tensors in pinned memory: copied on the current stream, in order
+    copy = s.tier == 1
+    prefix = layers.split("{i}")[0]
+    container = model.get_submodule(prefix.rstrip("."))
+    if len(container) != s.n_layers:
+        raise Error(22, "%s: the model has %d decoder layers under %r, the checkpoint %d"
+                    % (model_dir, len(container), prefix.rstrip("."), s.n_layers))
+    res = {k: (v.to(dev) if copy else v) for k, v in s.resident.items()}
+    missing, unexpected = model.load_state_dict(res, strict=False, assign=True)
+    if unexpected:
+        raise Error(22, "%s: tensors the model does not have: %s" % (model_dir, ", ".join(sorted(unexpected)[:5])))
+    if getattr(getattr(model, "config", None), "tie_word_embeddings", False) and hasattr(model, "tie_weights"):
+        model.tie_weights()
+    for name, mod in list(model.named_modules()):
+        if name.startswith(prefix) or not type(mod).__name__.endswith("RotaryEmbedding"):
+            continue
+        if any(b.device != dev for b in mod.buffers(recurse=False)):
+            _rebuild_rotary(model, name, mod, dev)
+    # everything outside the layers must now be on the device
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if not name.startswith(prefix) and t.device != dev:
+            raise Error(22, "%s: %s is on %s, not in the checkpoint's resident tensors (it would not be on %s)"
+                        % (model_dir, name, t.device, dev))
+    targets = {}
+
+    def target(i, mod, name):
+        key = (i, name)
+        if key not in targets:
+            rel = name[len(prefix) + len(str(i)) + 1:] if name.startswith(prefix) else name
+            path, _, leaf = rel.rpartition(".")
+            sub = mod.get_submodule(path) if path else mod
+            if leaf not in sub._parameters and leaf not in sub._buffers:
+                raise Error(22, "%s: layer tensor %s has no place in %s" % (model_dir, name, type(mod).__name__))
+            targets[key] = (sub, leaf)
+        return targets[key]
+
+    def pre(i):
+        def hook(mod, args, kwargs=None):
+            for name, t in s.acquire(i).items():
+                sub, leaf = target(i, mod, name)
+                if copy:
+                    t = t.to(dev, non_blocking=True)
+                if leaf in sub._parameters:
+                    sub._parameters[leaf] = torch.nn.Parameter(t, requires_grad=False)
+                else:
+                    sub._buffers[leaf] = t
+        return hook
+
+    def post(i):
+        def hook(mod, args, out):
+            s.release(i)
+        return hook
+
+    for i, mod in enumerate(container):
+        mod.register_forward_pre_hook(pre(i))
+        mod.register_forward_hook(post(i))
+    model._gpunvme_stream = s
+    return s

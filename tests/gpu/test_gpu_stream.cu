@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The layer stream's GPU tier (include/gpunvme/stream.h, Tier 2) against the
+ * embedded emulator: a file in random fragments with holes
+ * (tests/loader/layout.h) indexed as a model of uneven layers "blk.{i}.*"
+ * plus a resident tensor. A consumer stream runs, for every layer of three
+ * passes, a slow kernel (it holds the slot ~1 ms) and then a weighted sum of
+ * each tensor, and releases the layer on its stream; the host does not wait
+ * until the end. A slot overwritten before its consumer was done, or a layer
+ * used before its reads, changes a sum. Cases (argv[1], none = all):
+ *   window2, window3   the above at windows 2 and 3
+ *   sync_reads         window 2 with opts.sync_reads
+ *   whole              window >= layers: every layer read once
+ * Exits 77 without a GPU.
+ */
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrl/ctrl_emu.h" /* the emulator behind the controller */
+#include "gpunvme/emu.h"
+#include "gpunvme/gpu.h"
+#include "gpunvme/gpunvme.h"
+#include "gpunvme/loader.h"
+#include "gpunvme/model.h"
+#include "gpunvme/stream.h"
+#include "layout.h"
+
+#include "../harness/check.h"
+
+#define NL 6
+#define NT (2 * NL + 1)
+#define PASSES 3
+
+static __global__ void k_sum(const uint8_t *p, uint64_t n, unsigned long long *out)
+{
+	unsigned long long s = 0;
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += gridDim.x * (uint64_t)blockDim.x)
+		s += p[i] * (i % 251 + 1);
+	atomicAdd(out, s);
+}
+
+/* hold the stream for about `ns` (globaltimer) */
+static __global__ void k_spin(uint64_t ns)
+{
+	uint64_t t0, t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+	do
+		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	while (t - t0 < ns);
+}
+
+/* A model index over the layout: "emb" then blk.{i}.a / blk.{i}.b of
+ * uneven sizes, back to back from byte 4096 of the file. */
+static void make_model(struct gpunvme_model *m, struct gpunvme_tensor *t, char names[][32], uint64_t size)
+{
+	memset(m, 0, sizeof(*m));
+	uint64_t off = 4096;
+	for (int k = 0; k < NT; k++) {
+		uint64_t len;
+		if (k == 0) {
+			snprintf(names[k], 32, "emb");
+			len = 50001;
+		} else {
+			int i = (k - 1) / 2;
+			snprintf(names[k], 32, "blk.%d.%c", i, (k - 1) % 2 ? 'b' : 'a');
+			len = (k - 1) % 2 ? 3 + 4099 * (uint64_t)i : 70000 + 61111 * (uint64_t)i;
+		}
+		memset(&t[k], 0, sizeof(t[k]));
+		t[k].name = names[k];
+		snprintf(t[k].dtype, sizeof(t[k].dtype), "U8");
+		t[k].ndim = 1;
+		t[k].shape[0] = len;
+		t[k].offset = off;
+		t[k].bytes = len;
+		t[k].ggml_type = -1;
+		off += len + (k % 3) * 1000; /* some gaps */
+	}
+	m->format = GPUNVME_MODEL_SAFETENSORS;
+	m->file_size = size;
+	m->alignment = 1;
+	m->n_tensors = NT;
+	m->tensors = t;
+	if (off > size)
+		fprintf(stderr, "model of %llu bytes does not fit the file (%llu)\n", (unsigned long long)off,
+			(unsigned long long)size);
+}
+
+static unsigned long long host_sum(const uint8_t *p, uint64_t n)
+{
+	unsigned long long s = 0;
+	for (uint64_t i = 0; i < n; i++)
+		s += p[i] * (i % 251 + 1);
+	return s;
+}
+
+static int run(uint32_t window, int sync_reads)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:64M?lbads=9&workers=4");
+	REQUIRE(c);
+	size_t ns_len;
+	uint8_t *ns = fill_ns(c, 7, &ns_len);
+	REQUIRE(ns);
+	struct layout L;
+	make_layout(&L, ns, ns_len, 3 * 1024 * 1024, 33);
+	struct gpunvme_model m;
+	struct gpunvme_tensor t[NT];
+	char names[NT][32];
+	make_model(&m, t, names, L.size);
+
+	struct gpunvme_stream_opts o;
+	gpunvme_stream_opts_init(&o);
+	o.layers = "blk.{i}.";
+	o.window = window;
+	o.sync_reads = sync_reads;
+	o.no_fallback = 1;
+	o.loader.tier = GPUNVME_TIER_2;
+	o.loader.queues = 4;
+	o.loader.depth = 64;
+	o.loader.timeout_ms = 10000;
+	o.loader.gpu = gpunvme_loader_gpu_backend();
+	struct gpunvme_layer_stream *s = NULL;
+	REQUIRE_OK(gpunvme_layer_stream_open(c, 1, &m, L.ext, L.n, L.size, &o, &s));
+	REQUIRE_EQ(gpunvme_layer_stream_layers(s), NL);
+
+	const struct gpunvme_model_buffers *res = gpunvme_layer_stream_resident(s);
+	REQUIRE(res && res->n_tensors == 1);
+	uint8_t *h = (uint8_t *)malloc(res->tensors[0]->bytes);
+	REQUIRE(h);
+	REQUIRE_CUDA(cudaMemcpy(h, res->ptr[0], res->tensors[0]->bytes, cudaMemcpyDeviceToHost));
+	REQUIRE(!memcmp(h, L.ref + res->tensors[0]->offset, res->tensors[0]->bytes), "resident tensor differs");
+	free(h);
+
+	cudaStream_t cs;
+	REQUIRE_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+	unsigned long long *sums;
+	const size_t nsum = (size_t)PASSES * NL * 2;
+	REQUIRE_CUDA(cudaMalloc(&sums, nsum * sizeof(*sums)));
+	REQUIRE_CUDA(cudaMemset(sums, 0, nsum * sizeof(*sums)));
+	uint64_t want_off[PASSES][NL][2], want_len[PASSES][NL][2];
+	for (int p = 0; p < PASSES; p++) {
+		for (uint32_t i = 0; i < NL; i++) {
+			const struct gpunvme_stream_layer *ly = NULL;
+			REQUIRE_OK(gpunvme_layer_stream_acquire(s, i, cs, &ly));
+			REQUIRE_EQ(ly->n_tensors, 2);
+			/* the consumer holds the slot a while before reading it */
+			k_spin<<<1, 1, 0, cs>>>(1000000);
+			for (size_t k = 0; k < 2; k++) {
+				want_off[p][i][k] = ly->tensors[k]->offset;
+				want_len[p][i][k] = ly->tensors[k]->bytes;
+				k_sum<<<32, 256, 0, cs>>>((const uint8_t *)ly->ptr[k], ly->tensors[k]->bytes,
+							  &sums[((size_t)p * NL + i) * 2 + k]);
+			}
+			REQUIRE_CUDA(cudaGetLastError());
+			REQUIRE_OK(gpunvme_layer_stream_release(s, i, cs, NULL));
+		}
+	}
+	REQUIRE_CUDA(cudaStreamSynchronize(cs));
+	REQUIRE_OK(gpunvme_layer_stream_sync(s));
+	unsigned long long *got = (unsigned long long *)malloc(nsum * sizeof(*got));
+	REQUIRE(got);
+	REQUIRE_CUDA(cudaMemcpy(got, sums, nsum * sizeof(*got), cudaMemcpyDeviceToHost));
+	for (int p = 0; p < PASSES; p++)
+		for (int i = 0; i < NL; i++)
+			for (int k = 0; k < 2; k++) {
+				unsigned long long w = host_sum(L.ref + want_off[p][i][k], want_len[p][i][k]);
+				REQUIRE(got[((size_t)p * NL + i) * 2 + k] == w, "pass %d layer %d tensor %d: GPU sum %llu, host %llu",
+					p, i, k, got[((size_t)p * NL + i) * 2 + k], w);
+			}
+	struct gpunvme_stream_stats st;
+	REQUIRE_OK(gpunvme_layer_stream_stats(s, &st));
+	REQUIRE_EQ(st.tier, GPUNVME_TIER_2);
+	REQUIRE_EQ(st.acquires, PASSES * NL);
+	REQUIRE_EQ(st.layer_loads, window >= NL ? (uint64_t)NL : (uint64_t)window + PASSES * NL);
+	REQUIRE(st.io_ms > 0 && st.stall_ms >= 0 && st.overlap >= 0 && st.overlap <= 1);
+	printf("window %u%s: %llu layer reads, %llu bytes, io %.2f ms, stall %.2f ms, overlap %.2f\n", window,
+	       sync_reads ? " sync_reads" : "", (unsigned long long)st.layer_loads, (unsigned long long)st.bytes_read,
+	       st.io_ms, st.stall_ms, st.overlap);
+	free(got);
+	cudaFree(sums);
+	cudaStreamDestroy(cs);
+	gpunvme_layer_stream_close(s);
+	free(L.ref);
+	gpunvme_close(c);
+	return 0;
+}
+
+TEST_CASE(window2)
+{
+	return run(2, 0);
+}
+
+TEST_CASE(window3)
+{
+	return run(3, 0);
+}
+
+TEST_CASE(sync_reads)
+{
+	return run(2, 1);
+}
+
+TEST_CASE(whole)
+{
+	return run(NL + 2, 0);
+}
+
+int main(int argc, char **argv)
+{
+	int n = 0;
+	bool gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+	return check_main_skip(argc, argv, gpu ? NULL : "no CUDA GPU");
+}
