@@ -19,6 +19,7 @@
 
 #include "gpunvme/extents.h"
 #include "gpunvme/gpunvme.h"
+#include "gpunvme/md.h"
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
@@ -67,6 +68,9 @@ const char *cli_one_uri(int argc, char **argv);
 
 /* ---- controllers -------------------------------------------------------- */
 
+/* 1 when uri names an md array ("md:...") */
+bool cli_is_md(const char *uri);
+
 /* Checks the URI's syntax (scheme, emulator spec, PCI address) without
  * touching any device. 0, or a usage error printed and EXIT_USAGE. */
 int cli_check_uri(const char *uri);
@@ -87,11 +91,26 @@ int cli_check_range(const struct gpunvme_ns_info *ni, uint64_t slba, uint64_t nl
  * of namespace nsid of the controller at uri (opened with opts, may be
  * NULL): `ls`, `stat`, `extents`, `cat` and `load` all start here. 0 or an
  * exit code (message printed, nothing left open). */
+/* An md array (URI "md:MEMBER;MEMBER;..."): each member is a controller URI,
+ * optionally followed by "#N" for namespace N (default: the -n namespace).
+ * Members whose controller URI is the same text share one controller. */
+struct cli_md {
+	size_t n;
+	struct gpunvme_ctrl *c[GPUNVME_MD_MAX_MEMBERS];   /* per member (shared ones repeat) */
+	uint32_t nsid[GPUNVME_MD_MAX_MEMBERS];
+	struct gpunvme_blkdev dev[GPUNVME_MD_MAX_MEMBERS];
+	char *name[GPUNVME_MD_MAX_MEMBERS];               /* the member URIs */
+	struct gpunvme_ctrl *owned[GPUNVME_MD_MAX_MEMBERS]; /* distinct controllers */
+	size_t nowned;
+	struct gpunvme_md *md;
+};
+
 struct cli_fs {
-	struct gpunvme_ctrl *c;     /* NULL for an image */
+	struct gpunvme_ctrl *c;     /* NULL for an image; an md array: member 0's */
 	struct gpunvme_blkdev dev;
 	bool have_dev;
 	struct gpunvme_fs *fs;
+	struct cli_md *md;          /* an md array, else NULL */
 };
 /* offset CLI_FS_LOCATE: find the file system (gpunvme_fs_locate), in
  * partition `partno` (1-based) or, with 0, at byte 0 or in the one

@@ -6,6 +6,7 @@
  * the CUDA backend (src/cuda/loader_gpu.cu).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -758,8 +759,11 @@ int gpunvme_layer_loader_init_md(struct gpunvme_ctrl *const *ctrls, const uint32
 		if ((rc = gpunvme_md_member_extents(md, ext, n, file_size, k, &me, &nme)))
 			break;
 		rc = gpunvme_layer_loader_init(ctrls[k], nsids[k], me, nme, file_size, &l->o, &l->mem[k]);
-		if (rc)
-			rc = gpunvme_set_error(rc, "md member %u: %s", k, gpunvme_last_error());
+		if (rc) {
+			char why[256];
+			snprintf(why, sizeof(why), "%s", gpunvme_last_error());
+			rc = gpunvme_set_error(rc, "md member %u: %s", k, why);
+		}
 		free(me);
 		l->nmem = k + 1;
 	}

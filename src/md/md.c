@@ -320,7 +320,9 @@ int gpunvme_md_assemble(const struct gpunvme_blkdev *members, const char *const 
 	}
 	for (size_t i = 0; i < n; i++) {
 		if ((rc = gpunvme_md_examine(&members[i], &sb[i]))) {
-			rc = gpunvme_set_error(rc, "%s: %s", mname(names, i, nb1, sizeof(nb1)), gpunvme_last_error());
+			char why[256];
+			snprintf(why, sizeof(why), "%s", gpunvme_last_error());
+			rc = gpunvme_set_error(rc, "%s: %s", mname(names, i, nb1, sizeof(nb1)), why);
 			goto fail;
 		}
 	}
@@ -642,8 +644,8 @@ int gpunvme_md_split_extents(const struct gpunvme_md *md, const struct gpunvme_e
 			int rc = gpunvme_md_map(md, ph, &m, &moff, &run);
 			if (rc) {
 				free(v.v);
-				return gpunvme_set_error(rc, "md: extent at file byte %llu maps past the array (%s)",
-							 (unsigned long long)lo, gpunvme_last_error());
+				return gpunvme_set_error(rc, "md: extent at file byte %llu maps past the array (%llu bytes)",
+							 (unsigned long long)lo, (unsigned long long)md->info.size);
 			}
 			if (run > left)
 				run = left;
