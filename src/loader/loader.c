@@ -6,6 +6,8 @@
  * the CUDA backend (src/cuda/loader_gpu.cu).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -652,17 +654,81 @@ static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
 	return rc;
 }
 
-int gpunvme_load_layer(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, uint16_t *status)
+/* One md member's share of a load, on its own thread (CPU tier). */
+struct md_job {
+	struct gpunvme_layer_loader *l;
+	uint64_t off, len;
+	void *dst;
+	uint16_t status;
+	int rc;
+	char err[256];
+};
+
+static void *md_job_run(void *arg)
 {
-	if (status)
-		*status = 0;
-	if (l && l->mem) {
-		int rc = check_range(l, off, len, dst);
-		/* each member fills its own chunks of [off, off + len) */
+	struct md_job *j = arg;
+	j->rc = gpunvme_load_layer(j->l, j->off, j->len, j->dst, &j->status);
+	if (j->rc) /* the last-error text is per thread: carry it back */
+		snprintf(j->err, sizeof(j->err), "%s", gpunvme_last_error());
+	return NULL;
+}
+
+/*
+ * Each member fills its own chunks of [off, off + len) (they never overlap:
+ * gpunvme_md_member_extents gives every file byte to one member). The CPU
+ * tier runs the members on threads of their own, so the member controllers
+ * work at once; each member's wait is bounded by its own timeout. The GPU
+ * tiers queue the members one after the other on the loader's stream.
+ */
+static int md_load(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, uint16_t *status)
+{
+	int rc = check_range(l, off, len, dst);
+	if (rc)
+		return rc;
+	if (l->gpu || l->nmem == 1) {
 		for (uint32_t k = 0; k < l->nmem && !rc; k++)
 			rc = gpunvme_load_layer(l->mem[k], off, len, dst, status);
 		return rc;
 	}
+	struct md_job *jobs = calloc(l->nmem, sizeof(*jobs));
+	pthread_t *th = calloc(l->nmem, sizeof(*th));
+	bool *started = calloc(l->nmem, sizeof(*started));
+	if (!jobs || !th || !started) {
+		free(jobs);
+		free(th);
+		free(started);
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	}
+	for (uint32_t k = 0; k < l->nmem; k++) {
+		jobs[k] = (struct md_job){ l->mem[k], off, len, dst, 0, 0, "" };
+		/* member 0 runs here; a thread that cannot start runs here too */
+		started[k] = k > 0 && pthread_create(&th[k], NULL, md_job_run, &jobs[k]) == 0;
+	}
+	for (uint32_t k = 0; k < l->nmem; k++)
+		if (!started[k])
+			md_job_run(&jobs[k]);
+	for (uint32_t k = 0; k < l->nmem; k++)
+		if (started[k])
+			pthread_join(th[k], NULL);
+	for (uint32_t k = 0; k < l->nmem && !rc; k++) {
+		if (jobs[k].rc) {
+			rc = gpunvme_set_error(jobs[k].rc, "md member %u: %s", k, jobs[k].err);
+			if (status)
+				*status = jobs[k].status;
+		}
+	}
+	free(jobs);
+	free(th);
+	free(started);
+	return rc;
+}
+
+int gpunvme_load_layer(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, uint16_t *status)
+{
+	if (status)
+		*status = 0;
+	if (l && l->mem)
+		return md_load(l, off, len, dst, status);
 	return run_plan(l, off, len, dst, NULL, NULL, 1, status);
 }
 
