@@ -33,7 +33,7 @@ lint:
 test-asan:
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGPUNVME_SANITIZE=address,undefined
 	$(CMAKE) --build build-asan -j $(JOBS)
-	cd build-asan && $(CTEST) --output-on-failure -j $(JOBS) -L 'unit|emu|io|soak|cli|fs|loader|doctor'
+	cd build-asan && $(CTEST) --output-on-failure -j $(JOBS) -L 'unit|emu|io|soak|cli|fs|loader|doctor|md'
 
 test-tsan:
 	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUNVME_SANITIZE=thread

@@ -654,6 +654,29 @@ static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
 	return rc;
 }
 
+/*
+ * GPU tiers: member 0 works on `stream` (NULL: its own stream), every other
+ * member on its own stream, forked from `stream` before (it may hold work
+ * the load must follow) and joined into it after, so the member controllers
+ * are read at once and `event`, recorded on `stream`, follows them all.
+ */
+static int md_queue_gpu(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
+			void *event)
+{
+	struct gpunvme_layer_loader *m0 = l->mem[0];
+	void *s = stream ? stream : m0->gpu->own_stream(m0->gctx);
+	int rc = 0;
+	for (uint32_t k = 1; k < l->nmem && !rc; k++)
+		rc = l->mem[k]->gpu->wait(l->mem[k]->gctx, l->mem[k]->gpu->own_stream(l->mem[k]->gctx), s);
+	for (uint32_t k = 0; k < l->nmem && !rc; k++)
+		rc = run_plan(l->mem[k], off, len, dst, k ? NULL : s, NULL, 0, NULL);
+	for (uint32_t k = 1; k < l->nmem && !rc; k++)
+		rc = l->mem[k]->gpu->wait(l->mem[k]->gctx, s, l->mem[k]->gpu->own_stream(l->mem[k]->gctx));
+	if (!rc && event)
+		rc = m0->gpu->finish(m0->gctx, s, event, 0);
+	return rc;
+}
+
 /* One md member's share of a load, on its own thread (CPU tier). */
 struct md_job {
 	struct gpunvme_layer_loader *l;
@@ -685,11 +708,17 @@ static int md_load(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, v
 	int rc = check_range(l, off, len, dst);
 	if (rc)
 		return rc;
-	if (l->gpu || l->nmem == 1) {
-		for (uint32_t k = 0; k < l->nmem && !rc; k++)
-			rc = gpunvme_load_layer(l->mem[k], off, len, dst, status);
-		return rc;
+	if (l->gpu) {
+		if ((rc = md_queue_gpu(l, off, len, dst, NULL, NULL)))
+			return rc;
+		/* wait for member 0's stream, which joined every other one */
+		struct gpunvme_layer_loader *m0 = l->mem[0];
+		if ((rc = m0->gpu->finish(m0->gctx, NULL, NULL, 1)))
+			return rc;
+		return gpunvme_layer_loader_check(l, status);
 	}
+	if (l->nmem == 1)
+		return gpunvme_load_layer(l->mem[0], off, len, dst, status);
 	struct md_job *jobs = calloc(l->nmem, sizeof(*jobs));
 	pthread_t *th = calloc(l->nmem, sizeof(*th));
 	bool *started = calloc(l->nmem, sizeof(*started));
@@ -739,11 +768,7 @@ int gpunvme_load_layer_async(struct gpunvme_layer_loader *l, uint64_t off, uint6
 		return gpunvme_set_error(-ENOTSUP, "asynchronous loads need a GPU tier (this loader uses the CPU path)");
 	if (l && l->mem) {
 		int rc = check_range(l, off, len, dst);
-		/* one stream: the event recorded after the last member's work
-		 * follows every member's */
-		for (uint32_t k = 0; k < l->nmem && !rc; k++)
-			rc = gpunvme_load_layer_async(l->mem[k], off, len, dst, stream, k + 1 == l->nmem ? event : NULL);
-		return rc;
+		return rc ? rc : md_queue_gpu(l, off, len, dst, stream, event);
 	}
 	return run_plan(l, off, len, dst, stream, event, 0, NULL);
 }

@@ -62,6 +62,11 @@ struct gpunvme_loader_gpu_ops {
 	int (*check)(void *ctx, uint16_t *status);
 	/* the tier's bounce buffer size (LOADER_BOUNCE_BYTES) */
 	uint64_t bounce_bytes;
+	/* md arrays: the backend's own stream, and "stream `waiter` waits for
+	 * the work queued so far on stream `waited`" (an event between them),
+	 * so that members run on their own streams between a fork and a join */
+	void *(*own_stream)(void *ctx);
+	int (*wait)(void *ctx, void *waiter, void *waited);
 };
 
 #endif
