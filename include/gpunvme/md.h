@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "gpunvme/extents.h"
+#include "gpunvme/gpunvme.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -120,6 +121,36 @@ int gpunvme_md_split_extents(const struct gpunvme_md *md, const struct gpunvme_e
  */
 int gpunvme_md_member_extents(const struct gpunvme_md *md, const struct gpunvme_extent *ext, size_t n,
 			      uint64_t file_size, uint32_t member, struct gpunvme_extent **out, size_t *nout);
+
+/* ---- md: URIs ------------------------------------------------------------ */
+
+/*
+ * An array named by a URI "md:MEMBER;MEMBER;...": each member a controller
+ * URI (emu:, vfio:, uio:, pci:) with an optional "#N" for namespace N
+ * (default `nsid`). Members whose controller URI is the same text are
+ * namespaces of one controller (opened once); every other member URI is a
+ * controller of its own (an emu: URI its own emulated controller with its
+ * own workers and device model). Each member gets a namespace reader; the
+ * array is assembled and `array` reads it. -EINVAL for bad syntax.
+ */
+struct gpunvme_md_volume {
+	size_t n;
+	struct gpunvme_ctrl *c[GPUNVME_MD_MAX_MEMBERS];     /* per member (shared ones repeat) */
+	uint32_t nsid[GPUNVME_MD_MAX_MEMBERS];
+	struct gpunvme_blkdev dev[GPUNVME_MD_MAX_MEMBERS];  /* namespace readers */
+	char *name[GPUNVME_MD_MAX_MEMBERS];                 /* the member URIs as given */
+	struct gpunvme_ctrl *owned[GPUNVME_MD_MAX_MEMBERS]; /* distinct controllers */
+	size_t nowned;
+	struct gpunvme_md *md;
+	struct gpunvme_blkdev array;
+};
+
+/* 1 when uri starts with "md:" */
+int gpunvme_md_uri(const char *uri);
+/* Syntax only, no device touched: 0 or -EINVAL with the reason. */
+int gpunvme_md_uri_check(const char *uri);
+int gpunvme_md_open(const char *uri, const struct gpunvme_opts *opts, uint32_t nsid, struct gpunvme_md_volume **out);
+void gpunvme_md_volume_close(struct gpunvme_md_volume *v);
 
 #ifdef __cplusplus
 }

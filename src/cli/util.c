@@ -699,26 +699,11 @@ void cj_finish(struct cli_json *j)
 
 /* ---- file systems ------------------------------------------------------------ */
 
-static void md_close(struct cli_md *m)
-{
-	if (!m)
-		return;
-	gpunvme_md_close(m->md);
-	for (size_t i = 0; i < m->n; i++) {
-		if (m->dev[i].close)
-			gpunvme_blkdev_close(&m->dev[i]);
-		free(m->name[i]);
-	}
-	for (size_t i = 0; i < m->nowned; i++)
-		gpunvme_close(m->owned[i]);
-	free(m);
-}
-
 void cli_fs_close(struct cli_fs *h)
 {
 	gpunvme_fs_close(h->fs);
 	if (h->md) {
-		md_close(h->md);
+		gpunvme_md_volume_close(h->md);
 	} else {
 		if (h->have_dev)
 			gpunvme_blkdev_close(&h->dev);
@@ -735,53 +720,10 @@ static int md_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts 
 	int rc = check_md_uri(uri);
 	if (rc)
 		return rc;
-	struct cli_md *m = calloc(1, sizeof(*m));
-	if (!m)
-		return cli_err(EXIT_RUNTIME, "out of memory");
-	h->md = m;
-	const char *p = uri + 3;
-	for (;;) {
-		const char *semi = strchr(p, ';');
-		size_t len = semi ? (size_t)(semi - p) : strlen(p);
-		char buf[4096];
-		uint32_t ns;
-		if ((rc = md_member_split(p, len, buf, sizeof(buf), &ns, nsid)))
-			return rc;
-		size_t i = m->n;
-		if (!(m->name[i] = strndup(p, len)))
-			return cli_err(EXIT_RUNTIME, "out of memory");
-		m->n++;
-		m->nsid[i] = ns;
-		/* the same controller URI twice: namespaces of one controller */
-		for (size_t k = 0; k < i && !m->c[i]; k++) {
-			char other[4096];
-			uint32_t ons;
-			const char *on = m->name[k];
-			if (!md_member_split(on, strlen(on), other, sizeof(other), &ons, nsid) && !strcmp(other, buf)) {
-				m->c[i] = m->c[k];
-				if (ons == ns)
-					return cli_err(EXIT_USAGE, "md members '%s' and '%s' are the same namespace", on,
-						       m->name[i]);
-			}
-		}
-		if (!m->c[i]) {
-			if ((rc = cli_open(buf, opts, &m->c[i])))
-				return rc;
-			m->owned[m->nowned++] = m->c[i];
-		}
-		struct gpunvme_ns_info ni;
-		if ((rc = cli_ns(m->c[i], ns, &ni)))
-			return rc;
-		if ((rc = gpunvme_blkdev_open_ns(m->c[i], ns, &m->dev[i])))
-			return cli_lib_err(rc, "%s: namespace %u", m->name[i], ns);
-		if (!semi)
-			break;
-		p = semi + 1;
-	}
-	if ((rc = gpunvme_md_assemble(m->dev, (const char *const *)m->name, m->n, &m->md)))
+	if ((rc = gpunvme_md_open(uri, opts, nsid, &h->md)))
 		return cli_lib_err(rc, "md array");
-	gpunvme_md_blkdev(m->md, &h->dev);
-	h->c = m->c[0];
+	h->dev = h->md->array;
+	h->c = h->md->c[0];
 	return 0;
 }
 

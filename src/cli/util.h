@@ -91,26 +91,12 @@ int cli_check_range(const struct gpunvme_ns_info *ni, uint64_t slba, uint64_t nl
  * of namespace nsid of the controller at uri (opened with opts, may be
  * NULL): `ls`, `stat`, `extents`, `cat` and `load` all start here. 0 or an
  * exit code (message printed, nothing left open). */
-/* An md array (URI "md:MEMBER;MEMBER;..."): each member is a controller URI,
- * optionally followed by "#N" for namespace N (default: the -n namespace).
- * Members whose controller URI is the same text share one controller. */
-struct cli_md {
-	size_t n;
-	struct gpunvme_ctrl *c[GPUNVME_MD_MAX_MEMBERS];   /* per member (shared ones repeat) */
-	uint32_t nsid[GPUNVME_MD_MAX_MEMBERS];
-	struct gpunvme_blkdev dev[GPUNVME_MD_MAX_MEMBERS];
-	char *name[GPUNVME_MD_MAX_MEMBERS];               /* the member URIs */
-	struct gpunvme_ctrl *owned[GPUNVME_MD_MAX_MEMBERS]; /* distinct controllers */
-	size_t nowned;
-	struct gpunvme_md *md;
-};
-
 struct cli_fs {
 	struct gpunvme_ctrl *c;     /* NULL for an image; an md array: member 0's */
 	struct gpunvme_blkdev dev;
 	bool have_dev;
 	struct gpunvme_fs *fs;
-	struct cli_md *md;          /* an md array, else NULL */
+	struct gpunvme_md_volume *md; /* an md array ("md:URI;URI..."), else NULL */
 };
 /* offset CLI_FS_LOCATE: find the file system (gpunvme_fs_locate), in
  * partition `partno` (1-based) or, with 0, at byte 0 or in the one

@@ -85,7 +85,7 @@ if [ "$NAME" = --refusals ]; then
 	unpack $B
 	err 1 "slot 2 missing (2 of 3 members given)" ls "md:emu:$W/$A.m0.img;emu:$W/$A.m1.img" /
 	err 1 "give the members of one array" ls "md:emu:$W/$A.m0.img;emu:$W/$B.m0.img;emu:$W/$A.m2.img" /
-	err 2 "are the same namespace" ls "md:emu:$W/$A.m0.img;emu:$W/$A.m0.img;emu:$W/$A.m2.img" /
+	err 1 "are the same namespace" ls "md:emu:$W/$A.m0.img;emu:$W/$A.m0.img;emu:$W/$A.m2.img" /
 	cp "$W/$A.m0.img" "$W/copy.img"
 	err 1 "are both slot 0" ls "md:emu:$W/$A.m0.img;emu:$W/copy.img;emu:$W/$A.m2.img" /
 	truncate -s 8M "$W/zero.img"
