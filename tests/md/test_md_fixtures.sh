@@ -114,7 +114,17 @@ done
 if ok stat "$U" /big.txt --json; then
 	grep -q '"size": 1600017' "$OUT" || fail "stat /big.txt: $(cat "$OUT")"
 fi
-ok extents "$U" /big.txt
+# the array's extents and their per-member pieces cover the same bytes
+if ok extents "$U" /big.txt --json; then
+	python3 - "$OUT" "$NM" <<'PY' || fail "extents --json: member pieces do not cover the extents"
+import json, sys
+d = json.load(open(sys.argv[1]))
+a = sum(e["length"] for e in d["extents"])
+p = d["member_extents"]
+assert a == sum(e["length"] for e in p) and a > 0, (a, len(p))
+assert all(0 <= e["member"] < int(sys.argv[2]) for e in p)
+PY
+fi
 # every file byte-exact through cat, against coreutils' sha256sum in the guest
 n=0
 while read -r sum path; do
