@@ -295,6 +295,17 @@ static void uuid_str(const uint8_t *u, char *s)
 		 u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
+/* The array in messages: its name (v1), else its UUID */
+static const char *alabel(const struct gpunvme_md_super *s, char *buf, size_t len)
+{
+	char u[40];
+	if (s->name[0])
+		return s->name;
+	uuid_str(s->uuid, u);
+	snprintf(buf, len, "%s", u);
+	return buf;
+}
+
 static const char *mname(const char *const *names, size_t i, char *buf, size_t len)
 {
 	if (names && names[i])
@@ -348,7 +359,7 @@ int gpunvme_md_assemble(const struct gpunvme_blkdev *members, const char *const 
 		rc = gpunvme_set_error(-ENOTSUP, "md array %s is %s: only RAID0 and linear arrays can be read member by "
 						 "member (other levels hold copies or parity); read it through the kernel's md "
 						 "driver instead",
-				       s0->name[0] ? s0->name : "(0.90)", level_name(s0->level, lv, sizeof(lv)));
+				       alabel(s0, u1, sizeof(u1)), level_name(s0->level, lv, sizeof(lv)));
 		goto fail;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -400,7 +411,7 @@ int gpunvme_md_assemble(const struct gpunvme_blkdev *members, const char *const 
 		if (have[k] < 0) {
 			rc = gpunvme_set_error(-ENODEV, "md array %s: slot %u missing (%zu of %u members given): list every "
 							"member, md:URI1;URI2;...",
-					       s0->name[0] ? s0->name : "(0.90)", k, n, s0->raid_disks);
+					       alabel(s0, u1, sizeof(u1)), k, n, s0->raid_disks);
 			goto fail;
 		}
 	}
@@ -481,7 +492,7 @@ int gpunvme_md_assemble(const struct gpunvme_blkdev *members, const char *const 
 							 "recorded: Linux 5.4+ refuses it too; record it with mdadm --assemble "
 							 "--update=layout-original (array made before Linux 3.14) or "
 							 "--update=layout-alternate",
-					       s0->name[0] ? s0->name : "(0.90)", nz);
+					       alabel(s0, u1, sizeof(u1)), nz);
 			goto fail;
 		}
 	}

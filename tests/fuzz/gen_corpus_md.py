@@ -58,6 +58,7 @@ S = 24 * 1024
 seed("r0-v12", [v1(S, 2, 0, 8, 2, k, 16, 32) for k in range(2)])
 seed("r0-v11-3", [v1(S, 1, 0, 8, 3, k, 8, 40) for k in range(3)])
 seed("linear-v10", [v1(S, 0, -1, 0, 2, k, 0, 24 + 4 * k) for k in range(2)])
-seed("r0-zones-alt", [v1(S, 2, 0, 8, 3, k, 16, 8 * (1 + 2 * (k > 0))) for k in range(3)])
+seed("r0-zones-alt", [v1(S, 2, 0, 8, 3, k, 16, 8 * (1 + 2 * (k > 0)), 2, 0x1000) for k in range(3)])
+seed("r0-zones-nolayout", [v1(S, 2, 0, 8, 3, k, 16, 8 * (1 + 2 * (k > 0))) for k in range(3)])
 seed("r0-zones-orig", [v1(S, 2, 0, 8, 3, k, 16, 8 * (1 + 2 * (k > 0)), 1, 0x1000) for k in range(3)])
 seed("r0-v090", [v0(128 * 1024, 0, 4096, 2, k) for k in range(2)])
