@@ -4,7 +4,7 @@
 # md arrays made by Debian's mdadm (tests/md/fixtures, see
 # scripts/fixtures/make-md-fixtures.sh), read through the driver with every
 # member its own emulated controller:
-#   test_md_fixtures.sh GPUNVME FIXTURE_DIR WORK_DIR NAME
+#   test_md_fixtures.sh GPUNVME FIXTURE_DIR WORK_DIR NAME MD_LOAD_FILES
 #       members in reversed order (the superblocks give the order): ls, stat,
 #       extents, every file of the manifest through `cat` (sha256sum against
 #       the guest's coreutils manifest), the model through `load --tier cpu`
@@ -20,6 +20,7 @@ BIN=${1:?usage: test_md_fixtures.sh GPUNVME FIXTURE_DIR WORK_DIR NAME|--refusals
 FX=${2:?}
 WORK=${3:?}
 NAME=${4:?}
+LOADFILES=${5:-}   # tests/md/md_load_files: every file through the layer loader
 T=${CLI_TEST_TIMEOUT:-120}
 for t in zstd python3 sha256sum; do
 	command -v $t >/dev/null 2>&1 || { echo "FAIL: no $t (apt-get install zstd python3 coreutils)" >&2; exit 1; }
@@ -137,6 +138,16 @@ while read -r sum path; do
 	fi
 done < "$MAN"
 [ $n -ge 8 ] || fail "only $n files checked"
+# every file through the layer loader too (md_load_files: whole-file loads, sha256)
+if [ -n "$LOADFILES" ]; then
+	timeout -k 5 "$T" "$LOADFILES" "$U" "$MAN" > "$OUT" 2> "$ERR"
+	rc=$?
+	CHECKS=$((CHECKS + 1))
+	[ $rc -eq 0 ] || fail "md_load_files rc $rc: $(grep -v '^ok ' "$OUT" | head -3) $(head -c 300 "$ERR")"
+	[ "$(grep -c '^ok ' "$OUT")" -eq "$(grep -c . "$MAN")" ] || fail "md_load_files: $(grep -c '^ok ' "$OUT") of $(grep -c . "$MAN") files"
+else
+	fail "no md_load_files given: files are not checked through the loader"
+fi
 # the model through load (CPU tier: every member its own loader and queues)
 if [ -s "$W/model.safetensors" ] && ok load "$U" /models/model.safetensors --tier cpu --json --verify; then
 	python3 - "$W/model.safetensors" "$OUT" "$NM" "$NAME" <<'PY' || fail "load: tensor bytes differ from the file (see above)"
