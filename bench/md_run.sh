@@ -45,9 +45,13 @@ for N in 1 2 4; do
 	rm -f "$W"/m*.img
 	python3 "$ROOT/bench/md_mkraid0.py" "$W/array.img" "$N" 512 "$W/m" >> "$OUT/mkraid0.log" 2>&1 ||
 		{ log "md_mkraid0.py failed (see $OUT/mkraid0.log)"; exit 1; }
+	# emulator workers: the machine's cores shared by the members (2..8 each)
+	WK=$(( $(nproc) / N ))
+	[ "$WK" -ge 2 ] || WK=2
+	[ "$WK" -le 8 ] || WK=8
 	U=
 	for ((k = N - 1; k >= 0; k--)); do
-		U="$U${U:+;}emu:$W/m$k.img?snapshot=1&workers=8&mdts=9&nsq=64&mqes=1023&$MODEL"
+		U="$U${U:+;}emu:$W/m$k.img?snapshot=1&workers=$WK&mdts=9&nsq=64&mqes=1023&$MODEL"
 	done
 	U="md:$U"
 	"$B/bin/gpunvme" ls "$U" / > "$OUT/ls-$N.txt" 2>&1 || { log "N=$N: ls failed: $(tail -n 1 "$OUT/ls-$N.txt")"; continue; }
