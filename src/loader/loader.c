@@ -305,6 +305,10 @@ void gpunvme_layer_loader_free(struct gpunvme_layer_loader *l, void *p)
 	if (!l || !p)
 		return;
 	if (l->mem) {
+		/* the other members' registrations of it first: a later
+		 * allocation at the same address must be registered afresh */
+		for (uint32_t k = 1; l->gpu && k < l->nmem; k++)
+			l->mem[k]->gpu->free(l->mem[k]->gctx, p);
 		gpunvme_layer_loader_free(l->mem[0], p);
 		return;
 	}
