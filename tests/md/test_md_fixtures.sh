@@ -184,6 +184,12 @@ if [ $NM -ge 2 ]; then
 	if ok cat "$U2" "$path"; then
 		[ "$(sha256sum < "$OUT" | cut -d' ' -f1)" = "$sum" ] || fail "cat $path over namespaces of one controller"
 	fi
+	# and the loader: two members' loaders on threads of their own, one controller
+	msum=$(awk '$2 == "/models/model.safetensors" { print $1 }' "$MAN")
+	if ok load "$U2" /models/model.safetensors --tier cpu --verify --json; then
+		grep -q '"verified": true' "$OUT" || fail "load over namespaces of one controller: not verified"
+	fi
+	[ -n "$msum" ] || fail "no model in the manifest"
 fi
 [ $FAILS -eq 0 ] && { echo "PASS [$NAME]: $CHECKS checks, $n files"; exit 0; }
 echo "FAIL [$NAME]: $FAILS of $CHECKS checks" >&2
