@@ -3,7 +3,7 @@
  * md_load_files URI MANIFEST: every file of a sha256sum manifest ("HASH  PATH"
  * lines) loaded whole through the layer loader on the md array at URI (one
  * loader per member, CPU tier) and its sha256 compared with the manifest's.
- * Prints one line per file; exit 0 when every file matches, 1 otherwise.
+ * Prints the array's geometry, then one line per file; exit 0 when every file matches, 1 otherwise.
  * (tests/md/test_md_fixtures.sh runs it on the mdadm fixtures, so every file
  * is checked through `load` as well as through `cat`.)
  */
@@ -78,6 +78,11 @@ int main(int argc, char **argv)
 		gpunvme_md_volume_close(v);
 		return 1;
 	}
+	struct gpunvme_md_info mi;
+	gpunvme_md_info(v->md, &mi);
+	/* for comparison with mdadm --detail's "Array Size" (KiB) */
+	printf("array %s level %d zones %u layout %u chunk %u size %llu\n", mi.version, (int)mi.level, mi.zones,
+	       mi.layout, mi.chunk_bytes, (unsigned long long)mi.size);
 	FILE *f = fopen(argv[2], "r");
 	if (!f) {
 		perror(argv[2]);

@@ -145,6 +145,14 @@ if [ -n "$LOADFILES" ]; then
 	CHECKS=$((CHECKS + 1))
 	[ $rc -eq 0 ] || fail "md_load_files rc $rc: $(grep -v '^ok ' "$OUT" | head -3) $(head -c 300 "$ERR")"
 	[ "$(grep -c '^ok ' "$OUT")" -eq "$(grep -c . "$MAN")" ] || fail "md_load_files: $(grep -c '^ok ' "$OUT") of $(grep -c . "$MAN") files"
+	# the assembled size against mdadm --detail's "Array Size" (KiB), the
+	# chunk against its "Chunk Size"
+	want=$(awk '/Array Size :/ { print $4; exit }' "$FX/$NAME.detail.txt")
+	got=$(awk '$1 == "array" { print $NF / 1024; exit }' "$OUT")
+	[ -n "$want" ] && [ "$got" = "$want" ] || fail "array size ${got:-?} KiB, mdadm says ${want:-?} KiB"
+	wchunk=$(awk '/Chunk Size :/ { sub("K", "", $4); print $4; exit }' "$FX/$NAME.detail.txt")
+	gchunk=$(awk '$1 == "array" { print $10 / 1024; exit }' "$OUT")
+	[ -z "$wchunk" ] || [ "$gchunk" = "$wchunk" ] || fail "chunk $gchunk KiB, mdadm says $wchunk KiB"
 else
 	fail "no md_load_files given: files are not checked through the loader"
 fi
