@@ -544,7 +544,7 @@ int gpunvme_md_map(const struct gpunvme_md *md, uint64_t off, uint32_t *member, 
 		return gpunvme_set_error(-ERANGE, "md: byte %llu is past the end of the array (%llu bytes)",
 					 (unsigned long long)off, (unsigned long long)md->info.size);
 	uint32_t slot;
-	uint64_t moff, run;
+	uint64_t moff = 0, run = 0;
 	if (md->info.level == GPUNVME_MD_LEVEL_LINEAR) {
 		uint32_t k = 0;
 		while (off >= md->lin_end[k])
@@ -589,8 +589,8 @@ static int md_read(void *ctx, uint64_t off, void *buf, size_t len)
 					 (unsigned long long)off, (unsigned long long)md->info.size);
 	uint8_t *p = buf;
 	while (len) {
-		uint32_t m;
-		uint64_t moff, run;
+		uint32_t m = 0;
+		uint64_t moff = 0, run = 0;
 		int rc = gpunvme_md_map(md, off, &m, &moff, &run);
 		if (rc)
 			return rc;
@@ -650,8 +650,8 @@ int gpunvme_md_split_extents(const struct gpunvme_md *md, const struct gpunvme_e
 	for (size_t i = 0; i < n; i++) {
 		uint64_t lo = ext[i].logical, ph = ext[i].physical, left = ext[i].length;
 		while (left) {
-			uint32_t m;
-			uint64_t moff, run;
+			uint32_t m = 0;
+			uint64_t moff = 0, run = 0;
 			int rc = gpunvme_md_map(md, ph, &m, &moff, &run);
 			if (rc) {
 				free(v.v);

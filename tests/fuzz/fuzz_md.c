@@ -66,8 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort(); /* every array byte is on a member */
 	}
 	for (uint64_t o = 0, k = 0; o < mi.size && k < 4096; k++) {
-		uint32_t mem;
-		uint64_t moff, run;
+		uint32_t mem = 0;
+		uint64_t moff = 0, run = 0;
 		if (gpunvme_md_map(md, o, &mem, &moff, &run) || mem >= n || run == 0 || run > mi.size - o ||
 		    moff > each || run > each - moff)
 			abort();

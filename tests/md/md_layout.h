@@ -109,8 +109,8 @@ static inline int mdl_setup(struct md_layout *A, const char *const *uris, uint32
 	 * (checked against the superblock-free formula in tests/md/test_md.c
 	 * and against the kernel's placement by the mdadm fixtures) */
 	for (uint64_t o = 0; o < A->size;) {
-		uint32_t m;
-		uint64_t moff, run;
+		uint32_t m = 0;
+		uint64_t moff = 0, run = 0;
 		if (gpunvme_md_map(A->md, o, &m, &moff, &run))
 			return 1;
 		memcpy(A->array + o, A->mem[m] + moff, run);

@@ -182,8 +182,8 @@ static void test_raid0_one_zone(int minor)
 	CHECK(mi.zones == 1 && mi.chunk_bytes == 16 * K && mi.level == 0);
 	/* array chunk c lives on slot c % 3, row c / 3 */
 	for (uint64_t c = 0; c < mi.size / (16 * K); c++) {
-		uint32_t mem;
-		uint64_t moff, run;
+		uint32_t mem = 0;
+		uint64_t moff = 0, run = 0;
 		CHECK(gpunvme_md_map(md, c * 16 * K + 512, &mem, &moff, &run) == 0);
 		uint32_t slot = (uint32_t)(c % 3);
 		CHECK(role_of[mem] == slot);
@@ -257,8 +257,8 @@ static void test_raid0_zones(uint32_t layout)
 	static const int alt[7][2] = { { 0, 0 }, { 1, 0 }, { 2, 0 }, { 1, 1 }, { 2, 1 }, { 1, 2 }, { 2, 2 } };
 	static const int orig[7][2] = { { 0, 0 }, { 1, 0 }, { 2, 0 }, { 2, 1 }, { 1, 1 }, { 2, 2 }, { 1, 2 } };
 	for (uint64_t c = 0; c < 7; c++) {
-		uint32_t mem;
-		uint64_t moff;
+		uint32_t mem = 0;
+		uint64_t moff = 0;
 		CHECK(gpunvme_md_map(md, c * 4 * K + 100, &mem, &moff, NULL) == 0);
 		const int *w = layout == 2 ? alt[c] : orig[c];
 		CHECK(mem == (uint32_t)w[0]);
@@ -293,8 +293,8 @@ static void test_linear_and_v10(void)
 	struct gpunvme_md_info mi;
 	gpunvme_md_info(md, &mi);
 	CHECK(mi.size == 200 * K && mi.level == GPUNVME_MD_LEVEL_LINEAR && !strcmp(mi.version, "1.0"));
-	uint32_t mem;
-	uint64_t moff, run;
+	uint32_t mem = 0;
+	uint64_t moff = 0, run = 0;
 	/* slot 0 = member 2 (60 KiB), slot 1 = member 0 (100 KiB), slot 2 = member 1 */
 	CHECK(gpunvme_md_map(md, 10, &mem, &moff, &run) == 0 && mem == 2 && moff == 10 && run == 60 * K - 10);
 	CHECK(gpunvme_md_map(md, 60 * K, &mem, &moff, &run) == 0 && mem == 0 && moff == 0 && run == 100 * K);
@@ -314,8 +314,8 @@ static void test_v090(void)
 		struct gpunvme_md_info mi;
 		gpunvme_md_info(md, &mi);
 		CHECK(mi.size == 2 * (2 * SZ - 64 * K) && !strcmp(mi.version, "0.90"));
-		uint32_t mem;
-		uint64_t moff;
+		uint32_t mem = 0;
+		uint64_t moff = 0;
 		CHECK(gpunvme_md_map(md, 64 * K + 5, &mem, &moff, NULL) == 0 && mem == 0 && moff == 5);
 		gpunvme_md_close(md);
 	}
