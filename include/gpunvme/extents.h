@@ -99,6 +99,10 @@ typedef int (*gpunvme_dirent_cb)(void *arg, const char *name, size_t namelen, ui
 int gpunvme_fs_readdir(struct gpunvme_fs *fs, uint64_t ino, gpunvme_dirent_cb cb, void *arg);
 
 #define GPUNVME_EXTENT_UNWRITTEN 0x1u  /* allocated, reads as zeroes */
+/* Bytes another device supplies (one member's view of a file on an md
+ * array, gpunvme_md_member_extents): lookups treat them as unmapped and the
+ * layer loader leaves them alone (neither read nor zeroed). */
+#define GPUNVME_EXTENT_ELSEWHERE 0x2u
 
 /* One mapping; byte units. `physical` is relative to the start of the
  * device (partition offset included), so physical / lba_size is an LBA. */
@@ -144,12 +148,12 @@ GPUNVME_HD int64_t gpunvme_extent_lookup(const struct gpunvme_extent *ext, size_
 	}
 	if (lo > 0) {
 		const struct gpunvme_extent *x = &ext[lo - 1];
-		if (off < x->logical + x->length && !(x->flags & GPUNVME_EXTENT_UNWRITTEN)) {
+		if (off < x->logical + x->length && !(x->flags & (GPUNVME_EXTENT_UNWRITTEN | GPUNVME_EXTENT_ELSEWHERE))) {
 			if (contig)
 				*contig = x->logical + x->length - off;
 			return (int64_t)(x->physical + (off - x->logical));
 		}
-		if (off < x->logical + x->length) { /* unwritten: zeroes up to its end */
+		if (off < x->logical + x->length) { /* unwritten or elsewhere: up to its end */
 			if (contig)
 				*contig = x->logical + x->length - off;
 			return -1;

@@ -22,6 +22,7 @@
 
 #include "gpunvme/extents.h"
 #include "gpunvme/gpunvme.h"
+#include "gpunvme/md.h"
 #include "gpunvme/model.h"
 
 #ifdef __cplusplus
@@ -70,6 +71,20 @@ struct gpunvme_layer_loader;
 int gpunvme_layer_loader_init(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_extent *ext, size_t n,
 			      uint64_t file_size, const struct gpunvme_loader_opts *opts,
 			      struct gpunvme_layer_loader **out);
+/*
+ * A loader for a file on an md array (gpunvme_md_assemble): member k (as
+ * passed to assemble) is namespace nsids[k] of controller ctrls[k]
+ * (controllers may repeat: namespaces of one controller). ext are the
+ * file's extents on the array. Each member gets its own loader with its own
+ * queues (GPU queues on every member controller on the GPU tiers) and
+ * reads only the chunks it holds, straight into the destination; holes are
+ * zero-filled once. Loads, memory and statistics work as for one namespace;
+ * the members' work runs one member after the other (on one stream on the
+ * GPU tiers).
+ */
+int gpunvme_layer_loader_init_md(struct gpunvme_ctrl *const *ctrls, const uint32_t *nsids, const struct gpunvme_md *md,
+				 const struct gpunvme_extent *ext, size_t n, uint64_t file_size,
+				 const struct gpunvme_loader_opts *opts, struct gpunvme_layer_loader **out);
 void gpunvme_layer_loader_destroy(struct gpunvme_layer_loader *l);
 enum gpunvme_tier gpunvme_layer_loader_tier(const struct gpunvme_layer_loader *l);
 /* Give the loader's I/O queues back to the controller (no load may be in
@@ -129,6 +144,10 @@ struct gpunvme_loader_stats {
 	uint64_t resets;         /* controller resets among the recoveries before them */
 };
 void gpunvme_layer_loader_stats(const struct gpunvme_layer_loader *l, struct gpunvme_loader_stats *st);
+/* One md member's statistics (member 0 of a single-namespace loader is the
+ * loader itself); -ERANGE for no such member. */
+int gpunvme_layer_loader_member_stats(const struct gpunvme_layer_loader *l, uint32_t member,
+				      struct gpunvme_loader_stats *st);
 
 /* ---- a model's tensors --------------------------------------------------------- */
 

@@ -450,9 +450,44 @@ static int do_stat(const struct fs_opts *o, struct cli_fs *h)
 
 /* ---- extents ------------------------------------------------------------------ */
 
+/* An md array's extents cut per member: which member (its URI, as given)
+ * holds each piece, at which byte and LBA of that member's namespace. */
+static void print_member_pieces(const struct fs_opts *o, struct cli_json *j, const struct gpunvme_md_volume *v,
+				const struct gpunvme_md_extent *p, size_t np)
+{
+	if (o->json) {
+		cj_arr_begin(j, "member_extents");
+		for (size_t i = 0; i < np; i++) {
+			uint32_t lba = v->dev[p[i].member].lba_size ? v->dev[p[i].member].lba_size : 512;
+			cj_obj_begin(j, NULL);
+			cj_u64(j, "logical", p[i].logical);
+			cj_u64(j, "member", p[i].member);
+			cj_str(j, "uri", v->name[p[i].member]);
+			cj_u64(j, "nsid", v->nsid[p[i].member]);
+			cj_u64(j, "physical", p[i].physical);
+			cj_u64(j, "lba", p[i].physical / lba);
+			cj_u64(j, "length", p[i].length);
+			cj_bool(j, "unwritten", p[i].flags & GPUNVME_EXTENT_UNWRITTEN);
+			cj_obj_end(j);
+		}
+		cj_arr_end(j);
+		return;
+	}
+	printf("per member (md %zu members):\n%16s %6s %16s %14s %14s  %s\n", v->n, "logical", "member", "physical",
+	       "lba", "length", "flags");
+	for (size_t i = 0; i < np; i++) {
+		uint32_t lba = v->dev[p[i].member].lba_size ? v->dev[p[i].member].lba_size : 512;
+		printf("%16" PRIu64 " %6u %16" PRIu64 " %14" PRIu64 " %14" PRIu64 "  %s\n", p[i].logical, p[i].member,
+		       p[i].physical, p[i].physical / lba, p[i].length,
+		       (p[i].flags & GPUNVME_EXTENT_UNWRITTEN) ? "unwritten" : "-");
+	}
+	for (size_t k = 0; k < v->n; k++)
+		printf("member %zu: %s (namespace %u)\n", k, v->name[k], v->nsid[k]);
+}
+
 static void print_extents(const struct fs_opts *o, const char *what, const char *fstype, const char *disk,
 			  uint32_t block_size, uint64_t size, uint32_t lba_size, const struct gpunvme_extent *x,
-			  size_t n)
+			  size_t n, const struct gpunvme_md_volume *v, const struct gpunvme_md_extent *pieces, size_t np)
 {
 	if (o->json) {
 		struct cli_json j;
@@ -481,6 +516,8 @@ static void print_extents(const struct fs_opts *o, const char *what, const char 
 			cj_obj_end(&j);
 		}
 		cj_arr_end(&j);
+		if (v)
+			print_member_pieces(o, &j, v, pieces, np);
 		cj_obj_end(&j);
 		cj_finish(&j);
 		return;
@@ -508,6 +545,8 @@ static void print_extents(const struct fs_opts *o, const char *what, const char 
 	}
 	if (inside)
 		printf("(LBA+N: the extent starts N bytes into that LBA: the file system block is smaller than the LBA)\n");
+	if (v)
+		print_member_pieces(o, NULL, v, pieces, np);
 }
 
 static int do_extents(const struct fs_opts *o, struct cli_fs *h)
@@ -526,8 +565,15 @@ static int do_extents(const struct fs_opts *o, struct cli_fs *h)
 	size_t n = 0;
 	if ((rc = gpunvme_fs_extents(h->fs, ino, &x, &n)))
 		return cli_lib_err(rc, "extents of %s", o->path);
+	struct gpunvme_md_extent *pieces = NULL;
+	size_t np = 0;
+	if (h->md && (rc = gpunvme_md_split_extents(h->md->md, x, n, &pieces, &np))) {
+		free(x);
+		return cli_lib_err(rc, "extents of %s on the md members", o->path);
+	}
 	print_extents(o, o->path, gpunvme_fs_type(h->fs), NULL, gpunvme_fs_block_size(h->fs), st.size,
-		      h->dev.lba_size, x, n);
+		      h->dev.lba_size, x, n, h->md, pieces, np);
+	free(pieces);
 	free(x);
 	return 0;
 }
@@ -563,7 +609,7 @@ static int do_fiemap(const struct fs_opts *o)
 		size = end > 0 ? (uint64_t)end : 0;
 		close(fd);
 	}
-	print_extents(o, o->fiemap, NULL, disk, 0, size, lba, x, n);
+	print_extents(o, o->fiemap, NULL, disk, 0, size, lba, x, n, NULL, NULL, 0);
 	free(x);
 	return 0;
 }

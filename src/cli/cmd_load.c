@@ -275,7 +275,16 @@ static int start_loader(struct load_ctx *x)
 				       tier_str(x->tier), ci.nr_io_queues);
 		gpunvme_blkdev_release(&x->f.dev);
 	}
-	int rc = gpunvme_layer_loader_init(x->f.c, x->o.nsid, x->set->ext, x->set->n_ext, x->set->size, &lo, &x->l);
+	int rc;
+	if (x->f.md) {
+		/* an md array: a loader per member, on the member's controller;
+		 * the file system readers give their queue pairs back first */
+		gpunvme_blkdev_release(&x->f.dev);
+		rc = gpunvme_layer_loader_init_md(x->f.md->c, x->f.md->nsid, x->f.md->md, x->set->ext, x->set->n_ext,
+						  x->set->size, &lo, &x->l);
+	} else {
+		rc = gpunvme_layer_loader_init(x->f.c, x->o.nsid, x->set->ext, x->set->n_ext, x->set->size, &lo, &x->l);
+	}
 	if (rc)
 		return cli_lib_err(rc, "layer loader");
 	/* tensors grouped into runs of nearby file bytes, each in loader memory
@@ -506,6 +515,22 @@ static void print_json(struct load_ctx *x)
 	gpunvme_layer_loader_stats(x->l, &st);
 	cj_u64(&j, "direct_bytes", st.direct_bytes);
 	cj_u64(&j, "bounced_bytes", st.bounced_bytes);
+	if (x->f.md) {
+		/* per-member (per-controller) statistics: every member read its share */
+		cj_arr_begin(&j, "members");
+		for (size_t k = 0; k < x->f.md->n; k++) {
+			struct gpunvme_loader_stats ms;
+			if (gpunvme_layer_loader_member_stats(x->l, (uint32_t)k, &ms))
+				break;
+			cj_obj_begin(&j, NULL);
+			cj_str(&j, "uri", x->f.md->name[k]);
+			cj_u64(&j, "commands", ms.commands);
+			cj_u64(&j, "direct_bytes", ms.direct_bytes);
+			cj_u64(&j, "bounced_bytes", ms.bounced_bytes);
+			cj_obj_end(&j);
+		}
+		cj_arr_end(&j);
+	}
 	cj_arr_begin(&j, "tensors");
 	for (size_t i = 0; i < x->b->n_tensors; i++) {
 		const struct gpunvme_tensor *t = x->b->tensors[i];

@@ -239,14 +239,77 @@ static bool bdf_ok(const char *s)
 	return dev <= 0x1f && fn <= 7;
 }
 
+bool cli_is_md(const char *uri)
+{
+	return uri && !strncmp(uri, "md:", 3);
+}
+
+/* One md member "URI[#N]": the controller URI (into buf) and namespace. */
+static int md_member_split(const char *m, size_t len, char *buf, size_t cap, uint32_t *nsid, uint32_t def_nsid)
+{
+	const char *hash = memchr(m, '#', len);
+	size_t ul = hash ? (size_t)(hash - m) : len;
+	*nsid = def_nsid;
+	if (hash) {
+		char num[16];
+		size_t nl = len - ul - 1;
+		uint64_t v;
+		if (nl == 0 || nl >= sizeof(num))
+			return cli_usage_err("md member '%.*s': expected a namespace number after '#'", (int)len, m);
+		memcpy(num, hash + 1, nl);
+		num[nl] = 0;
+		if (cli_parse_u64(num, false, &v) || v == 0 || v > 0xfffffffeu)
+			return cli_usage_err("md member '%.*s': '%s' is not a namespace number", (int)len, m, num);
+		*nsid = (uint32_t)v;
+	}
+	if (ul == 0)
+		return cli_usage_err("md member '%.*s' has no device URI before '#'", (int)len, m);
+	if (ul >= cap)
+		return cli_usage_err("md member URI too long (%zu bytes)", ul);
+	memcpy(buf, m, ul);
+	buf[ul] = 0;
+	return 0;
+}
+
+static int check_md_uri(const char *uri)
+{
+	const char *p = uri + 3;
+	size_t n = 0;
+	if (!*p)
+		return cli_usage_err("missing members after 'md:' (e.g. 'md:emu:/a.img;emu:/b.img')");
+	for (;;) {
+		const char *semi = strchr(p, ';');
+		size_t len = semi ? (size_t)(semi - p) : strlen(p);
+		char buf[4096];
+		uint32_t ns;
+		if (len == 0)
+			return cli_usage_err("empty member in '%s' (members are separated by one ';')", uri);
+		int rc = md_member_split(p, len, buf, sizeof(buf), &ns, 1);
+		if (rc)
+			return rc;
+		if (cli_is_md(buf))
+			return cli_usage_err("md member '%s' is itself an md array (nested arrays are not supported)", buf);
+		if ((rc = cli_check_uri(buf)))
+			return rc;
+		if (++n > GPUNVME_MD_MAX_MEMBERS)
+			return cli_usage_err("more than %d md members", GPUNVME_MD_MAX_MEMBERS);
+		if (!semi)
+			break;
+		p = semi + 1;
+	}
+	return 0;
+}
+
 int cli_check_uri(const char *uri)
 {
+	if (cli_is_md(uri))
+		return check_md_uri(uri);
 	const char *colon = strchr(uri, ':');
 	if (!*uri)
 		return cli_usage_err("empty device URI (expected emu:SPEC, vfio:BDF, uio:BDF or pci:BDF)");
 	if (!colon)
-		return cli_usage_err("'%s' is not a device URI: expected emu:SPEC, vfio:BDF, uio:BDF or "
-				     "pci:BDF (e.g. emu:ram:64M, vfio:0000:01:00.0)",
+		return cli_usage_err("'%s' is not a device URI: expected emu:SPEC, vfio:BDF, uio:BDF, "
+				     "pci:BDF or md:URI;URI... (e.g. emu:ram:64M, vfio:0000:01:00.0)",
 				     uri);
 	size_t sl = (size_t)(colon - uri);
 	const char *rest = colon + 1;
@@ -273,7 +336,7 @@ int cli_check_uri(const char *uri)
 					     rest);
 		return 0;
 	}
-	return cli_usage_err("unknown bus '%.*s' in '%s' (expected emu:, vfio:, uio: or pci:)", (int)sl,
+	return cli_usage_err("unknown bus '%.*s' in '%s' (expected emu:, vfio:, uio:, pci: or md:)", (int)sl,
 			     uri, uri);
 }
 
@@ -282,6 +345,10 @@ int cli_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_ct
 	int rc = cli_check_uri(uri);
 	if (rc)
 		return rc;
+	if (cli_is_md(uri))
+		return cli_err(EXIT_USAGE, "'%s' is an md array: this command takes one controller (ls, stat, extents, "
+					   "cat and load read arrays)",
+			       uri);
 	rc = gpunvme_open(uri, opts, out);
 	if (rc < 0 || !*out)
 		return cli_lib_err(rc ? rc : -EIO, "cannot open '%s'", uri);
@@ -635,11 +702,29 @@ void cj_finish(struct cli_json *j)
 void cli_fs_close(struct cli_fs *h)
 {
 	gpunvme_fs_close(h->fs);
-	if (h->have_dev)
-		gpunvme_blkdev_close(&h->dev);
-	if (h->c)
-		gpunvme_close(h->c);
+	if (h->md) {
+		gpunvme_md_volume_close(h->md);
+	} else {
+		if (h->have_dev)
+			gpunvme_blkdev_close(&h->dev);
+		if (h->c)
+			gpunvme_close(h->c);
+	}
 	memset(h, 0, sizeof(*h));
+}
+
+/* "md:A;B;...": every member's controller (one per distinct URI text),
+ * namespace reader and superblock; the array as h->dev. */
+static int md_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *opts, uint32_t nsid)
+{
+	int rc = check_md_uri(uri);
+	if (rc)
+		return rc;
+	if ((rc = gpunvme_md_open(uri, opts, nsid, &h->md)))
+		return cli_lib_err(rc, "md array");
+	h->dev = h->md->array;
+	h->c = h->md->c[0];
+	return 0;
 }
 
 int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *opts, const char *image,
@@ -650,6 +735,11 @@ int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *op
 	if (image) {
 		if ((rc = gpunvme_blkdev_open_file(image, &h->dev)))
 			return cli_lib_err(rc, "cannot open image");
+	} else if (cli_is_md(uri)) {
+		if ((rc = md_open(h, uri, opts, nsid))) {
+			cli_fs_close(h);
+			return rc;
+		}
 	} else {
 		struct gpunvme_ns_info ni;
 		if ((rc = cli_open(uri, opts, &h->c)) || (rc = cli_ns(h->c, nsid, &ni))) {

@@ -19,6 +19,7 @@
 
 #include "gpunvme/extents.h"
 #include "gpunvme/gpunvme.h"
+#include "gpunvme/md.h"
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
@@ -67,6 +68,9 @@ const char *cli_one_uri(int argc, char **argv);
 
 /* ---- controllers -------------------------------------------------------- */
 
+/* 1 when uri names an md array ("md:...") */
+bool cli_is_md(const char *uri);
+
 /* Checks the URI's syntax (scheme, emulator spec, PCI address) without
  * touching any device. 0, or a usage error printed and EXIT_USAGE. */
 int cli_check_uri(const char *uri);
@@ -88,10 +92,11 @@ int cli_check_range(const struct gpunvme_ns_info *ni, uint64_t slba, uint64_t nl
  * NULL): `ls`, `stat`, `extents`, `cat` and `load` all start here. 0 or an
  * exit code (message printed, nothing left open). */
 struct cli_fs {
-	struct gpunvme_ctrl *c;     /* NULL for an image */
+	struct gpunvme_ctrl *c;     /* NULL for an image; an md array: member 0's */
 	struct gpunvme_blkdev dev;
 	bool have_dev;
 	struct gpunvme_fs *fs;
+	struct gpunvme_md_volume *md; /* an md array ("md:URI;URI..."), else NULL */
 };
 /* offset CLI_FS_LOCATE: find the file system (gpunvme_fs_locate), in
  * partition `partno` (1-based) or, with 0, at byte 0 or in the one

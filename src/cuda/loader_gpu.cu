@@ -240,9 +240,21 @@ static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_roun
 	 * destination got a staged plan (bounce reads and copies only), which
 	 * on Tier 2 copies to the caller's GPU pointer as it is */
 	struct lg_alloc *d = len ? lg_find(x, dst, len) : NULL;
-	if (len && !d && x->tier != GPUNVME_TIER_2)
-		return gpunvme_set_error(-EINVAL, "Tier 1 destination %p is not loader memory or registered "
-						  "(gpunvme_layer_loader_register)", (void *)dst);
+	if (len && !d && x->tier != GPUNVME_TIER_2) {
+		/* pinned host memory CUDA knows but this controller cannot DMA
+		 * into (another md member's loader memory: DMA mappings are per
+		 * controller) takes the staged plan: bounce reads, then copies;
+		 * any other host memory is refused */
+		cudaPointerAttributes pa;
+		bool pinned = cudaPointerGetAttributes(&pa, dst) == cudaSuccess && pa.type == cudaMemoryTypeHost;
+		cudaGetLastError();
+		bool direct_ops = false;
+		for (size_t i = 0; i < r->nops; i++)
+			direct_ops |= r->ops[i].kind == LOAD_DIRECT;
+		if (!pinned || direct_ops)
+			return gpunvme_set_error(-EINVAL, "Tier 1 destination %p is not loader memory or registered "
+							  "(gpunvme_layer_loader_register)", (void *)dst);
+	}
 	const uint64_t base = d ? (uint64_t)(dst - d->p) : 0;
 	uint8_t *const ddev = d ? d->dev : dst; /* the GPU's address of dst - base */
 
@@ -456,11 +468,33 @@ static int lg_event_elapsed(void *a, void *b, float *ms)
 	return ce == cudaSuccess ? 0 : lg_cuda(ce, "reading an event's time");
 }
 
+static void *lg_own_stream(void *ctx)
+{
+	return (void *)((struct lg_ctx *)ctx)->stream;
+}
+
+/* `waiter` waits for what is queued on `waited` so far. The event may be
+ * destroyed at once: CUDA releases it once the recorded work completed, and
+ * the wait already captured it. */
+static int lg_wait(void *ctx, void *waiter, void *waited)
+{
+	(void)ctx;
+	cudaEvent_t ev;
+	cudaError_t ce = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+	if (ce != cudaSuccess)
+		return lg_cuda(ce, "creating an md member event");
+	ce = cudaEventRecord(ev, (cudaStream_t)waited);
+	if (ce == cudaSuccess)
+		ce = cudaStreamWaitEvent((cudaStream_t)waiter, ev, 0);
+	cudaEventDestroy(ev);
+	return ce == cudaSuccess ? 0 : lg_cuda(ce, "ordering md member streams");
+}
+
 static const struct gpunvme_loader_gpu_ops lg_ops = {
 	lg_open, lg_close, lg_alloc_fn, lg_free_fn, lg_dev_ptr, lg_reg, lg_direct, lg_exec, lg_finish, lg_check,
 	lg_recover, LOADER_BOUNCE_BYTES,
 	lg_stream_new, lg_stream_free, lg_event_new, lg_event_free, lg_event_record, lg_stream_wait, lg_event_wait,
-	lg_event_elapsed,
+	lg_event_elapsed, lg_own_stream, lg_wait,
 };
 
 extern "C" const struct gpunvme_loader_gpu_ops *gpunvme_loader_gpu_backend(void)

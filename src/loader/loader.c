@@ -6,6 +6,8 @@
  * the CUDA backend (src/cuda/loader_gpu.cu).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +58,10 @@ struct gpunvme_layer_loader {
 	struct loader_alloc *allocs;
 	size_t nallocs, cap_allocs;
 	struct gpunvme_loader_stats st;
+	/* an md array (gpunvme_layer_loader_init_md): one loader per member,
+	 * each reading its own chunks; this one only fans out */
+	struct gpunvme_layer_loader **mem;
+	uint32_t nmem;
 };
 
 void gpunvme_loader_opts_init(struct gpunvme_loader_opts *o)
@@ -123,7 +129,7 @@ static int check_extents(const struct gpunvme_extent *ext, size_t n, uint64_t de
 			return gpunvme_set_error(-EINVAL, "extent %zu is empty or wraps", i);
 		if (i && x->logical < ext[i - 1].logical + ext[i - 1].length)
 			return gpunvme_set_error(-EINVAL, "extents are not sorted by file offset (extent %zu)", i);
-		if (!(x->flags & GPUNVME_EXTENT_UNWRITTEN) && x->physical + x->length > dev_bytes)
+		if (!(x->flags & (GPUNVME_EXTENT_UNWRITTEN | GPUNVME_EXTENT_ELSEWHERE)) && x->physical + x->length > dev_bytes)
 			return gpunvme_set_error(-ERANGE,
 						 "extent %zu (bytes %llu+%llu) lies past the end of the namespace (%llu bytes)",
 						 i, (unsigned long long)x->physical, (unsigned long long)x->length,
@@ -204,6 +210,13 @@ void gpunvme_layer_loader_destroy(struct gpunvme_layer_loader *l)
 {
 	if (!l)
 		return;
+	if (l->mem) {
+		for (uint32_t k = 0; k < l->nmem; k++)
+			gpunvme_layer_loader_destroy(l->mem[k]);
+		free(l->mem);
+		free(l);
+		return;
+	}
 	for (size_t i = 0; i < l->nallocs; i++) {
 		if (l->gpu)
 			l->gpu->free(l->gctx, l->allocs[i].base);
@@ -225,6 +238,13 @@ int gpunvme_layer_loader_release_queues(struct gpunvme_layer_loader *l)
 {
 	if (!l)
 		return gpunvme_set_error(-EINVAL, "release_queues: no loader");
+	for (uint32_t k = 0; k < l->nmem; k++) {
+		int rc = gpunvme_layer_loader_release_queues(l->mem[k]);
+		if (rc)
+			return rc;
+	}
+	if (l->mem)
+		return 0;
 	/* GPU queues hold the tier's buffer registrations: they stay */
 	if (l->gpu)
 		return gpunvme_set_error(-ENOTSUP, "the GPU tiers keep their queues for the loader's life");
@@ -246,6 +266,16 @@ void *gpunvme_layer_loader_alloc(struct gpunvme_layer_loader *l, uint64_t file_o
 	if (!l || len > SIZE_MAX - 8192) {
 		gpunvme_set_error(-EINVAL, "loader alloc: bad arguments");
 		return NULL;
+	}
+	if (l->mem) {
+		/* member 0's memory; the other members DMA into it directly
+		 * where their tier can register it, else through their bounce
+		 * buffers (still correct, slower) */
+		void *p = gpunvme_layer_loader_alloc(l->mem[0], file_off, len);
+		if (p && l->gpu && len)
+			for (uint32_t k = 1; k < l->nmem; k++)
+				(void)gpunvme_layer_loader_register(l->mem[k], p, len);
+		return p;
 	}
 	if (l->nallocs == l->cap_allocs) {
 		size_t cap = l->cap_allocs ? 2 * l->cap_allocs : MAX_ALLOCS_GROW;
@@ -275,6 +305,14 @@ void gpunvme_layer_loader_free(struct gpunvme_layer_loader *l, void *p)
 {
 	if (!l || !p)
 		return;
+	if (l->mem) {
+		/* the other members' registrations of it first: a later
+		 * allocation at the same address must be registered afresh */
+		for (uint32_t k = 1; l->gpu && k < l->nmem; k++)
+			l->mem[k]->gpu->free(l->mem[k]->gctx, p);
+		gpunvme_layer_loader_free(l->mem[0], p);
+		return;
+	}
 	for (size_t i = 0; i < l->nallocs; i++) {
 		if (l->allocs[i].p != p)
 			continue;
@@ -291,6 +329,13 @@ int gpunvme_layer_loader_register(struct gpunvme_layer_loader *l, void *p, size_
 {
 	if (!l || !p || !len)
 		return gpunvme_set_error(-EINVAL, "register: bad arguments");
+	for (uint32_t k = 0; k < l->nmem; k++) {
+		int rc = gpunvme_layer_loader_register(l->mem[k], p, len);
+		if (rc)
+			return rc;
+	}
+	if (l->mem)
+		return 0;
 	if (!l->gpu)
 		return gpunvme_dma_iova(l->c, p) ? 0
 						 : gpunvme_set_error(-EINVAL, "%p is not DMA memory (gpunvme_dma_alloc)", p);
@@ -301,6 +346,8 @@ void *gpunvme_layer_loader_dev_ptr(struct gpunvme_layer_loader *l, void *p)
 {
 	if (!l || !p)
 		return NULL;
+	if (l->mem)
+		return gpunvme_layer_loader_dev_ptr(l->mem[0], p);
 	return l->gpu ? l->gpu->dev_ptr(l->gctx, p) : p;
 }
 
@@ -365,6 +412,23 @@ static void plan_free(struct plan *p)
 	free(p->round_end);
 }
 
+/* 1 when file byte o lies in a GPUNVME_EXTENT_ELSEWHERE extent */
+static bool elsewhere_at(const struct gpunvme_layer_loader *l, uint64_t o)
+{
+	size_t lo = 0, hi = l->n_ext;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (l->ext[mid].logical <= o)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (!lo)
+		return false;
+	const struct gpunvme_extent *x = &l->ext[lo - 1];
+	return o < x->logical + x->length && (x->flags & GPUNVME_EXTENT_ELSEWHERE);
+}
+
 /*
  * File bytes [off, off + len) -> dst. Within a mapped piece the device
  * bytes are contiguous: a partial first block and a partial last block are
@@ -384,6 +448,10 @@ static int plan_build(const struct gpunvme_layer_loader *l, uint64_t off, uint64
 		uint64_t contig = 0;
 		int64_t phys = gpunvme_extent_lookup(l->ext, l->n_ext, o, &contig);
 		uint64_t piece = contig && contig < end - o ? contig : end - o;
+		if (phys < 0 && elsewhere_at(l, o)) { /* another md member's bytes */
+			o += piece;
+			continue;
+		}
 		if (phys < 0) { /* hole or unwritten: zeroes */
 			struct load_op z = { LOAD_ZERO, 0, 0, o - off, 0, 0, piece };
 			rc = plan_push(p, &z);
@@ -695,10 +763,110 @@ static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
 	return rc;
 }
 
+/*
+ * GPU tiers: member 0 works on `stream` (NULL: its own stream), every other
+ * member on its own stream, forked from `stream` before (it may hold work
+ * the load must follow) and joined into it after, so the member controllers
+ * are read at once and `event`, recorded on `stream`, follows them all.
+ */
+static int md_queue_gpu(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
+			void *event)
+{
+	struct gpunvme_layer_loader *m0 = l->mem[0];
+	void *s = stream ? stream : m0->gpu->own_stream(m0->gctx);
+	int rc = 0;
+	for (uint32_t k = 1; k < l->nmem && !rc; k++)
+		rc = l->mem[k]->gpu->wait(l->mem[k]->gctx, l->mem[k]->gpu->own_stream(l->mem[k]->gctx), s);
+	for (uint32_t k = 0; k < l->nmem && !rc; k++)
+		rc = run_plan(l->mem[k], off, len, dst, k ? NULL : s, NULL, 0, NULL);
+	for (uint32_t k = 1; k < l->nmem && !rc; k++)
+		rc = l->mem[k]->gpu->wait(l->mem[k]->gctx, s, l->mem[k]->gpu->own_stream(l->mem[k]->gctx));
+	if (!rc && event)
+		rc = m0->gpu->finish(m0->gctx, s, event, 0);
+	return rc;
+}
+
+/* One md member's share of a load, on its own thread (CPU tier). */
+struct md_job {
+	struct gpunvme_layer_loader *l;
+	uint64_t off, len;
+	void *dst;
+	uint16_t status;
+	int rc;
+	char err[256];
+};
+
+static void *md_job_run(void *arg)
+{
+	struct md_job *j = arg;
+	j->rc = gpunvme_load_layer(j->l, j->off, j->len, j->dst, &j->status);
+	if (j->rc) /* the last-error text is per thread: carry it back */
+		snprintf(j->err, sizeof(j->err), "%s", gpunvme_last_error());
+	return NULL;
+}
+
+/*
+ * Each member fills its own chunks of [off, off + len) (they never overlap:
+ * gpunvme_md_member_extents gives every file byte to one member). The CPU
+ * tier runs the members on threads of their own, so the member controllers
+ * work at once; each member's wait is bounded by its own timeout. The GPU
+ * tiers queue the members one after the other on the loader's stream.
+ */
+static int md_load(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, uint16_t *status)
+{
+	int rc = check_range(l, off, len, dst);
+	if (rc)
+		return rc;
+	if (l->gpu) {
+		if ((rc = md_queue_gpu(l, off, len, dst, NULL, NULL)))
+			return rc;
+		/* wait for member 0's stream, which joined every other one */
+		struct gpunvme_layer_loader *m0 = l->mem[0];
+		if ((rc = m0->gpu->finish(m0->gctx, NULL, NULL, 1)))
+			return rc;
+		return gpunvme_layer_loader_check(l, status);
+	}
+	if (l->nmem == 1)
+		return gpunvme_load_layer(l->mem[0], off, len, dst, status);
+	struct md_job *jobs = calloc(l->nmem, sizeof(*jobs));
+	pthread_t *th = calloc(l->nmem, sizeof(*th));
+	bool *started = calloc(l->nmem, sizeof(*started));
+	if (!jobs || !th || !started) {
+		free(jobs);
+		free(th);
+		free(started);
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	}
+	for (uint32_t k = 0; k < l->nmem; k++) {
+		jobs[k] = (struct md_job){ l->mem[k], off, len, dst, 0, 0, "" };
+		/* member 0 runs here; a thread that cannot start runs here too */
+		started[k] = k > 0 && pthread_create(&th[k], NULL, md_job_run, &jobs[k]) == 0;
+	}
+	for (uint32_t k = 0; k < l->nmem; k++)
+		if (!started[k])
+			md_job_run(&jobs[k]);
+	for (uint32_t k = 0; k < l->nmem; k++)
+		if (started[k])
+			pthread_join(th[k], NULL);
+	for (uint32_t k = 0; k < l->nmem && !rc; k++) {
+		if (jobs[k].rc) {
+			rc = gpunvme_set_error(jobs[k].rc, "md member %u: %s", k, jobs[k].err);
+			if (status)
+				*status = jobs[k].status;
+		}
+	}
+	free(jobs);
+	free(th);
+	free(started);
+	return rc;
+}
+
 int gpunvme_load_layer(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, uint16_t *status)
 {
 	if (status)
 		*status = 0;
+	if (l && l->mem)
+		return md_load(l, off, len, dst, status);
 	return run_plan(l, off, len, dst, NULL, NULL, 1, status);
 }
 
@@ -707,6 +875,10 @@ int gpunvme_load_layer_async(struct gpunvme_layer_loader *l, uint64_t off, uint6
 {
 	if (l && !l->gpu)
 		return gpunvme_set_error(-ENOTSUP, "asynchronous loads need a GPU tier (this loader uses the CPU path)");
+	if (l && l->mem) {
+		int rc = check_range(l, off, len, dst);
+		return rc ? rc : md_queue_gpu(l, off, len, dst, stream, event);
+	}
 	return run_plan(l, off, len, dst, stream, event, 0, NULL);
 }
 
@@ -716,11 +888,90 @@ int gpunvme_layer_loader_check(struct gpunvme_layer_loader *l, uint16_t *status)
 		*status = 0;
 	if (!l)
 		return gpunvme_set_error(-EINVAL, "check: no loader");
+	if (l->mem) {
+		int first = 0;
+		for (uint32_t k = 0; k < l->nmem; k++) {
+			uint16_t st = 0;
+			int rc = gpunvme_layer_loader_check(l->mem[k], &st);
+			if (rc && !first) {
+				first = rc;
+				if (status)
+					*status = st;
+			}
+		}
+		return first;
+	}
 	return l->gpu ? l->gpu->check(l->gctx, status) : 0;
 }
 
 void gpunvme_layer_loader_stats(const struct gpunvme_layer_loader *l, struct gpunvme_loader_stats *st)
 {
-	if (l && st)
+	if (l && st && l->mem) {
+		memset(st, 0, sizeof(*st));
+		for (uint32_t k = 0; k < l->nmem; k++) {
+			struct gpunvme_loader_stats m;
+			gpunvme_layer_loader_stats(l->mem[k], &m);
+			st->direct_bytes += m.direct_bytes;
+			st->bounced_bytes += m.bounced_bytes;
+			st->zero_bytes += m.zero_bytes;
+			st->commands += m.commands;
+		}
+	} else if (l && st) {
 		*st = l->st;
+	}
+}
+
+int gpunvme_layer_loader_member_stats(const struct gpunvme_layer_loader *l, uint32_t member,
+				      struct gpunvme_loader_stats *st)
+{
+	if (!l || !st || member >= (l->mem ? l->nmem : 1))
+		return gpunvme_set_error(-ERANGE, "loader stats: no member %u", member);
+	gpunvme_layer_loader_stats(l->mem ? l->mem[member] : l, st);
+	return 0;
+}
+
+int gpunvme_layer_loader_init_md(struct gpunvme_ctrl *const *ctrls, const uint32_t *nsids, const struct gpunvme_md *md,
+				 const struct gpunvme_extent *ext, size_t n, uint64_t file_size,
+				 const struct gpunvme_loader_opts *opts, struct gpunvme_layer_loader **out)
+{
+	if (!ctrls || !nsids || !md || !out || (n && !ext))
+		return gpunvme_set_error(-EINVAL, "layer loader: bad arguments");
+	struct gpunvme_md_info mi;
+	gpunvme_md_info(md, &mi);
+	struct gpunvme_layer_loader *l = calloc(1, sizeof(*l));
+	if (!l || !(l->mem = calloc(mi.n_members, sizeof(*l->mem)))) {
+		free(l);
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	}
+	if (opts)
+		l->o = *opts;
+	else
+		gpunvme_loader_opts_init(&l->o);
+	l->file_size = file_size;
+	int rc = 0;
+	for (uint32_t k = 0; k < mi.n_members && !rc; k++) {
+		struct gpunvme_extent *me = NULL;
+		size_t nme = 0;
+		if (!ctrls[k]) {
+			rc = gpunvme_set_error(-EINVAL, "layer loader: no controller for md member %u", k);
+			break;
+		}
+		if ((rc = gpunvme_md_member_extents(md, ext, n, file_size, k, &me, &nme)))
+			break;
+		rc = gpunvme_layer_loader_init(ctrls[k], nsids[k], me, nme, file_size, &l->o, &l->mem[k]);
+		if (rc) {
+			char why[256];
+			snprintf(why, sizeof(why), "%s", gpunvme_last_error());
+			rc = gpunvme_set_error(rc, "md member %u: %s", k, why);
+		}
+		free(me);
+		l->nmem = k + 1;
+	}
+	if (rc) {
+		gpunvme_layer_loader_destroy(l);
+		return rc;
+	}
+	l->gpu = l->mem[0]->gpu;
+	*out = l;
+	return 0;
 }

@@ -78,6 +78,11 @@ struct gpunvme_loader_gpu_ops {
 	int (*stream_wait)(void *stream, void *e);
 	int (*event_wait)(void *e, uint64_t timeout_ns);
 	int (*event_elapsed)(void *a, void *b, float *ms);
+	/* md arrays: the backend's own stream, and "stream `waiter` waits for
+	 * the work queued so far on stream `waited`" (an event between them),
+	 * so that members run on their own streams between a fork and a join */
+	void *(*own_stream)(void *ctx);
+	int (*wait)(void *ctx, void *waiter, void *waited);
 };
 
 #endif

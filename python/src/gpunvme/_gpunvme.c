@@ -42,6 +42,7 @@
 
 #include "gpunvme/extents.h"
 #include "gpunvme/gpunvme.h"
+#include "gpunvme/md.h"
 #include "gpunvme/loader.h"
 #include "gpunvme/model.h"
 #include "gpunvme/modelset.h"
@@ -141,6 +142,7 @@ typedef struct {
 	Py_ssize_t nchild;   /* Model objects alive */
 	uint32_t nsid;
 	char *uri;
+	struct gpunvme_md_volume *md; /* an md array ("md:URI;URI..."): c is member 0's */
 } Volume;
 
 static PyTypeObject VolumeType;
@@ -149,10 +151,15 @@ static void vol_release(Volume *v)
 {
 	if (v->fs)
 		gpunvme_fs_close(v->fs);
-	if (v->have_dev)
-		gpunvme_blkdev_close(&v->dev);
-	if (v->c)
-		gpunvme_close(v->c);
+	if (v->md) {
+		gpunvme_md_volume_close(v->md); /* its readers and controllers */
+		v->md = NULL;
+	} else {
+		if (v->have_dev)
+			gpunvme_blkdev_close(&v->dev);
+		if (v->c)
+			gpunvme_close(v->c);
+	}
 	v->fs = NULL;
 	v->have_dev = false;
 	v->c = NULL;
@@ -202,13 +209,22 @@ static int Volume_init(Volume *v, PyObject *args, PyObject *kw)
 	 * the controller grants what it has */
 	o.nr_io_queues = 64;
 	struct gpunvme_ns_info ni;
-	if ((rc = gpunvme_open(uri, &o, &v->c))) {
+	if (gpunvme_md_uri(uri)) {
+		/* an md array: every member's controller, reader, superblock */
+		if ((rc = gpunvme_md_open(uri, &o, nsid, &v->md))) {
+			what = "md array";
+		} else {
+			v->c = v->md->c[0];
+			v->dev = v->md->array;
+		}
+	} else if ((rc = gpunvme_open(uri, &o, &v->c))) {
 		what = "cannot open the controller";
 	} else if ((rc = gpunvme_ns_info(v->c, nsid, &ni))) {
 		what = "namespace";
 	} else if ((rc = gpunvme_blkdev_open_ns(v->c, nsid, &v->dev))) {
 		what = "namespace";
-	} else {
+	}
+	if (!rc) {
 		v->have_dev = true;
 		devsize = v->dev.size;
 		uint64_t at = (uint64_t)offset;
@@ -694,7 +710,11 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	}
 #endif
 	if (!rc) {
-		rc = gpunvme_layer_loader_init(v->c, v->nsid, mo->ext, mo->n_ext, mo->size, &o, &ld->l);
+		if (v->md) /* one loader per member, each on its own controller */
+			rc = gpunvme_layer_loader_init_md(v->md->c, v->md->nsid, v->md->md, mo->ext, mo->n_ext, mo->size, &o,
+							  &ld->l);
+		else
+			rc = gpunvme_layer_loader_init(v->c, v->nsid, mo->ext, mo->n_ext, mo->size, &o, &ld->l);
 		if (rc)
 			snprintf(err, LASTERR_LEN, "%s: layer loader (tier %d): %s", mo->path, tier, gpunvme_last_error());
 		/* the CPU tier takes its queues again at its next load: idle

@@ -1,0 +1,83 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
+# Issue 17 benchmark: a >= 16 GiB safetensors model in ext4 on a modeled md
+# RAID0 of N Gen5 drives (each an emulated controller serving its member
+# image from RAM with the device model read_mbps=14000, iops=2.5M,
+# latency_us=60), loaded by `gpunvme load md:...` into GPU memory (Tier 2,
+# GPU queues on every member controller), N = 1, 2, 4 (scaling).
+# Reports GB/s and the percentage of min(N x 14 GB/s, the PCIe link): the link
+# as gen x width and as measured (pinned cudaMemcpy, bench_gpu_bw -m memcpy).
+# The member images get md v1.2 superblocks written here (bench/md_mkraid0.py,
+# the layout mdadm --create --metadata=1.2 --level=0 writes); the run checks
+# the array first with `gpunvme ls` and the load with --verify on N = 4.
+# Self-contained: builds into build-md (CUDA arch 90), logs under $OUT.
+# Usage: OUT=DIR bench/md_run.sh [SIZE]      (SIZE default 16G)
+#   env: BUILD (build directory, default build-md), SKIP_BUILD=1 (use it as
+#   it is), TIER=cpu (smoke test of the flow on a machine without a GPU)
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SIZE=${1:-16G}
+OUT=${OUT:-/tmp/gpunvme-md-run}
+mkdir -p "$OUT"
+B=${BUILD:-$ROOT/build-md}
+TIER=${TIER:-2}   # TIER=cpu: the same flow through the CPU data path (a smoke test without a GPU)
+W=$(mktemp -d "${TMPDIR:-/tmp}/gpunvme-md.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+log() { echo "md_run: $*" | tee -a "$OUT/md_run.log" >&2; }
+[ -n "${SKIP_BUILD:-}" ] || {
+	cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+		cmake --build "$B" -j "$(nproc)" --target gpunvme-cli gpunvme-mkmodel bench_gpu_bw
+} > "$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log" >&2; exit 1; }
+echo "# $(date -u) $(nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv,noheader 2>/dev/null) cpus=$(nproc) size=$SIZE" | tee "$OUT/summary.csv"
+# the GPU's PCIe link in GB/s (per direction, after 128b/130b encoding)
+LINK=$(nvidia-smi --query-gpu=pcie.link.gen.max,pcie.link.width.max --format=csv,noheader,nounits 2>/dev/null | head -n 1 |
+	awk -F', *' '{ gt = ($1 == 5) ? 32 : ($1 == 4) ? 16 : ($1 == 6) ? 64 : 8; printf "%.1f", gt * $2 * 128 / 130 / 8 }')
+LINK=${LINK:-63.0}
+# what the link carries in practice: cudaMemcpy from pinned memory (bench_gpu_bw -m memcpy, best of 3)
+MEMCPY=$("$B/bin/bench_gpu_bw" -m memcpy -s 4G -c 2M -r 3 -H 2> "$OUT/memcpy.err" | tee "$OUT/memcpy.csv" |
+	awk -F, 'NR > 1 && $1 == "memcpy" { print $10; exit }')
+MEMCPY=${MEMCPY:-$LINK}
+log "PCIe link ${LINK} GB/s (gen x width), ${MEMCPY} GB/s measured (pinned cudaMemcpy)"
+mkdir -p "$W/root"
+"$B/bin/gpunvme-mkmodel" --format safetensors --size "$SIZE" --seed 1 -o "$W/root/model.safetensors" > "$OUT/mkmodel.log" 2>&1 ||
+	{ cat "$OUT/mkmodel.log" >&2; exit 1; }
+FSZ=$(stat -c %s "$W/root/model.safetensors")
+# whole stripes of 4 members x 512 KiB chunks
+truncate -s $(( (FSZ + FSZ / 16 + (256 << 20)) / 4194304 * 4194304 )) "$W/array.img"
+mkfs.ext4 -q -F -b 4096 -E stride=128,stripe_width=512 -d "$W/root" "$W/array.img" > "$OUT/mkfs.log" 2>&1 ||
+	{ cat "$OUT/mkfs.log" >&2; exit 1; }
+rm -f "$W/root/model.safetensors"
+MODEL="read_mbps=14000&iops=2500000&latency_us=60"
+echo "members,bytes,seconds,gbps,storage_gbps,link_gbps,pct_of_min,measured_link_gbps,pct_of_min_measured,verified" | tee -a "$OUT/summary.csv"
+for N in 1 2 4; do
+	rm -f "$W"/m*.img
+	python3 "$ROOT/bench/md_mkraid0.py" "$W/array.img" "$N" 512 "$W/m" >> "$OUT/mkraid0.log" 2>&1 ||
+		{ log "md_mkraid0.py failed (see $OUT/mkraid0.log)"; exit 1; }
+	# emulator workers: the machine's cores shared by the members (2..8 each)
+	WK=$(( $(nproc) / N ))
+	[ "$WK" -ge 2 ] || WK=2
+	[ "$WK" -le 8 ] || WK=8
+	U=
+	for ((k = N - 1; k >= 0; k--)); do
+		U="$U${U:+;}emu:$W/m$k.img?snapshot=1&workers=$WK&mdts=9&nsq=64&mqes=1023&$MODEL"
+	done
+	U="md:$U"
+	"$B/bin/gpunvme" ls "$U" / > "$OUT/ls-$N.txt" 2>&1 || { log "N=$N: ls failed: $(tail -n 1 "$OUT/ls-$N.txt")"; continue; }
+	extra=()
+	[ "$N" -ne 4 ] || extra=(--verify)
+	if ! "$B/bin/gpunvme" load "$U" /model.safetensors --tier "$TIER" --queues 16 --json "${extra[@]}" > "$OUT/load-$N.json" 2> "$OUT/load-$N.err"; then
+		log "N=$N: load failed: $(tail -n 1 "$OUT/load-$N.err")"
+		echo "$N,,,,,,,failed" | tee -a "$OUT/summary.csv"
+		continue
+	fi
+	python3 - "$OUT/load-$N.json" "$N" "$LINK" "$MEMCPY" <<'PY' | tee -a "$OUT/summary.csv"
+import json, sys
+d = json.load(open(sys.argv[1]))
+n, link, meas = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+storage = 14.0 * n
+print("%d,%d,%.3f,%.2f,%.1f,%.1f,%.1f,%.1f,%.1f,%s" % (n, d["bytes_read"], d["seconds"], d["gbps"], storage, link,
+                                                   100.0 * d["gbps"] / min(storage, link), meas,
+                                                   100.0 * d["gbps"] / min(storage, meas), d["verified"]))
+PY
+done
+log "done: $OUT/summary.csv"

@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Several devices (device=[...]): the placement plans (layers, size, split)
+as pure functions; the multi-device loading code run with CPU-tier loaders
+standing in for GPUs (every tensor's bytes checked); the real two-GPU run
+when two GPUs are there (skipped otherwise)."""
+import numpy as np
+import pytest
+
+import gpunvme
+from conftest import make_image, rand_bytes, st_bytes
+
+
+class I:
+    def __init__(self, index, name, nbytes):
+        self.index, self.name, self.nbytes = index, name, nbytes
+
+
+def infos(spec):
+    return [I(k, n, b) for k, (n, b) in enumerate(spec)]
+
+
+def test_place_layers_contiguous_and_balanced():
+    spec = [("model.embed_tokens.weight", 1000)]
+    for l in range(8):
+        spec += [("model.layers.%d.attn.q.weight" % l, 100), ("model.layers.%d.mlp.weight" % l, 300)]
+    spec += [("model.norm.weight", 4), ("lm_head.weight", 1000)]
+    where = gpunvme._place(infos(spec), 2, "layers")
+    assert where[0] == 0 and where[-1] == 1 and where[-2] == 1
+    per_layer = {}
+    for (n, _), w in zip(spec, where):
+        l = gpunvme._layer_of(n)
+        if l is not None:
+            per_layer.setdefault(l, set()).add(w)
+    assert all(len(v) == 1 for v in per_layer.values())  # a block is never cut
+    devs = [per_layer[l].pop() for l in range(8)]
+    assert devs == sorted(devs) and devs.count(0) == 4  # contiguous, balanced
+    # GGUF names
+    where = gpunvme._place(infos([("token_embd.weight", 5)] + [("blk.%d.ffn" % l, 10) for l in range(4)]), 4,
+                           "layers")
+    assert where == [0, 0, 1, 2, 3]
+
+
+def test_place_size_greedy():
+    where = gpunvme._place(infos([("a", 10), ("b", 70), ("c", 30), ("d", 40)]), 2, "size")
+    load = [0, 0]
+    for (_, b), w in zip([("a", 10), ("b", 70), ("c", 30), ("d", 40)], where):
+        load[w] += b
+    assert sorted(load) == [70, 80] and where[1] == 0
+
+
+def test_place_errors():
+    with pytest.raises(gpunvme.Error, match="placement="):
+        gpunvme._place(infos([("a", 1)]), 2, "diagonal")
+    with pytest.raises(gpunvme.Error, match="placement="):
+        gpunvme.load_file("emu:/nonexistent", "/m", device=["cuda:0", "cuda:1"], placement="bad", framework="numpy")
+    with pytest.raises(gpunvme.Error):
+        gpunvme.load_file("emu:/nonexistent", "/m", device=[], framework="numpy")
+
+
+@pytest.fixture
+def model(tmp_path):
+    rng = np.random.default_rng(3)
+    ts = [("model.embed_tokens.weight", "F32", [10, 16], rand_bytes(rng, 640))]
+    for l in range(4):
+        ts.append(("model.layers.%d.w" % l, "F16", [33, 8], rand_bytes(rng, 33 * 16)))
+    ts += [("lm_head.weight", "F32", [1, 4], rand_bytes(rng, 16)), ("scalar", "F32", [], rand_bytes(rng, 4))]
+    blob, data = st_bytes(ts)
+    uri = make_image(tmp_path, {"/m.safetensors": blob})
+    return uri, ts, data
+
+
+def _cpu_devices(n):
+    # CPU-tier loaders stand in for GPUs: same code path up to the copy
+    return [(0, 0, "cpu%d" % k) for k in range(n)]
+
+
+def test_multi_layers_and_size_bytes(model):
+    uri, ts, data = model
+    with gpunvme.Volume(uri) as v:
+        m = v.open_model("/m.safetensors")
+        sel = list(gpunvme._index(m).values())
+        for placement in ("layers", "size"):
+            sd = gpunvme._load_multi(m, sel, _cpu_devices(3), placement, 0, "np", False, "m", None, None)
+            assert list(sd) == [t[0] for t in ts]
+            for name, _, shape, raw in ts:
+                assert np.ascontiguousarray(sd[name]).view(np.uint8).tobytes() == raw
+                assert list(sd[name].shape) == shape
+            assert set(sd.placement.values()) <= {"cpu0", "cpu1", "cpu2"}
+
+
+def test_multi_split_rows(model):
+    uri, ts, data = model
+    with gpunvme.Volume(uri) as v:
+        m = v.open_model("/m.safetensors")
+        sel = list(gpunvme._index(m).values())
+        shards = gpunvme._load_multi(m, sel, _cpu_devices(2), "split", 0, "np", False, "m", None, None)
+        assert len(shards) == 2
+        for name, _, shape, raw in ts:
+            parts = [np.ascontiguousarray(s[name]).view(np.uint8).tobytes() for s in shards]
+            if shape and shape[0] >= 2:
+                n = shape[0]
+                row = len(raw) // n
+                assert parts[0] == raw[:(n // 2) * row] and parts[1] == raw[(n // 2) * row:], name
+                assert shards[0][name].shape[0] + shards[1][name].shape[0] == n
+            else:  # too few rows, or a scalar: whole on every device
+                assert parts[0] == raw and parts[1] == raw, name
+        with pytest.raises(gpunvme.Error, match="split_dim"):
+            gpunvme._load_multi(m, sel, _cpu_devices(2), "split", 1, "np", False, "m", None, None)
+
+
+@pytest.mark.skipif(not gpunvme.cuda_available() or gpunvme._gpunvme.cuda_device_count() < 2,
+                    reason="needs two CUDA GPUs")
+def test_two_gpus(model):
+    torch = pytest.importorskip("torch")
+    uri, ts, data = model
+    sd = gpunvme.load_file(uri, "/m.safetensors", device=["cuda:0", "cuda:1"], placement="layers")
+    for name, _, _, raw in ts:
+        assert sd[name].device.type == "cuda"
+        assert sd[name].cpu().contiguous().view(torch.uint8).numpy().tobytes() == raw
+    assert {str(sd[n].device) for n in sd} == {"cuda:0", "cuda:1"}
+    shards = gpunvme.load_file(uri, "/m.safetensors", device=["cuda:0", "cuda:1"], placement="split")
+    assert [str(s["model.layers.0.w"].device) for s in shards] == ["cuda:0", "cuda:1"]
