@@ -403,7 +403,11 @@ static int run_rounds(uint32_t lbads, uint64_t seed)
 	/* not vacuous: flushes completed, kills landed during Flushes, and
 	 * durable blocks were read back */
 	if (!check_failures()) {
-		CHECK(t.flushes_done >= rounds, "only %u flushes completed", t.flushes_done);
+		/* about one per round on average; on a loaded CI machine (2
+		 * cores, suites in parallel) the kill, 0-20 ms in, often comes
+		 * before the first Flush of its round completes: half of the
+		 * rounds is still far from vacuous (53 of 60 seen there) */
+		CHECK(t.flushes_done >= rounds / 2, "only %u flushes completed in %u rounds", t.flushes_done, rounds);
 		CHECK(t.killed_in_flush > 0, "no kill landed while a Flush was outstanding");
 		CHECK(t.durable_checked > 0, "no durable block was checked");
 	}
