@@ -2,7 +2,7 @@
 /*
  * The bus interface: how the driver reaches a controller. A bus gives BAR0
  * as mapped memory and turns host memory into addresses the controller can
- * DMA to. One file per bus: emu.c, vfio.c, uio.c; bus.c picks one by URI.
+ * DMA to. One file per bus: emu.c, vfio.c, uio.c, kmod.c; bus.c picks one by URI.
  * Nothing above this layer knows which bus it talks to.
  */
 #ifndef GPUNVME_BUS_H
@@ -61,6 +61,18 @@ struct gpunvme_bus_ops {
 	 */
 	int (*map_device)(struct gpunvme_bus *b, const struct gpunvme_devmem *m, uint64_t *iova);
 	int (*unmap_device)(struct gpunvme_bus *b, uint64_t iova);
+	/*
+	 * Memory that is not the bus's own (a dma-buf, another device's BAR,
+	 * GPU pages through nvidia_p2p; src says which) as a DMA target, with
+	 * `va` its CPU view (used only to look it up). Returns a handle for
+	 * iova_of/contig/dma_free (dma_free unmaps, never munmaps). NULL when
+	 * the bus cannot.
+	 */
+	int (*dma_import)(struct gpunvme_bus *b, const struct gpunvme_dma_src *src, void *va, size_t len,
+			  void **handle);
+	/* The bus address of every 4 KiB page of an allocation (NULL: use
+	 * iova_of). */
+	int (*table)(struct gpunvme_bus *b, void *handle, const uint64_t **table, size_t *n);
 };
 
 struct gpunvme_bus {
@@ -74,6 +86,7 @@ struct gpunvme_bus {
 extern const struct gpunvme_bus_ops gpunvme_bus_emu;
 extern const struct gpunvme_bus_ops gpunvme_bus_vfio;
 extern const struct gpunvme_bus_ops gpunvme_bus_uio;
+extern const struct gpunvme_bus_ops gpunvme_bus_kmod;
 
 /* The emulator behind an emu: bus, NULL for other buses (tests inject
  * faults through it; the GPU path sizes its copy lanes by it). */

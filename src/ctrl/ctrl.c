@@ -396,6 +396,13 @@ void gpunvme_dma_free(struct gpunvme_ctrl *c, void *p)
 		dma_free(&c->dma, p);
 }
 
+int gpunvme_dma_import(struct gpunvme_ctrl *c, void *va, size_t len, const struct gpunvme_dma_src *src)
+{
+	if (!c || !va || !len || !src)
+		return gpunvme_set_error(-EINVAL, "dma_import: bad arguments");
+	return dma_import(&c->dma, va, len, src);
+}
+
 uint64_t gpunvme_dma_iova(struct gpunvme_ctrl *c, const void *p)
 {
 	return c ? dma_iova(&c->dma, p) : 0;
