@@ -169,6 +169,7 @@ struct gnv_map {
 	struct gnv_nvp2p_page_table *nv_table;
 	struct gnv_nvp2p_dma_mapping *nv_dma;
 	bool nv_revoked;
+	bool nv_held;         /* references on nvidia.ko's symbols taken */
 };
 
 struct gnv_ctrl {
@@ -325,13 +326,14 @@ static void gnv_unmap_one(struct gnv_map *m)
 		pci_dev_put(m->peer);
 		break;
 	case GPUNVME_KMOD_NVP2P:
-		if (!m->nv_revoked) {
+		if (m->nv_held && !m->nv_revoked) {
 			if (m->nv_dma)
 				m->nv.dma_unmap(m->c->pdev, m->nv_table, m->nv_dma);
 			if (m->nv_table)
 				m->nv.put_pages(0, 0, m->nv_va, m->nv_table);
 		}
-		gnv_nvp2p_put();
+		if (m->nv_held)
+			gnv_nvp2p_put();
 		break;
 	}
 	kfree(m);
@@ -494,9 +496,9 @@ static int gnv_map_nvp2p(struct gnv_ctrl *c, struct gnv_map *m, struct gpunvme_k
 	if (rc) {
 		dev_info(&c->pdev->dev, "nvidia_p2p: %s not exported (nvidia.ko not loaded, or this kernel's symbol_get refuses it)\n",
 			 missing);
-		m->kind = 0; /* nothing to put */
 		return rc;
 	}
+	m->nv_held = true;
 	m->nv_va = a->addr;
 	rc = m->nv.get_pages(0, 0, a->addr, a->len, &m->nv_table, gnv_nvp2p_revoke, m);
 	if (rc) {
