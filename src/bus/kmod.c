@@ -85,7 +85,10 @@ static int kmod_open(struct gpunvme_bus *b, const char *addr, const struct gpunv
 		goto fail;
 	}
 	if (strcmp(drv, "gpunvme") != 0) {
-		if (access("/sys/module/gpunvme", F_OK) != 0)
+		char mod[PATH_MAX];
+
+		snprintf(mod, sizeof(mod), "%s/module/gpunvme", gpunvme_pci_sysfs_root());
+		if (access(mod, F_OK) != 0)
 			rc = gpunvme_set_error(-ENODEV,
 					       "%s: the gpunvme kernel module is not loaded: build it (make -C kmod) "
 					       "and bind the controller: sudo scripts/kmod-bind.sh %s",
