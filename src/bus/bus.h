@@ -29,6 +29,12 @@ struct gpunvme_devmem {
 	uint64_t addr;                           /* device virtual address */
 	size_t len;
 	const struct gpunvme_emu_gpu_ops *copy;  /* for a controller that copies */
+	/* The same memory as a dma-buf (CUDA's export), [addr, addr + len) at
+	 * dmabuf_off in it: how the kmod: bus reaches it. Without one the kmod:
+	 * bus tries NVIDIA's legacy nvidia_p2p pages for addr. */
+	int has_dmabuf;
+	int dmabuf_fd;
+	uint64_t dmabuf_off;
 };
 
 struct gpunvme_bus_ops {
@@ -53,8 +59,10 @@ struct gpunvme_bus_ops {
 	 * behind an IOMMU). */
 	size_t (*contig)(struct gpunvme_bus *b, void *handle);
 	/*
-	 * Device memory as a DMA target: *iova is the bus address of m->addr,
-	 * and the range is contiguous in bus address space. NULL when the bus
+	 * Device memory as a DMA target: *iova is the bus address of m->addr.
+	 * Without device_table below the range is contiguous in bus address
+	 * space from there; with it, device_table gives the bus address of
+	 * every 4 KiB page (m->addr is then 4 KiB aligned). NULL when the bus
 	 * cannot (src/ctrl then says what would make it possible). unmap waits
 	 * for commands still using the range, so the memory may be freed
 	 * afterwards.
@@ -70,9 +78,9 @@ struct gpunvme_bus_ops {
 	 */
 	int (*dma_import)(struct gpunvme_bus *b, const struct gpunvme_dma_src *src, void *va, size_t len,
 			  void **handle);
-	/* The bus address of every 4 KiB page of an allocation (NULL: use
-	 * iova_of). */
-	int (*table)(struct gpunvme_bus *b, void *handle, const uint64_t **table, size_t *n);
+	/* The bus address of every 4 KiB page of a map_device mapping (named
+	 * by its *iova); NULL when map_device ranges are contiguous. */
+	int (*device_table)(struct gpunvme_bus *b, uint64_t iova, const uint64_t **table, size_t *n);
 };
 
 struct gpunvme_bus {

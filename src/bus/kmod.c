@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +36,12 @@
 #define KPAGE GPUNVME_KMOD_PAGE
 #define SZ_2M (2ull << 20)
 
+struct kmod_dma;
+
 struct kmod_priv {
 	int fd;
+	pthread_mutex_t lock;        /* devmaps */
+	struct kmod_dma *devmaps;    /* map_device mappings, by first bus address */
 	struct gpunvme_kmod_info info;
 	char who[80]; /* "kmod:0000:01:00.0" */
 	char dev[PATH_MAX];
@@ -48,6 +53,7 @@ struct kmod_dma {
 	int owned;          /* va was mmap()ed here (munmap on free) */
 	uint32_t handle;    /* the module's mapping */
 	size_t contig;      /* len when the bus addresses are one run, else 4 KiB */
+	struct kmod_dma *next; /* in kmod_priv.devmaps */
 	uint64_t table[];   /* bus address of each 4 KiB page */
 };
 
@@ -70,6 +76,7 @@ static int kmod_open(struct gpunvme_bus *b, const char *addr, const struct gpunv
 	if (!p)
 		return gpunvme_set_error(-ENOMEM, "kmod:%s: out of memory", bdf);
 	p->fd = -1;
+	pthread_mutex_init(&p->lock, NULL);
 	snprintf(p->who, sizeof(p->who), "kmod:%s", bdf);
 	b->priv = p;
 	snprintf(b->addr, sizeof(b->addr), "%s", bdf);
@@ -154,6 +161,13 @@ static void kmod_close(struct gpunvme_bus *b)
 	/* the module disables the controller, then drops every mapping */
 	if (p->fd >= 0)
 		close(p->fd);
+	while (p->devmaps) {
+		struct kmod_dma *d = p->devmaps;
+
+		p->devmaps = d->next;
+		free(d);
+	}
+	pthread_mutex_destroy(&p->lock);
 	free(p);
 	b->priv = NULL;
 }
@@ -353,11 +367,83 @@ static int kmod_dma_import(struct gpunvme_bus *b, const struct gpunvme_dma_src *
 	return 0;
 }
 
-static int kmod_table(struct gpunvme_bus *b, void *handle, const uint64_t **table, size_t *n)
+/*
+ * GPU memory: CUDA exported it as a dma-buf (m->has_dmabuf), or NVIDIA's
+ * legacy P2P interface pins it by device address. Every 4 KiB page gets its
+ * own bus address (device_table); *iova is the first.
+ */
+static int kmod_map_device(struct gpunvme_bus *b, const struct gpunvme_devmem *m, uint64_t *iova)
 {
-	struct kmod_dma *d = handle;
+	struct kmod_priv *p = b->priv;
+	struct gpunvme_kmod_map km = {0};
+	struct kmod_dma *d;
+	size_t len = (m->len + KPAGE - 1) & ~(size_t)(KPAGE - 1);
+	int rc;
 
-	(void)b;
+	if (m->addr % KPAGE)
+		return gpunvme_set_error(-EINVAL, "%s: GPU memory at 0x%llx: Tier 2 on kmod: needs 4 KiB aligned "
+						  "buffers (gpunvme_gpu_buf_device allocates them so)",
+					 p->who, (unsigned long long)m->addr);
+	if (m->has_dmabuf) {
+		km.kind = GPUNVME_KMOD_DMABUF;
+		km.fd = m->dmabuf_fd;
+		km.addr = m->dmabuf_off;
+	} else {
+		km.kind = GPUNVME_KMOD_NVP2P;
+		km.addr = m->addr;
+	}
+	d = dma_new(len);
+	if (!d)
+		return gpunvme_set_error(-ENOMEM, "%s: out of memory", p->who);
+	rc = kmod_map(p, d, &km, m->has_dmabuf ? "GPU memory (dma-buf)" : "GPU memory through nvidia_p2p");
+	if (rc) {
+		free(d);
+		return rc;
+	}
+	pthread_mutex_lock(&p->lock);
+	d->next = p->devmaps;
+	p->devmaps = d;
+	pthread_mutex_unlock(&p->lock);
+	*iova = d->table[0];
+	return 0;
+}
+
+static struct kmod_dma *devmap_find(struct kmod_priv *p, uint64_t iova, int unlink)
+{
+	struct kmod_dma **pp, *d = NULL;
+
+	pthread_mutex_lock(&p->lock);
+	for (pp = &p->devmaps; *pp; pp = &(*pp)->next) {
+		if ((*pp)->table[0] == iova) {
+			d = *pp;
+			if (unlink)
+				*pp = d->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return d;
+}
+
+static int kmod_unmap_device(struct gpunvme_bus *b, uint64_t iova)
+{
+	struct kmod_priv *p = b->priv;
+	struct kmod_dma *d = devmap_find(p, iova, 1);
+	int rc;
+
+	if (!d)
+		return -ENOENT;
+	rc = ioctl(p->fd, GPUNVME_KMOD_UNMAP, &d->handle) ? -errno : 0;
+	free(d);
+	return rc;
+}
+
+static int kmod_device_table(struct gpunvme_bus *b, uint64_t iova, const uint64_t **table, size_t *n)
+{
+	struct kmod_dma *d = devmap_find(b->priv, iova, 0);
+
+	if (!d)
+		return -ENOENT;
 	*table = d->table;
 	*n = d->len / KPAGE;
 	return 0;
@@ -371,6 +457,8 @@ const struct gpunvme_bus_ops gpunvme_bus_kmod = {
 	.dma_free = kmod_dma_free,
 	.iova_of = kmod_iova_of,
 	.contig = kmod_contig,
+	.map_device = kmod_map_device,
+	.unmap_device = kmod_unmap_device,
 	.dma_import = kmod_dma_import,
-	.table = kmod_table,
+	.device_table = kmod_device_table,
 };

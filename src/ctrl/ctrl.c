@@ -579,6 +579,13 @@ int gpunvme_ctrl_unmap_device(struct gpunvme_ctrl *c, uint64_t iova)
 	return c->bus.ops->unmap_device(&c->bus, iova);
 }
 
+int gpunvme_ctrl_device_table(struct gpunvme_ctrl *c, uint64_t iova, const uint64_t **table, size_t *n)
+{
+	if (!c->bus.ops->device_table)
+		return -EOPNOTSUPP;
+	return c->bus.ops->device_table(&c->bus, iova, table, n);
+}
+
 int gpunvme_ctrl_keep_pinned(struct gpunvme_ctrl *c, void *p, void (*unpin)(void *p))
 {
 	int rc = 0;
