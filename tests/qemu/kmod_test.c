@@ -353,6 +353,30 @@ static int cmd_kill(const char *uri, uint32_t nsid, uint64_t nlb)
 	int st = 0;
 	waitpid(pid, &st, 0);
 	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "child killed by SIGKILL (status 0x%x)", st);
+	/* The module's release ran: bus mastering is off (config space of the
+	 * still-bound device), and the controller disabled (CC.EN=0,
+	 * CSTS.RDY=0) as the next owner finds it in BAR0. The next owner's
+	 * open turns bus mastering back on, so config space is read first. */
+	const char *bdf = strchr(uri, ':') ? strchr(uri, ':') + 1 : uri;
+	char path[96];
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/config", bdf);
+	int cfd = open(path, O_RDONLY | O_CLOEXEC);
+	uint16_t cmd = 0xffff;
+	CHECK(cfd >= 0 && pread(cfd, &cmd, 2, 4) == 2 && !(cmd & 4),
+	      "bus mastering off after the owner died: PCI command 0x%04x", cmd);
+	if (cfd >= 0)
+		close(cfd);
+	snprintf(path, sizeof(path), "/dev/gpunvme/%s", bdf);
+	int bfd = open(path, O_RDWR | O_CLOEXEC);
+	volatile uint32_t *regs = bfd >= 0 ? mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, bfd, 0) : MAP_FAILED;
+	CHECK(regs != MAP_FAILED, "map BAR0 through %s: %s", path, regs == MAP_FAILED ? strerror(errno) : "ok");
+	if (regs != MAP_FAILED) {
+		uint32_t cc = regs[0x14 / 4], csts = regs[0x1c / 4];
+		CHECK(!(cc & 1) && !(csts & 1), "controller disabled after the owner died: CC 0x%08x, CSTS 0x%08x", cc, csts);
+		munmap((void *)regs, 4096);
+	}
+	if (bfd >= 0)
+		close(bfd);
 	/* The child's file is released by now (exit closes files before the
 	 * parent is notified): the controller is disabled and the buffer
 	 * unmapped for it. Poison, wait, check nothing lands any more. */

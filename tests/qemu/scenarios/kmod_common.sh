@@ -10,7 +10,7 @@
 	skip "no gpunvme.ko for the guest kernel (GPUNVME_KMOD_KO; ctest runs kmod.build first)"
 memory 1G
 # a kernel oops ends the run at once instead of at the time limit
-append oops=panic
+append oops=panic no_timer_check
 modules vgem
 guest_file "$GPUNVME_KMOD_KO:/lib/modules/extra/gpunvme.ko"
 ivshmem 4M
