@@ -177,7 +177,8 @@ struct gnv_ctrl {
 	void __iomem *bar0;
 	resource_size_t bar0_start;
 	resource_size_t bar0_len;
-	struct cdev cdev;
+	struct cdev *cdev;            /* cdev_alloc: outlives c while a file holds it */
+	struct address_space *mapping; /* the open file's: BAR0 mappings to zap on removal */
 	struct device *dev;
 	int minor;
 	struct mutex lock; /* everything below */
@@ -600,6 +601,13 @@ static long gnv_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 {
 	struct gnv_ctrl *c = f->private_data;
 	void __user *uarg = (void __user *)arg;
+	bool gone;
+
+	mutex_lock(&c->lock);
+	gone = c->removed; /* unbound while open: BAR0 is unmapped */
+	mutex_unlock(&c->lock);
+	if (gone)
+		return -ENODEV;
 
 	switch (cmd) {
 	case GPUNVME_KMOD_INFO: {
@@ -643,10 +651,19 @@ static int gnv_mmap(struct file *f, struct vm_area_struct *vma)
 	struct gnv_ctrl *c = f->private_data;
 	unsigned long len = vma->vm_end - vma->vm_start;
 
+	if (c->removed)
+		return -ENODEV;
 	if (vma->vm_pgoff || len > PAGE_ALIGN(c->bar0_len))
 		return -EINVAL;
 	if (!(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
+	/* A fork() child must not keep the registers (and with them the
+	 * open file, which delays the teardown past the owner's death). */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
+	vm_flags_set(vma, VM_DONTCOPY | VM_DONTEXPAND);
+#else
+	vma->vm_flags |= VM_DONTCOPY | VM_DONTEXPAND;
+#endif
 	/*
 	 * vm_pgoff is the BAR's page frame number, as for a mapping of
 	 * /sys/bus/pci/devices/.../resource0: NVIDIA's driver registers I/O
@@ -682,6 +699,7 @@ static int gnv_open(struct inode *inode, struct file *f)
 	if (rc)
 		return rc;
 	pci_set_master(c->pdev);
+	c->mapping = inode->i_mapping;
 	f->private_data = c;
 	return 0;
 }
@@ -768,11 +786,18 @@ static int gnv_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		rc = c->minor;
 		goto unmap;
 	}
-	cdev_init(&c->cdev, &gnv_fops);
-	c->cdev.owner = THIS_MODULE;
-	rc = cdev_add(&c->cdev, MKDEV(MAJOR(gnv_devt), c->minor), 1);
-	if (rc)
+	c->cdev = cdev_alloc();
+	if (!c->cdev) {
+		rc = -ENOMEM;
 		goto ida;
+	}
+	c->cdev->ops = &gnv_fops;
+	c->cdev->owner = THIS_MODULE;
+	rc = cdev_add(c->cdev, MKDEV(MAJOR(gnv_devt), c->minor), 1);
+	if (rc) {
+		kobject_put(&c->cdev->kobj);
+		goto ida;
+	}
 	mutex_lock(&gnv_ctrls_lock);
 	gnv_ctrls[c->minor] = c;
 	mutex_unlock(&gnv_ctrls_lock);
@@ -790,7 +815,7 @@ cdev:
 	mutex_lock(&gnv_ctrls_lock);
 	gnv_ctrls[c->minor] = NULL;
 	mutex_unlock(&gnv_ctrls_lock);
-	cdev_del(&c->cdev);
+	cdev_del(c->cdev);
 ida:
 	ida_free(&gnv_minors, c->minor);
 unmap:
@@ -812,13 +837,17 @@ static void gnv_remove(struct pci_dev *pdev)
 	mutex_lock(&gnv_ctrls_lock);
 	gnv_ctrls[c->minor] = NULL;
 	mutex_unlock(&gnv_ctrls_lock);
-	cdev_del(&c->cdev);
+	cdev_del(c->cdev);
 	/* An open file keeps the module (cdev owner), so the driver is only
-	 * unbound through sysfs while open: stop the device, drop mappings. */
+	 * unbound through sysfs while open: stop the device, drop mappings,
+	 * take BAR0 away from the process (a later access gets SIGBUS). */
 	mutex_lock(&c->lock);
 	c->removed = true;
-	if (c->busy)
+	if (c->busy) {
 		gnv_teardown(c);
+		if (c->mapping)
+			unmap_mapping_range(c->mapping, 0, 0, 1);
+	}
 	mutex_unlock(&c->lock);
 	pci_iounmap(pdev, c->bar0);
 	pci_release_mem_regions(pdev);

@@ -17,6 +17,8 @@
  *       a child reads into a vgem buffer with commands in flight and is
  *       SIGKILLed; the buffer, poisoned after its death, must stay poisoned
  *       (the module stopped the controller before unmapping)
+ *   kmod_test unbind URI
+ *       the controller unbound from the module while a process owns it
  *   kmod_test errors URI PEER
  *       every bad import the API can be given fails with its errno
  *
@@ -397,6 +399,50 @@ static int cmd_kill(const char *uri, uint32_t nsid, uint64_t nlb)
 	return check_failures() ? 1 : 0;
 }
 
+/* The controller unbound from the module while a process owns it: the
+ * unbind completes, the controller is stopped (bus mastering off), and the
+ * owner's later release (it is killed afterwards) frees what is left. A
+ * kernel oops here ends the guest (oops=panic). */
+static int cmd_unbind(const char *uri)
+{
+	const char *bdf = strchr(uri, ':') ? strchr(uri, ':') + 1 : uri;
+	int pfd[2];
+	if (pipe(pfd))
+		return 1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct gpunvme_ctrl *c = NULL;
+		char ok = gpunvme_open(uri, NULL, &c) == 0 ? 'y' : 'n';
+		if (write(pfd[1], &ok, 1) != 1)
+			_exit(2);
+		for (;;)
+			pause();
+	}
+	char ok = 0;
+	CHECK(read(pfd[0], &ok, 1) == 1 && ok == 'y', "owner opened %s", uri);
+	char path[96];
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/driver/unbind", bdf);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t w = fd >= 0 ? write(fd, bdf, strlen(bdf)) : -1;
+	CHECK(w == (ssize_t)strlen(bdf), "unbind %s while owned: %s", bdf, w < 0 ? strerror(errno) : "done");
+	if (fd >= 0)
+		close(fd);
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/config", bdf);
+	int cfd = open(path, O_RDONLY | O_CLOEXEC);
+	uint16_t cmd = 0xffff;
+	CHECK(cfd >= 0 && pread(cfd, &cmd, 2, 4) == 2 && !(cmd & 4), "bus mastering off after the unbind: PCI command 0x%04x",
+	      cmd);
+	if (cfd >= 0)
+		close(cfd);
+	kill(pid, SIGKILL);
+	int st = 0;
+	waitpid(pid, &st, 0);
+	CHECK(WIFSIGNALED(st), "owner ended after the unbind (status 0x%x)", st);
+	close(pfd[0]);
+	close(pfd[1]);
+	return check_failures() ? 1 : 0;
+}
+
 static int cmd_errors(const char *uri, const char *peer)
 {
 	struct gpunvme_ctrl *c = open_ctrl(uri);
@@ -468,6 +514,8 @@ int main(int argc, char **argv)
 				!strcmp(argv[1], "tier3"));
 	if (argc == 5 && !strcmp(argv[1], "kill"))
 		return cmd_kill(argv[2], (uint32_t)strtoul(argv[3], NULL, 0), strtoull(argv[4], NULL, 0));
+	if (argc == 3 && !strcmp(argv[1], "unbind"))
+		return cmd_unbind(argv[2]);
 	if (argc == 4 && !strcmp(argv[1], "errors"))
 		return cmd_errors(argv[2], argv[3]);
 	fprintf(stderr, "usage: kmod_test vgem|peer|tier3|kill|errors ... (see the source's header)\n");

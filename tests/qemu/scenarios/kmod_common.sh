@@ -37,6 +37,7 @@ run kmod.peer.a kmod_test peer kmod:\$BDF0 1 2048 1024 51 $PEER 2 0x100000
 run kmod.peer.b-mdts2 kmod_test peer kmod:\$BDF1 1 256 256 52 $PEER 2 0x200000
 run kmod.tier3.a kmod_test tier3 kmod:\$BDF0 1 2048 1024 51 $PEER 2 0x0
 run kmod.kill.a kmod_test kill kmod:\$BDF0 1 64
+run kmod.unbind-while-owned kmod_test unbind kmod:\$BDF1
 sh kmod.rmmod 'rmmod gpunvme'
 sh kmod.unbound "test ! -e /sys/bus/pci/devices/\$BDF0/driver"
 sh kmod.reinsmod 'insmod /lib/modules/extra/gpunvme.ko'
