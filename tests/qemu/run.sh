@@ -29,7 +29,8 @@
 #                             without IOMMU
 #   nvme_ctrl [KEY=VAL]...    one controller with one namespace. Keys:
 #                             size (64M), lbs (512|4096), mdts, ioq
-#                             (max_ioqpairs), serial
+#                             (max_ioqpairs), serial, image (a file copied
+#                             as the namespace's contents; size is its size)
 #   nvme_subsys [serial=S] [mdts=N] [ioq=N] ns=SIZE:LBS [ns=SIZE:LBS]...
 #                             controller in an NVM subsystem with several
 #                             namespaces (nsid 1, 2 ... in order)
@@ -40,7 +41,7 @@
 #   ivshmem SIZE              an ivshmem-plain device at 00:10.0 whose BAR2 is
 #                             $WORK/ivshmem.bin (SIZE, a power of two) on the host
 #   host_check <<'EOF' ... EOF  bash run on the host after a passing guest run
-#                             (WORK is exported, and BIN_<name> for each
+#                             (WORK and ROOT are exported, and BIN_<name> for each
 #                             BINARY); its failure fails the test
 #   memory SIZE               guest memory (default 1G)
 #   plan <<'EOF' ... EOF      guest plan, see tests/qemu/guest.sh
@@ -144,7 +145,7 @@ ctrl_props() {  # common controller properties from KEY=VAL args -> CTRL_PROPS
 		serial=*) CTRL_PROPS="${CTRL_PROPS/serial=gpunvme$NCTRL/$kv}" ;;
 		mdts=*) CTRL_PROPS+=",$kv" ;;
 		ioq=*) CTRL_PROPS+=",max_ioqpairs=${kv#ioq=}" ;;
-		size=*|lbs=*|ns=*) ;;
+		size=*|lbs=*|ns=*|image=*) ;;
 		*) log "scenario: unknown controller key $kv" >&2; exit 1 ;;
 		esac
 	done
@@ -152,12 +153,13 @@ ctrl_props() {  # common controller properties from KEY=VAL args -> CTRL_PROPS
 	CTRL_PROPS+=",addr=$(printf '0x%x' $((4 + NCTRL))),id=nvme$NCTRL"
 }
 nvme_ctrl() {
-	local kv size=64M lbs=512
+	local kv size=64M lbs=512 image=
 	for kv in "$@"; do
-		case $kv in size=*) size=${kv#size=} ;; lbs=*) lbs=${kv#lbs=} ;; esac
+		case $kv in size=*) size=${kv#size=} ;; lbs=*) lbs=${kv#lbs=} ;; image=*) image=${kv#image=} ;; esac
 	done
 	ctrl_props "$@"
 	new_drive "$size"
+	[ -z "$image" ] || cp --sparse=always "$image" "$WORK/disk$((NDRIVE - 1)).img"
 	DEVARGS+=(-device "nvme,$CTRL_PROPS,drive=$DRIVE_ID,logical_block_size=$lbs,physical_block_size=$lbs")
 	NCTRL=$((NCTRL + 1))
 }
@@ -260,7 +262,7 @@ fi
 HOST_OK=1
 if grep -q '^QEMU-RESULT PASS' "$LOG" && ! grep -q '^QEMU-TEST .* FAIL ' "$LOG" && [ -s "$WORK/host_check.sh" ]; then
 	log "host check ($WORK/host_check.sh)"
-	export WORK
+	export WORK ROOT
 	for b in "${BINARIES[@]}"; do
 		n=$(basename "$b"); n=${n//[^A-Za-z0-9_]/_}
 		export "BIN_$n=$(cd "$(dirname "$b")" && pwd)/$(basename "$b")"

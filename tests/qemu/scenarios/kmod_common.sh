@@ -16,9 +16,14 @@ guest_file "$GPUNVME_KMOD_KO:/lib/modules/extra/gpunvme.ko"
 ivshmem 4M
 nvme_ctrl serial=gpunvme-k0 size=64M lbs=512 ioq=4
 nvme_ctrl serial=gpunvme-k1 size=64M lbs=4096 mdts=2
+#   2  the loader fixture: ext4 (4 KiB blocks) holding fragmented model files
+command -v zstd >/dev/null 2>&1 || skip "zstd not installed (the loader fixture is compressed)"
+zstd -dqf "$ROOT/tests/loader/fixtures/ext4-4k.img.zst" -o "$WORK/model-ext4.img"
+zstd -dqf "$ROOT/tests/loader/fixtures/ext4-4k.manifest.zst" -o "$WORK/model-ext4.manifest"
+nvme_ctrl serial=gpunvme-k2 image="$WORK/model-ext4.img" size=64M lbs=512
 PEER=0000:00:10.0
 plan <<PLAN
-require_ctrls 2
+require_ctrls 3
 sh kmod.insmod 'insmod /lib/modules/extra/gpunvme.ko'
 sh peer.enable 'echo 1 > /sys/bus/pci/devices/$PEER/enable'
 bind gpunvme all
@@ -38,6 +43,7 @@ run kmod.peer.b-mdts2 kmod_test peer kmod:\$BDF1 1 256 256 52 $PEER 2 0x200000
 run kmod.tier3.a kmod_test tier3 kmod:\$BDF0 1 2048 1024 51 $PEER 2 0x0
 run kmod.kill.a kmod_test kill kmod:\$BDF0 1 64
 run kmod.unbind-while-owned kmod_test unbind kmod:\$BDF1
+sh load.kmod.small-safetensors "gpunvme_guest load kmod:\$BDF2 /models/small.safetensors --tier cpu --verify --json --no-progress > /tmp/load.json; rc=\\\$?; echo KMOD-LOAD-JSON-BEGIN; cat /tmp/load.json; echo; echo KMOD-LOAD-JSON-END; exit \\\$rc"
 sh kmod.rmmod 'rmmod gpunvme'
 sh kmod.unbound "test ! -e /sys/bus/pci/devices/\$BDF0/driver"
 sh kmod.reinsmod 'insmod /lib/modules/extra/gpunvme.ko'
@@ -60,4 +66,21 @@ check() {  # check NAME FILE_OFFSET BYTES SEED START
 }
 check host.peer.a 1048576 524288 51 1048576
 check host.peer.b 2097152 1048576 52 1048576
+# The loader over kmod: (CPU tier, ext4 extents): every tensor's sha256 in
+# its --json output against the fixture's manifest (an independent reader).
+sed -n '/^KMOD-LOAD-JSON-BEGIN/,/^KMOD-LOAD-JSON-END/p' "$WORK/serial.log" | sed '1d;$d' > "$WORK/load.json"
+python3 - "$WORK/load.json" "$WORK/model-ext4.manifest" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+want = [l.rstrip("\n").split("\t") for l in open(sys.argv[2], encoding="utf-8")]
+want = [w for w in want if w[0] == "/models/small.safetensors"]
+got = {t["name"]: t for t in d["tensors"]}
+bad = [w[1] for w in want if w[1] not in got or got[w[1]]["sha256"] != w[6] or got[w[1]]["bytes"] != int(w[5])]
+if bad or len(got) != len(want) or d.get("tier") != "cpu" or not d.get("verified"):
+    print("FAIL host.load: %d tensors, %d expected, %d differ (%s), tier %r, verified %r" %
+          (len(got), len(want), len(bad), bad[:3], d.get("tier"), d.get("verified")))
+    sys.exit(1)
+print("PASS host.load: %d tensors of /models/small.safetensors loaded over %s match the manifest's sha256" %
+      (len(want), d.get("uri")))
+PY
 HOST
