@@ -196,6 +196,7 @@ static int kmod_map(struct kmod_priv *p, struct kmod_dma *d, struct gpunvme_kmod
 		struct rlimit rl = {0};
 
 		getrlimit(RLIMIT_MEMLOCK, &rl);
+		ioctl(p->fd, GPUNVME_KMOD_INFO, &p->info); /* the pinned total now */
 		return gpunvme_set_error(rc, "%s: cannot pin %zu KiB of %s: memlock limit (ulimit -l %llu KiB) "
 					     "or the module's pin_limit_mb (%llu MiB, %llu KiB pinned now): raise "
 					     "the limit or run as root",

@@ -17,6 +17,8 @@
  *       a child reads into a vgem buffer with commands in flight and is
  *       SIGKILLed; the buffer, poisoned after its death, must stay poisoned
  *       (the module stopped the controller before unmapping)
+ *   kmod_test pinlimit URI
+ *       the module's pin_limit_mb refuses an owner that needs more
  *   kmod_test unbind URI
  *       the controller unbound from the module while a process owns it
  *   kmod_test errors URI PEER
@@ -443,6 +445,35 @@ static int cmd_unbind(const char *uri)
 	return check_failures() ? 1 : 0;
 }
 
+/* The module's cap on pinned host memory (pin_limit_mb; root is exempt
+ * from RLIMIT_MEMLOCK through CAP_IPC_LOCK, the cap applies to everyone):
+ * an owner that needs more fails with -ENOMEM and a message naming it. */
+static int set_pin_limit(const char *mb)
+{
+	int fd = open("/sys/module/gpunvme/parameters/pin_limit_mb", O_WRONLY | O_CLOEXEC);
+	ssize_t w = fd >= 0 ? write(fd, mb, strlen(mb)) : -1;
+	if (fd >= 0)
+		close(fd);
+	return w == (ssize_t)strlen(mb) ? 0 : -1;
+}
+
+static int cmd_pinlimit(const char *uri)
+{
+	CHECK(set_pin_limit("1") == 0, "pin_limit_mb := 1");
+	struct gpunvme_ctrl *c = NULL;
+	int rc = gpunvme_open(uri, NULL, &c); /* queues + a 2 MiB DMA heap chunk: over 1 MiB */
+	CHECK(rc == -ENOMEM && strstr(gpunvme_last_error(), "pin_limit_mb"), "open with 1 MiB pinnable: rc %d (%s)",
+	      rc, gpunvme_last_error());
+	if (!rc)
+		gpunvme_close(c);
+	CHECK(set_pin_limit("0") == 0, "pin_limit_mb := 0 (no cap)");
+	rc = gpunvme_open(uri, NULL, &c);
+	CHECK(rc == 0, "open without the cap: %s", rc ? gpunvme_last_error() : "ok");
+	if (!rc)
+		gpunvme_close(c);
+	return check_failures() ? 1 : 0;
+}
+
 static int cmd_errors(const char *uri, const char *peer)
 {
 	struct gpunvme_ctrl *c = open_ctrl(uri);
@@ -514,6 +545,8 @@ int main(int argc, char **argv)
 				!strcmp(argv[1], "tier3"));
 	if (argc == 5 && !strcmp(argv[1], "kill"))
 		return cmd_kill(argv[2], (uint32_t)strtoul(argv[3], NULL, 0), strtoull(argv[4], NULL, 0));
+	if (argc == 3 && !strcmp(argv[1], "pinlimit"))
+		return cmd_pinlimit(argv[2]);
 	if (argc == 3 && !strcmp(argv[1], "unbind"))
 		return cmd_unbind(argv[2]);
 	if (argc == 4 && !strcmp(argv[1], "errors"))

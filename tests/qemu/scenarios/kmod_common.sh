@@ -36,6 +36,7 @@ run drv.kmod.a.write qemu_driver write kmod:\$BDF0 1 2048 1024 51
 run drv.kmod.b.write qemu_driver write kmod:\$BDF1 1 256 512 52
 run drv.kmod.a.verify qemu_driver verify kmod:\$BDF0 1 2048 1024 51
 run kmod.errors kmod_test errors kmod:\$BDF0 $PEER
+run kmod.pin-limit kmod_test pinlimit kmod:\$BDF0
 run kmod.vgem.a kmod_test vgem kmod:\$BDF0 1 2048 1024 51
 run kmod.vgem.b-mdts2 kmod_test vgem kmod:\$BDF1 1 256 512 52
 run kmod.peer.a kmod_test peer kmod:\$BDF0 1 2048 1024 51 $PEER 2 0x100000
