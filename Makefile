@@ -7,13 +7,15 @@
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 20
 QEMU_CACHE ?= build/qemu-cache
+QEMU_KMOD_CACHE ?= build/qemu-cache-kmod
+KDIR ?= /lib/modules/$(shell uname -r)/build
 CMAKE ?= cmake
 CTEST ?= ctest
 
 PYVENV ?= build/pyvenv
 PYTHON3 ?= /usr/bin/python3
 
-.PHONY: all build lint test test-asan test-tsan test-gpu test-qemu test-python python fuzz fuzz-build demo bench fs-fixtures clean
+.PHONY: all build lint test test-asan test-tsan test-gpu test-qemu test-kmod kmod test-python python fuzz fuzz-build demo bench fs-fixtures clean
 
 all: build
 
@@ -45,9 +47,21 @@ test-tsan:
 # QEMU guest tests: the driver against QEMU's NVMe controller over vfio-pci
 # (intel-iommu) and uio_pci_generic. The guest kernel is cached by
 # scripts/qemu/setup.sh (CI runs it with network); without it they skip.
+# The kernel-module tests (label kmod, also qemu) boot Debian's generic
+# kernel, cached with its headers by setup.sh --generic.
 test-qemu: build
 	-scripts/qemu/setup.sh --no-install $(QEMU_CACHE)
+	-scripts/qemu/setup.sh --no-install --generic $(QEMU_KMOD_CACHE)
 	cd build && $(CTEST) --output-on-failure -j $(JOBS) -L qemu
+
+test-kmod: build
+	-scripts/qemu/setup.sh --no-install --generic $(QEMU_KMOD_CACHE)
+	cd build && $(CTEST) --output-on-failure -L kmod
+
+# The kernel module for the running kernel (KDIR=... for other headers);
+# says which package to install when the headers are missing.
+kmod:
+	$(MAKE) -C kmod KDIR=$(KDIR)
 
 # The Python package (python/): a venv that sees the system's numpy and
 # pytest (Debian packages; nothing is downloaded), the extension built from

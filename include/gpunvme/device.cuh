@@ -83,10 +83,12 @@ struct gpunvme_dev_queues {
 };
 
 /* A data buffer: bus address of each 64 KiB piece (seed 002's lookup table:
- * pinned host memory or GPU memory alike). */
+ * pinned host memory or GPU memory alike), or of each 4 KiB page where the
+ * bus maps at that granularity (kmod:, GPU memory through the IOMMU). */
 struct gpunvme_dev_buf {
 	const uint64_t *iova64k;
 	uint64_t len;
+	uint32_t shift;             /* log2 of the piece each entry covers: 16 or 12; 0 reads as 16 */
 };
 
 struct gpunvme_dev_tag {           /* an asynchronous command */

@@ -334,19 +334,20 @@ __device__ __forceinline__ int gpunvme_dq_commit(const struct gpunvme_dev_queues
 /* Bus address of buffer byte `off`. */
 __device__ __forceinline__ uint64_t gpunvme_dq_buf_addr(const struct gpunvme_dev_buf *b, uint64_t off)
 {
-	const struct gpunvme_prp_addr src = { 0, b->iova64k, 0, 16 };
+	const struct gpunvme_prp_addr src = { 0, b->iova64k, 0, b->shift ? b->shift : 16u };
 	return gpunvme_prp_addr_of(&src, off);
 }
 
 /* PRPs for len bytes at buffer offset off (bus address a) into the SQE,
  * with the list pages of this slot: the queue core's builder over the
- * buffer's 64 KiB table (page size divides 64 KiB, so a page never spans
- * two pieces). */
+ * buffer's table of 64 KiB or 4 KiB pieces (the controller page size
+ * divides the piece: registration checks it, so a page never spans two
+ * pieces). */
 __device__ __forceinline__ int gpunvme_dq_prps(const struct gpunvme_dev_queues *q, struct gpunvme_dq_pair *qp, uint32_t slot,
 				       const struct gpunvme_dev_buf *b, uint64_t off, uint64_t a, uint64_t len,
 				       struct gpunvme_sqe *e)
 {
-	const struct gpunvme_prp_addr src = { 0, b->iova64k, 0, 16 };
+	const struct gpunvme_prp_addr src = { 0, b->iova64k, 0, b->shift ? b->shift : 16u };
 	const size_t first = (size_t)slot * qp->lp;
 	return gpunvme_prp_fill_at(&src, off, a, len, q->page_size, qp->lists + first * (q->page_size / 8),
 				   &qp->list_iova[first], qp->lp, &e->prp1, &e->prp2)

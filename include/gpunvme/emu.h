@@ -75,6 +75,9 @@ struct gpunvme_emu_config {
 	                           the caller drives gpunvme_emu_poll() */
 	uint32_t ready_delay_ms; /* CSTS.RDY follows CC.EN after this long */
 	uint32_t idle_sleep_max_us; /* longest sleep of an idle worker (default 1000) */
+	uint8_t gpu_pages;      /* 1: the emu: bus maps GPU memory page by page at
+	                           scattered bus addresses, as the kmod: bus does
+	                           (4 KiB tables, no contiguity); default 0 */
 	struct gpunvme_emu_model model;
 	struct gpunvme_emu_bar_allocator bar; /* NULL alloc: aligned_alloc */
 	char serial[21];
@@ -93,7 +96,8 @@ void gpunvme_emu_config_init(struct gpunvme_emu_config *cfg);
  * SIZE takes K/M/G/T suffixes (powers of 1024). Keys: lbads (9|12), nsq
  * (I/O queue pairs), mqes, mdts, dstrd, workers, latency_us, read_mbps,
  * write_mbps, iops, ready_ms, idle_us, vwc, snapshot (0|1: serve an image
- * file from a RAM copy), ns (extra namespaces: "ns=ram:1G,null:4G").
+ * file from a RAM copy), gpu_pages (0|1: GPU memory mapped per 4 KiB page at
+ * scattered bus addresses), ns (extra namespaces: "ns=ram:1G,null:4G").
  * Returns 0 or -EINVAL; on error, *err (if not NULL) points at a static
  * message naming the problem. */
 int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec,

@@ -126,6 +126,30 @@ void gpunvme_dma_free(struct gpunvme_ctrl *c, void *p);
 /* Bus address of a byte of DMA memory, or 0 when p is not DMA memory. */
 uint64_t gpunvme_dma_iova(struct gpunvme_ctrl *c, const void *p);
 
+/* Memory this library did not allocate, as a DMA target (kmod: bus only). */
+enum gpunvme_dma_src_kind {
+	GPUNVME_DMA_SRC_DMABUF = 1, /* fd: a dma-buf (any exporter); offset into it */
+	GPUNVME_DMA_SRC_PEER = 2,   /* peer: another PCI device "DDDD:BB:DD.F", bar; offset in the BAR */
+	GPUNVME_DMA_SRC_NVP2P = 3,  /* offset: a CUDA device address (NVIDIA's legacy P2P pages) */
+};
+struct gpunvme_dma_src {
+	int kind;                   /* enum gpunvme_dma_src_kind */
+	int fd;
+	uint64_t offset;
+	const char *peer;
+	unsigned int bar;
+};
+/*
+ * Make [va, va + len) DMA memory: the controller reaches it through the bus
+ * addresses the kernel module gives for `src`, and I/O calls accept it like
+ * gpunvme_dma_alloc memory. va is the process's view of the same memory (a
+ * dma-buf's mmap, a peer BAR's sysfs resource mmap); it is only used to find
+ * the mapping. va, len and offset are multiples of 4 KiB. gpunvme_dma_free(c,
+ * va) unmaps it for the controller (va stays mapped). -EOPNOTSUPP on buses
+ * other than kmod:.
+ */
+int gpunvme_dma_import(struct gpunvme_ctrl *c, void *va, size_t len, const struct gpunvme_dma_src *src);
+
 /* ---- CPU data path -------------------------------------------------------------- */
 
 struct gpunvme_cpl {
@@ -140,6 +164,12 @@ typedef void (*gpunvme_cb)(void *arg, const struct gpunvme_cpl *cpl);
  * Fails with -EBUSY when every granted I/O queue is in use. */
 int gpunvme_qpair_create(struct gpunvme_ctrl *c, uint32_t depth, struct gpunvme_qpair **out);
 void gpunvme_qpair_destroy(struct gpunvme_qpair *qp);
+/* The same with both rings in `rings` (len bytes, 4 KiB aligned): memory made
+ * DMA memory by gpunvme_dma_import, e.g. device memory (Tier 3 placement).
+ * The SQ at rings, the CQ at the next 4 KiB boundary after it; each must be
+ * contiguous on the bus. The memory stays the caller's. */
+int gpunvme_qpair_create_in(struct gpunvme_ctrl *c, uint32_t depth, void *rings, size_t len,
+			    struct gpunvme_qpair **out);
 
 /*
  * Asynchronous I/O. buf must be DMA memory (gpunvme_dma_alloc), dword

@@ -7,14 +7,21 @@
 #     (busybox-static), fetched with `apt-get download` and unpacked into the
 #     cache directory. Nothing is installed into the host's /boot or /bin.
 #
-# Usage: scripts/qemu/setup.sh [--update] [--no-install] CACHE_DIR
+#   With --generic instead: Debian's generic kernel (linux-image-*-amd64: it
+#   has vgem and the other DRM drivers the kernel-module tests need) and its
+#   headers (linux-headers-*-amd64, -common, linux-kbuild-*) unpacked so that
+#   out-of-tree modules build against them (CACHE_DIR/kdir).
+#
+# Usage: scripts/qemu/setup.sh [--update] [--no-install] [--generic] CACHE_DIR
 #   CACHE_DIR     e.g. build/qemu-cache; afterwards it holds
 #                   vmlinuz        the guest kernel
 #                   modules/       its /lib/modules/<version> (with modules.dep)
 #                   busybox        a statically linked busybox
 #                   kernel.version the kernel's version string
+#                   kdir           (--generic) the headers: make -C kmod KDIR=CACHE_DIR/kdir
 #   --update      fetch the newest kernel even when one is already cached
 #   --no-install  never run apt-get install (only download into the cache)
+#   --generic     the generic kernel and its headers (for tests/qemu kmod_*)
 #
 # Idempotent: with a complete cache it does nothing and needs no network.
 # Exit status: 0 ready, 1 failure.
@@ -22,12 +29,14 @@ set -euo pipefail
 
 UPDATE=0
 INSTALL=1
+GENERIC=0
 CACHE=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--update) UPDATE=1 ;;
 	--no-install) INSTALL=0 ;;
-	-h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+	--generic) GENERIC=1 ;;
+	-h|--help) sed -n '2,28p' "$0"; exit 0 ;;
 	-*) echo "setup.sh: unknown option $1" >&2; exit 1 ;;
 	*) CACHE=$1 ;;
 	esac
@@ -50,6 +59,11 @@ command -v cpio >/dev/null 2>&1 || need+=(cpio)
 command -v gzip >/dev/null 2>&1 || need+=(gzip)
 command -v depmod >/dev/null 2>&1 || need+=(kmod)
 command -v timeout >/dev/null 2>&1 || need+=(coreutils)
+if [ "$GENERIC" -eq 1 ]; then
+	# Kbuild for out-of-tree modules: Debian's headers name gcc-12
+	command -v make >/dev/null 2>&1 || need+=(make)
+	command -v gcc-12 >/dev/null 2>&1 || need+=(gcc-12)
+fi
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$INSTALL" -eq 1 ]; then
 		log "installing ${need[*]}"
@@ -64,7 +78,8 @@ fi
 # ---- cached kernel and busybox -------------------------------------------
 complete() {
 	[ -s "$CACHE/vmlinuz" ] && [ -s "$CACHE/modules/modules.dep" ] &&
-		[ -x "$CACHE/busybox" ] && [ -s "$CACHE/kernel.version" ]
+		[ -x "$CACHE/busybox" ] && [ -s "$CACHE/kernel.version" ] &&
+		{ [ "$GENERIC" -eq 0 ] || [ -s "$CACHE/kdir/Makefile" ]; }
 }
 if complete && [ "$UPDATE" -eq 0 ]; then
 	log "cache complete: kernel $(cat "$CACHE/kernel.version") in $CACHE"
@@ -76,13 +91,15 @@ pkg_of_meta() {
 	apt-cache depends "$1" 2>/dev/null |
 		awk '/^ *Depends: linux-image-[0-9]/ { print $2; exit }'
 }
-KPKG=$(pkg_of_meta linux-image-cloud-amd64 || true)
+META=linux-image-cloud-amd64
+[ "$GENERIC" -eq 0 ] || META=linux-image-amd64
+KPKG=$(pkg_of_meta $META || true)
 if [ -z "$KPKG" ]; then
-	log "apt-cache knows no linux-image-cloud-amd64; running apt-get update"
+	log "apt-cache knows no $META; running apt-get update"
 	$SUDO apt-get update >/dev/null || true
-	KPKG=$(pkg_of_meta linux-image-cloud-amd64 || true)
+	KPKG=$(pkg_of_meta $META || true)
 fi
-[ -n "$KPKG" ] || { log "cannot find a linux-image-*-cloud-amd64 package" >&2; exit 1; }
+[ -n "$KPKG" ] || { log "cannot find the kernel package $META depends on" >&2; exit 1; }
 KVER=${KPKG#linux-image-}
 
 DL="$CACHE/debs"
@@ -117,8 +134,37 @@ dpkg-deb -x "$BDEB" "$CACHE/busybox.tmp"
 install -m 0755 "$CACHE/busybox.tmp/bin/busybox" "$CACHE/busybox"
 rm -rf "$CACHE/busybox.tmp"
 
+KEEP=("$(basename "$KDEB")" "$(basename "$BDEB")")
+if [ "$GENERIC" -eq 1 ]; then
+	# linux-headers-V-amd64 depends on linux-headers-V-common and
+	# linux-kbuild-X.Y (which holds the prebuilt modpost & co.); the
+	# packages' symlinks are relative, so one tree holds all three.
+	HPKG=linux-headers-$KVER
+	deps=$(apt-cache depends "$HPKG" 2>/dev/null | awk '/Depends: linux-(headers|kbuild)-/ { print $2 }')
+	[ -n "$deps" ] || { log "apt-cache knows no $HPKG (or its dependencies)" >&2; exit 1; }
+	rm -rf "$CACHE/headers.tmp"
+	mkdir -p "$CACHE/headers.tmp"
+	for p in "$HPKG" $deps; do
+		log "headers package $p"
+		f=$(fetch_deb "$p")
+		KEEP+=("$(basename "$f")")
+		dpkg-deb -x "$f" "$CACHE/headers.tmp"
+	done
+	hd=$CACHE/headers.tmp/usr/src/linux-headers-$KVER
+	[ -s "$hd/Makefile" ] || { log "no usr/src/linux-headers-$KVER/Makefile in $HPKG" >&2; exit 1; }
+	# Its Makefile includes the -common tree by absolute path (/usr/src/...)
+	sed -i "s|^include /usr/src/|include $CACHE/headers/usr/src/|" "$hd/Makefile"
+	rm -rf "$CACHE/headers"
+	mv "$CACHE/headers.tmp" "$CACHE/headers"
+	ln -sfn "headers/usr/src/linux-headers-$KVER" "$CACHE/kdir"
+fi
+
 echo "$KVER" > "$CACHE/kernel.version"
 # Keep only the debs in use.
-find "$DL" -name '*.deb' ! -name "$(basename "$KDEB")" ! -name "$(basename "$BDEB")" -delete
+for f in "$DL"/*.deb; do
+	keep=0
+	for k in "${KEEP[@]}"; do [ "$(basename "$f")" = "$k" ] && keep=1; done
+	[ "$keep" -eq 1 ] || rm -f "$f"
+done
 complete || { log "cache incomplete after setup" >&2; exit 1; }
 log "ready: kernel $KVER, cache $CACHE"

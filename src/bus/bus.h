@@ -2,7 +2,7 @@
 /*
  * The bus interface: how the driver reaches a controller. A bus gives BAR0
  * as mapped memory and turns host memory into addresses the controller can
- * DMA to. One file per bus: emu.c, vfio.c, uio.c; bus.c picks one by URI.
+ * DMA to. One file per bus: emu.c, vfio.c, uio.c, kmod.c; bus.c picks one by URI.
  * Nothing above this layer knows which bus it talks to.
  */
 #ifndef GPUNVME_BUS_H
@@ -29,6 +29,12 @@ struct gpunvme_devmem {
 	uint64_t addr;                           /* device virtual address */
 	size_t len;
 	const struct gpunvme_emu_gpu_ops *copy;  /* for a controller that copies */
+	/* The same memory as a dma-buf (CUDA's export), [addr, addr + len) at
+	 * dmabuf_off in it: how the kmod: bus reaches it. Without one the kmod:
+	 * bus tries NVIDIA's legacy nvidia_p2p pages for addr. */
+	int has_dmabuf;
+	int dmabuf_fd;
+	uint64_t dmabuf_off;
 };
 
 struct gpunvme_bus_ops {
@@ -53,8 +59,10 @@ struct gpunvme_bus_ops {
 	 * behind an IOMMU). */
 	size_t (*contig)(struct gpunvme_bus *b, void *handle);
 	/*
-	 * Device memory as a DMA target: *iova is the bus address of m->addr,
-	 * and the range is contiguous in bus address space. NULL when the bus
+	 * Device memory as a DMA target: *iova is the bus address of m->addr.
+	 * Without device_table below the range is contiguous in bus address
+	 * space from there; with it, device_table gives the bus address of
+	 * every 4 KiB page (m->addr is then 4 KiB aligned). NULL when the bus
 	 * cannot (src/ctrl then says what would make it possible). unmap waits
 	 * for commands still using the range, so the memory may be freed
 	 * afterwards.
@@ -66,6 +74,18 @@ struct gpunvme_bus_ops {
 	 * nvme_dev_disable does: a controller that still works on a command
 	 * after CSTS.RDY = 0 cannot DMA it into memory that was given back. */
 	int (*set_master)(struct gpunvme_bus *b, bool on);
+	/*
+	 * Memory that is not the bus's own (a dma-buf, another device's BAR,
+	 * GPU pages through nvidia_p2p; src says which) as a DMA target, with
+	 * `va` its CPU view (used only to look it up). Returns a handle for
+	 * iova_of/contig/dma_free (dma_free unmaps, never munmaps). NULL when
+	 * the bus cannot.
+	 */
+	int (*dma_import)(struct gpunvme_bus *b, const struct gpunvme_dma_src *src, void *va, size_t len,
+			  void **handle);
+	/* The bus address of every 4 KiB page of a map_device mapping (named
+	 * by its *iova); NULL when map_device ranges are contiguous. */
+	int (*device_table)(struct gpunvme_bus *b, uint64_t iova, const uint64_t **table, size_t *n);
 };
 
 struct gpunvme_bus {
@@ -79,6 +99,7 @@ struct gpunvme_bus {
 extern const struct gpunvme_bus_ops gpunvme_bus_emu;
 extern const struct gpunvme_bus_ops gpunvme_bus_vfio;
 extern const struct gpunvme_bus_ops gpunvme_bus_uio;
+extern const struct gpunvme_bus_ops gpunvme_bus_kmod;
 
 /* The emulator behind an emu: bus, NULL for other buses (tests inject
  * faults through it; the GPU path sizes its copy lanes by it). */

@@ -6,6 +6,7 @@
  * exercised exactly as behind an IOMMU.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +15,20 @@
 #include "bus/bus.h"
 #include "gpunvme/emu.h"
 
+/* A GPU range mapped page by page (gpu_pages=1): the bus address of each
+ * 4 KiB page, with an unmapped page between any two. */
+struct emu_devmap {
+	struct emu_devmap *next;
+	size_t n;
+	uint64_t table[];
+};
+
 struct emu_bus {
 	struct gpunvme_emu *emu;
 	uint64_t next_iova;
+	int gpu_pages;
+	pthread_mutex_t lock;       /* devmaps */
+	struct emu_devmap *devmaps;
 };
 
 struct emu_dma {
@@ -80,6 +92,8 @@ static int emu_open(struct gpunvme_bus *b, const char *addr, const struct gpunvm
 		return gpunvme_set_error(rc, "emu:%s: cannot create the emulator: %s", addr, strerror(-rc));
 	}
 	eb->next_iova = EMU_IOVA_BASE;
+	eb->gpu_pages = cfg.gpu_pages;
+	pthread_mutex_init(&eb->lock, NULL);
 	b->priv = eb;
 	b->bar0 = (volatile uint8_t *)gpunvme_emu_bar0(eb->emu);
 	b->bar0_len = gpunvme_emu_bar0_size(eb->emu);
@@ -92,6 +106,12 @@ static void emu_close(struct gpunvme_bus *b)
 	if (!eb)
 		return;
 	gpunvme_emu_destroy(eb->emu);
+	while (eb->devmaps) {
+		struct emu_devmap *d = eb->devmaps;
+		eb->devmaps = d->next;
+		free(d);
+	}
+	pthread_mutex_destroy(&eb->lock);
 	free(eb);
 	b->priv = NULL;
 }
@@ -145,9 +165,67 @@ static size_t emu_contig(struct gpunvme_bus *b, void *handle)
 
 /* GPU memory in the emulator's address table: data moves with the copy
  * engine through m->copy. */
+static int emu_map_pages(struct emu_bus *eb, const struct gpunvme_devmem *m, uint64_t *iova)
+{
+	if (m->addr & 4095)
+		return gpunvme_set_error(-EINVAL, "emulator (gpu_pages=1): GPU memory at 0x%llx is not 4 KiB aligned",
+					 (unsigned long long)m->addr);
+	size_t n = (m->len + 4095) / 4096;
+	struct emu_devmap *d = malloc(sizeof(*d) + n * sizeof(uint64_t));
+	if (!d)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	d->n = n;
+	/* ascending, with a hole after every page: nothing may treat the
+	 * range as contiguous */
+	uint64_t base = __atomic_fetch_add(&eb->next_iova, 2 * 4096 * (uint64_t)n + 4096, __ATOMIC_RELAXED);
+	for (size_t k = 0; k < n; k++) {
+		d->table[k] = base + 2 * 4096 * (uint64_t)k;
+		int rc = gpunvme_emu_dma_map_gpu(eb->emu, d->table[k], m->addr + 4096 * (uint64_t)k, 4096, m->copy);
+		if (rc) {
+			while (k--)
+				gpunvme_emu_dma_unmap(eb->emu, d->table[k]);
+			free(d);
+			return gpunvme_set_error(rc, "emulator: cannot map GPU memory: %s", strerror(-rc));
+		}
+	}
+	pthread_mutex_lock(&eb->lock);
+	d->next = eb->devmaps;
+	eb->devmaps = d;
+	pthread_mutex_unlock(&eb->lock);
+	*iova = d->table[0];
+	return 0;
+}
+
+static struct emu_devmap *devmap_find(struct emu_bus *eb, uint64_t iova, int unlink)
+{
+	struct emu_devmap **pp, *d = NULL;
+	pthread_mutex_lock(&eb->lock);
+	for (pp = &eb->devmaps; *pp; pp = &(*pp)->next)
+		if ((*pp)->table[0] == iova) {
+			d = *pp;
+			if (unlink)
+				*pp = d->next;
+			break;
+		}
+	pthread_mutex_unlock(&eb->lock);
+	return d;
+}
+
+static int emu_device_table(struct gpunvme_bus *b, uint64_t iova, const uint64_t **table, size_t *n)
+{
+	struct emu_devmap *d = devmap_find(b->priv, iova, 0);
+	if (!d)
+		return -EOPNOTSUPP; /* a contiguous mapping */
+	*table = d->table;
+	*n = d->n;
+	return 0;
+}
+
 static int emu_map_device(struct gpunvme_bus *b, const struct gpunvme_devmem *m, uint64_t *iova)
 {
 	struct emu_bus *eb = b->priv;
+	if (eb->gpu_pages)
+		return emu_map_pages(eb, m, iova);
 	/* the bus address keeps the memory's offset in its page, as an IOMMU
 	 * mapping does: the dword alignment a caller checks on its pointer
 	 * (§4.3, PRP entries) is then the alignment the controller sees */
@@ -163,7 +241,18 @@ static int emu_map_device(struct gpunvme_bus *b, const struct gpunvme_devmem *m,
 
 static int emu_unmap_device(struct gpunvme_bus *b, uint64_t iova)
 {
-	return gpunvme_emu_dma_unmap(((struct emu_bus *)b->priv)->emu, iova);
+	struct emu_bus *eb = b->priv;
+	struct emu_devmap *d = devmap_find(eb, iova, 1);
+	if (!d)
+		return gpunvme_emu_dma_unmap(eb->emu, iova);
+	int rc = 0;
+	for (size_t k = 0; k < d->n; k++) {
+		int r = gpunvme_emu_dma_unmap(eb->emu, d->table[k]);
+		if (r && !rc)
+			rc = r;
+	}
+	free(d);
+	return rc;
 }
 
 const struct gpunvme_bus_ops gpunvme_bus_emu = {
@@ -176,6 +265,7 @@ const struct gpunvme_bus_ops gpunvme_bus_emu = {
 	.contig = emu_contig,
 	.map_device = emu_map_device,
 	.unmap_device = emu_unmap_device,
+	.device_table = emu_device_table,
 };
 
 struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b)

@@ -227,14 +227,16 @@ static int start_loader(struct load_ctx *x)
 	bool gpu = gpu_usable();
 	if (x->o.tier < 0) {
 		x->tier = gpu ? GPUNVME_TIER_2 : GPUNVME_TIER_CPU;
-		/* a real controller cannot reach GPU memory until GPU bus
-		 * addresses exist (kernel module / dma-buf): pinned host memory
-		 * read by the GPU (Tier 1) is the GPU path there */
+		/* a real controller reaches GPU memory only through the
+		 * gpunvme kernel module (kmod:, dma-buf / nvidia_p2p); on
+		 * vfio:/uio: pinned host memory read by the GPU (Tier 1) is the
+		 * GPU path */
 		struct gpunvme_ctrl_info ci;
-		if (gpu && gpunvme_ctrl_info(x->f.c, &ci) == 0 && strcmp(ci.transport, "emu") != 0) {
+		if (gpu && gpunvme_ctrl_info(x->f.c, &ci) == 0 && strcmp(ci.transport, "emu") != 0 &&
+		    strcmp(ci.transport, "kmod") != 0) {
 			x->tier = GPUNVME_TIER_1;
-			fprintf(stderr, "gpunvme: load: note: %s: GPU memory is not yet a DMA target on real controllers "
-					"(no GPU bus addresses): loading into pinned host memory the GPU reads (tier 1)\n",
+			fprintf(stderr, "gpunvme: load: note: %s: GPU memory is a DMA target on real controllers only "
+					"through the gpunvme kernel module (kmod:BDF): loading into pinned host memory the GPU reads (tier 1)\n",
 				x->o.uri);
 		}
 		if (!gpu)

@@ -325,7 +325,7 @@ int cli_check_uri(const char *uri)
 		return 0;
 	}
 	if ((sl == 4 && !strncmp(uri, "vfio", 4)) || (sl == 3 && !strncmp(uri, "uio", 3)) ||
-	    (sl == 3 && !strncmp(uri, "pci", 3))) {
+	    (sl == 4 && !strncmp(uri, "kmod", 4)) || (sl == 3 && !strncmp(uri, "pci", 3))) {
 		if (!*rest)
 			return cli_usage_err("missing PCI address after '%.*s:' (expected DDDD:BB:DD.F, "
 					     "e.g. %.*s:0000:01:00.0; 'gpunvme list' shows them)",
@@ -336,7 +336,7 @@ int cli_check_uri(const char *uri)
 					     rest);
 		return 0;
 	}
-	return cli_usage_err("unknown bus '%.*s' in '%s' (expected emu:, vfio:, uio:, pci: or md:)", (int)sl,
+	return cli_usage_err("unknown bus '%.*s' in '%s' (expected emu:, vfio:, uio:, kmod:, pci: or md:)", (int)sl,
 			     uri, uri);
 }
 

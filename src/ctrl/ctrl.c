@@ -415,6 +415,13 @@ void gpunvme_dma_free(struct gpunvme_ctrl *c, void *p)
 		dma_free(&c->dma, p);
 }
 
+int gpunvme_dma_import(struct gpunvme_ctrl *c, void *va, size_t len, const struct gpunvme_dma_src *src)
+{
+	if (!c || !va || !len || !src)
+		return gpunvme_set_error(-EINVAL, "dma_import: bad arguments");
+	return dma_import(&c->dma, va, len, src);
+}
+
 uint64_t gpunvme_dma_iova(struct gpunvme_ctrl *c, const void *p)
 {
 	return c ? dma_iova(&c->dma, p) : 0;
@@ -598,6 +605,13 @@ int gpunvme_ctrl_unmap_device(struct gpunvme_ctrl *c, uint64_t iova)
 	if (!c->bus.ops->unmap_device)
 		return -EOPNOTSUPP;
 	return c->bus.ops->unmap_device(&c->bus, iova);
+}
+
+int gpunvme_ctrl_device_table(struct gpunvme_ctrl *c, uint64_t iova, const uint64_t **table, size_t *n)
+{
+	if (!c->bus.ops->device_table)
+		return -EOPNOTSUPP;
+	return c->bus.ops->device_table(&c->bus, iova, table, n);
 }
 
 int gpunvme_ctrl_keep_pinned(struct gpunvme_ctrl *c, void *p, void (*unpin)(void *p))

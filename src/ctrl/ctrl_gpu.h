@@ -31,6 +31,9 @@ uint64_t gpunvme_ctrl_max_xfer(struct gpunvme_ctrl *c);
  * with the reason when the bus cannot. */
 int gpunvme_ctrl_map_device(struct gpunvme_ctrl *c, const struct gpunvme_devmem *m, uint64_t *iova);
 int gpunvme_ctrl_unmap_device(struct gpunvme_ctrl *c, uint64_t iova);
+/* The bus address of every 4 KiB page of a map_device mapping: 0, or
+ * -EOPNOTSUPP when the bus maps device memory contiguously from iova. */
+int gpunvme_ctrl_device_table(struct gpunvme_ctrl *c, uint64_t iova, const uint64_t **table, size_t *n);
 
 /*
  * One host range the GPU side keeps pinned as long as the controller lives:

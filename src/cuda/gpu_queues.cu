@@ -3,14 +3,17 @@
  * Host side of the GPU data path: queue pairs the GPU drives (created
  * through the control plane, memory in host pinned pages mapped into the
  * GPU), BAR0 mapped for the GPU, buffer registration (Tier 1 host memory,
- * Tier 2 GPU memory through the emulator's copy engine), and an
- * asynchronous read on a CUDA stream.
+ * Tier 2 GPU memory: through the emulator's copy engine, or on the kmod:
+ * bus exported as a dma-buf, else pinned with nvidia_p2p, and mapped by the
+ * kernel module), and an asynchronous read on a CUDA stream.
  */
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpunvme/device.cuh"
 #include "gpunvme/emu.h"
@@ -532,8 +535,14 @@ int gpunvme_gpu_queues_recover(struct gpunvme_gpu_queues *g, unsigned flags, str
  * kernel that waits for the emulator's copies: a deadlock, seen as reads
  * timing out. Stream-ordered allocation and a copy on our own non-blocking
  * stream wait for nothing else. */
-static int upload_table(struct gpunvme_gpu_buf *b, const uint64_t *tab, size_t n)
+static int upload_table(struct gpunvme_gpu_buf *b, const uint64_t *tab, size_t n, uint32_t shift)
 {
+	/* a controller page never spans two pieces (device_queue.cuh) */
+	if (b->g->desc.page_size > (1u << shift))
+		return gpunvme_set_error(-EINVAL, "buffer mapped in %u-byte pieces, smaller than the controller's page "
+						  "size %u",
+					 1u << shift, b->g->desc.page_size);
+	b->desc.shift = shift;
 	cudaStream_t st = b->g->aux;
 	cudaError_t ce = cudaMallocAsync((void **)&b->dev_tab, n * sizeof(uint64_t), st);
 	if (ce == cudaSuccess)
@@ -563,16 +572,40 @@ int gpunvme_gpu_buf_host(struct gpunvme_gpu_queues *g, void *dma_mem, size_t len
 	b->g = g;
 	b->host = dma_mem;
 	b->desc.len = len;
-	/* each 64 KiB piece must be contiguous in bus space */
+	/* each 64 KiB piece contiguous in bus space; else (the kmod: bus maps
+	 * 4 KiB pages where the IOMMU is off) each 4 KiB page */
+	uint32_t shift = 16;
 	for (size_t k = 0; k < n; k++) {
 		uint8_t *p = (uint8_t *)dma_mem + (k << 16);
 		size_t plen = len - (k << 16) < 0x10000 ? len - (k << 16) : 0x10000;
 		tab[k] = gpunvme_dma_iova(g->c, p);
 		if (!tab[k] || gpunvme_dma_iova(g->c, p + plen - 1) != tab[k] + plen - 1) {
+			shift = 12;
+			break;
+		}
+	}
+	if (shift == 12) {
+		n = (len + 4095) >> 12;
+		uint64_t *t4 = (uint64_t *)realloc(tab, n * sizeof(uint64_t));
+		if (!t4) {
 			free(tab);
 			free(b);
-			return gpunvme_set_error(-EINVAL, "buffer %p is not DMA memory contiguous in 64 KiB pieces "
-							  "(allocate it with gpunvme_dma_alloc, 64 KiB aligned)", dma_mem);
+			return gpunvme_set_error(-ENOMEM, "out of memory");
+		}
+		tab = t4;
+		for (size_t k = 0; k < n; k++) {
+			uint8_t *p = (uint8_t *)dma_mem + (k << 12);
+			size_t plen = len - (k << 12) < 4096 ? len - (k << 12) : 4096;
+			tab[k] = gpunvme_dma_iova(g->c, p);
+			if ((uintptr_t)dma_mem & 4095 || !tab[k] ||
+			    gpunvme_dma_iova(g->c, p + plen - 1) != tab[k] + plen - 1) {
+				free(tab);
+				free(b);
+				return gpunvme_set_error(-EINVAL, "buffer %p is not DMA memory contiguous in 64 KiB "
+								  "pieces or 4 KiB pages (allocate it with "
+								  "gpunvme_dma_alloc, 64 KiB aligned)",
+							 dma_mem);
+			}
 		}
 	}
 	cudaError_t ce = cudaHostRegister(dma_mem, len, cudaHostRegisterMapped);
@@ -586,7 +619,7 @@ int gpunvme_gpu_buf_host(struct gpunvme_gpu_queues *g, void *dma_mem, size_t len
 		return cuda_err(ce, "cudaHostRegister of the buffer");
 	}
 	cudaHostGetDevicePointer(&b->dev_ptr, dma_mem, 0);
-	rc = upload_table(b, tab, n);
+	rc = upload_table(b, tab, n, shift);
 	free(tab);
 	if (rc) {
 		gpunvme_gpu_buf_free(b);
@@ -636,19 +669,136 @@ static void pin_namespace(struct gpunvme_gpu_queues *g)
 		g->ns_pinned = nsmem;
 }
 
-static int buf_map_vram(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b, void *dev_ptr, size_t len)
+typedef CUresult (*get_handle_fn)(void *, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
+typedef CUresult (*get_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
+
+static void *driver_entry(const char *name)
 {
-	pin_namespace(g);
-	struct gpunvme_devmem m = {(uint64_t)(uintptr_t)dev_ptr, len, g->ops.copy ? &g->ops : NULL};
-	int rc = gpunvme_ctrl_map_device(g->c, &m, &b->gpu_iova);
-	if (rc)
-		return rc;
+	void *fn = nullptr;
+	cudaDriverEntryPointQueryResult q;
+	if (cudaGetDriverEntryPointByVersion(name, &fn, 11070, cudaEnableDefault, &q) != cudaSuccess ||
+	    q != cudaDriverEntryPointSuccess) {
+		cudaGetLastError();
+		return nullptr;
+	}
+	return fn;
+}
+
+/* "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15 ..."
+ * (open) or "... NVIDIA UNIX x86_64 Kernel Module  570.86.15 ..."
+ * (proprietary): which flavour decides whether dma-buf export exists. */
+static void driver_flavour(char *out, size_t len)
+{
+	FILE *f = fopen("/proc/driver/nvidia/version", "re");
+	char line[256] = "";
+	if (!f || !fgets(line, sizeof(line), f)) {
+		snprintf(out, len, "no /proc/driver/nvidia/version");
+		if (f)
+			fclose(f);
+		return;
+	}
+	fclose(f);
+	line[strcspn(line, "\n")] = 0;
+	const char *v = strstr(line, "Kernel Module");
+	snprintf(out, len, "%s, %s", strstr(line, "Open Kernel Module") ? "open kernel module" : "proprietary kernel module",
+		 v ? v + strlen("Kernel Module") + strspn(v + strlen("Kernel Module"), " ") : line);
+}
+
+/*
+ * GPU memory [dptr, dptr + len) as a dma-buf fd, *off the offset of dptr in
+ * it. The exact 4 KiB-rounded range first (cuMemGetHandleForAddressRange
+ * wants host-page alignment), then the whole allocation holding it (a
+ * driver that demands more alignment). 0, or -errno with the reason in why.
+ */
+static int export_dmabuf(void *dptr, size_t len, int *fd, uint64_t *off, char *why, size_t wlen)
+{
+	get_handle_fn get = (get_handle_fn)driver_entry("cuMemGetHandleForAddressRange");
+	if (!get) {
+		snprintf(why, wlen, "the CUDA driver has no cuMemGetHandleForAddressRange (R515 or later needed)");
+		return -EOPNOTSUPP;
+	}
+	size_t rlen = (len + 4095) & ~(size_t)4095;
+	*fd = -1;
+	CUresult r = get(fd, (CUdeviceptr)(uintptr_t)dptr, rlen, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+	if (r == CUDA_SUCCESS && *fd >= 0) {
+		*off = 0;
+		return 0;
+	}
+	CUresult r1 = r;
+	get_range_fn range = (get_range_fn)driver_entry("cuMemGetAddressRange");
+	CUdeviceptr base = 0;
+	size_t size = 0;
+	if (range && range(&base, &size, (CUdeviceptr)(uintptr_t)dptr) == CUDA_SUCCESS) {
+		*fd = -1;
+		r = get(fd, base, size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+		if (r == CUDA_SUCCESS && *fd >= 0) {
+			*off = (uint64_t)(uintptr_t)dptr - base;
+			return 0;
+		}
+	}
+	snprintf(why, wlen, "cuMemGetHandleForAddressRange(DMA_BUF_FD) refused %zu bytes at %p (CUresult %d) and the "
+			    "whole allocation (CUresult %d)",
+		 rlen, dptr, (int)r1, (int)r);
+	return -EOPNOTSUPP;
+}
+
+/* A 4 KiB table from the bus (kmod:), or consecutive addresses of a range
+ * the bus maps contiguously (the emulator), uploaded for the device. */
+static int device_table(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b, size_t len)
+{
+	const uint64_t *t4 = nullptr;
+	size_t n4 = 0;
+	if (gpunvme_ctrl_device_table(g->c, b->gpu_iova, &t4, &n4) == 0) {
+		if (n4 < (len + 4095) >> 12)
+			return gpunvme_set_error(-EIO, "GPU memory mapped for %zu pages, %zu needed", n4,
+						 (len + 4095) >> 12);
+		return upload_table(b, t4, (len + 4095) >> 12, 12);
+	}
 	size_t n = (len + 0xffff) >> 16;
 	uint64_t *tab = (uint64_t *)malloc(n * sizeof(uint64_t));
 	for (size_t k = 0; tab && k < n; k++)
 		tab[k] = b->gpu_iova + (k << 16);
-	rc = tab ? upload_table(b, tab, n) : gpunvme_set_error(-ENOMEM, "out of memory");
+	int rc = tab ? upload_table(b, tab, n, 16) : gpunvme_set_error(-ENOMEM, "out of memory");
 	free(tab);
+	return rc;
+}
+
+static int buf_map_vram(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b, void *dev_ptr, size_t len)
+{
+	pin_namespace(g);
+	struct gpunvme_devmem m = {(uint64_t)(uintptr_t)dev_ptr, len, g->ops.copy ? &g->ops : NULL, 0, -1, 0};
+	char why[256] = "";
+	int rc;
+	if (!gpunvme_ctrl_emu(g->c)) {
+		/* a real controller: the bus needs the pages' bus addresses;
+		 * dma-buf export first (any IOMMU mode), else the bus tries
+		 * nvidia_p2p with the device address */
+		int fd = -1;
+		uint64_t off = 0;
+		if (export_dmabuf(dev_ptr, len, &fd, &off, why, sizeof(why)) == 0) {
+			m.has_dmabuf = 1;
+			m.dmabuf_fd = fd;
+			m.dmabuf_off = off;
+		}
+		rc = gpunvme_ctrl_map_device(g->c, &m, &b->gpu_iova);
+		if (fd >= 0)
+			close(fd); /* the kernel module holds its own reference */
+		if (rc && !m.has_dmabuf && rc != -EOPNOTSUPP) {
+			char nv[160], p2p[512];
+			driver_flavour(nv, sizeof(nv));
+			snprintf(p2p, sizeof(p2p), "%s", gpunvme_last_error());
+			return gpunvme_set_error(rc, "GPU memory as a DMA target: no route. dma-buf: %s; nvidia_p2p: %s. "
+						     "Driver: %s. Fix: NVIDIA's open kernel modules (R515+) export "
+						     "dma-bufs; with the proprietary module, nvidia_p2p needs nvidia.ko "
+						     "loaded and a kernel before 6.6 (docs/hardware.md, Tier 2)",
+						 why, p2p, nv);
+		}
+	} else {
+		rc = gpunvme_ctrl_map_device(g->c, &m, &b->gpu_iova);
+	}
+	if (rc)
+		return rc;
+	rc = device_table(g, b, len);
 	b->dev_ptr = dev_ptr;
 	return rc;
 }
@@ -662,18 +812,25 @@ int gpunvme_gpu_buf_device(struct gpunvme_gpu_queues *g, size_t len, struct gpun
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 	b->g = g;
 	b->desc.len = len;
-	cudaError_t ce = cudaMalloc(&b->vram, len);
+	/* A real controller reaches GPU memory in 4 KiB pages (kmod:) and
+	 * nvidia_p2p pins 64 KiB pages: the buffer starts on a 64 KiB boundary
+	 * and spans whole pages (cudaMalloc only promises 256 bytes). */
+	bool real = gpunvme_ctrl_emu(g->c) == NULL;
+	size_t alen = real ? ((len + 0xffff) & ~(size_t)0xffff) + 0x10000 : len;
+	cudaError_t ce = cudaMalloc(&b->vram, alen);
 	if (ce != cudaSuccess) {
 		free(b);
 		return cuda_err(ce, "cudaMalloc of the buffer");
 	}
-	int rc = buf_map_vram(g, b, b->vram, len);
+	void *p = real ? (void *)(((uintptr_t)b->vram + 0xffff) & ~(uintptr_t)0xffff) : b->vram;
+	int rc = buf_map_vram(g, b, p, real ? (len + 0xffff) & ~(size_t)0xffff : len);
 	if (rc) {
 		gpunvme_gpu_buf_free(b);
 		return rc;
 	}
+	b->desc.len = len;
 	if (dev_ptr)
-		*dev_ptr = b->vram;
+		*dev_ptr = p;
 	*out = b;
 	return 0;
 }

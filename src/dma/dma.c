@@ -202,6 +202,34 @@ void *dma_alloc(struct dma_registry *r, size_t len)
 	return heap_alloc(r, len);
 }
 
+int dma_import(struct dma_registry *r, void *va, size_t len, const struct gpunvme_dma_src *src)
+{
+	void *handle;
+	int rc;
+
+	if (!r->bus->ops->dma_import)
+		return gpunvme_set_error(-EOPNOTSUPP, "%s:%s: cannot import foreign memory (dma-buf, peer BAR): "
+						      "only the kmod: bus can (bind the controller to the gpunvme module: "
+						      "scripts/kmod-bind.sh)",
+					 r->bus->ops->name, r->bus->addr);
+	bool overlap = false;
+	pthread_mutex_lock(&r->lock);
+	for (size_t i = 0; i < r->n && !overlap; i++)
+		overlap = (uint8_t *)va < r->v[i].va + r->v[i].len && r->v[i].va < (uint8_t *)va + len;
+	pthread_mutex_unlock(&r->lock);
+	if (overlap)
+		return gpunvme_set_error(-EEXIST, "import at %p: the range overlaps DMA memory already known", va);
+	rc = r->bus->ops->dma_import(r->bus, src, va, len, &handle);
+	if (rc)
+		return rc;
+	rc = dma_register(r, va, len, handle);
+	if (rc) {
+		r->bus->ops->dma_free(r->bus, va, len, handle);
+		return gpunvme_set_error(rc, "import: out of memory");
+	}
+	return 0;
+}
+
 void dma_free(struct dma_registry *r, void *p)
 {
 	if (!p)

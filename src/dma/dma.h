@@ -56,6 +56,8 @@ void dma_registry_fini(struct dma_registry *r);
 void dma_free_all(struct dma_registry *r);
 
 void *dma_alloc(struct dma_registry *r, size_t len);
+/* Foreign memory through the bus's dma_import (gpunvme_dma_import). */
+int dma_import(struct dma_registry *r, void *va, size_t len, const struct gpunvme_dma_src *src);
 void dma_free(struct dma_registry *r, void *p);
 uint64_t dma_iova(struct dma_registry *r, const void *p);
 

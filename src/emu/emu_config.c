@@ -152,6 +152,7 @@ static const struct num_opt num_opts[] = {
 	{ "idle_us", 1, 1000000, "longest idle sleep of a worker in microseconds" },
 	{ "vwc", 0, 1, "volatile write cache present", "0 or 1" },
 	{ "snapshot", 0, 1, "1 = serve the image from a RAM copy, never written back", "0 or 1" },
+	{ "gpu_pages", 0, 1, "1 = GPU memory mapped per 4 KiB page at scattered bus addresses (as kmod:)", "0 or 1" },
 };
 
 static int num_opt_value(const struct num_opt *o, const char *v, size_t n, uint64_t *out, const char **err)
@@ -224,6 +225,8 @@ static void set_num(struct gpunvme_emu_config *cfg, const char *key, uint64_t x,
 		cfg->vwc = (uint8_t)x;
 	else if (!strcmp(key, "snapshot"))
 		cfg->ns[0].snapshot = (uint8_t)x;
+	else if (!strcmp(key, "gpu_pages"))
+		cfg->gpu_pages = (uint8_t)x;
 }
 
 int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec, const char **err)

@@ -72,6 +72,7 @@ struct gpunvme_qpair {
 				  * only a lookup shortcut: requests keep copies */
 	uint64_t cache_gen;
 	const struct gpunvme_ns *ns_cache;
+	bool ext_rings;          /* SQ/CQ in the caller's memory (gpunvme_qpair_create_in) */
 };
 
 /* ---- time ----------------------------------------------------------------------- */
@@ -120,8 +121,10 @@ static void reset_ring_state(struct gpunvme_qpair *qp)
 static void free_mem(struct gpunvme_qpair *qp)
 {
 	struct gpunvme_ctrl *c = qp->c;
-	gpunvme_dma_free(c, qp->ring.sq);
-	gpunvme_dma_free(c, qp->ring.cq);
+	if (!qp->ext_rings) {
+		gpunvme_dma_free(c, qp->ring.sq);
+		gpunvme_dma_free(c, qp->ring.cq);
+	}
 	gpunvme_dma_free(c, qp->lists);
 	free(qp->list_iova);
 	free(qp->free_cids);
@@ -130,7 +133,35 @@ static void free_mem(struct gpunvme_qpair *qp)
 	free(qp);
 }
 
+/* Bytes of [p, p + len) contiguous on the bus from p: the controller reads a
+ * queue created with PC=1 (physically contiguous) as one range. */
+static bool bus_contiguous(struct gpunvme_ctrl *c, const uint8_t *p, size_t len)
+{
+	uint64_t a = gpunvme_dma_iova(c, p);
+	for (size_t off = 4096 - ((uintptr_t)p & 4095); off < len; off += 4096)
+		if (gpunvme_dma_iova(c, p + off) != a + off)
+			return false;
+	return a != 0;
+}
+
+static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, size_t rings_len,
+			struct gpunvme_qpair **out);
+
 int gpunvme_qpair_create(struct gpunvme_ctrl *c, uint32_t depth, struct gpunvme_qpair **out)
+{
+	return qpair_create(c, depth, NULL, 0, out);
+}
+
+int gpunvme_qpair_create_in(struct gpunvme_ctrl *c, uint32_t depth, void *rings, size_t len,
+			    struct gpunvme_qpair **out)
+{
+	if (!rings)
+		return gpunvme_set_error(-EINVAL, "qpair_create_in: no ring memory");
+	return qpair_create(c, depth, rings, len, out);
+}
+
+static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, size_t rings_len,
+			struct gpunvme_qpair **out)
 {
 	int rc;
 	if (!c || !out)
@@ -153,8 +184,34 @@ int gpunvme_qpair_create(struct gpunvme_ctrl *c, uint32_t depth, struct gpunvme_
 		free(qp);
 		return gpunvme_set_error(-EINVAL, "transfer size needs %u PRP list pages", lp);
 	}
-	qp->ring.sq = gpunvme_dma_alloc(c, (size_t)depth * sizeof(struct gpunvme_sqe));
-	qp->ring.cq = gpunvme_dma_alloc(c, (size_t)depth * sizeof(struct gpunvme_cqe));
+	size_t sq_len = (size_t)depth * sizeof(struct gpunvme_sqe);
+	size_t cq_len = (size_t)depth * sizeof(struct gpunvme_cqe);
+	if (rings) {
+		/* Tier 3 placement: both rings in memory the caller imported
+		 * (device memory), the CQ on the next 4 KiB boundary (queue
+		 * base addresses are page aligned, NVMe 2.0 5.4 / 5.5) */
+		size_t cq_off = (sq_len + 4095) & ~(size_t)4095;
+		uint8_t *r = rings;
+		if ((uintptr_t)rings & 4095 || rings_len < cq_off + cq_len) {
+			free(qp);
+			return gpunvme_set_error(-EINVAL, "queue pair of depth %u in caller memory: needs %zu bytes "
+							  "at a 4 KiB aligned address (got %zu at %p)",
+						 depth, cq_off + cq_len, rings_len, rings);
+		}
+		if (!bus_contiguous(c, r, sq_len) || !bus_contiguous(c, r + cq_off, cq_len)) {
+			free(qp);
+			return gpunvme_set_error(-EINVAL, "queue memory at %p is not DMA memory contiguous on the "
+							  "bus (gpunvme_dma_import it first)",
+						 rings);
+		}
+		memset(r, 0, cq_off + cq_len); /* CQ phase tags start at 0 */
+		qp->ring.sq = (void *)r;
+		qp->ring.cq = (void *)(r + cq_off);
+		qp->ext_rings = true;
+	} else {
+		qp->ring.sq = gpunvme_dma_alloc(c, sq_len);
+		qp->ring.cq = gpunvme_dma_alloc(c, cq_len);
+	}
 	qp->ring.depth = depth;
 	qp->lists = gpunvme_dma_alloc(c, (size_t)depth * qp->lp * c->page_size);
 	qp->list_iova = calloc((size_t)depth * qp->lp, sizeof(uint64_t));

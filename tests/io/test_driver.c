@@ -678,6 +678,44 @@ TEST_CASE(abort_expired_frees_dropped)
 	return 0;
 }
 
+/* Queues in memory the caller provides (gpunvme_qpair_create_in: Tier 3
+ * placement on the kmod: bus, any DMA memory here) carry I/O like queues
+ * the driver allocates, and stay the caller's after destroy. */
+TEST_CASE(qpair_rings_in_caller_memory)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M", 0);
+	REQUIRE(c);
+	uint8_t *rings = gpunvme_dma_alloc(c, 64 << 10);
+	uint8_t *buf = gpunvme_dma_alloc(c, 256 << 10), *back = gpunvme_dma_alloc(c, 256 << 10);
+	REQUIRE(rings && buf && back);
+	struct gpunvme_qpair *qp = NULL;
+	REQUIRE_OK(gpunvme_qpair_create_in(c, 32, rings, 64 << 10, &qp));
+	for (int round = 0; round < 4; round++) { /* several laps of the 32-entry rings */
+		fill(buf, 256 << 10, (uint32_t)round + 7);
+		for (int k = 0; k < 20; k++) {
+			REQUIRE_OK(gpunvme_write_sync(qp, 1, buf, (uint64_t)k * 512, 512, NULL));
+			REQUIRE_OK(gpunvme_read_sync(qp, 1, back, (uint64_t)k * 512, 512, NULL));
+			REQUIRE(memcmp(buf, back, 256 << 10) == 0);
+		}
+	}
+	gpunvme_qpair_destroy(qp);
+	memset(rings, 0x11, 64 << 10); /* still the caller's memory */
+	/* bad placements */
+	REQUIRE_EQ(gpunvme_qpair_create_in(c, 32, NULL, 0, &qp), -EINVAL);
+	REQUIRE_EQ(gpunvme_qpair_create_in(c, 32, rings + 64, 8192, &qp), -EINVAL);
+	CHECK_LAST_ERROR("4 KiB aligned");
+	REQUIRE_EQ(gpunvme_qpair_create_in(c, 1024, rings, 64 << 10, &qp), -EINVAL);
+	CHECK_LAST_ERROR("needs");
+	static uint8_t plain[64 << 10] __attribute__((aligned(4096)));
+	REQUIRE_EQ(gpunvme_qpair_create_in(c, 32, plain, sizeof(plain), &qp), -EINVAL);
+	CHECK_LAST_ERROR("gpunvme_dma_import");
+	gpunvme_dma_free(c, rings);
+	gpunvme_dma_free(c, buf);
+	gpunvme_dma_free(c, back);
+	gpunvme_close(c);
+	return 0;
+}
+
 /* A slow device (SLOW fault): commands time out; once it answers again the
  * late completions give the ids back; the abort step reports 0 left. */
 TEST_CASE(slow_device_times_out_then_answers)
@@ -736,6 +774,21 @@ TEST_CASE(remove_and_return)
 	REQUIRE_EQ(b[0], 0x6e);
 	REQUIRE_EQ(b[4095], 0x6e);
 	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
+/* Foreign memory (dma-buf, peer BAR) is the kmod: bus's; others say so. */
+TEST_CASE(dma_import_needs_kmod)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M", 0);
+	REQUIRE(c);
+	static uint8_t mem[8192] __attribute__((aligned(4096)));
+	struct gpunvme_dma_src src = { .kind = GPUNVME_DMA_SRC_DMABUF, .fd = 0 };
+	REQUIRE_EQ(gpunvme_dma_import(c, mem, sizeof(mem), &src), -EOPNOTSUPP);
+	CHECK_LAST_ERROR("scripts/kmod-bind.sh");
+	REQUIRE_EQ(gpunvme_dma_import(c, mem, sizeof(mem), NULL), -EINVAL);
+	REQUIRE_EQ(gpunvme_dma_import(NULL, mem, sizeof(mem), &src), -EINVAL);
 	gpunvme_close(c);
 	return 0;
 }

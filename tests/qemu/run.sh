@@ -21,15 +21,28 @@
 # cached kernel is missing (skipped), 1 otherwise (log tail printed).
 #
 # Scenario files are bash, sourced here; they call:
-#   machine iommu|none        q35 with intel-iommu (intremap, caching-mode)
-#                             and intel_iommu=on, or q35 without IOMMU
+#   machine iommu|iommu-dma|none
+#                             q35 with intel-iommu (intremap, caching-mode)
+#                             and intel_iommu=on (iommu: kernel drivers in
+#                             passthrough, iommu=pt; iommu-dma: kernel drivers
+#                             translated, strict IOTLB invalidation), or q35
+#                             without IOMMU
 #   nvme_ctrl [KEY=VAL]...    one controller with one namespace. Keys:
 #                             size (64M), lbs (512|4096), mdts, ioq
-#                             (max_ioqpairs), serial
+#                             (max_ioqpairs), serial, image (a file copied
+#                             as the namespace's contents; size is its size)
 #   nvme_subsys [serial=S] [mdts=N] [ioq=N] ns=SIZE:LBS [ns=SIZE:LBS]...
 #                             controller in an NVM subsystem with several
 #                             namespaces (nsid 1, 2 ... in order)
 #   append ARGS...            extra kernel command line
+#   modules NAME...           guest kernel modules to load at boot (default:
+#                             mkinitramfs.sh's list)
+#   guest_file SRC:DEST       copy a host file into the guest
+#   ivshmem SIZE              an ivshmem-plain device at 00:10.0 whose BAR2 is
+#                             $WORK/ivshmem.bin (SIZE, a power of two) on the host
+#   host_check <<'EOF' ... EOF  bash run on the host after a passing guest run
+#                             (WORK and ROOT are exported, and BIN_<name> for each
+#                             BINARY); its failure fails the test
 #   memory SIZE               guest memory (default 1G)
 #   plan <<'EOF' ... EOF      guest plan, see tests/qemu/guest.sh
 # shellcheck disable=SC2317  # the scenario DSL functions are called by sourced files
@@ -61,7 +74,11 @@ shift $((OPTIND - 1))
 BINARIES=("$@")
 
 log() { echo "qemu-run: $*"; }
-skip() { log "SKIP: $*"; exit 77; }
+# GPUNVME_QEMU_REQUIRED=1 (CI): what would be a skip is a failure.
+skip() {
+	if [ "${GPUNVME_QEMU_REQUIRED:-0}" = 1 ]; then log "FAIL (GPUNVME_QEMU_REQUIRED=1): $*"; exit 1; fi
+	log "SKIP: $*"; exit 77
+}
 
 [ -n "$SCENARIO" ] || { echo "usage: $0 -s SCENARIO [-c CACHE] [-w WORKDIR] [-t SECONDS] [BINARY...]" >&2; exit 1; }
 case $SCENARIO in
@@ -95,9 +112,20 @@ APPEND_EXTRA=()
 DEVARGS=()
 NCTRL=0
 NDRIVE=0
+MODARGS=()
+FILEARGS=()
 : > "$WORK/plan"
+rm -f "$WORK/host_check.sh" "$WORK/ivshmem.bin"
 
 machine() { IOMMU=$1; }
+modules() { local m; for m in "$@"; do MODARGS+=(-m "$m"); done; }
+guest_file() { FILEARGS+=(-f "$1"); }
+ivshmem() {
+	truncate -s "$1" "$WORK/ivshmem.bin"
+	DEVARGS+=(-object "memory-backend-file,id=ivmem,share=on,mem-path=$WORK/ivshmem.bin,size=$1"
+		-device "ivshmem-plain,memdev=ivmem,addr=0x10")
+}
+host_check() { cat >> "$WORK/host_check.sh"; }
 memory() { MEM=$1; }
 append() { APPEND_EXTRA+=("$@"); }
 plan() { cat >> "$WORK/plan"; }
@@ -117,7 +145,7 @@ ctrl_props() {  # common controller properties from KEY=VAL args -> CTRL_PROPS
 		serial=*) CTRL_PROPS="${CTRL_PROPS/serial=gpunvme$NCTRL/$kv}" ;;
 		mdts=*) CTRL_PROPS+=",$kv" ;;
 		ioq=*) CTRL_PROPS+=",max_ioqpairs=${kv#ioq=}" ;;
-		size=*|lbs=*|ns=*) ;;
+		size=*|lbs=*|ns=*|image=*) ;;
 		*) log "scenario: unknown controller key $kv" >&2; exit 1 ;;
 		esac
 	done
@@ -125,12 +153,13 @@ ctrl_props() {  # common controller properties from KEY=VAL args -> CTRL_PROPS
 	CTRL_PROPS+=",addr=$(printf '0x%x' $((4 + NCTRL))),id=nvme$NCTRL"
 }
 nvme_ctrl() {
-	local kv size=64M lbs=512
+	local kv size=64M lbs=512 image=
 	for kv in "$@"; do
-		case $kv in size=*) size=${kv#size=} ;; lbs=*) lbs=${kv#lbs=} ;; esac
+		case $kv in size=*) size=${kv#size=} ;; lbs=*) lbs=${kv#lbs=} ;; image=*) image=${kv#image=} ;; esac
 	done
 	ctrl_props "$@"
 	new_drive "$size"
+	[ -z "$image" ] || cp --sparse=always "$image" "$WORK/disk$((NDRIVE - 1)).img"
 	DEVARGS+=(-device "nvme,$CTRL_PROPS,drive=$DRIVE_ID,logical_block_size=$lbs,physical_block_size=$lbs")
 	NCTRL=$((NCTRL + 1))
 }
@@ -163,7 +192,7 @@ nvme_subsys() {
 # ---- initramfs ------------------------------------------------------------
 T0=$(date +%s.%N)
 "$ROOT/scripts/qemu/mkinitramfs.sh" -c "$CACHE" -o "$WORK/initrd.gz" -g "$HERE/guest.sh" -p "$WORK/plan" \
-	"${BINARIES[@]}"
+	"${MODARGS[@]}" "${FILEARGS[@]}" "${BINARIES[@]}"
 T1=$(date +%s.%N)
 
 # ---- machine --------------------------------------------------------------
@@ -179,8 +208,16 @@ iommu)
 	# keeps the kernel's drivers (nvme, uio) on identity mappings.
 	KARGS+=(intel_iommu=on iommu=pt)
 	;;
+iommu-dma)
+	# shellcheck disable=SC2054
+	MACH=(-machine q35,kernel-irqchip=split -device intel-iommu,intremap=on,caching-mode=on)
+	# Every device in a translating DMA domain (the kernel module maps
+	# through the DMA API); strict: an unmap invalidates the IOTLB before
+	# it returns, so an unmapped page is unreachable at once.
+	KARGS+=(intel_iommu=on iommu.passthrough=0 iommu.strict=1)
+	;;
 none) KARGS+=(intel_iommu=off) ;;
-*) log "scenario: machine must be iommu or none" >&2; exit 1 ;;
+*) log "scenario: machine must be iommu, iommu-dma or none" >&2; exit 1 ;;
 esac
 KARGS+=("${APPEND_EXTRA[@]}")
 
@@ -222,7 +259,21 @@ fi
 if [ "$QRC" -eq 124 ] || [ "$QRC" -eq 137 ]; then
 	log "guest did not finish within $TMO s"
 fi
-if grep -q '^QEMU-RESULT PASS' "$LOG" && ! grep -q '^QEMU-TEST .* FAIL ' "$LOG"; then
+HOST_OK=1
+if grep -q '^QEMU-RESULT PASS' "$LOG" && ! grep -q '^QEMU-TEST .* FAIL ' "$LOG" && [ -s "$WORK/host_check.sh" ]; then
+	log "host check ($WORK/host_check.sh)"
+	export WORK ROOT
+	for b in "${BINARIES[@]}"; do
+		n=$(basename "$b"); n=${n//[^A-Za-z0-9_]/_}
+		export "BIN_$n=$(cd "$(dirname "$b")" && pwd)/$(basename "$b")"
+	done
+	if bash -euo pipefail "$WORK/host_check.sh" 2>&1 | sed 's/^/  host: /'; then
+		:
+	else
+		HOST_OK=0
+	fi
+fi
+if [ "$HOST_OK" -eq 1 ] && grep -q '^QEMU-RESULT PASS' "$LOG" && ! grep -q '^QEMU-TEST .* FAIL ' "$LOG"; then
 	if [ "$KEEP" -eq 1 ]; then
 		log "PASS (log: $LOG)"
 	elif [ "$AUTO_WORK" -eq 1 ]; then
@@ -230,7 +281,7 @@ if grep -q '^QEMU-RESULT PASS' "$LOG" && ! grep -q '^QEMU-TEST .* FAIL ' "$LOG";
 		rm -rf "$WORK"
 	else
 		log "PASS (log: $LOG)"
-		rm -f "$WORK"/*.img
+		rm -f "$WORK"/*.img "$WORK/ivshmem.bin"
 	fi
 	exit 0
 fi

@@ -144,6 +144,8 @@ static void build_tree(void)
 	/* Kernel nvme driver, passthrough IOMMU. */
 	fake_dev("0000:04:00.0", "0x010802\n", "nvme", 11);
 	put("kernel/iommu_groups/11/type", "identity\n");
+	/* Bound to the gpunvme kernel module (no /dev/gpunvme here). */
+	fake_dev("0000:05:00.0", "0x010802\n", "gpunvme", -1);
 	/* Not NVMe. */
 	fake_dev("0000:00:1f.0", "0x060100\n", NULL, -1);
 	gpunvme_pci_set_sysfs_root(root);
@@ -178,7 +180,7 @@ static void check_sysfs(void)
 	CHECK_EQ(gpunvme_pci_group_devices(7, bdfs, 1), 2); /* count beyond max */
 
 	n = gpunvme_pci_list_nvme(info, 8);
-	CHECK_EQ(n, 4);
+	CHECK_EQ(n, 5);
 	CHECK_STR(info[0].bdf, "0000:01:00.0");
 	CHECK_EQ(info[0].vendor, 0x1b36);
 	CHECK_EQ(info[0].device, 0x0010);
@@ -194,7 +196,7 @@ static void check_sysfs(void)
 	CHECK_STR(info[1].link_speed, ""); /* "Unknown" */
 	CHECK_EQ(info[1].link_width, 0);
 	CHECK_STR(info[3].bdf, "0000:04:00.0");
-	CHECK_EQ(gpunvme_pci_list_nvme(info, 1), 4);
+	CHECK_EQ(gpunvme_pci_list_nvme(info, 1), 5);
 }
 
 /* Open a bus on the fake tree: every failure a user can hit before any
@@ -233,6 +235,28 @@ static void check_bus_errors(void)
 	CHECK_EQ(gpunvme_bus_uio.open(&b, "0000:09:00.0", &o), -ENODEV);
 	CHECK_LAST_ERROR("no such PCI device");
 	CHECK(b.priv == NULL && b.bar0 == NULL);
+
+	/* kmod: the module's own messages before any ioctl */
+	CHECK_EQ(gpunvme_bus_kmod.open(&b, "nonsense", &o), -EINVAL);
+	CHECK_LAST_ERROR("kmod:DDDD:BB:DD.F");
+	CHECK_EQ(gpunvme_bus_kmod.open(&b, "0000:09:00.0", &o), -ENODEV);
+	CHECK_LAST_ERROR("no such PCI device");
+	CHECK_EQ(gpunvme_bus_kmod.open(&b, "0000:04:00.0", &o), -ENODEV);
+	CHECK_LAST_ERROR("the gpunvme kernel module is not loaded: build it (make -C kmod)");
+	dir("module");
+	dir("module/gpunvme");
+	CHECK_EQ(gpunvme_bus_kmod.open(&b, "0000:04:00.0", &o), -EBUSY);
+	CHECK_LAST_ERROR("bound to nvme, not gpunvme: sudo scripts/kmod-bind.sh 0000:04:00.0");
+	CHECK_EQ(gpunvme_bus_kmod.open(&b, "0000:02:00.0", &o), -EBUSY);
+	CHECK_LAST_ERROR("bound to no driver, not gpunvme");
+	CHECK_EQ(gpunvme_bus_kmod.open(&b, "0000:05:00.0", &o), -ENOENT);
+	CHECK_LAST_ERROR("cannot open /dev/gpunvme/0000:05:00.0");
+	CHECK(b.priv == NULL && b.bar0 == NULL);
+	/* pci: goes to the bus of the bound driver */
+	CHECK_EQ(gpunvme_bus_open("pci:0000:05:00.0", &o, &b), -ENOENT);
+	CHECK_LAST_ERROR("kmod:0000:05:00.0");
+	CHECK_EQ(gpunvme_bus_open("kmod:", &o, &b), -EINVAL);
+	CHECK_LAST_ERROR("missing device");
 }
 
 static void check_enable_master(void)
