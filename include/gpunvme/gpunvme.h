@@ -46,6 +46,11 @@ void gpunvme_opts_init(struct gpunvme_opts *o);
  *   vfio:DDDD:BB:DD.F        a controller bound to vfio-pci (IOMMU-protected)
  *   uio:DDDD:BB:DD.F         uio_pci_generic / sysfs resource0, physical addresses
  *   pci:DDDD:BB:DD.F         whichever of the two the bound driver allows
+ *   tcp://HOST:PORT/SUBNQN[?opts]  NVMe over TCP (docs/nvme-tcp.md): a
+ *                            subsystem of an NVMe/TCP target (Linux nvmet,
+ *                            SPDK); options hostnqn=, hostid=, hdgst=1,
+ *                            ddgst=1, kato=MS, timeout=MS, nr_io_queues=N,
+ *                            queue_size=N
  * Resets the controller, brings it up, identifies it and every active
  * namespace, and negotiates the number of I/O queues. opts may be NULL.
  */
@@ -60,7 +65,7 @@ void gpunvme_close(struct gpunvme_ctrl *c);
 int gpunvme_reset(struct gpunvme_ctrl *c);
 
 struct gpunvme_ctrl_info {
-	char transport[8];          /* "emu", "vfio", "uio" */
+	char transport[8];          /* "emu", "vfio", "uio", "tcp" */
 	char addr[64];              /* what followed the scheme in the URI */
 	char sn[21], mn[41], fr[9];
 	uint16_t vid, ssvid;

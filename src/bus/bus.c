@@ -11,10 +11,10 @@ int gpunvme_bus_open(const char *uri, const struct gpunvme_opts *opts, struct gp
 {
 	memset(b, 0, sizeof(*b));
 	if (!uri || !*uri)
-		return gpunvme_set_error(-EINVAL, "no device URI (expected emu:..., vfio:BDF, uio:BDF or pci:BDF)");
+		return gpunvme_set_error(-EINVAL, "no device URI (expected emu:..., vfio:BDF, uio:BDF, pci:BDF or tcp://HOST:PORT/NQN)");
 	const char *colon = strchr(uri, ':');
 	if (!colon)
-		return gpunvme_set_error(-EINVAL, "%s: not a device URI (expected emu:..., vfio:BDF, uio:BDF or pci:BDF)",
+		return gpunvme_set_error(-EINVAL, "%s: not a device URI (expected emu:..., vfio:BDF, uio:BDF, pci:BDF or tcp://HOST:PORT/NQN)",
 					 uri);
 	size_t n = (size_t)(colon - uri);
 	const char *addr = colon + 1;
@@ -25,6 +25,8 @@ int gpunvme_bus_open(const char *uri, const struct gpunvme_opts *opts, struct gp
 		ops = &gpunvme_bus_vfio;
 	} else if (n == 3 && !strncmp(uri, "uio", 3)) {
 		ops = &gpunvme_bus_uio;
+	} else if (n == 3 && !strncmp(uri, "tcp", 3)) {
+		ops = &gpunvme_bus_tcp;
 	} else if (n == 3 && !strncmp(uri, "pci", 3)) {
 		/* the bound driver decides: vfio-pci -> VFIO, otherwise UIO */
 		char bdf[13], drv[64];
@@ -42,7 +44,7 @@ int gpunvme_bus_open(const char *uri, const struct gpunvme_opts *opts, struct gp
 			return gpunvme_set_error(-EBUSY, "%s: bound to %s; bind it to vfio-pci first: scripts/vfio-bind.sh %s",
 						 uri, drv, bdf);
 	} else {
-		return gpunvme_set_error(-EINVAL, "%.*s: unknown bus (known: emu, vfio, uio, pci)", (int)n, uri);
+		return gpunvme_set_error(-EINVAL, "%.*s: unknown bus (known: emu, vfio, uio, pci, tcp)", (int)n, uri);
 	}
 	if (!*addr)
 		return gpunvme_set_error(-EINVAL, "%s: missing device after '%.*s:'", uri, (int)n, uri);

@@ -13,6 +13,7 @@
 #include "dma/dma.h"
 #include "gpunvme/gpunvme.h"
 #include "gpunvme/queue.h"
+#include "nvmf/nvmf.h"
 
 /* Longest transfer per command we build, whatever MDTS allows: bounds the
  * PRP list pages reserved per command (2 MiB = 2 list pages of 4 KiB). */
@@ -25,6 +26,10 @@ struct gpunvme_ns {
 
 struct gpunvme_ctrl {
 	struct gpunvme_bus bus;
+	/* NVMe over Fabrics (tcp://): the admin association; NULL for a PCIe
+	 * controller. Then there is no BAR: registers are properties, queues
+	 * are connections (src/nvmf), and the ring fields below stay unused. */
+	struct nvmf_ctrl *fab;
 	struct gpunvme_opts opts;
 	uint64_t cap;
 	uint32_t vs;
@@ -73,6 +78,9 @@ static inline void ctrl_wr32(struct gpunvme_ctrl *c, uint32_t off, uint32_t v)
 }
 
 int ctrl_check_alive(struct gpunvme_ctrl *c, const char *what);
+/* Fabrics: a new association after the old one died (new controller ID,
+ * queue count asked again); I/O queues then reconnect to it. */
+int ctrl_fabric_reassociate(struct gpunvme_ctrl *c);
 
 /* queue pairs (src/io/qpair.c) */
 int qpair_recreate(struct gpunvme_qpair *qp);

@@ -72,6 +72,10 @@ void gpunvme_ctrl_release_qid(struct gpunvme_ctrl *c, uint16_t qid)
 int gpunvme_ctrl_create_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid, uint64_t sq_iova, uint64_t cq_iova,
 				  uint32_t depth)
 {
+	if (c->fab)
+		return gpunvme_set_error(-EOPNOTSUPP, "%s: GPU queues over NVMe/TCP go through a CPU proxy per queue, "
+							"which this build does not have yet; use the CPU path (gpunvme load "
+							"without --gpu) or a local controller", c->fab->p.uri);
 	if (depth < 2 || depth > c->mqes)
 		return gpunvme_set_error(-EINVAL, "queue depth %u: must be 2..%u (CAP.MQES + 1)", depth, c->mqes);
 	return ctrl_create_io_queues(c, qid, sq_iova, cq_iova, depth);
