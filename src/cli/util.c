@@ -243,7 +243,15 @@ int cli_check_uri(const char *uri)
 {
 	const char *colon = strchr(uri, ':');
 	if (!*uri)
-		return cli_usage_err("empty device URI (expected emu:SPEC, vfio:BDF, uio:BDF or pci:BDF)");
+		return cli_usage_err("empty device URI (expected emu:SPEC, vfio:BDF, uio:BDF, pci:BDF or "
+				     "tcp://HOST:PORT/SUBNQN)");
+	/* NVMe/TCP: the library checks the rest and names what is wrong */
+	if (!strncmp(uri, "tcp:", 4)) {
+		if (strncmp(uri, "tcp://", 6) || !uri[6])
+			return cli_usage_err("'%s': expected tcp://HOST[:PORT]/SUBNQN (subsystems: gpunvme discover "
+					     "tcp://HOST)", uri);
+		return 0;
+	}
 	if (!colon)
 		return cli_usage_err("'%s' is not a device URI: expected emu:SPEC, vfio:BDF, uio:BDF or "
 				     "pci:BDF (e.g. emu:ram:64M, vfio:0000:01:00.0)",
@@ -273,7 +281,7 @@ int cli_check_uri(const char *uri)
 					     rest);
 		return 0;
 	}
-	return cli_usage_err("unknown bus '%.*s' in '%s' (expected emu:, vfio:, uio: or pci:)", (int)sl,
+	return cli_usage_err("unknown bus '%.*s' in '%s' (expected emu:, vfio:, uio:, pci: or tcp://)", (int)sl,
 			     uri, uri);
 }
 

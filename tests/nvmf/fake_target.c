@@ -50,6 +50,8 @@ struct fake_target {
 	int fault;              /* atomic */
 	uint32_t keepalives;    /* atomic */
 	bool stop;
+	bool dead;              /* die_after reached (atomic) */
+	uint64_t served;        /* read bytes sent (atomic) */
 	struct conn conns[MAX_CONNS];
 };
 
@@ -377,6 +379,13 @@ static int command(struct conn *k, struct gpunvme_sqe *c, uint8_t *data, uint32_
 			total = (uint32_t)len / 2;
 		for (uint32_t o = 0; o < total; o += chunk) {
 			uint32_t n = total - o < chunk ? total - o : chunk;
+			if (t->cfg.die_after &&
+			    __atomic_add_fetch(&t->served, n, __ATOMIC_RELAXED) > t->cfg.die_after) {
+				/* die mid-transfer: this connection now, the rest by ft_drop_all */
+				__atomic_store_n(&t->dead, true, __ATOMIC_RELEASE);
+				ft_drop_all(t);
+				return -1;
+			}
 			bool last = o + n == total;
 			uint8_t extra = last && t->cfg.use_success_flag && f == FT_NONE ? (NVMF_F_LAST | NVMF_F_SUCCESS)
 											 : last ? NVMF_F_LAST : 0;
@@ -488,6 +497,10 @@ static void *accept_main(void *arg)
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
 			break;
+		}
+		if (__atomic_load_n(&t->dead, __ATOMIC_ACQUIRE)) {
+			close(fd);
+			continue;
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

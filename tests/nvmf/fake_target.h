@@ -44,6 +44,9 @@ struct ft_config {
 	bool refuse_hdgst;        /* ICResp never enables a header digest */
 	bool reject_host;         /* Connect fails: host not allowed */
 	const char *image;        /* back the namespace with this file (read/write) */
+	uint64_t die_after;       /* after serving this many read bytes (0: never) the
+				   * target dies: every connection closes mid-transfer
+				   * and new ones are closed at once */
 };
 
 struct fake_target;

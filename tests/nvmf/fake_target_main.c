@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * gpunvme-fake-target [--port N] [--image FILE] [--size BYTES]: the test
+ * gpunvme-fake-target [--port N] [--image FILE] [--size BYTES]
+ * [--die-after BYTES]: the test
  * suite's NVMe/TCP target as a program (subsystem FT_NQN on 127.0.0.1),
  * for the CLI tests and the GPU-over-TCP run on a machine without Linux's
  * nvmet. Prints "port N" once listening; runs until stdin closes or it is
@@ -22,10 +23,12 @@ int main(int argc, char **argv)
 			port = (unsigned)strtoul(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--image") && i + 1 < argc)
 			cfg.image = argv[++i];
+		else if (!strcmp(argv[i], "--die-after") && i + 1 < argc)
+			cfg.die_after = strtoull(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--size") && i + 1 < argc)
 			cfg.ns_bytes = strtoull(argv[++i], NULL, 0);
 		else {
-			fprintf(stderr, "usage: %s [--port N] [--image FILE] [--size BYTES]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--port N] [--image FILE] [--size BYTES] [--die-after BYTES]\n", argv[0]);
 			return 2;
 		}
 	}
