@@ -162,7 +162,7 @@ int nvmf_parse_uri(const char *uri, bool need_nqn, struct nvmf_params *p)
 				if (!nqn_ok(v))
 					return gpunvme_set_error(-EINVAL, "%s: hostnqn '%s' is not an NQN of at most %u bytes", uri, v,
 								 NVMF_NQN_MAX);
-				snprintf(p->hostnqn, sizeof(p->hostnqn), "%s", v);
+				memcpy(p->hostnqn, v, strlen(v) + 1); /* nqn_ok: at most 223 bytes */
 			} else if (!strcmp(kv, "hostid")) {
 				if (parse_uuid(v, strlen(v), p->hostid))
 					return gpunvme_set_error(-EINVAL, "%s: hostid '%s' is not a UUID", uri, v);
@@ -206,7 +206,7 @@ int nvmf_parse_uri(const char *uri, bool need_nqn, struct nvmf_params *p)
 	}
 	if (!p->hostnqn[0]) {
 		if (read_line("/etc/nvme/hostnqn", line, sizeof(line)) == 0 && nqn_ok(line)) {
-			snprintf(p->hostnqn, sizeof(p->hostnqn), "%s", line);
+			memcpy(p->hostnqn, line, strlen(line) + 1); /* nqn_ok: at most 223 bytes */
 		} else {
 			char s[37];
 			uuid_str(p->hostid, s);

@@ -104,6 +104,15 @@ int nvmf_queue_submit(struct nvmf_queue *q, struct gpunvme_sqe *cmd, void *buf, 
  * in flight any more: the caller fails them all).
  */
 int nvmf_queue_reap(struct nvmf_queue *q, struct nvmf_cpl *out, uint32_t max, uint32_t wait_ms);
+/* A queue over a connected socket, as if ICReq/ICResp and Connect had
+ * negotiated these values (the PDU fuzzer and tests drive the receive
+ * path with it). Takes fd. */
+int nvmf_queue_from_fd(int fd, bool hdgst, bool ddgst, uint8_t cpda, uint32_t maxh2cdata, uint32_t depth,
+		       struct nvmf_queue **out);
+/* Mark cid in flight for a transfer of len bytes at buf (no capsule is
+ * sent): what the receive path then accepts for it. */
+int nvmf_queue_track(struct nvmf_queue *q, uint16_t cid, void *buf, uint32_t len, int dir);
+
 /* Kill the connection (a command timed out): nothing more can land. */
 void nvmf_queue_kill(struct nvmf_queue *q, int err, const char *why);
 

@@ -401,6 +401,38 @@ int nvmf_queue_open(const struct nvmf_params *p, uint16_t qid, uint32_t depth, u
 	return 0;
 }
 
+int nvmf_queue_from_fd(int fd, bool hdgst, bool ddgst, uint8_t cpda, uint32_t maxh2cdata, uint32_t depth,
+		       struct nvmf_queue **out)
+{
+	struct nvmf_queue *q = calloc(1, sizeof(*q));
+	if (!q || depth < 2 || !(q->cmds = calloc(depth, sizeof(*q->cmds)))) {
+		free(q);
+		close(fd);
+		return -ENOMEM;
+	}
+	snprintf(q->p.uri, sizeof(q->p.uri), "tcp://fd");
+	q->p.timeout_ms = 1000;
+	q->fd = fd;
+	q->qid = 1;
+	q->depth = depth;
+	q->hdgst = hdgst;
+	q->ddgst = ddgst;
+	q->cpda = cpda;
+	q->maxh2cdata = maxh2cdata;
+	pthread_mutex_init(&q->lock, NULL);
+	reset_rx(q);
+	*out = q;
+	return 0;
+}
+
+int nvmf_queue_track(struct nvmf_queue *q, uint16_t cid, void *buf, uint32_t len, int dir)
+{
+	if (cid >= q->depth || q->cmds[cid].busy)
+		return -EINVAL;
+	q->cmds[cid] = (struct tcmd){ .busy = true, .dir = (uint8_t)dir, .buf = buf, .len = len };
+	return 0;
+}
+
 int nvmf_queue_reconnect(struct nvmf_queue *q, uint16_t cntlid)
 {
 	if (q->fd >= 0) {
