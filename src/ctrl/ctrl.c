@@ -356,8 +356,13 @@ static int open_fabric(struct gpunvme_ctrl *c, const char *uri)
 	c->cc = c->fab->cc;
 	c->dstrd = 0;
 	c->mqes = gpunvme_cap_mqes(c->cap) + 1;
-	if (p.queue_size && p.queue_size < c->mqes)
-		c->mqes = p.queue_size;
+	/* queue entries: what the URI asks, else 128 as Linux's host
+	 * (NVMF_DEF_QUEUE_SIZE): a target keeps per-entry buffers for every
+	 * connection (nvmet-tcp: 2 x entries x in-capsule size), so many
+	 * clients with deep queues exhaust its memory */
+	uint32_t qs = p.queue_size ? p.queue_size : 128;
+	if (qs < c->mqes)
+		c->mqes = qs;
 	c->page_shift = 12;
 	c->page_size = 4096;
 	if ((rc = identify_all(c)) || (rc = negotiate_queues(c)))

@@ -57,6 +57,9 @@ struct gpunvme_ctrl {
 	pthread_mutex_t qp_lock;
 	struct gpunvme_qpair **qps;  /* indexed by qid, [0] unused */
 	uint8_t *qid_gpu;            /* qid owned by GPU queues (src/cuda) */
+	uint32_t qid_next;           /* fabrics: where the search for a free qid starts (a
+				      * just-closed queue's ID is the last one reused: the
+				      * target frees it asynchronously) */
 
 	/* memory the GPU side pinned for the controller's life (ctrl_gpu.h:
 	 * gpunvme_ctrl_keep_pinned); released at close, before the bus */

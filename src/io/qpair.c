@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,9 +190,11 @@ int gpunvme_qpair_create(struct gpunvme_ctrl *c, uint32_t depth, struct gpunvme_
 
 	pthread_mutex_lock(&c->qp_lock);
 	uint16_t qid = 0;
-	for (uint32_t q = 1; q <= c->nr_io_queues; q++) {
+	for (uint32_t i = 0; i < c->nr_io_queues; i++) {
+		uint32_t q = 1 + (i + (c->fab ? c->qid_next : 0)) % c->nr_io_queues;
 		if (!c->qps[q] && !c->qid_gpu[q]) {
 			qid = (uint16_t)q;
+			c->qid_next = q; /* next search starts after this one */
 			break;
 		}
 	}
@@ -829,6 +832,12 @@ static int reap_fabric(struct gpunvme_qpair *qp, uint32_t max, int *done)
 	struct nvmf_cpl cpl[64];
 	uint32_t want = max && max < 64 ? max : 64;
 	int n = nvmf_queue_reap(qp->fq, cpl, want, 0);
+	/* nothing arrived while commands are in flight: give the CPU away
+	 * once, so a target on the same CPUs (loopback, a VM) runs sooner; a
+	 * blocking wait here would stall callers that poll several queue
+	 * pairs from one thread (the loader) */
+	if (n == 0 && qp->outstanding)
+		sched_yield();
 	for (int i = 0; i < n; i++)
 		*done += on_cpl(qp, cpl[i].cqe.cid, gpunvme_cqe_status(cpl[i].cqe.status), cpl[i].cqe.dw0, cpl[i].err);
 	if (n < 0 && qp->outstanding) {

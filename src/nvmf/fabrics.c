@@ -204,6 +204,20 @@ int nvmf_parse_uri(const char *uri, bool need_nqn, struct nvmf_params *p)
 		p->hostid[8] = (uint8_t)((p->hostid[8] & 0x3f) | 0x80);
 		have_id = true;
 	}
+	if (!have_id) {
+		/* no identity on this machine: a random one for this process,
+		 * never the all-zero ID every such host would share */
+		FILE *f = fopen("/dev/urandom", "r");
+		if (!f || fread(p->hostid, 1, 16, f) != 16) {
+			if (f)
+				fclose(f);
+			return gpunvme_set_error(-EIO, "%s: no host ID (no /etc/nvme/hostid, /etc/machine-id or "
+							"/dev/urandom); give hostid=UUID", uri);
+		}
+		fclose(f);
+		p->hostid[6] = (uint8_t)((p->hostid[6] & 0x0f) | 0x40);
+		p->hostid[8] = (uint8_t)((p->hostid[8] & 0x3f) | 0x80);
+	}
 	if (!p->hostnqn[0]) {
 		if (read_line("/etc/nvme/hostnqn", line, sizeof(line)) == 0 && nqn_ok(line)) {
 			memcpy(p->hostnqn, line, strlen(line) + 1); /* nqn_ok: at most 223 bytes */

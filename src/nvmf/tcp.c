@@ -11,6 +11,7 @@
  * data digest. Sends are whole PDUs, bounded by the queue's timeout.
  */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -56,6 +58,7 @@ struct nvmf_queue {
 	char why[384];
 	pthread_mutex_t lock;     /* nvmf_queue_exec callers */
 	uint16_t next_cid;
+	bool seq_err;             /* the last Connect failed with Command Sequence Error */
 
 	/* receive state */
 	int rx;
@@ -198,6 +201,11 @@ static int recv_all(struct nvmf_queue *q, void *buf, size_t len, uint32_t timeou
 static int tcp_connect(struct nvmf_queue *q)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_family = AF_UNSPEC }, *ai = NULL;
+	/* a numeric address resolves without the name service (static
+	 * binaries, e.g. in the QEMU guest, have no NSS modules) */
+	unsigned char a6[16];
+	if (inet_pton(AF_INET, q->p.host, a6) == 1 || inet_pton(AF_INET6, q->p.host, a6) == 1)
+		hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
 	int rc = getaddrinfo(q->p.host, q->p.port, &hints, &ai);
 	if (rc)
 		return die(q, -EHOSTUNREACH, "cannot resolve %s: %s", q->p.host, gai_strerror(rc));
@@ -336,6 +344,7 @@ static int fabric_connect(struct nvmf_queue *q, uint16_t cntlid, uint16_t *cntli
 	int rc = nvmf_queue_exec(q, &cmd, data, sizeof(data), NVMF_DIR_H2C, &e, q->p.timeout_ms);
 	if (rc == -EIO) {
 		uint16_t st = gpunvme_cqe_status(e.status);
+		q->seq_err = gpunvme_status_code(st) == GPUNVME_SC_CMD_SEQ_ERROR;
 		return gpunvme_set_error(-ECONNREFUSED, "%s: Connect (queue %u, %u entries) refused: %s; subsystem %s, host %s",
 					 q->p.uri, q->qid, q->depth, connect_hint(st), q->p.subnqn, q->p.hostnqn);
 	}
@@ -346,7 +355,7 @@ static int fabric_connect(struct nvmf_queue *q, uint16_t cntlid, uint16_t *cntli
 	return 0;
 }
 
-static int queue_up(struct nvmf_queue *q, uint16_t cntlid, uint16_t *cntlid_out)
+static int queue_up_once(struct nvmf_queue *q, uint16_t cntlid, uint16_t *cntlid_out)
 {
 	q->dead = 0;
 	q->why[0] = 0;
@@ -368,6 +377,26 @@ static int queue_up(struct nvmf_queue *q, uint16_t cntlid, uint16_t *cntlid_out)
 	if (rc && !q->dead)
 		q->dead = rc;
 	return rc;
+}
+
+/*
+ * Connect, again while the target still holds the queue ID: a target
+ * tears a queue down after its connection closed, asynchronously (Linux's
+ * nvmet answers a Connect for a queue it has not released yet with Command
+ * Sequence Error, "qid N has already been created"). Bounded by the
+ * queue's timeout.
+ */
+static int queue_up(struct nvmf_queue *q, uint16_t cntlid, uint16_t *cntlid_out)
+{
+	uint64_t deadline = gpunvme_now_ns() + (uint64_t)q->p.timeout_ms * 1000000ull;
+	for (uint32_t delay_ms = 5;; delay_ms = delay_ms < 200 ? delay_ms * 2 : 200) {
+		q->seq_err = false;
+		int rc = queue_up_once(q, cntlid, cntlid_out);
+		if (!rc || !q->seq_err || gpunvme_now_ns() + delay_ms * 1000000ull > deadline)
+			return rc;
+		struct timespec ts = { 0, (long)delay_ms * 1000000 };
+		nanosleep(&ts, NULL);
+	}
 }
 
 int nvmf_queue_open(const struct nvmf_params *p, uint16_t qid, uint32_t depth, uint16_t cntlid, uint32_t kato_ms,

@@ -25,12 +25,17 @@
 #                             and intel_iommu=on, or q35 without IOMMU
 #   nvme_ctrl [KEY=VAL]...    one controller with one namespace. Keys:
 #                             size (64M), lbs (512|4096), mdts, ioq
-#                             (max_ioqpairs), serial
+#                             (max_ioqpairs), serial, image (a file whose
+#                             copy backs the namespace instead of zeroes)
 #   nvme_subsys [serial=S] [mdts=N] [ioq=N] ns=SIZE:LBS [ns=SIZE:LBS]...
 #                             controller in an NVM subsystem with several
 #                             namespaces (nsid 1, 2 ... in order)
 #   append ARGS...            extra kernel command line
 #   memory SIZE               guest memory (default 1G)
+#   netfwd HOSTPORT GUESTPORT a virtio NIC on QEMU user networking (restricted:
+#                             no way out of the guest) with 127.0.0.1:HOSTPORT
+#                             on the host forwarded to the guest's GUESTPORT
+#   modules NAME...           kernel modules to load besides the default set
 #   plan <<'EOF' ... EOF      guest plan, see tests/qemu/guest.sh
 # shellcheck disable=SC2317  # the scenario DSL functions are called by sourced files
 set -euo pipefail
@@ -93,6 +98,8 @@ IOMMU=none
 MEM=1G
 APPEND_EXTRA=()
 DEVARGS=()
+NETARGS=()
+EXTRA_MODS=()
 NCTRL=0
 NDRIVE=0
 : > "$WORK/plan"
@@ -100,11 +107,20 @@ NDRIVE=0
 machine() { IOMMU=$1; }
 memory() { MEM=$1; }
 append() { APPEND_EXTRA+=("$@"); }
+netfwd() {
+	# restrict=on: the guest reaches nothing outside; hostfwd still works
+	NETARGS=(-netdev "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:$1-:$2" -device virtio-net-pci,netdev=net0)
+}
+modules() { EXTRA_MODS+=("$@"); }
 plan() { cat >> "$WORK/plan"; }
-new_drive() {  # new_drive SIZE -> sets DRIVE_ID
+new_drive() {  # new_drive SIZE [IMAGE] -> sets DRIVE_ID
 	local img=$WORK/disk$NDRIVE.img
 	rm -f "$img"
-	truncate -s "$1" "$img"
+	if [ -n "${2:-}" ]; then
+		cp --sparse=always "$2" "$img"
+	else
+		truncate -s "$1" "$img"
+	fi
 	DRIVE_ID=nvm$NDRIVE
 	DEVARGS+=(-drive "file=$img,if=none,id=$DRIVE_ID,format=raw,cache=unsafe")
 	NDRIVE=$((NDRIVE + 1))
@@ -117,7 +133,7 @@ ctrl_props() {  # common controller properties from KEY=VAL args -> CTRL_PROPS
 		serial=*) CTRL_PROPS="${CTRL_PROPS/serial=gpunvme$NCTRL/$kv}" ;;
 		mdts=*) CTRL_PROPS+=",$kv" ;;
 		ioq=*) CTRL_PROPS+=",max_ioqpairs=${kv#ioq=}" ;;
-		size=*|lbs=*|ns=*) ;;
+		size=*|lbs=*|ns=*|image=*) ;;
 		*) log "scenario: unknown controller key $kv" >&2; exit 1 ;;
 		esac
 	done
@@ -125,12 +141,12 @@ ctrl_props() {  # common controller properties from KEY=VAL args -> CTRL_PROPS
 	CTRL_PROPS+=",addr=$(printf '0x%x' $((4 + NCTRL))),id=nvme$NCTRL"
 }
 nvme_ctrl() {
-	local kv size=64M lbs=512
+	local kv size=64M lbs=512 image=
 	for kv in "$@"; do
-		case $kv in size=*) size=${kv#size=} ;; lbs=*) lbs=${kv#lbs=} ;; esac
+		case $kv in size=*) size=${kv#size=} ;; lbs=*) lbs=${kv#lbs=} ;; image=*) image=${kv#image=} ;; esac
 	done
 	ctrl_props "$@"
-	new_drive "$size"
+	new_drive "$size" "$image"
 	DEVARGS+=(-device "nvme,$CTRL_PROPS,drive=$DRIVE_ID,logical_block_size=$lbs,physical_block_size=$lbs")
 	NCTRL=$((NCTRL + 1))
 }
@@ -162,8 +178,14 @@ nvme_subsys() {
 
 # ---- initramfs ------------------------------------------------------------
 T0=$(date +%s.%N)
+MODARGS=()
+if [ ${#EXTRA_MODS[@]} -gt 0 ]; then
+	for m in vfio vfio_iommu_type1 vfio_pci uio uio_pci_generic nvme nvme_core "${EXTRA_MODS[@]}"; do
+		MODARGS+=(-m "$m")
+	done
+fi
 "$ROOT/scripts/qemu/mkinitramfs.sh" -c "$CACHE" -o "$WORK/initrd.gz" -g "$HERE/guest.sh" -p "$WORK/plan" \
-	"${BINARIES[@]}"
+	"${MODARGS[@]}" "${BINARIES[@]}"
 T1=$(date +%s.%N)
 
 # ---- machine --------------------------------------------------------------
@@ -186,7 +208,7 @@ KARGS+=("${APPEND_EXTRA[@]}")
 
 CMD=("$QEMU" -accel tcg -m "$MEM" -smp 2 -nodefaults -no-user-config -display none -no-reboot
 	"${MACH[@]}" -kernel "$CACHE/vmlinuz" -initrd "$WORK/initrd.gz" -append "${KARGS[*]}"
-	-serial "file:$LOG" -monitor none "${DEVARGS[@]}")
+	-serial "file:$LOG" -monitor none "${DEVARGS[@]}" "${NETARGS[@]}")
 printf '%q ' "${CMD[@]}" > "$WORK/qemu.cmd"
 echo >> "$WORK/qemu.cmd"
 log "scenario $(basename "$SCN_FILE" .sh): $NCTRL controller(s), IOMMU $IOMMU, work dir $WORK"
