@@ -370,7 +370,14 @@ static int open_fabric(struct gpunvme_ctrl *c, const char *uri)
 	nvmf_ctrl_set_identify(c->fab, &c->id);
 	c->qps = calloc(c->nr_io_queues + 1, sizeof(*c->qps));
 	c->qid_gpu = calloc(c->nr_io_queues + 1, 1);
-	if (!c->qps || !c->qid_gpu)
+	c->fab_q = calloc(c->nr_io_queues + 1, sizeof(*c->fab_q));
+	c->fab_px = calloc(c->nr_io_queues + 1, sizeof(*c->fab_px));
+	c->fab_ns = calloc(c->nr_io_queues + 1, sizeof(*c->fab_ns));
+	/* the GPU's doorbell page: the SQ tail doorbell of queue q at
+	 * 0x1000 + 8q as in BAR0 with CAP.DSTRD 0 (§3.1.24) */
+	c->fab_db_len = ((size_t)gpunvme_cq_doorbell((uint16_t)c->nr_io_queues, 0) + 4 + 4095) & ~(size_t)4095;
+	c->fab_db = gpunvme_dma_alloc(c, c->fab_db_len);
+	if (!c->qps || !c->qid_gpu || !c->fab_q || !c->fab_px || !c->fab_ns || !c->fab_db)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 	return 0;
 }
@@ -475,6 +482,9 @@ fail:;
 		nvmf_ctrl_disconnect(c->fab);
 		free(c->fab);
 	}
+	free(c->fab_q);
+	free(c->fab_px);
+	free(c->fab_ns);
 	dma_free_all(&c->dma);
 	gpunvme_bus_close(&c->bus);
 	free(c->ns);
@@ -518,9 +528,16 @@ void gpunvme_close(struct gpunvme_ctrl *c)
 	 * (fabrics: by Property Set/Get, in nvmf_ctrl_disconnect) */
 	uint32_t csts = c->fab ? 0 : ctrl_rd32(c, GPUNVME_REG_CSTS);
 	if (c->fab) {
+		/* GPU queues' proxies and connections left open by their owner */
+		for (uint32_t q = 1; q <= c->nr_io_queues; q++)
+			if (c->fab_q && c->fab_q[q])
+				gpunvme_ctrl_delete_qpair_raw(c, (uint16_t)q);
 		nvmf_ctrl_disconnect(c->fab);
 		free(c->fab);
 		c->fab = NULL;
+		free(c->fab_q);
+		free(c->fab_px);
+		free(c->fab_ns);
 	} else if (csts != 0xffffffffu && (csts & GPUNVME_CSTS_RDY)) {
 		ctrl_wr32(c, GPUNVME_REG_CC, (c->cc & ~GPUNVME_CC_SHN_MASK) |
 						     (GPUNVME_CC_SHN_NORMAL << GPUNVME_CC_SHN_SHIFT));

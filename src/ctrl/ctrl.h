@@ -30,6 +30,14 @@ struct gpunvme_ctrl {
 	 * controller. Then there is no BAR: registers are properties, queues
 	 * are connections (src/nvmf), and the ring fields below stay unused. */
 	struct nvmf_ctrl *fab;
+	/* fabrics, GPU queues: the doorbell page the GPU writes (host memory,
+	 * doorbells at stride 4 as in BAR0) and per qid the connection and
+	 * its CPU proxy (src/nvmf/proxy.c) */
+	uint8_t *fab_db;
+	size_t fab_db_len;
+	struct nvmf_queue **fab_q;
+	struct nvmf_proxy **fab_px;
+	struct nvmf_proxy_ns **fab_ns;   /* each proxy's namespace table */
 	struct gpunvme_opts opts;
 	uint64_t cap;
 	uint32_t vs;

@@ -126,6 +126,32 @@ void nvmf_queue_kill(struct nvmf_queue *q, int err, const char *why);
 int nvmf_queue_exec(struct nvmf_queue *q, struct gpunvme_sqe *cmd, void *buf, uint32_t len, int dir,
 		    struct gpunvme_cqe *cqe, uint32_t timeout_ms);
 
+/* ---- the GPU path: a CPU proxy per queue (proxy.c) -------------------------- */
+
+struct nvmf_proxy_ns {
+	uint32_t nsid, lba_shift;
+};
+
+/* A queue pair in host memory that another agent drives as it would a
+ * PCIe controller's (SQEs with PRPs whose addresses are host virtual
+ * addresses, the SQ tail doorbell in sq_db, CQEs polled by phase). */
+struct nvmf_proxy_cfg {
+	struct gpunvme_sqe *sq;
+	void *cq;                     /* depth 16-byte entries, zeroed */
+	uint32_t depth;
+	volatile uint32_t *sq_db;
+	uint16_t qid, cntlid;
+	uint32_t page_size;
+	const struct nvmf_proxy_ns *ns;
+	uint32_t nns;
+};
+
+struct nvmf_proxy;
+/* Start the proxy's thread over queue q (depth >= cfg->depth). */
+int nvmf_proxy_start(struct nvmf_queue *q, const struct nvmf_proxy_cfg *cfg, struct nvmf_proxy **out);
+/* Stop it (the queue stays the caller's); *forwarded: commands it sent. */
+void nvmf_proxy_stop(struct nvmf_proxy *p, uint64_t *forwarded);
+
 /* ---- the fabrics controller: admin queue, properties, keep-alive ---------- */
 
 struct nvmf_ctrl {

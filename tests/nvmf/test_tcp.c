@@ -13,9 +13,11 @@
 
 #include "base/base.h"
 #include "check.h"
+#include "ctrl/ctrl_gpu.h"
 #include "fake_target.h"
 #include "gpunvme/fabrics.h"
 #include "gpunvme/gpunvme.h"
+#include "gpunvme/queue.h"
 #include "nvmf/nvmf.h"
 #include "nvmf/pdu.h"
 
@@ -362,6 +364,102 @@ TEST_CASE(target_dies_then_returns)
 	CHECK_OK(gpunvme_read_sync(qp, 1, b, 0, 8, NULL));
 	gpunvme_dma_free(c, b);
 	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	ft_stop(T);
+	return 0;
+}
+
+/* ---- the GPU path's CPU proxy, driven by a CPU thread as the GPU would ---- */
+
+struct agent {
+	struct gpunvme_ctrl *c;
+	struct gpunvme_sqe *sq;
+	struct gpunvme_cqe *cq;
+	volatile uint32_t *sq_db;
+	uint64_t *list;
+	uint32_t depth, tail, head, phase;
+	uint16_t cid;
+};
+
+/* One command as a device queue builds it: PRPs from bus addresses (over
+ * TCP, host addresses), the SQE, the tail doorbell (release), then the
+ * CQE polled by phase (acquire). Returns the status, or -1 on no answer
+ * within 5 s. */
+static int agent_cmd(struct agent *a, uint8_t opc, void *buf, uint64_t slba, uint32_t nlb, bool scatter)
+{
+	struct gpunvme_sqe *e = &a->sq[a->tail];
+	memset(e, 0, sizeof(*e));
+	e->opc = opc;
+	e->cid = a->cid++ % (a->depth - 1);
+	e->nsid = 1;
+	if (buf) {
+		struct gpunvme_prp_addr pa = { gpunvme_dma_iova(a->c, buf), NULL, 0, 0 };
+		uint64_t li = gpunvme_dma_iova(a->c, a->list);
+		if (gpunvme_prp_fill(&pa, 0, (uint64_t)nlb * 512, 4096, a->list, &li, 1, &e->prp1, &e->prp2))
+			return -2;
+		if (scatter)
+			a->list[1] += 8192; /* a hole: not one contiguous buffer */
+		e->rw.slba = slba;
+		e->rw.nlb = (uint16_t)(nlb - 1);
+	}
+	if (++a->tail == a->depth)
+		a->tail = 0;
+	__atomic_store_n(a->sq_db, a->tail, __ATOMIC_RELEASE);
+	uint64_t t0 = gpunvme_now_ns();
+	const volatile uint32_t *dw = (const volatile uint32_t *)&a->cq[a->head];
+	while (gpunvme_now_ns() - t0 < 5000000000ull) {
+		uint32_t v = __atomic_load_n(&dw[3], __ATOMIC_ACQUIRE);
+		if (gpunvme_dw3_phase(v) == a->phase) {
+			if (++a->head == a->depth) {
+				a->head = 0;
+				a->phase ^= 1;
+			}
+			return gpunvme_dw3_status(v);
+		}
+	}
+	return -1;
+}
+
+TEST_CASE(gpu_proxy_cpu_agent)
+{
+	REQUIRE(start(NULL) == 0);
+	struct gpunvme_ctrl *c;
+	REQUIRE_OK(open_ctrl("", &c));
+	uint16_t qid;
+	REQUIRE_OK(gpunvme_ctrl_reserve_qid(c, &qid));
+	struct agent a = { .c = c, .depth = 16, .phase = 1 };
+	a.sq = gpunvme_dma_alloc(c, 16 * 64);
+	a.cq = gpunvme_dma_alloc(c, 16 * 16);
+	a.list = gpunvme_dma_alloc(c, 4096);
+	uint8_t *buf = gpunvme_dma_alloc(c, 256 * 1024);
+	REQUIRE(a.sq && a.cq && a.list && buf);
+	size_t dlen;
+	volatile uint8_t *db = gpunvme_ctrl_doorbells(c, &dlen);
+	REQUIRE(db != NULL);
+	REQUIRE(dlen >= (size_t)gpunvme_sq_doorbell(qid, 0) + 4);
+	a.sq_db = (volatile uint32_t *)(db + gpunvme_sq_doorbell(qid, 0));
+	REQUIRE_OK(gpunvme_ctrl_create_qpair_raw(c, qid, gpunvme_dma_iova(c, a.sq), gpunvme_dma_iova(c, a.cq), 16));
+	/* reads through a PRP list: what the target holds */
+	pattern(ft_ns_data(T), 1 << 20, 21);
+	for (uint32_t i = 0; i < 40; i++) {
+		CHECK_EQ(agent_cmd(&a, GPUNVME_CMD_READ, buf, i * 64, 256, false), 0);
+		CHECK(memcmp(buf, ft_ns_data(T) + (size_t)i * 64 * 512, 128 * 1024) == 0, "read %u", i);
+	}
+	/* a write, then the target holds it; a flush */
+	pattern(buf, 4096, 22);
+	CHECK_EQ(agent_cmd(&a, GPUNVME_CMD_WRITE, buf, 5000, 8, false), 0);
+	CHECK(memcmp(ft_ns_data(T) + 5000 * 512, buf, 4096) == 0);
+	CHECK_EQ(agent_cmd(&a, GPUNVME_CMD_FLUSH, NULL, 0, 0, false), 0);
+	/* PRPs that are not one buffer: refused, Invalid Field */
+	CHECK_EQ(agent_cmd(&a, GPUNVME_CMD_READ, buf, 0, 256, true), GPUNVME_SC_INVALID_FIELD);
+	/* the target drops the connection mid-read: Transient Transport
+	 * Error, then the proxy reconnects and the next read works */
+	ft_set_fault(T, FT_CLOSE_MID);
+	CHECK_EQ(agent_cmd(&a, GPUNVME_CMD_READ, buf, 0, 256, false), GPUNVME_SC_TRANSIENT_TRANSPORT);
+	CHECK_EQ(agent_cmd(&a, GPUNVME_CMD_READ, buf, 0, 256, false), 0);
+	CHECK(memcmp(buf, ft_ns_data(T), 128 * 1024) == 0);
+	CHECK_OK(gpunvme_ctrl_delete_qpair_raw(c, qid));
+	gpunvme_ctrl_release_qid(c, qid);
 	gpunvme_close(c);
 	ft_stop(T);
 	return 0;

@@ -62,8 +62,10 @@ bench)
 	# ours, in this guest, over loopback to the same target
 	/tests/gpunvme_guest perf "tcp://127.0.0.1:4420/$NQN" -n "$nsid" -q 1 -o 4K -w randread -t "$secs" |
 		sed 's/^/QEMU-DATA bench.ours.qd1 /'
-	/tests/gpunvme_guest perf "tcp://127.0.0.1:4420/$NQN" -n "$nsid" -q 8 -o 128K -w read -t "$secs" |
-		sed 's/^/QEMU-DATA bench.ours.qd8-128k /'
+	# two connections, 4 deep each: what the kernel host has in a 2-vCPU
+	# guest (one I/O queue per CPU) with 8 reads in flight
+	/tests/gpunvme_guest perf "tcp://127.0.0.1:4420/$NQN" -n "$nsid" -Q 2 -q 4 -o 128K -w read -t "$secs" |
+		sed "s/^/QEMU-DATA bench.ours.2x4-128k /"
 	# the kernel's host: connect through /dev/nvme-fabrics (what nvme-cli does)
 	echo "transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn=$NQN" > /dev/nvme-fabrics || exit 1
 	dev=
