@@ -68,6 +68,7 @@ struct gpunvme_qpair {
 	uint32_t depth;
 	struct gpunvme_ring ring; /* SQ/CQ on the queue core (gpunvme/queue.h) */
 	struct nvmf_queue *fq;    /* fabrics: the connection instead of the ring */
+	uint64_t rx_seen, rx_tick; /* fabrics: bytes received at the last check, and when they moved */
 	uint16_t *free_cids;
 	uint32_t nfree;
 	struct io_cmd *cmds;
@@ -747,11 +748,27 @@ static int periodic_check(struct gpunvme_qpair *qp, uint64_t now)
 		return rc;
 	}
 	int done = 0;
+	if (qp->fq) {
+		/* progress of the connection, for the stall test below */
+		uint64_t rx = nvmf_queue_rx_bytes(qp->fq);
+		if (rx != qp->rx_seen) {
+			qp->rx_seen = rx;
+			qp->rx_tick = now;
+		}
+	}
 	for (uint32_t cid = 0; cid < qp->depth; cid++) {
 		struct io_cmd *cmd = &qp->cmds[cid];
 		if (cmd->state == CMD_FREE || cmd->timed_out || cmd->deadline > now)
 			continue;
 		if (qp->fq) {
+			/* Fabrics: a command waits behind the data of every
+			 * command before it on its connection and on the target's
+			 * other connections (eight clients sharing one slow link
+			 * wait minutes for a whole model), so it times out only
+			 * when the connection also moved no byte for
+			 * io_timeout_ms: a stalled target, not a busy one. */
+			if (now - qp->rx_tick < qp->timeout_ticks)
+				return done;
 			/* fabrics: end the connection, so no data can land
 			 * later, and fail everything that was on it */
 			char why[96];

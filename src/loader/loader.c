@@ -28,6 +28,7 @@
  * queues or entries than this add nothing the emulator or one SSD shows. */
 #define AUTO_QUEUES 8
 #define AUTO_DEPTH 256
+#define AUTO_DEPTH_TCP 8
 #define MAX_ALLOCS_GROW 16
 
 struct loader_alloc {
@@ -89,8 +90,12 @@ static int fit_queues(struct gpunvme_layer_loader *l)
 					 "all %u I/O queue pairs the controller granted are in use: the loader needs one "
 					 "(destroy a queue pair first, or open the controller asking for more: opts.nr_io_queues)",
 					 ci.nr_io_queues);
+	/* NVMe/TCP: few requests per connection; each may be a whole tensor
+	 * split into many commands, and a deep queue of them only piles up
+	 * buffers at the target (nvmet-tcp keeps them per entry) */
+	uint32_t auto_depth = !strcmp(ci.transport, "tcp") ? AUTO_DEPTH_TCP : AUTO_DEPTH;
 	if (!l->o.depth)
-		l->o.depth = ci.mqes < AUTO_DEPTH ? ci.mqes : AUTO_DEPTH;
+		l->o.depth = ci.mqes < auto_depth ? ci.mqes : auto_depth;
 	else if (l->o.depth < 2 || l->o.depth > ci.mqes)
 		return gpunvme_set_error(-EINVAL, "queue depth %u: this controller allows 2..%u entries per queue (CAP.MQES + 1)",
 					 l->o.depth, ci.mqes);

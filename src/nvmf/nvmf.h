@@ -87,6 +87,9 @@ int nvmf_queue_reconnect(struct nvmf_queue *q, uint16_t cntlid);
 int nvmf_queue_dead(const struct nvmf_queue *q);
 const char *nvmf_queue_why(const struct nvmf_queue *q);
 uint32_t nvmf_queue_depth(const struct nvmf_queue *q);
+/* Bytes received on the queue's connections so far: progress, for
+ * timeouts that fire only when a queue stalls (src/io). */
+uint64_t nvmf_queue_rx_bytes(const struct nvmf_queue *q);
 
 /*
  * Send cmd (cid < depth, not in flight) as a capsule. The data pointer is

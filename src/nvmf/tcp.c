@@ -59,6 +59,7 @@ struct nvmf_queue {
 	pthread_mutex_t lock;     /* nvmf_queue_exec callers */
 	uint16_t next_cid;
 	bool seq_err;             /* the last Connect failed with Command Sequence Error */
+	uint64_t rx_bytes;        /* received by rd(), ever */
 
 	/* receive state */
 	int rx;
@@ -118,6 +119,11 @@ const char *nvmf_queue_why(const struct nvmf_queue *q)
 uint32_t nvmf_queue_depth(const struct nvmf_queue *q)
 {
 	return q->depth;
+}
+
+uint64_t nvmf_queue_rx_bytes(const struct nvmf_queue *q)
+{
+	return q->rx_bytes;
 }
 
 void nvmf_queue_kill(struct nvmf_queue *q, int err, const char *why)
@@ -684,8 +690,10 @@ static ssize_t rd(struct nvmf_queue *q, void *dst, size_t len)
 {
 	for (;;) {
 		ssize_t r = recv(q->fd, dst, len, MSG_DONTWAIT);
-		if (r > 0)
+		if (r > 0) {
+			q->rx_bytes += (uint64_t)r;
 			return r;
+		}
 		if (r == 0)
 			return die(q, -ECONNRESET, "target closed the connection");
 		if (errno == EINTR)

@@ -28,6 +28,7 @@ command -v mkfs.ext4 >/dev/null 2>&1 || { echo "FAIL: mkfs.ext4 missing (apt-get
 
 rm -rf "$WORK"
 mkdir -p "$WORK/tree/models"
+exec > >(tee "$WORK/host.log") 2>&1
 OUT=$WORK/stdout
 ERR=$WORK/stderr
 FAILS=0
@@ -114,7 +115,7 @@ for i in 1 2 3 4 5 6 7 8; do
 	fi
 done
 step 1
-wait_log "nvmet bench done" 400
+wait_log "nvmet bench done" 800
 # the kill: loads back to back until the target goes; the one cut must
 # fail with one clear line within 20 s, and print no summary
 step 2

@@ -34,8 +34,9 @@ echo QEMU-DATA nvmet ready
 timeout 1200
 sh wait.host-step1 "/tests/nvmet_guest.sh wait_step 1 $DISK2_1 1100"
 kcmp guest.reads-host-data $DISK1_1 201326592 /tmp/ph.bin
-timeout 300
-sh bench '/tests/nvmet_guest.sh bench 2 5'
+timeout 400
+sh bench.1 '/tests/nvmet_guest.sh bench 2 5'
+sh bench.2 '/tests/nvmet_guest.sh bench 2 5'
 echo QEMU-DATA nvmet bench done
 timeout 700
 sh wait.host-step2 "/tests/nvmet_guest.sh wait_step 2 $DISK2_1 600"
