@@ -457,17 +457,21 @@ static void cpu_done(void *arg, const struct gpunvme_cpl *cpl)
 	}
 }
 
+/* Poll every queue pair, also after one failed: the others may hold
+ * completions (or failures) of this run's commands too. The first error. */
 static int cpu_poll_all(struct gpunvme_layer_loader *l, struct cpu_run *r)
 {
+	int first = 0;
 	for (uint32_t i = 0; i < l->nqp; i++) {
 		int rc = gpunvme_qpair_poll(l->qp[i], 0);
 		if (rc < 0) {
 			if (!r->err)
 				r->err = rc;
-			return rc;
+			if (!first)
+				first = rc;
 		}
 	}
-	return 0;
+	return first;
 }
 
 /* Submit one read, polling for room while every queue is full. */
@@ -529,13 +533,14 @@ static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct 
 			rc = cpu_submit(l, &r, &qi, buf + (b << l->lba_shift), op->slba + b, k, deadline);
 		}
 	}
-	/* drain what is in flight even after a failure: the buffers are ours */
+	/* drain what is in flight even after a failure: the buffers and the
+	 * command records are ours, and a queue pair that failed (device or
+	 * connection gone) has failed its commands, so polling on ends;
+	 * leaving early would let a later completion reach freed records */
 	while (r.pending) {
 		int prc = cpu_poll_all(l, &r);
-		if (prc) {
-			rc = rc ? rc : prc;
-			break;
-		}
+		if (prc && !rc)
+			rc = prc;
 		if (gpunvme_now_ns() > deadline + 1000000000ull * 5) {
 			rc = gpunvme_set_error(-ETIMEDOUT, "%u reads still outstanding after the timeout", r.pending);
 			break;
