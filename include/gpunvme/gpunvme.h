@@ -169,6 +169,12 @@ int gpunvme_deallocate(struct gpunvme_qpair *qp, uint32_t nsid, uint64_t slba, u
  * number of user requests completed, or -ENODEV / -EIO when the controller
  * is gone or failed (CSTS all ones / CSTS.CFS). */
 int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max);
+/* For a thread with nothing else to do until this queue pair completes
+ * something: sleep until a completion is likely or max_us pass. Over
+ * NVMe/TCP it waits for bytes on the connection (the CPU goes to the
+ * target or other work instead of a spin); on PCIe it returns at once (a
+ * completion queue in memory has nothing to wait on). Poll afterwards. */
+void gpunvme_qpair_wait(struct gpunvme_qpair *qp, uint32_t max_us);
 /* Requests submitted and not yet completed. */
 uint32_t gpunvme_qpair_outstanding(const struct gpunvme_qpair *qp);
 /*

@@ -220,6 +220,10 @@ static void *worker_main(void *arg)
 			atomic_store(&p->stop, 1);
 			break;
 		}
+		/* nothing completed: over NVMe/TCP sleep until data comes
+		 * (at most 1 ms) instead of spinning (a no-op on PCIe) */
+		if (n == 0 && !w->nready)
+			gpunvme_qpair_wait(w->qp, 1000);
 		now = cli_now_ns();
 		if (now >= p->t_end || atomic_load_explicit(&p->stop, memory_order_relaxed))
 			break;

@@ -382,6 +382,12 @@ int gpunvme_qpair_abort_expired(struct gpunvme_qpair *qp)
 	return (int)left;
 }
 
+void gpunvme_qpair_wait(struct gpunvme_qpair *qp, uint32_t max_us)
+{
+	if (qp && qp->fq && qp->outstanding)
+		nvmf_queue_wait(qp->fq, max_us);
+}
+
 uint32_t gpunvme_qpair_outstanding(const struct gpunvme_qpair *qp)
 {
 	return qp->outstanding;

@@ -116,6 +116,10 @@ int nvmf_queue_from_fd(int fd, bool hdgst, bool ddgst, uint8_t cpda, uint32_t ma
  * sent): what the receive path then accepts for it. */
 int nvmf_queue_track(struct nvmf_queue *q, uint16_t cid, void *buf, uint32_t len, int dir);
 
+/* Sleep until bytes arrive on the connection or max_us pass (0 at once
+ * when some are already waiting). For a caller with nothing else to do. */
+void nvmf_queue_wait(struct nvmf_queue *q, uint32_t max_us);
+
 /* Kill the connection (a command timed out): nothing more can land. */
 void nvmf_queue_kill(struct nvmf_queue *q, int err, const char *why);
 

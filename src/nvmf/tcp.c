@@ -126,6 +126,15 @@ uint64_t nvmf_queue_rx_bytes(const struct nvmf_queue *q)
 	return q->rx_bytes;
 }
 
+void nvmf_queue_wait(struct nvmf_queue *q, uint32_t max_us)
+{
+	if (q->dead || q->fd < 0)
+		return;
+	struct pollfd pf = { q->fd, POLLIN, 0 };
+	struct timespec ts = { (time_t)(max_us / 1000000), (long)(max_us % 1000000) * 1000 };
+	ppoll(&pf, 1, &ts, NULL);
+}
+
 void nvmf_queue_kill(struct nvmf_queue *q, int err, const char *why)
 {
 	die(q, err, "%s", why);
