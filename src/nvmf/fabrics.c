@@ -117,7 +117,7 @@ int nvmf_parse_uri(const char *uri, bool need_nqn, struct nvmf_params *p)
 		if (n == 0 || n >= sizeof(port))
 			return gpunvme_set_error(-EINVAL, "%s: bad port", uri);
 		memcpy(port, u, n);
-		uint32_t pv;
+		uint32_t pv = 0;
 		if (opt_u32(uri, "port", port, 1, 65535, &pv))
 			return -EINVAL;
 		snprintf(p->port, sizeof(p->port), "%u", pv);
@@ -156,7 +156,7 @@ int nvmf_parse_uri(const char *uri, bool need_nqn, struct nvmf_params *p)
 			if (!v)
 				return gpunvme_set_error(-EINVAL, "%s: option '%s' without =VALUE", uri, kv);
 			*v++ = 0;
-			uint32_t x;
+			uint32_t x = 0;
 			int rc = 0;
 			if (!strcmp(kv, "hostnqn")) {
 				if (!nqn_ok(v))
