@@ -46,6 +46,11 @@ void gpunvme_opts_init(struct gpunvme_opts *o);
  *   vfio:DDDD:BB:DD.F        a controller bound to vfio-pci (IOMMU-protected)
  *   uio:DDDD:BB:DD.F         uio_pci_generic / sysfs resource0, physical addresses
  *   pci:DDDD:BB:DD.F         whichever of the two the bound driver allows
+ *   tcp://HOST:PORT/SUBNQN[?opts]  NVMe over TCP (docs/nvme-tcp.md): a
+ *                            subsystem of an NVMe/TCP target (Linux nvmet,
+ *                            SPDK); options hostnqn=, hostid=, hdgst=1,
+ *                            ddgst=1, kato=MS, timeout=MS, nr_io_queues=N,
+ *                            queue_size=N
  * Resets the controller, brings it up, identifies it and every active
  * namespace, and negotiates the number of I/O queues. opts may be NULL.
  */
@@ -60,7 +65,7 @@ void gpunvme_close(struct gpunvme_ctrl *c);
 int gpunvme_reset(struct gpunvme_ctrl *c);
 
 struct gpunvme_ctrl_info {
-	char transport[8];          /* "emu", "vfio", "uio" */
+	char transport[8];          /* "emu", "vfio", "uio", "tcp" */
 	char addr[64];              /* what followed the scheme in the URI */
 	char sn[21], mn[41], fr[9];
 	uint16_t vid, ssvid;
@@ -194,6 +199,12 @@ int gpunvme_deallocate(struct gpunvme_qpair *qp, uint32_t nsid, uint64_t slba, u
  * number of user requests completed, or -ENODEV / -EIO when the controller
  * is gone or failed (CSTS all ones / CSTS.CFS). */
 int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max);
+/* For a thread with nothing else to do until this queue pair completes
+ * something: sleep until a completion is likely or max_us pass. Over
+ * NVMe/TCP it waits for bytes on the connection (the CPU goes to the
+ * target or other work instead of a spin); on PCIe it returns at once (a
+ * completion queue in memory has nothing to wait on). Poll afterwards. */
+void gpunvme_qpair_wait(struct gpunvme_qpair *qp, uint32_t max_us);
 /* Requests submitted and not yet completed. */
 uint32_t gpunvme_qpair_outstanding(const struct gpunvme_qpair *qp);
 /*

@@ -7,6 +7,7 @@
 #ifndef GPUNVME_BASE_H
 #define GPUNVME_BASE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -19,6 +20,13 @@ int gpunvme_set_error(int rc, const char *fmt, ...) __attribute__((format(printf
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t gpunvme_now_ns(void);
+
+/* CRC32C (Castagnoli). _raw: the bare register update, no inversion (ext4
+ * passes its seed). gpunvme_crc32c: the conventional form, inverted on the
+ * way in and out, so that crc32c(0, "123456789", 9) == 0xE3069283 and a
+ * buffer can be fed in pieces: crc = gpunvme_crc32c(crc, piece, n). */
+uint32_t gpunvme_crc32c_raw(uint32_t crc, const void *buf, size_t len);
+uint32_t gpunvme_crc32c(uint32_t crc, const void *buf, size_t len);
 
 #ifdef __cplusplus
 }

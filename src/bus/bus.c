@@ -11,10 +11,10 @@ int gpunvme_bus_open(const char *uri, const struct gpunvme_opts *opts, struct gp
 {
 	memset(b, 0, sizeof(*b));
 	if (!uri || !*uri)
-		return gpunvme_set_error(-EINVAL, "no device URI (expected emu:..., vfio:BDF, uio:BDF, kmod:BDF or pci:BDF)");
+		return gpunvme_set_error(-EINVAL, "no device URI (expected emu:..., vfio:BDF, uio:BDF, kmod:BDF, pci:BDF or tcp://HOST:PORT/NQN)");
 	const char *colon = strchr(uri, ':');
 	if (!colon)
-		return gpunvme_set_error(-EINVAL, "%s: not a device URI (expected emu:..., vfio:BDF, uio:BDF, kmod:BDF or pci:BDF)",
+		return gpunvme_set_error(-EINVAL, "%s: not a device URI (expected emu:..., vfio:BDF, uio:BDF, kmod:BDF, pci:BDF or tcp://HOST:PORT/NQN)",
 					 uri);
 	size_t n = (size_t)(colon - uri);
 	const char *addr = colon + 1;
@@ -27,6 +27,8 @@ int gpunvme_bus_open(const char *uri, const struct gpunvme_opts *opts, struct gp
 		ops = &gpunvme_bus_uio;
 	} else if (n == 4 && !strncmp(uri, "kmod", 4)) {
 		ops = &gpunvme_bus_kmod;
+	} else if (n == 3 && !strncmp(uri, "tcp", 3)) {
+		ops = &gpunvme_bus_tcp;
 	} else if (n == 3 && !strncmp(uri, "pci", 3)) {
 		/* the bound driver decides: vfio-pci -> VFIO, gpunvme -> the
 		 * kernel module, otherwise UIO */
@@ -47,7 +49,7 @@ int gpunvme_bus_open(const char *uri, const struct gpunvme_opts *opts, struct gp
 			return gpunvme_set_error(-EBUSY, "%s: bound to %s; bind it to vfio-pci first: scripts/vfio-bind.sh %s",
 						 uri, drv, bdf);
 	} else {
-		return gpunvme_set_error(-EINVAL, "%.*s: unknown bus (known: emu, vfio, uio, kmod, pci)", (int)n, uri);
+		return gpunvme_set_error(-EINVAL, "%.*s: unknown bus (known: emu, vfio, uio, kmod, pci, tcp)", (int)n, uri);
 	}
 	if (!*addr)
 		return gpunvme_set_error(-EINVAL, "%s: missing device after '%.*s:'", uri, (int)n, uri);

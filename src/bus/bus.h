@@ -2,7 +2,8 @@
 /*
  * The bus interface: how the driver reaches a controller. A bus gives BAR0
  * as mapped memory and turns host memory into addresses the controller can
- * DMA to. One file per bus: emu.c, vfio.c, uio.c, kmod.c; bus.c picks one by URI.
+ * DMA to. One file per bus: emu.c, vfio.c, uio.c, kmod.c, tcp.c (memory only: a
+ * fabrics controller has no BAR, src/nvmf drives it); bus.c picks one by URI.
  * Nothing above this layer knows which bus it talks to.
  */
 #ifndef GPUNVME_BUS_H
@@ -100,6 +101,7 @@ extern const struct gpunvme_bus_ops gpunvme_bus_emu;
 extern const struct gpunvme_bus_ops gpunvme_bus_vfio;
 extern const struct gpunvme_bus_ops gpunvme_bus_uio;
 extern const struct gpunvme_bus_ops gpunvme_bus_kmod;
+extern const struct gpunvme_bus_ops gpunvme_bus_tcp;
 
 /* The emulator behind an emu: bus, NULL for other buses (tests inject
  * faults through it; the GPU path sizes its copy lanes by it). */

@@ -456,6 +456,9 @@ int cmd_show_regs(int argc, char **argv)
 	volatile void *bar = gpunvme_bar0(c, &len);
 	if (!bar || len < 0x40) {
 		rc = bar ? cli_err(EXIT_RUNTIME, "BAR0 is only %zu bytes, registers need 64", len)
+		     : !strncmp(o.uri, "tcp:", 4)
+			 ? cli_err(EXIT_RUNTIME, "%s: an NVMe/TCP controller has no BAR0 (its registers are "
+						 "properties); see 'gpunvme id-ctrl %s'", o.uri, o.uri)
 			 : cli_lib_err(-ENODEV, "BAR0 not available");
 		gpunvme_close(c);
 		return rc;

@@ -235,9 +235,13 @@ static int start_loader(struct load_ctx *x)
 		if (gpu && gpunvme_ctrl_info(x->f.c, &ci) == 0 && strcmp(ci.transport, "emu") != 0 &&
 		    strcmp(ci.transport, "kmod") != 0) {
 			x->tier = GPUNVME_TIER_1;
-			fprintf(stderr, "gpunvme: load: note: %s: GPU memory is a DMA target on real controllers only "
-					"through the gpunvme kernel module (kmod:BDF): loading into pinned host memory the GPU reads (tier 1)\n",
-				x->o.uri);
+			if (!strcmp(ci.transport, "tcp"))
+				fprintf(stderr, "gpunvme: load: note: %s: over NVMe/TCP data lands in pinned host memory the "
+						"GPU reads (tier 1), forwarded by a CPU proxy per queue\n", x->o.uri);
+			else
+				fprintf(stderr, "gpunvme: load: note: %s: GPU memory is a DMA target on real controllers only "
+						"through the gpunvme kernel module (kmod:BDF): loading into pinned host memory "
+						"the GPU reads (tier 1)\n", x->o.uri);
 		}
 		if (!gpu)
 			fprintf(stderr, "gpunvme: load: note: no CUDA GPU %s: loading into host memory through the CPU data path\n",

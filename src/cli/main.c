@@ -25,6 +25,8 @@ int cmd_cat(int argc, char **argv);
 int cmd_load(int argc, char **argv);
 /* cmd_doctor.c: can this machine run the GPU data path */
 int cmd_doctor(int argc, char **argv);
+/* cmd_fabrics.c: NVMe over TCP discovery */
+int cmd_discover(int argc, char **argv);
 
 #ifndef GPUNVME_VERSION
 #define GPUNVME_VERSION "0.1.0"
@@ -39,6 +41,7 @@ struct command {
 static const struct command commands[] = {
 	{"list", cmd_list, "NVMe controllers and NVIDIA GPUs on the PCI bus (sysfs)"},
 	{"doctor", cmd_doctor, "diagnose the GPU data path: tiers per GPU x NVMe pair, reasons, fixes"},
+	{"discover", cmd_discover, "subsystems an NVMe/TCP target offers (discovery log page)"},
 	{"id-ctrl", cmd_id_ctrl, "decoded Identify Controller data"},
 	{"id-ns", cmd_id_ns, "decoded Identify Namespace data"},
 	{"show-regs", cmd_show_regs, "decoded controller registers (BAR0)"},
@@ -71,6 +74,9 @@ static void usage(FILE *f)
 		"  vfio:DDDD:BB:DD.F  a controller bound to vfio-pci\n"
 		"  uio:DDDD:BB:DD.F   a controller bound to uio_pci_generic\n"
 		"  pci:DDDD:BB:DD.F   whichever of the two its driver allows\n"
+		"  tcp://HOST[:PORT]/SUBNQN[?opts]  a subsystem of an NVMe/TCP target (Linux nvmet, SPDK);\n"
+		"                     opts: hostnqn=, hostid=, hdgst=1, ddgst=1, kato=MS, timeout=MS,\n"
+		"                     nr_io_queues=N, queue_size=N (docs/nvme-tcp.md)\n"
 		"  (ls, stat, extents, cat also take --image FILE instead of a URI)\n"
 		"\n"
 		"numbers: decimal or 0x hex; sizes also take K/M/G/T (powers of 1024).\n"

@@ -306,7 +306,15 @@ int cli_check_uri(const char *uri)
 		return check_md_uri(uri);
 	const char *colon = strchr(uri, ':');
 	if (!*uri)
-		return cli_usage_err("empty device URI (expected emu:SPEC, vfio:BDF, uio:BDF or pci:BDF)");
+		return cli_usage_err("empty device URI (expected emu:SPEC, vfio:BDF, uio:BDF, pci:BDF or "
+				     "tcp://HOST:PORT/SUBNQN)");
+	/* NVMe/TCP: the library checks the rest and names what is wrong */
+	if (!strncmp(uri, "tcp:", 4)) {
+		if (strncmp(uri, "tcp://", 6) || !uri[6])
+			return cli_usage_err("'%s': expected tcp://HOST[:PORT]/SUBNQN (subsystems: gpunvme discover "
+					     "tcp://HOST)", uri);
+		return 0;
+	}
 	if (!colon)
 		return cli_usage_err("'%s' is not a device URI: expected emu:SPEC, vfio:BDF, uio:BDF, "
 				     "pci:BDF or md:URI;URI... (e.g. emu:ram:64M, vfio:0000:01:00.0)",
@@ -336,7 +344,7 @@ int cli_check_uri(const char *uri)
 					     rest);
 		return 0;
 	}
-	return cli_usage_err("unknown bus '%.*s' in '%s' (expected emu:, vfio:, uio:, kmod:, pci: or md:)", (int)sl,
+	return cli_usage_err("unknown bus '%.*s' in '%s' (expected emu:, vfio:, uio:, kmod:, pci:, md: or tcp://)", (int)sl,
 			     uri, uri);
 }
 

@@ -44,6 +44,9 @@ void gpunvme_opts_init(struct gpunvme_opts *o)
 /* CSTS all ones: the device left the bus (surprise removal, link down). */
 int ctrl_check_alive(struct gpunvme_ctrl *c, const char *what)
 {
+	/* fabrics: each queue's connection says for itself (src/io) */
+	if (c->fab)
+		return 0;
 	uint32_t csts = ctrl_rd32(c, GPUNVME_REG_CSTS);
 	if (csts == 0xffffffffu)
 		return gpunvme_set_error(-ENODEV, "%s:%s: %s: device gone (registers read all ones)",
@@ -139,6 +142,15 @@ int gpunvme_admin(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, void *buf, si
 		return gpunvme_set_error(-EINVAL, "admin: bad arguments");
 	if (len > 4096)
 		return gpunvme_set_error(-EINVAL, "admin: data of %zu bytes (at most 4096)", len);
+	if (c->fab) {
+		/* no bounce buffer: the data moves in PDUs from and to buf */
+		pthread_mutex_lock(&c->admin_lock);
+		int rc = nvmf_ctrl_admin(c->fab, cmd, buf, (uint32_t)len,
+					 !len ? NVMF_DIR_NONE : host_to_ctrl ? NVMF_DIR_H2C : NVMF_DIR_C2H, cpl,
+					 c->opts.admin_timeout_ms);
+		pthread_mutex_unlock(&c->admin_lock);
+		return rc;
+	}
 	pthread_mutex_lock(&c->admin_lock);
 	if (len) {
 		if (host_to_ctrl)
@@ -317,6 +329,78 @@ static int bring_up(struct gpunvme_ctrl *c)
 	return 0;
 }
 
+/*
+ * A controller over NVMe/TCP: the association (admin queue, CC.EN by
+ * Property Set), then identify and queue count exactly as on PCIe. CAP
+ * comes from Property Get; DSTRD and doorbells mean nothing here.
+ */
+static int open_fabric(struct gpunvme_ctrl *c, const char *uri)
+{
+	struct nvmf_params p;
+	int rc = nvmf_parse_uri(uri, true, &p);
+	if (rc)
+		return rc;
+	if (p.nr_io_queues)
+		c->opts.nr_io_queues = p.nr_io_queues;
+	c->fab = calloc(1, sizeof(*c->fab));
+	if (!c->fab)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	uint32_t adepth = c->opts.admin_depth ? c->opts.admin_depth : 32;
+	if ((rc = nvmf_ctrl_connect(c->fab, &p, adepth))) {
+		free(c->fab);
+		c->fab = NULL;
+		return rc;
+	}
+	c->cap = c->fab->cap;
+	c->vs = c->fab->vs;
+	c->cc = c->fab->cc;
+	c->dstrd = 0;
+	c->mqes = gpunvme_cap_mqes(c->cap) + 1;
+	/* queue entries: what the URI asks, else 128 as Linux's host
+	 * (NVMF_DEF_QUEUE_SIZE): a target keeps per-entry buffers for every
+	 * connection (nvmet-tcp: 2 x entries x in-capsule size), so many
+	 * clients with deep queues exhaust its memory */
+	uint32_t qs = p.queue_size ? p.queue_size : 128;
+	if (qs < c->mqes)
+		c->mqes = qs;
+	c->page_shift = 12;
+	c->page_size = 4096;
+	if ((rc = identify_all(c)) || (rc = negotiate_queues(c)))
+		return rc;
+	nvmf_ctrl_set_identify(c->fab, &c->id);
+	c->qps = calloc(c->nr_io_queues + 1, sizeof(*c->qps));
+	c->qid_gpu = calloc(c->nr_io_queues + 1, 1);
+	c->fab_q = calloc(c->nr_io_queues + 1, sizeof(*c->fab_q));
+	c->fab_px = calloc(c->nr_io_queues + 1, sizeof(*c->fab_px));
+	c->fab_ns = calloc(c->nr_io_queues + 1, sizeof(*c->fab_ns));
+	/* the GPU's doorbell page: the SQ tail doorbell of queue q at
+	 * 0x1000 + 8q as in BAR0 with CAP.DSTRD 0 (§3.1.24) */
+	c->fab_db_len = ((size_t)gpunvme_cq_doorbell((uint16_t)c->nr_io_queues, 0) + 4 + 4095) & ~(size_t)4095;
+	c->fab_db = gpunvme_dma_alloc(c, c->fab_db_len);
+	if (!c->qps || !c->qid_gpu || !c->fab_q || !c->fab_px || !c->fab_ns || !c->fab_db)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	return 0;
+}
+
+int ctrl_fabric_reassociate(struct gpunvme_ctrl *c)
+{
+	/* a keep-alive on a dead admin queue makes nvmf_ctrl_admin build a
+	 * new association; then the queue count, which a new controller
+	 * does not know (NVMe 1.4 §5.21.1.7) */
+	struct gpunvme_sqe ka = { .opc = GPUNVME_ADM_KEEP_ALIVE };
+	nvmf_queue_kill(c->fab->admin, -ECONNRESET, "re-association");
+	int rc = gpunvme_admin(c, &ka, NULL, 0, 0, NULL);
+	if (rc)
+		return rc;
+	uint32_t had = c->nr_io_queues;
+	rc = negotiate_queues(c);
+	if (!rc && c->nr_io_queues < had)
+		rc = gpunvme_set_error(-EIO, "%s: the new association grants %u I/O queues, %u in use", c->fab->p.uri,
+				       c->nr_io_queues, had);
+	c->nr_io_queues = had;
+	return rc;
+}
+
 int gpunvme_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_ctrl **out)
 {
 	int rc;
@@ -336,6 +420,12 @@ int gpunvme_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvm
 	if ((rc = gpunvme_bus_open(uri, &c->opts, &c->bus))) {
 		free(c);
 		return rc;
+	}
+	if (!strncmp(uri, "tcp:", 4)) {
+		if ((rc = open_fabric(c, uri)))
+			goto fail;
+		*out = c;
+		return 0;
 	}
 
 	c->cap = (uint64_t)ctrl_rd32(c, GPUNVME_REG_CAP) | ((uint64_t)ctrl_rd32(c, GPUNVME_REG_CAP + 4) << 32);
@@ -388,6 +478,13 @@ fail:;
 	/* keep the first error message: cleanup must not overwrite it */
 	char msg[512];
 	snprintf(msg, sizeof(msg), "%s", gpunvme_last_error());
+	if (c->fab) {
+		nvmf_ctrl_disconnect(c->fab);
+		free(c->fab);
+	}
+	free(c->fab_q);
+	free(c->fab_px);
+	free(c->fab_ns);
 	dma_free_all(&c->dma);
 	gpunvme_bus_close(&c->bus);
 	free(c->ns);
@@ -434,9 +531,21 @@ void gpunvme_close(struct gpunvme_ctrl *c)
 	for (uint32_t q = 1; c->qps && q <= c->nr_io_queues; q++)
 		if (c->qps[q])
 			gpunvme_qpair_destroy(c->qps[q]);
-	/* §7.6.2 normal shutdown: CC.SHN = 01b, wait for CSTS.SHST = 10b */
-	uint32_t csts = ctrl_rd32(c, GPUNVME_REG_CSTS);
-	if (csts != 0xffffffffu && (csts & GPUNVME_CSTS_RDY)) {
+	/* §7.6.2 normal shutdown: CC.SHN = 01b, wait for CSTS.SHST = 10b
+	 * (fabrics: by Property Set/Get, in nvmf_ctrl_disconnect) */
+	uint32_t csts = c->fab ? 0 : ctrl_rd32(c, GPUNVME_REG_CSTS);
+	if (c->fab) {
+		/* GPU queues' proxies and connections left open by their owner */
+		for (uint32_t q = 1; q <= c->nr_io_queues; q++)
+			if (c->fab_q && c->fab_q[q])
+				gpunvme_ctrl_delete_qpair_raw(c, (uint16_t)q);
+		nvmf_ctrl_disconnect(c->fab);
+		free(c->fab);
+		c->fab = NULL;
+		free(c->fab_q);
+		free(c->fab_px);
+		free(c->fab_ns);
+	} else if (csts != 0xffffffffu && (csts & GPUNVME_CSTS_RDY)) {
 		ctrl_wr32(c, GPUNVME_REG_CC, (c->cc & ~GPUNVME_CC_SHN_MASK) |
 						     (GPUNVME_CC_SHN_NORMAL << GPUNVME_CC_SHN_SHIFT));
 		uint64_t to_ms = c->id.rtd3e ? c->id.rtd3e / 1000 + 1 : 5000;
@@ -467,6 +576,20 @@ int gpunvme_reset(struct gpunvme_ctrl *c)
 {
 	int rc;
 	pthread_mutex_lock(&c->qp_lock);
+	if (c->fab) {
+		/* fabrics: end the association (every connection closed, so
+		 * nothing lands afterwards), fail what was in flight, build a
+		 * new one and reconnect the queues */
+		for (uint32_t q = 1; q <= c->nr_io_queues; q++)
+			if (c->qps[q])
+				qpair_fail_all(c->qps[q], -EIO);
+		rc = ctrl_fabric_reassociate(c);
+		for (uint32_t q = 1; !rc && q <= c->nr_io_queues; q++)
+			if (c->qps[q])
+				rc = qpair_recreate(c->qps[q]);
+		pthread_mutex_unlock(&c->qp_lock);
+		return rc;
+	}
 	/* Stop the controller before failing what is outstanding: once
 	 * CSTS.RDY reads 0 it processes no command and moves no data, and
 	 * a callback may reuse its buffer as soon as it runs. (Failing
@@ -578,6 +701,7 @@ const struct gpunvme_id_ns *gpunvme_ns_identify(struct gpunvme_ctrl *c, uint32_t
 
 volatile void *gpunvme_bar0(struct gpunvme_ctrl *c, size_t *len)
 {
+	/* NULL (length 0) over fabrics: there is no BAR */
 	if (len)
 		*len = c->bus.bar0_len;
 	return c->bus.bar0;

@@ -13,6 +13,7 @@
 #include "dma/dma.h"
 #include "gpunvme/gpunvme.h"
 #include "gpunvme/queue.h"
+#include "nvmf/nvmf.h"
 
 /* Longest transfer per command we build, whatever MDTS allows: bounds the
  * PRP list pages reserved per command (2 MiB = 2 list pages of 4 KiB). */
@@ -25,6 +26,18 @@ struct gpunvme_ns {
 
 struct gpunvme_ctrl {
 	struct gpunvme_bus bus;
+	/* NVMe over Fabrics (tcp://): the admin association; NULL for a PCIe
+	 * controller. Then there is no BAR: registers are properties, queues
+	 * are connections (src/nvmf), and the ring fields below stay unused. */
+	struct nvmf_ctrl *fab;
+	/* fabrics, GPU queues: the doorbell page the GPU writes (host memory,
+	 * doorbells at stride 4 as in BAR0) and per qid the connection and
+	 * its CPU proxy (src/nvmf/proxy.c) */
+	uint8_t *fab_db;
+	size_t fab_db_len;
+	struct nvmf_queue **fab_q;
+	struct nvmf_proxy **fab_px;
+	struct nvmf_proxy_ns **fab_ns;   /* each proxy's namespace table */
 	struct gpunvme_opts opts;
 	uint64_t cap;
 	uint32_t vs;
@@ -52,6 +65,9 @@ struct gpunvme_ctrl {
 	pthread_mutex_t qp_lock;
 	struct gpunvme_qpair **qps;  /* indexed by qid, [0] unused */
 	uint8_t *qid_gpu;            /* qid owned by GPU queues (src/cuda) */
+	uint32_t qid_next;           /* fabrics: where the search for a free qid starts (a
+				      * just-closed queue's ID is the last one reused: the
+				      * target frees it asynchronously) */
 
 	/* memory the GPU side pinned for the controller's life (ctrl_gpu.h:
 	 * gpunvme_ctrl_keep_pinned); released at close, before the bus */
@@ -73,6 +89,9 @@ static inline void ctrl_wr32(struct gpunvme_ctrl *c, uint32_t off, uint32_t v)
 }
 
 int ctrl_check_alive(struct gpunvme_ctrl *c, const char *what);
+/* Fabrics: a new association after the old one died (new controller ID,
+ * queue count asked again); I/O queues then reconnect to it. */
+int ctrl_fabric_reassociate(struct gpunvme_ctrl *c);
 
 /* queue pairs (src/io/qpair.c) */
 int qpair_recreate(struct gpunvme_qpair *qp);

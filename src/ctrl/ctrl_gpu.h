@@ -26,6 +26,11 @@ int gpunvme_ctrl_create_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid, uint64_t
 				  uint32_t depth);
 int gpunvme_ctrl_delete_qpair_raw(struct gpunvme_ctrl *c, uint16_t qid);
 uint32_t gpunvme_ctrl_page_size(struct gpunvme_ctrl *c);
+/* Where the GPU writes doorbells (*len bytes, stride CAP.DSTRD): BAR0 on
+ * PCIe; over NVMe/TCP a page of host memory that the CPU proxies of the
+ * GPU's queue pairs read (created by gpunvme_ctrl_create_qpair_raw; the
+ * queues' "bus addresses" are then host virtual addresses). */
+volatile void *gpunvme_ctrl_doorbells(struct gpunvme_ctrl *c, size_t *len);
 uint64_t gpunvme_ctrl_max_xfer(struct gpunvme_ctrl *c);
 /* Device memory as a DMA target through the bus's map_device: -EOPNOTSUPP
  * with the reason when the bus cannot. */

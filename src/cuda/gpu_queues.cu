@@ -111,12 +111,14 @@ static size_t align_up(size_t x, size_t a)
 	return (x + a - 1) & ~(a - 1);
 }
 
-/* BAR0 mapped into the GPU's address space: *dbar is its device address. */
+/* The doorbells mapped into the GPU's address space: *dbar is their
+ * device address. BAR0 on PCIe; over NVMe/TCP a host page the CPU proxies
+ * read (gpunvme_ctrl_doorbells), ordinary memory like the emulator's. */
 static int map_bar(struct gpunvme_gpu_queues *g, const struct gpunvme_ctrl_info *ci, uint8_t **dbar)
 {
-	g->bar = gpunvme_bar0(g->c, &g->bar_len);
+	g->bar = gpunvme_ctrl_doorbells(g->c, &g->bar_len);
 	unsigned flags = cudaHostRegisterMapped;
-	if (strcmp(ci->transport, "emu") != 0)
+	if (strcmp(ci->transport, "emu") != 0 && strcmp(ci->transport, "tcp") != 0)
 		flags |= cudaHostRegisterIoMemory; /* MMIO: uncached, PCIe writes */
 	cudaError_t ce = cudaHostRegister((void *)g->bar, g->bar_len, flags);
 	if (ce == cudaSuccess)

@@ -93,32 +93,24 @@ static inline uint32_t le32(const uint8_t *p)
 
 /* ---- checksums ("Checksums") --------------------------------------------- */
 
-/* CRC32C (Castagnoli, reflected polynomial 0x82F63B78), as the kernel's
- * crc32c(): no pre- or post-inversion here, callers pass the seed. */
-static uint32_t crc32c_tab[256];
+/* CRC32C: the library's (src/base), in the kernel's crc32c() form: no pre-
+ * or post-inversion, callers pass the seed. */
 static uint16_t crc16_tab[256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
 static void crc_init(void)
 {
 	for (uint32_t i = 0; i < 256; i++) {
-		uint32_t c = i;
 		uint16_t d = (uint16_t)i;
-		for (int k = 0; k < 8; k++) {
-			c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+		for (int k = 0; k < 8; k++)
 			d = (uint16_t)((d & 1) ? (d >> 1) ^ 0xA001u : d >> 1);
-		}
-		crc32c_tab[i] = c;
 		crc16_tab[i] = d;
 	}
 }
 
 static uint32_t crc32c(uint32_t crc, const void *buf, size_t len)
 {
-	const uint8_t *p = buf;
-	while (len--)
-		crc = crc32c_tab[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-	return crc;
+	return gpunvme_crc32c_raw(crc, buf, len);
 }
 
 /* CRC16 (ANSI, reflected 0xA001) for the older uninit_bg (gdt_csum)

@@ -4,9 +4,18 @@
  * size are split into commands of at most max_xfer bytes (MDTS); command
  * ids come from a free list and index a table holding each command's PRP
  * list pages; completions are reaped in bulk with one head doorbell write.
+ *
+ * Over NVMe/TCP (c->fab) the same commands are built; instead of the SQ
+ * ring and doorbell they go to the queue's connection as capsules
+ * (nvmf_queue_submit, data by SGL from the request's buffer), and
+ * completions come from nvmf_queue_reap instead of the CQ ring. A command
+ * past its deadline there kills the connection (nothing can land later),
+ * every command in flight fails, and the next submission reconnects.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -58,6 +67,8 @@ struct gpunvme_qpair {
 	uint16_t qid;
 	uint32_t depth;
 	struct gpunvme_ring ring; /* SQ/CQ on the queue core (gpunvme/queue.h) */
+	struct nvmf_queue *fq;    /* fabrics: the connection instead of the ring */
+	uint64_t rx_seen, rx_tick; /* fabrics: bytes received at the last check, and when they moved */
 	uint16_t *free_cids;
 	uint32_t nfree;
 	struct io_cmd *cmds;
@@ -108,7 +119,8 @@ static pthread_once_t calib_once = PTHREAD_ONCE_INIT;
 
 static void reset_ring_state(struct gpunvme_qpair *qp)
 {
-	gpunvme_ring_reset(&qp->ring);
+	if (qp->ring.sq)
+		gpunvme_ring_reset(&qp->ring);
 	/* at most depth - 1 commands in flight: a full SQ keeps one slot
 	 * empty (§4.1.1), so CIDs never outnumber usable SQ slots */
 	qp->nfree = 0;
@@ -121,6 +133,7 @@ static void reset_ring_state(struct gpunvme_qpair *qp)
 static void free_mem(struct gpunvme_qpair *qp)
 {
 	struct gpunvme_ctrl *c = qp->c;
+	nvmf_queue_close(qp->fq);
 	if (!qp->ext_rings) {
 		gpunvme_dma_free(c, qp->ring.sq);
 		gpunvme_dma_free(c, qp->ring.cq);
@@ -186,6 +199,11 @@ static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, siz
 	}
 	size_t sq_len = (size_t)depth * sizeof(struct gpunvme_sqe);
 	size_t cq_len = (size_t)depth * sizeof(struct gpunvme_cqe);
+	if (rings && c->fab) {
+		free(qp);
+		return gpunvme_set_error(-EOPNOTSUPP, "queue rings in caller memory: a fabrics controller has no "
+					 "rings in memory (NVMe/TCP carries commands in capsules)");
+	}
 	if (rings) {
 		/* Tier 3 placement: both rings in memory the caller imported
 		 * (device memory), the CQ on the next 4 KiB boundary (queue
@@ -208,7 +226,7 @@ static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, siz
 		qp->ring.sq = (void *)r;
 		qp->ring.cq = (void *)(r + cq_off);
 		qp->ext_rings = true;
-	} else {
+	} else if (!c->fab) {
 		qp->ring.sq = gpunvme_dma_alloc(c, sq_len);
 		qp->ring.cq = gpunvme_dma_alloc(c, cq_len);
 	}
@@ -219,7 +237,7 @@ static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, siz
 	qp->cmds = calloc(depth, sizeof(struct io_cmd));
 	uint32_t nreqs = depth * 4;
 	qp->reqs = calloc(nreqs, sizeof(struct io_req));
-	if (!qp->ring.sq || !qp->ring.cq || !qp->lists || !qp->list_iova || !qp->free_cids || !qp->cmds || !qp->reqs) {
+	if ((!c->fab && (!qp->ring.sq || !qp->ring.cq)) || !qp->lists || !qp->list_iova || !qp->free_cids || !qp->cmds || !qp->reqs) {
 		free_mem(qp);
 		return gpunvme_set_error(-ENOMEM, "cannot allocate a queue pair of depth %u", depth);
 	}
@@ -235,9 +253,11 @@ static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, siz
 
 	pthread_mutex_lock(&c->qp_lock);
 	uint16_t qid = 0;
-	for (uint32_t q = 1; q <= c->nr_io_queues; q++) {
+	for (uint32_t i = 0; i < c->nr_io_queues; i++) {
+		uint32_t q = 1 + (i + (c->fab ? c->qid_next : 0)) % c->nr_io_queues;
 		if (!c->qps[q] && !c->qid_gpu[q]) {
 			qid = (uint16_t)q;
+			c->qid_next = q; /* next search starts after this one */
 			break;
 		}
 	}
@@ -250,8 +270,14 @@ static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, siz
 	c->qps[qid] = qp;
 	pthread_mutex_unlock(&c->qp_lock);
 	qp->qid = qid;
-	gpunvme_ring_init(&qp->ring, qp->ring.sq, qp->ring.cq, c->bus.bar0, qid, c->dstrd, depth);
-	rc = ctrl_create_io_queues(c, qid, gpunvme_dma_iova(c, qp->ring.sq), gpunvme_dma_iova(c, qp->ring.cq), depth);
+	if (c->fab) {
+		/* one TCP connection per queue, Connect to our controller ID */
+		rc = nvmf_queue_open(&c->fab->p, qid, depth, c->fab->cntlid, 0, c->fab->ioccsz, &qp->fq, NULL);
+	} else {
+		gpunvme_ring_init(&qp->ring, qp->ring.sq, qp->ring.cq, c->bus.bar0, qid, c->dstrd, depth);
+		rc = ctrl_create_io_queues(c, qid, gpunvme_dma_iova(c, qp->ring.sq), gpunvme_dma_iova(c, qp->ring.cq),
+					   depth);
+	}
 	if (rc) {
 		pthread_mutex_lock(&c->qp_lock);
 		c->qps[qid] = NULL;
@@ -275,9 +301,26 @@ uint32_t gpunvme_io_queues_free(struct gpunvme_ctrl *c)
 	return n;
 }
 
+/* Fabrics: the queue's connection again, to the current association
+ * (a new one when the controller went away with the old). */
+static int fabric_reconnect(struct gpunvme_qpair *qp)
+{
+	struct gpunvme_ctrl *c = qp->c;
+	int rc = nvmf_queue_reconnect(qp->fq, c->fab->cntlid);
+	if (rc == -ECONNREFUSED || rc == -ECONNRESET) {
+		/* Connect refused or the connection dropped at once: the
+		 * controller may be gone with its admin association */
+		if (ctrl_fabric_reassociate(c) == 0)
+			rc = nvmf_queue_reconnect(qp->fq, c->fab->cntlid);
+	}
+	return rc;
+}
+
 int qpair_recreate(struct gpunvme_qpair *qp)
 {
 	reset_ring_state(qp);
+	if (qp->fq)
+		return fabric_reconnect(qp);
 	return ctrl_create_io_queues(qp->c, qp->qid, gpunvme_dma_iova(qp->c, qp->ring.sq), gpunvme_dma_iova(qp->c, qp->ring.cq),
 				     qp->depth);
 }
@@ -299,6 +342,10 @@ static void req_finish(struct gpunvme_qpair *qp, struct io_req *r)
 /* Fail every command and request (device gone, controller reset). */
 void qpair_fail_all(struct gpunvme_qpair *qp, int err)
 {
+	/* fabrics: close the connection first, so that no data of a command
+	 * failed here can land in its buffer afterwards */
+	if (qp->fq && qp->outstanding && !nvmf_queue_dead(qp->fq))
+		nvmf_queue_kill(qp->fq, err, "commands in flight failed");
 	for (uint32_t cid = 0; cid < qp->depth; cid++) {
 		struct io_cmd *cmd = &qp->cmds[cid];
 		if (cmd->state == CMD_SINGLE && !cmd->timed_out) {
@@ -345,7 +392,8 @@ void gpunvme_qpair_destroy(struct gpunvme_qpair *qp)
 	if (!qp)
 		return;
 	struct gpunvme_ctrl *c = qp->c;
-	if (ctrl_check_alive(c, "delete queue pair") == 0)
+	/* fabrics: closing the connection deletes the queue (NVMe-oF §3.3) */
+	if (!qp->fq && ctrl_check_alive(c, "delete queue pair") == 0)
 		ctrl_delete_io_queues(c, qp->qid);
 	qpair_fail_all(qp, -ECANCELED);
 	pthread_mutex_lock(&c->qp_lock);
@@ -405,6 +453,12 @@ int gpunvme_qpair_abort_expired(struct gpunvme_qpair *qp)
 	return (int)left;
 }
 
+void gpunvme_qpair_wait(struct gpunvme_qpair *qp, uint32_t max_us)
+{
+	if (qp && qp->fq && qp->outstanding)
+		nvmf_queue_wait(qp->fq, max_us);
+}
+
 uint32_t gpunvme_qpair_outstanding(const struct gpunvme_qpair *qp)
 {
 	return qp->outstanding;
@@ -445,8 +499,12 @@ static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 	struct gpunvme_ctrl *c = qp->c;
 	uint16_t cid = qp->free_cids[--qp->nfree];
 	struct io_cmd *cmd = &qp->cmds[cid];
-	struct gpunvme_sqe *e = gpunvme_ring_sqe(&qp->ring);
+	struct gpunvme_sqe capsule;
+	struct gpunvme_sqe *e = qp->fq ? &capsule : gpunvme_ring_sqe(&qp->ring);
 	uint64_t nlb = r->nlb;
+	void *data = NULL;   /* fabrics: the data's host address, length, direction */
+	uint32_t data_len = 0;
+	int dir = NVMF_DIR_NONE;
 
 	memset(e, 0, sizeof(*e));
 	e->opc = r->opc;
@@ -458,6 +516,16 @@ static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 		if (nlb > r->max_blocks)
 			nlb = r->max_blocks;
 		size_t len = (size_t)nlb << r->lba_shift;
+		if (qp->fq) {
+			/* SGL set by the transport; max_blocks keeps len <= 2 MiB */
+			data = r->buf;
+			data_len = (uint32_t)len;
+			dir = r->opc == GPUNVME_CMD_READ ? NVMF_DIR_C2H : NVMF_DIR_H2C;
+			e->rw.slba = r->slba;
+			e->rw.nlb = (uint16_t)(nlb - 1);
+			r->buf += len;
+			break;
+		}
 		if (__atomic_load_n(&gpunvme_dma_gen, __ATOMIC_ACQUIRE) != r->dma_gen) {
 			/* an allocation was freed while this request waited:
 			 * never build PRPs from a mapping that may be gone */
@@ -497,6 +565,9 @@ static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 		rg->nlb = (uint32_t)nlb;
 		rg->slba = r->slba;
 		e->prp1 = qp->list_iova[(size_t)cid * qp->lp];
+		data = rg;
+		data_len = sizeof(*rg);
+		dir = NVMF_DIR_H2C;
 		e->dsm.nr = 0; /* one range */
 		e->dsm.attr = GPUNVME_DSM_AD;
 		break;
@@ -512,6 +583,19 @@ static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 	cmd->req = r;
 	cmd->deadline = now + qp->timeout_ticks;
 	cmd->timed_out = false;
+	if (qp->fq) {
+		int rc = nvmf_queue_submit(qp->fq, e, data, data_len, dir);
+		if (rc) {
+			/* not sent: the request fails here; what else is in
+			 * flight on the dead connection fails at the next poll */
+			cmd->state = CMD_FREE;
+			cmd->req = NULL;
+			r->inflight--;
+			qp->free_cids[qp->nfree++] = cid;
+			return rc;
+		}
+		return 0;
+	}
 	gpunvme_ring_sq_push(&qp->ring);
 	return 0;
 }
@@ -535,6 +619,8 @@ static bool submit_req(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 
 static inline void ring_sq(struct gpunvme_qpair *qp)
 {
+	if (qp->fq)
+		return; /* capsules went out as they were built */
 	gpunvme_ring_sq_doorbell(&qp->ring);
 }
 
@@ -586,6 +672,18 @@ static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const
 		if (lookup_dma(qp, buf, (size_t)nlb << ns->info.lba_shift, &dma, &dma_gen))
 			return gpunvme_set_error(-EFAULT, "buffer %p + %llu bytes is not inside memory from gpunvme_dma_alloc",
 						 buf, (unsigned long long)(nlb << ns->info.lba_shift));
+	}
+	if (qp->fq && nvmf_queue_dead(qp->fq)) {
+		/* the connection dropped: its commands are failed by the
+		 * next poll; once none is left, connect again */
+		if (qp->outstanding)
+			return gpunvme_set_error(nvmf_queue_dead(qp->fq), "%s (poll to fail the %u commands in flight, then "
+									   "submit again to reconnect)",
+						 nvmf_queue_why(qp->fq), qp->outstanding);
+		int rc = fabric_reconnect(qp);
+		if (rc)
+			return rc;
+		reset_ring_state(qp);
 	}
 	struct io_req *r = qp->free_reqs;
 	if (!r)
@@ -645,7 +743,7 @@ static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const
 static inline int rw_fast(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const void *buf, uint64_t slba,
 			  uint64_t nlb, gpunvme_cb cb, void *arg)
 {
-	if (!qp)
+	if (!qp || qp->fq)
 		return 1;
 	const struct gpunvme_ns *ns = qp->ns_cache;
 	const uint8_t *p = buf;
@@ -727,10 +825,37 @@ static int periodic_check(struct gpunvme_qpair *qp, uint64_t now)
 		return rc;
 	}
 	int done = 0;
+	if (qp->fq) {
+		/* progress of the connection, for the stall test below */
+		uint64_t rx = nvmf_queue_rx_bytes(qp->fq);
+		if (rx != qp->rx_seen) {
+			qp->rx_seen = rx;
+			qp->rx_tick = now;
+		}
+	}
 	for (uint32_t cid = 0; cid < qp->depth; cid++) {
 		struct io_cmd *cmd = &qp->cmds[cid];
 		if (cmd->state == CMD_FREE || cmd->timed_out || cmd->deadline > now)
 			continue;
+		if (qp->fq) {
+			/* Fabrics: a command waits behind the data of every
+			 * command before it on its connection and on the target's
+			 * other connections (eight clients sharing one slow link
+			 * wait minutes for a whole model), so it times out only
+			 * when the connection also moved no byte for
+			 * io_timeout_ms: a stalled target, not a busy one. */
+			if (now - qp->rx_tick < qp->timeout_ticks)
+				return done;
+			/* fabrics: end the connection, so no data can land
+			 * later, and fail everything that was on it */
+			char why[96];
+			snprintf(why, sizeof(why), "I/O command timed out after %u ms", qp->c->opts.io_timeout_ms);
+			nvmf_queue_kill(qp->fq, -ETIMEDOUT, why);
+			uint32_t before = qp->outstanding;
+			qpair_fail_all(qp, -ETIMEDOUT);
+			gpunvme_set_error(-ETIMEDOUT, "%s", nvmf_queue_why(qp->fq));
+			return (int)(before - qp->outstanding);
+		}
 		/* The command keeps its id (and list pages) until the
 		 * controller answers after all: it may still DMA. */
 		cmd->timed_out = true;
@@ -756,51 +881,89 @@ static int periodic_check(struct gpunvme_qpair *qp, uint64_t now)
 	return done;
 }
 
+/* One completion, from the CQ ring or a connection: 1 when a user request
+ * finished with it. err: a transport failure (fabrics), else 0. */
+static int on_cpl(struct gpunvme_qpair *qp, uint16_t cid, uint16_t st, uint32_t dw0, int err)
+{
+	struct io_cmd *cmd = cid < qp->depth ? &qp->cmds[cid] : NULL;
+	if (!cmd || cmd->state == CMD_FREE)
+		return 0; /* not ours: a controller bug, ignored */
+	uint8_t state = cmd->state;
+	cmd->state = CMD_FREE;
+	qp->free_cids[qp->nfree++] = cid;
+	if (cmd->timed_out) {
+		cmd->timed_out = false; /* answered late: id reusable now */
+		return 0;
+	}
+	if (!err && st)
+		err = -EIO;
+	if (state == CMD_SINGLE) {
+		struct gpunvme_cpl cpl = { .err = err, .status = st, .dw0 = dw0 };
+		qp->outstanding--;
+		if (cmd->cb)
+			cmd->cb(cmd->arg, &cpl);
+		return 1;
+	}
+	struct io_req *r = cmd->req;
+	cmd->req = NULL;
+	if (err && !r->err) {
+		r->err = err;
+		r->status = st;
+		r->nlb = 0; /* don't submit the rest of a failed request */
+	}
+	r->dw0 = dw0;
+	if (--r->inflight == 0 && r->nlb == 0 && !r->waiting) {
+		req_finish(qp, r);
+		return 1;
+	}
+	return 0;
+}
+
+/* Fabrics: completions from the connection; a dead connection fails every
+ * command that was on it. */
+static int reap_fabric(struct gpunvme_qpair *qp, uint32_t max, int *done)
+{
+	struct nvmf_cpl cpl[64];
+	uint32_t want = max && max < 64 ? max : 64;
+	int n = nvmf_queue_reap(qp->fq, cpl, want, 0);
+	/* nothing arrived while commands are in flight: give the CPU away
+	 * once, so a target on the same CPUs (loopback, a VM) runs sooner; a
+	 * blocking wait here would stall callers that poll several queue
+	 * pairs from one thread (the loader) */
+	if (n == 0 && qp->outstanding)
+		sched_yield();
+	for (int i = 0; i < n; i++)
+		*done += on_cpl(qp, cpl[i].cqe.cid, gpunvme_cqe_status(cpl[i].cqe.status), cpl[i].cqe.dw0, cpl[i].err);
+	if (n < 0 && qp->outstanding) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "%s", gpunvme_last_error());
+		uint32_t before = qp->outstanding;
+		qpair_fail_all(qp, n);
+		*done += (int)(before - qp->outstanding);
+		gpunvme_set_error(n, "%s", msg);
+		return n;
+	}
+	return 0;
+}
+
 int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max)
 {
 	int done = 0;
 	uint32_t reaped = 0;
-	for (;;) {
+	if (qp->fq) {
+		int rc = reap_fabric(qp, max, &done);
+		if (rc < 0)
+			return rc;
+	}
+	while (!qp->fq) {
 		uint32_t dw3;
 		if (!gpunvme_ring_cq_peek(&qp->ring, &dw3))
 			break;
 		uint32_t dw0 = gpunvme_ring_cq_dw0(&qp->ring);
 		gpunvme_ring_cq_pop(&qp->ring);
 		reaped++;
-		uint16_t cid = gpunvme_dw3_cid(dw3);
-		uint16_t st = gpunvme_dw3_status(dw3);
-		struct io_cmd *cmd = cid < qp->depth ? &qp->cmds[cid] : NULL;
-		if (!cmd || cmd->state == CMD_FREE)
-			continue; /* not ours: a controller bug, ignored */
-		uint8_t state = cmd->state;
-		cmd->state = CMD_FREE;
-		qp->free_cids[qp->nfree++] = cid;
-		if (cmd->timed_out) {
-			cmd->timed_out = false; /* answered late: id reusable now */
-			continue;
-		}
-		if (state == CMD_SINGLE) {
-			struct gpunvme_cpl cpl = { .err = st ? -EIO : 0, .status = st, .dw0 = dw0 };
-			qp->outstanding--;
-			if (cmd->cb)
-				cmd->cb(cmd->arg, &cpl);
-			if (++done == (int)max && max)
-				break;
-			continue;
-		}
-		struct io_req *r = cmd->req;
-		cmd->req = NULL;
-		if (st && !r->err) {
-			r->err = -EIO;
-			r->status = st;
-			r->nlb = 0; /* don't submit the rest of a failed request */
-		}
-		r->dw0 = dw0;
-		if (--r->inflight == 0 && r->nlb == 0 && !r->waiting) {
-			req_finish(qp, r);
-			if (++done == (int)max && max)
-				break;
-		}
+		if (on_cpl(qp, gpunvme_dw3_cid(dw3), gpunvme_dw3_status(dw3), dw0, 0) && ++done == (int)max && max)
+			break;
 	}
 	if (reaped)
 		gpunvme_ring_cq_doorbell(&qp->ring);

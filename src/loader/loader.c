@@ -30,6 +30,7 @@
  * queues or entries than this add nothing the emulator or one SSD shows. */
 #define AUTO_QUEUES 8
 #define AUTO_DEPTH 256
+#define AUTO_DEPTH_TCP 8
 #define MAX_ALLOCS_GROW 16
 
 struct loader_alloc {
@@ -95,8 +96,12 @@ static int fit_queues(struct gpunvme_layer_loader *l)
 					 "all %u I/O queue pairs the controller granted are in use: the loader needs one "
 					 "(destroy a queue pair first, or open the controller asking for more: opts.nr_io_queues)",
 					 ci.nr_io_queues);
+	/* NVMe/TCP: few requests per connection; each may be a whole tensor
+	 * split into many commands, and a deep queue of them only piles up
+	 * buffers at the target (nvmet-tcp keeps them per entry) */
+	uint32_t auto_depth = !strcmp(ci.transport, "tcp") ? AUTO_DEPTH_TCP : AUTO_DEPTH;
 	if (!l->o.depth)
-		l->o.depth = ci.mqes < AUTO_DEPTH ? ci.mqes : AUTO_DEPTH;
+		l->o.depth = ci.mqes < auto_depth ? ci.mqes : auto_depth;
 	else if (l->o.depth < 2 || l->o.depth > ci.mqes)
 		return gpunvme_set_error(-EINVAL, "queue depth %u: this controller allows 2..%u entries per queue (CAP.MQES + 1)",
 					 l->o.depth, ci.mqes);
@@ -520,17 +525,21 @@ static void cpu_done(void *arg, const struct gpunvme_cpl *cpl)
 	}
 }
 
+/* Poll every queue pair, also after one failed: the others may hold
+ * completions (or failures) of this run's commands too. The first error. */
 static int cpu_poll_all(struct gpunvme_layer_loader *l, struct cpu_run *r)
 {
+	int first = 0;
 	for (uint32_t i = 0; i < l->nqp; i++) {
 		int rc = gpunvme_qpair_poll(l->qp[i], 0);
 		if (rc < 0) {
 			if (!r->err)
 				r->err = rc;
-			return rc;
+			if (!first)
+				first = rc;
 		}
 	}
-	return 0;
+	return first;
 }
 
 /* Submit one read, polling for room while every queue is full. */
@@ -592,13 +601,14 @@ static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct 
 			rc = cpu_submit(l, &r, &qi, buf + (b << l->lba_shift), op->slba + b, k, deadline);
 		}
 	}
-	/* drain what is in flight even after a failure: the buffers are ours */
+	/* drain what is in flight even after a failure: the buffers and the
+	 * command records are ours, and a queue pair that failed (device or
+	 * connection gone) has failed its commands, so polling on ends;
+	 * leaving early would let a later completion reach freed records */
 	while (r.pending) {
 		int prc = cpu_poll_all(l, &r);
-		if (prc) {
-			rc = rc ? rc : prc;
-			break;
-		}
+		if (prc && !rc)
+			rc = prc;
 		if (gpunvme_now_ns() > deadline + 1000000000ull * 5) {
 			rc = gpunvme_set_error(-ETIMEDOUT, "%u reads still outstanding after the timeout", r.pending);
 			break;

@@ -16,24 +16,14 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/base.h" /* gpunvme_crc32c: the library's one CRC32C */
+
 #define BT_MAGIC 0x4152554456414e47ull
 #define BT_MAX_BS 4096u
 
-static inline uint32_t bt_crc32c(uint32_t crc, const void *buf, size_t len)
-{
-	const uint8_t *p = (const uint8_t *)buf;
-	crc = ~crc;
-	while (len--) {
-		crc ^= *p++;
-		for (int k = 0; k < 8; k++)
-			crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1u)));
-	}
-	return ~crc;
-}
-
 static inline uint32_t bt_crc(const uint8_t *b, uint32_t bs)
 {
-	return bt_crc32c(bt_crc32c(0, b, 24), b + 28, bs - 28);
+	return gpunvme_crc32c(gpunvme_crc32c(0, b, 24), b + 28, bs - 28);
 }
 
 /* Block bs bytes (64..4096, a multiple of 8) of generation gen at lba. */

@@ -44,6 +44,10 @@
 #                             (WORK and ROOT are exported, and BIN_<name> for each
 #                             BINARY); its failure fails the test
 #   memory SIZE               guest memory (default 1G)
+#   netfwd HOSTPORT GUESTPORT a virtio NIC on QEMU user networking (restricted:
+#                             no way out of the guest) with 127.0.0.1:HOSTPORT
+#                             on the host forwarded to the guest's GUESTPORT
+#   modules NAME...           kernel modules to load besides the default set
 #   plan <<'EOF' ... EOF      guest plan, see tests/qemu/guest.sh
 # shellcheck disable=SC2317  # the scenario DSL functions are called by sourced files
 set -euo pipefail
@@ -110,6 +114,8 @@ IOMMU=none
 MEM=1G
 APPEND_EXTRA=()
 DEVARGS=()
+NETARGS=()
+EXTRA_MODS=()
 NCTRL=0
 NDRIVE=0
 MODARGS=()
@@ -128,11 +134,20 @@ ivshmem() {
 host_check() { cat >> "$WORK/host_check.sh"; }
 memory() { MEM=$1; }
 append() { APPEND_EXTRA+=("$@"); }
+netfwd() {
+	# restrict=on: the guest reaches nothing outside; hostfwd still works
+	NETARGS=(-netdev "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:$1-:$2" -device virtio-net-pci,netdev=net0)
+}
+modules() { EXTRA_MODS+=("$@"); }
 plan() { cat >> "$WORK/plan"; }
-new_drive() {  # new_drive SIZE -> sets DRIVE_ID
+new_drive() {  # new_drive SIZE [IMAGE] -> sets DRIVE_ID
 	local img=$WORK/disk$NDRIVE.img
 	rm -f "$img"
-	truncate -s "$1" "$img"
+	if [ -n "${2:-}" ]; then
+		cp --sparse=always "$2" "$img"
+	else
+		truncate -s "$1" "$img"
+	fi
 	DRIVE_ID=nvm$NDRIVE
 	DEVARGS+=(-drive "file=$img,if=none,id=$DRIVE_ID,format=raw,cache=unsafe")
 	NDRIVE=$((NDRIVE + 1))
@@ -158,8 +173,7 @@ nvme_ctrl() {
 		case $kv in size=*) size=${kv#size=} ;; lbs=*) lbs=${kv#lbs=} ;; image=*) image=${kv#image=} ;; esac
 	done
 	ctrl_props "$@"
-	new_drive "$size"
-	[ -z "$image" ] || cp --sparse=always "$image" "$WORK/disk$((NDRIVE - 1)).img"
+	new_drive "$size" "$image"
 	DEVARGS+=(-device "nvme,$CTRL_PROPS,drive=$DRIVE_ID,logical_block_size=$lbs,physical_block_size=$lbs")
 	NCTRL=$((NCTRL + 1))
 }
@@ -191,6 +205,12 @@ nvme_subsys() {
 
 # ---- initramfs ------------------------------------------------------------
 T0=$(date +%s.%N)
+MODARGS=()
+if [ ${#EXTRA_MODS[@]} -gt 0 ]; then
+	for m in vfio vfio_iommu_type1 vfio_pci uio uio_pci_generic nvme nvme_core "${EXTRA_MODS[@]}"; do
+		MODARGS+=(-m "$m")
+	done
+fi
 "$ROOT/scripts/qemu/mkinitramfs.sh" -c "$CACHE" -o "$WORK/initrd.gz" -g "$HERE/guest.sh" -p "$WORK/plan" \
 	"${MODARGS[@]}" "${FILEARGS[@]}" "${BINARIES[@]}"
 T1=$(date +%s.%N)
@@ -223,7 +243,7 @@ KARGS+=("${APPEND_EXTRA[@]}")
 
 CMD=("$QEMU" -accel tcg -m "$MEM" -smp 2 -nodefaults -no-user-config -display none -no-reboot
 	"${MACH[@]}" -kernel "$CACHE/vmlinuz" -initrd "$WORK/initrd.gz" -append "${KARGS[*]}"
-	-serial "file:$LOG" -monitor none "${DEVARGS[@]}")
+	-serial "file:$LOG" -monitor none "${DEVARGS[@]}" "${NETARGS[@]}")
 printf '%q ' "${CMD[@]}" > "$WORK/qemu.cmd"
 echo >> "$WORK/qemu.cmd"
 log "scenario $(basename "$SCN_FILE" .sh): $NCTRL controller(s), IOMMU $IOMMU, work dir $WORK"
