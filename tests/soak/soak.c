@@ -632,6 +632,23 @@ static bool all_stalled(void)
 	return true;
 }
 
+/* Surprise removal: every queue pair must notice it (poll -ENODEV) within
+ * 3 s, or it counts as a hang. */
+static void remove_device(void)
+{
+	atomic_store(&g.removed, true);
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_REMOVE };
+	if (gpunvme_emu_inject(g.emu, &f) == 0)
+		g.faults_remove++;
+	uint64_t dl = now_us() + 3000000u;
+	while (!all_stalled() && now_us() < dl)
+		sleep_us(1000);
+	if (!all_stalled()) {
+		atomic_fetch_add(&g.hangs, 1);
+		report("HANG: not every queue pair noticed the removal within 3 s");
+	}
+}
+
 static void watchdog(int sig)
 {
 	(void)sig;
@@ -746,18 +763,8 @@ int main(int argc, char **argv)
 			fatal = !recover(mqp, vbuf, R_ABORT);
 		} else if (pick < 78) {
 			/* surprise removal, and the device comes back */
-			atomic_store(&g.removed, true);
-			struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_REMOVE };
-			if (gpunvme_emu_inject(g.emu, &f) == 0)
-				g.faults_remove++;
-			uint64_t dl = now_us() + 3000000u;
-			while (!all_stalled() && now_us() < dl)
-				sleep_us(1000);
-			if (!all_stalled()) {
-				atomic_fetch_add(&g.hangs, 1);
-				report("HANG: not every queue pair noticed the removal within 3 s");
-			}
-			f.kind = GPUNVME_EMU_FAULT_RETURN;
+			remove_device();
+			struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_RETURN };
 			if (gpunvme_emu_inject(g.emu, &f) == 0)
 				g.faults_return++;
 			fatal = !recover(mqp, vbuf, R_RESET);
@@ -788,17 +795,7 @@ int main(int argc, char **argv)
 				g.recovery_failures++;
 			resume_workers();
 			sleep_us(100000);
-			atomic_store(&g.removed, true);
-			struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_REMOVE };
-			if (gpunvme_emu_inject(g.emu, &f) == 0)
-				g.faults_remove++;
-			uint64_t dl = now_us() + 3000000u;
-			while (!all_stalled() && now_us() < dl)
-				sleep_us(1000);
-			if (!all_stalled()) {
-				atomic_fetch_add(&g.hangs, 1);
-				report("HANG: not every queue pair noticed the removal within 3 s");
-			}
+			remove_device();
 		} else {
 			fatal = true;
 		}

@@ -1064,7 +1064,10 @@ static void tensor_device(Tensor *t, int32_t *type, int32_t *id)
  * the tensor's bytes as a 1-D uint8 DLPack tensor (legacy capsule); the
  * Python layer views it as the real dtype and shape. The data is complete
  * when this is called (the load waited), so any stream may use it. */
-static PyObject *Tensor_dlpack(Tensor *t, PyObject *args, PyObject *kw)
+/* __dlpack__ of nbytes of uint8 at p on (dt, id), kept alive by owner:
+ * the one capsule builder for tensors and views. */
+static PyObject *dl_export(PyObject *args, PyObject *kw, void *p, uint64_t nbytes, int32_t dt, int32_t id,
+			   PyObject *owner)
 {
 	static char *kwlist[] = { "stream", "max_version", "dl_device", "copy", NULL };
 	PyObject *stream = Py_None, *maxv = Py_None, *dl_device = Py_None, *copy = Py_None;
@@ -1075,13 +1078,9 @@ static PyObject *Tensor_dlpack(Tensor *t, PyObject *args, PyObject *kw)
 	struct dl_holder *h = calloc(1, sizeof(*h));
 	if (!h)
 		return PyErr_NoMemory();
-	const struct gpunvme_tensor *ten = t->owner->b->tensors[t->k];
-	void *p = t->owner->b->ptr[t->k];
-	int32_t dt, id;
-	tensor_device(t, &dt, &id);
 	if (!p && dt == kDLCPU)
 		p = &zero_byte;
-	h->shape[0] = (int64_t)ten->bytes;
+	h->shape[0] = (int64_t)nbytes;
 	h->mt.dl_tensor = (DLTensor){
 		.data = p,
 		.device = { dt, id },
@@ -1093,14 +1092,22 @@ static PyObject *Tensor_dlpack(Tensor *t, PyObject *args, PyObject *kw)
 	};
 	h->mt.manager_ctx = h;
 	h->mt.deleter = dl_deleter;
-	Py_INCREF(t->owner);
-	h->owner = (PyObject *)t->owner;
+	Py_INCREF(owner);
+	h->owner = owner;
 	PyObject *cap = PyCapsule_New(&h->mt, "dltensor", dl_capsule_destructor);
 	if (!cap) {
 		Py_DECREF(h->owner);
 		free(h);
 	}
 	return cap;
+}
+
+static PyObject *Tensor_dlpack(Tensor *t, PyObject *args, PyObject *kw)
+{
+	int32_t dt, id;
+	tensor_device(t, &dt, &id);
+	return dl_export(args, kw, t->owner->b->ptr[t->k], t->owner->b->tensors[t->k]->bytes, dt, id,
+			 (PyObject *)t->owner);
 }
 
 static PyObject *Tensor_dlpack_device(Tensor *t, PyObject *unused)
@@ -1403,37 +1410,9 @@ static void view_device(View *v, int32_t *type, int32_t *id)
  * acquire() (the library made it wait for the reads) */
 static PyObject *View_dlpack(View *v, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "stream", "max_version", "dl_device", "copy", NULL };
-	PyObject *stream = Py_None, *maxv = Py_None, *dl_device = Py_None, *copy = Py_None;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOO", kwlist, &stream, &maxv, &dl_device, &copy))
-		return NULL;
-	if (copy == Py_True)
-		return raise_err(ENOTSUP, "__dlpack__(copy=True): gpunvme tensors are exported without a copy");
-	struct dl_holder *h = calloc(1, sizeof(*h));
-	if (!h)
-		return PyErr_NoMemory();
 	int32_t dt, id;
 	view_device(v, &dt, &id);
-	h->shape[0] = (int64_t)v->nbytes;
-	h->mt.dl_tensor = (DLTensor){
-		.data = v->p ? v->p : &zero_byte,
-		.device = { dt, id },
-		.ndim = 1,
-		.dtype = { kDLUInt, 8, 1 },
-		.shape = h->shape,
-		.strides = NULL,
-		.byte_offset = 0,
-	};
-	h->mt.manager_ctx = h;
-	h->mt.deleter = dl_deleter;
-	Py_INCREF(v->owner);
-	h->owner = (PyObject *)v->owner;
-	PyObject *cap = PyCapsule_New(&h->mt, "dltensor", dl_capsule_destructor);
-	if (!cap) {
-		Py_DECREF(h->owner);
-		free(h);
-	}
-	return cap;
+	return dl_export(args, kw, v->p ? v->p : &zero_byte, v->nbytes, dt, id, (PyObject *)v->owner);
 }
 
 static PyObject *View_dlpack_device(View *v, PyObject *unused)
