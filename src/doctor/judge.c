@@ -12,8 +12,10 @@
  *           client platform of the RTX 3090 + SN740 investigation).
  *           Data and completions go to pinned host memory.
  *   Tier 2: the controller writes data into GPU memory through BAR1: needs
- *           GPU bus addresses (dma-buf export + this project's kernel
- *           module); this build has none.
+ *           GPU bus addresses: the controller bound to this project's
+ *           kernel module (kmod/, the kmod: bus), which maps a dma-buf of
+ *           the GPU memory (NVIDIA's open kernel module exports one), or
+ *           falls back to nvidia_p2p.
  *   Tier 3: the controller also reads submission entries from GPU memory:
  *           peer reads, which need completions to come back: a PCIe switch
  *           without ACS redirection, or a root complex that forwards them.
@@ -162,8 +164,11 @@ static void userspace(struct gpunvme_doctor_report *r, int ni)
 	v->answer = GPUNVME_DOCTOR_YES;
 	const char *drv = n->pci.driver;
 	bool vfio = !strcmp(drv, "vfio-pci"), uio = !strcmp(drv, "uio_pci_generic") || !drv[0];
+	/* the gpunvme kernel module (kmod: bus) maps through the kernel's DMA
+	 * API: right with the IOMMU on, off or in passthrough */
+	bool kmod = !strcmp(drv, "gpunvme");
 	enum gpunvme_doctor_iommu im = dev_iommu(r, &n->pci);
-	if (!vfio && !uio) {
+	if (!vfio && !uio && !kmod) {
 		worse(&v->answer, GPUNVME_DOCTOR_NO);
 		if (n->mounted[0]) {
 			snprintf(fix, sizeof(fix),
@@ -267,24 +272,49 @@ static void tier1(struct gpunvme_doctor_report *r, struct gpunvme_doctor_pair *p
 		     (unsigned long long)(r->sys.memlock_bytes >> 10));
 }
 
-static const char *no_bus_addresses = "not available: no GPU bus addresses in this build (the kernel module that "
-				      "exports GPU memory through dma-buf is not built yet)";
+static const char *kmod_fix = "build and load the gpunvme kernel module (make kmod; sudo insmod kmod/gpunvme.ko), "
+			      "then sudo scripts/kmod-bind.sh BDF and open kmod:BDF (docs/hardware.md section 9)";
 
 static void tier2(struct gpunvme_doctor_report *r, struct gpunvme_doctor_pair *p)
 {
 	const struct gpunvme_doctor_gpu *g = &r->gpu[p->gpu];
+	const struct gpunvme_doctor_nvme *n = &r->nvme[p->nvme];
 	struct gpunvme_doctor_verdict *v = &p->tier[1];
+	char fix[GPUNVME_DOCTOR_TEXT];
 
 	snprintf(v->route, sizeof(v->route), "dma-buf + kernel module");
-	v->answer = GPUNVME_DOCTOR_NO;
-	reason(v, "none yet: use Tier 1 (data lands in pinned host memory)", "%s", no_bus_addresses);
-	if (r->sys.dmabuf == GPUNVME_DOCTOR_NO)
-		reason(v, "install the NVIDIA open kernel module, R515 or later", "no dma-buf export: %s", r->sys.dmabuf_why);
-	if (r->probed && r->probe.dmabuf[p->gpu].run && !r->probe.dmabuf[p->gpu].ok)
+	/* the bus addresses come from the gpunvme module, which owns the
+	 * controller; dma-buf export of the GPU memory is its route (the
+	 * nvidia_p2p fallback cannot be judged from outside) */
+	v->answer = GPUNVME_DOCTOR_YES;
+	if (r->sys.kmod != GPUNVME_DOCTOR_YES) {
+		v->answer = GPUNVME_DOCTOR_NO;
+		reason(v, kmod_fix, "the gpunvme kernel module is not loaded: it maps GPU memory for the controller");
+	} else if (strcmp(n->pci.driver, "gpunvme") != 0) {
+		v->answer = GPUNVME_DOCTOR_NO;
+		snprintf(fix, sizeof(fix), "sudo scripts/kmod-bind.sh %s, then open kmod:%s", n->pci.bdf, n->pci.bdf);
+		reason(v, fix, "controller %s is bound to %s, not to the gpunvme kernel module", n->pci.bdf,
+		       n->pci.driver[0] ? n->pci.driver : "no driver");
+	}
+	if (r->sys.dmabuf == GPUNVME_DOCTOR_NO) {
+		v->answer = GPUNVME_DOCTOR_NO;
+		reason(v, "install the NVIDIA open kernel module, R515 or later (or the nvidia_p2p route on the "
+			  "proprietary one, kernels before 6.6)", "no dma-buf export: %s", r->sys.dmabuf_why);
+	}
+	const bool probed_ok = r->probed && r->probe.dmabuf[p->gpu].run && r->probe.dmabuf[p->gpu].ok;
+	if (r->sys.dmabuf == GPUNVME_DOCTOR_UNKNOWN && !probed_ok) {
+		worse(&v->answer, GPUNVME_DOCTOR_UNKNOWN);
+		reason(v, "run gpunvme doctor --probe", "dma-buf export of GPU memory not checked");
+	}
+	if (r->probed && r->probe.dmabuf[p->gpu].run && !r->probe.dmabuf[p->gpu].ok) {
+		v->answer = GPUNVME_DOCTOR_NO;
 		reason(v, "install the NVIDIA open kernel module, R515 or later",
 		       "dma-buf export of GPU memory failed: %s", r->probe.dmabuf[p->gpu].text);
-	if (p->tier[0].answer != GPUNVME_DOCTOR_YES)
+	}
+	if (p->tier[0].answer != GPUNVME_DOCTOR_YES) {
+		v->answer = GPUNVME_DOCTOR_NO;
 		reason(v, "see Tier 1", "Tier 2 needs everything Tier 1 does");
+	}
 	if (g->bar1_bytes && g->bar1_bytes <= (256u << 20))
 		reason(v, "enable Above 4G Decoding and Resizable BAR in the firmware setup",
 		       "BAR1 is %llu MiB: only that much GPU memory can be a DMA target at once",
@@ -297,7 +327,8 @@ static void tier3(struct gpunvme_doctor_report *r, struct gpunvme_doctor_pair *p
 	char fix[GPUNVME_DOCTOR_TEXT];
 
 	v->answer = GPUNVME_DOCTOR_NO;
-	reason(v, "none yet: use Tier 1", "%s", no_bus_addresses);
+	reason(v, "none yet: use Tier 1 or 2", "not available: GPU threads drive queues in host memory only (queues in "
+					    "device memory run from the CPU, through kmod:, in a peer BAR)");
 	const char *k = p->path_kind;
 	if (!strcmp(k, "switch") && p->acs_redirect) {
 		snprintf(fix, sizeof(fix),

@@ -502,8 +502,9 @@ int gpunvme_layer_stream_open(struct gpunvme_ctrl *c, uint32_t nsid, const struc
 		struct gpunvme_loader_opts lo = opts->loader;
 		rc = setup(s, nsid, ext, n, file_size, &lo, res_idx, n_res);
 		if (rc && lo.tier == GPUNVME_TIER_2 && !opts->no_fallback && rc != -EINVAL && rc != -ENOENT) {
-			/* Tier 2 cannot be set up (no GPU bus addresses on real
-			 * hardware, or not enough GPU memory): pinned host memory
+			/* Tier 2 cannot be set up (no GPU bus addresses: a real
+			 * controller not on the kmod: bus; or not enough GPU
+			 * memory): pinned host memory
 			 * the GPU reads, with the same GPU-initiated reads */
 			teardown(s);
 			memset(&s->st, 0, sizeof(s->st));

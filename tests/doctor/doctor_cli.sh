@@ -109,7 +109,7 @@ group_fixtures() {
 	expect_out "link-limited bandwidth: 7.88 GB/s (narrowest hop 0000:0b:00.0)"
 	expect_out "Tier 1: yes"
 	expect_out "Tier 2 (dma-buf + kernel module): no"
-	expect_out "no GPU bus addresses in this build"
+	expect_out "the gpunvme kernel module is not loaded"
 	expect_out "Tier 3: no"
 	expect_out "AMD root complex"
 	expect_out "Tier 1 usable for 1 of 1 GPU x NVMe pair"

@@ -502,7 +502,7 @@ TEST_CASE(seed004)
 	CHECK(has_note(p, "--probe"));
 	CHECK_EQ(p->tier[1].answer, NO);
 	CHECK_STR(p->tier[1].route, "dma-buf + kernel module");
-	CHECK(has_reason(&p->tier[1], "no GPU bus addresses in this build"));
+	CHECK(has_reason(&p->tier[1], "gpunvme kernel module is not loaded"));
 	CHECK(has_reason(&p->tier[1], "BAR1 is 256 MiB"));
 	CHECK(has_reason(&p->tier[1], "Resizable BAR"));
 	CHECK_EQ(p->tier[2].answer, NO);
@@ -583,7 +583,7 @@ TEST_CASE(server_switch)
 	CHECK_EQ(p->tier[0].answer, YES);
 	CHECK(has_note(p, "memlock limit is 64 KiB"));
 	CHECK_EQ(p->tier[1].answer, NO);
-	CHECK(has_reason(&p->tier[1], "no GPU bus addresses in this build"));
+	CHECK(has_reason(&p->tier[1], "gpunvme kernel module is not loaded"));
 	CHECK(has_reason(&p->tier[1], "proprietary"));
 	CHECK(!has_reason(&p->tier[1], "BAR1"));
 	CHECK_EQ(p->tier[2].answer, NO);
@@ -600,6 +600,28 @@ TEST_CASE(server_switch)
 	CHECK_EQ(p->tier[2].answer, NO);
 	CHECK(has_reason(&p->tier[2], "depend on the platform"));
 	CHECK_EQ(gpunvme_doctor_judge(r), 1);
+
+	/* Tier 2 through the kernel module: the module loaded, dma-buf export
+	 * (open driver), the controller behind the switch bound to it */
+	r->sys.kmod = YES;
+	r->sys.dmabuf = YES;
+	snprintf(r->nvme[0].pci.driver, sizeof(r->nvme[0].pci.driver), "gpunvme");
+	gpunvme_doctor_judge(r);
+	p = &r->pairs[0];
+	CHECK_EQ(p->tier[1].answer, YES);
+	CHECK(p->tier[1].nreasons == 0, "reason: %s", p->tier[1].nreasons ? p->tier[1].reasons[0].why : "");
+	/* bound to vfio-pci instead: the fix is the bind script */
+	snprintf(r->nvme[0].pci.driver, sizeof(r->nvme[0].pci.driver), "vfio-pci");
+	gpunvme_doctor_judge(r);
+	CHECK_EQ(p->tier[1].answer, NO);
+	CHECK(has_reason(&p->tier[1], "bound to vfio-pci, not to the gpunvme kernel module"));
+	CHECK(has_reason(&p->tier[1], "scripts/kmod-bind.sh 0000:"));
+	/* dma-buf not known: unknown, and how to find out */
+	snprintf(r->nvme[0].pci.driver, sizeof(r->nvme[0].pci.driver), "gpunvme");
+	r->sys.dmabuf = GPUNVME_DOCTOR_UNKNOWN;
+	gpunvme_doctor_judge(r);
+	CHECK_EQ(p->tier[1].answer, GPUNVME_DOCTOR_UNKNOWN);
+	CHECK(has_reason(&p->tier[1], "--probe"));
 	gpunvme_doctor_free(r);
 	cleanup();
 	return 0;
