@@ -30,7 +30,9 @@
 #   nvme_ctrl [KEY=VAL]...    one controller with one namespace. Keys:
 #                             size (64M), lbs (512|4096), mdts, ioq
 #                             (max_ioqpairs), serial, image (a file copied
-#                             as the namespace's contents; size is its size)
+#                             as the namespace's contents; size is its size),
+#                             read_mbps (QEMU block throttling of reads: a slow
+#                             device)
 #   nvme_subsys [serial=S] [mdts=N] [ioq=N] ns=SIZE:LBS [ns=SIZE:LBS]...
 #                             controller in an NVM subsystem with several
 #                             namespaces (nsid 1, 2 ... in order)
@@ -140,7 +142,7 @@ netfwd() {
 }
 modules() { EXTRA_MODS+=("$@"); }
 plan() { cat >> "$WORK/plan"; }
-new_drive() {  # new_drive SIZE [IMAGE] -> sets DRIVE_ID
+new_drive() {  # new_drive SIZE [IMAGE] [DRIVE_OPTS] -> sets DRIVE_ID
 	local img=$WORK/disk$NDRIVE.img
 	rm -f "$img"
 	if [ -n "${2:-}" ]; then
@@ -149,7 +151,7 @@ new_drive() {  # new_drive SIZE [IMAGE] -> sets DRIVE_ID
 		truncate -s "$1" "$img"
 	fi
 	DRIVE_ID=nvm$NDRIVE
-	DEVARGS+=(-drive "file=$img,if=none,id=$DRIVE_ID,format=raw,cache=unsafe")
+	DEVARGS+=(-drive "file=$img,if=none,id=$DRIVE_ID,format=raw,cache=unsafe${3:+,$3}")
 	NDRIVE=$((NDRIVE + 1))
 }
 ctrl_props() {  # common controller properties from KEY=VAL args -> CTRL_PROPS
@@ -160,7 +162,7 @@ ctrl_props() {  # common controller properties from KEY=VAL args -> CTRL_PROPS
 		serial=*) CTRL_PROPS="${CTRL_PROPS/serial=gpunvme$NCTRL/$kv}" ;;
 		mdts=*) CTRL_PROPS+=",$kv" ;;
 		ioq=*) CTRL_PROPS+=",max_ioqpairs=${kv#ioq=}" ;;
-		size=*|lbs=*|ns=*|image=*) ;;
+		size=*|lbs=*|ns=*|image=*|read_mbps=*) ;;
 		*) log "scenario: unknown controller key $kv" >&2; exit 1 ;;
 		esac
 	done
@@ -168,12 +170,17 @@ ctrl_props() {  # common controller properties from KEY=VAL args -> CTRL_PROPS
 	CTRL_PROPS+=",addr=$(printf '0x%x' $((4 + NCTRL))),id=nvme$NCTRL"
 }
 nvme_ctrl() {
-	local kv size=64M lbs=512 image=
+	local kv size=64M lbs=512 image= opts=
 	for kv in "$@"; do
-		case $kv in size=*) size=${kv#size=} ;; lbs=*) lbs=${kv#lbs=} ;; image=*) image=${kv#image=} ;; esac
+		case $kv in
+		size=*) size=${kv#size=} ;;
+		lbs=*) lbs=${kv#lbs=} ;;
+		image=*) image=${kv#image=} ;;
+		read_mbps=*) opts="throttling.bps-read=$(( ${kv#read_mbps=} * 1000000 ))" ;; # QEMU's block throttling
+		esac
 	done
 	ctrl_props "$@"
-	new_drive "$size" "$image"
+	new_drive "$size" "$image" "$opts"
 	DEVARGS+=(-device "nvme,$CTRL_PROPS,drive=$DRIVE_ID,logical_block_size=$lbs,physical_block_size=$lbs")
 	NCTRL=$((NCTRL + 1))
 }
