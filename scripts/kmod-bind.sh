@@ -22,6 +22,7 @@ die() { echo "kmod-bind: $*" >&2; exit 1; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SYS=${GPUNVME_SYSFS_ROOT:-/sys}
 PROC=${GPUNVME_PROC_ROOT:-/proc}
+. "$HERE/lib-pci.sh"
 FORCE=0
 DRY=0
 OWNER=${SUDO_USER:-}
@@ -41,33 +42,19 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$BDF" ] || usage
 
-BDF=$(echo "$BDF" | tr 'A-F' 'a-f')
-[[ $BDF =~ ^[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$ ]] && BDF=0000:$BDF
-[[ $BDF =~ ^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$ ]] ||
+ADDR=$(pci_bdf "$BDF") ||
 	die "'$BDF' is not a PCI address: expected DDDD:BB:DD.F, e.g. 0000:01:00.0 (lspci -D -nn | grep -i nvme)"
+BDF=$ADDR
 [ "$DRY" -eq 1 ] || [ "$(id -u)" -eq 0 ] || die "needs root: sudo $0 $BDF"
 
 DEV=$SYS/bus/pci/devices/$BDF
 [ -e "$DEV" ] || die "no PCI device $BDF: find the address with lspci -D -nn | grep -i nvme"
 CLASS=$(cat "$DEV/class")
 [ "$CLASS" = 0x010802 ] || die "$BDF is class $CLASS, not an NVMe controller (0x010802): the module drives NVMe controllers only"
-driver_of() { if [ -e "$SYS/bus/pci/devices/$1/driver" ]; then basename "$(readlink "$SYS/bus/pci/devices/$1/driver")"; else echo none; fi; }
-CUR=$(driver_of "$BDF")
+CUR=$(pci_driver_of "$BDF")
 
-# A disk pulled from under the kernel while in use loses its file systems;
-# swap on it crashes the machine.
 if [ "$CUR" = nvme ]; then
-	busy=
-	for ns in "$DEV"/nvme/nvme*/nvme*n*; do
-		[ -e "$ns" ] || continue
-		name=${ns##*/}
-		if grep -qE "^/dev/${name}(p[0-9]+)? " "$PROC/mounts" "$PROC/swaps" 2>/dev/null; then
-			busy="$busy $name(mounted)"
-		fi
-		for h in "$ns"/holders/* "$ns"/"$name"p*/holders/*; do
-			[ -e "$h" ] && busy="$busy $name(held by ${h##*/})"
-		done
-	done
+	busy=$(pci_nvme_busy "$BDF")
 	if [ -n "$busy" ]; then
 		[ "$FORCE" -eq 1 ] || die "$BDF is in use by the kernel:$busy; unmount / swapoff / stop it first, or pass --force"
 		echo "kmod-bind: --force: taking $BDF although in use:$busy" >&2
@@ -89,16 +76,8 @@ if [ ! -d "$SYS/bus/pci/drivers/gpunvme" ]; then
 	fi
 fi
 
-if [ "$CUR" != gpunvme ]; then
-	if [ "$CUR" != none ]; then
-		echo "kmod-bind: unbinding $BDF from $CUR"
-		echo "$BDF" > "$DEV/driver/unbind"
-	fi
-	echo gpunvme > "$DEV/driver_override"
-	echo "$BDF" > "$SYS/bus/pci/drivers_probe" || true
-	for _ in $(seq 50); do [ "$(driver_of "$BDF")" = gpunvme ] && break; sleep 0.1; done
-fi
-[ "$(driver_of "$BDF")" = gpunvme ] || die "$BDF did not bind to gpunvme (bound to $(driver_of "$BDF")); see dmesg | tail"
+pci_rebind "$BDF" gpunvme kmod-bind ||
+	die "$BDF did not bind to gpunvme (bound to $(pci_driver_of "$BDF")); see dmesg | tail"
 NODE=/dev/gpunvme/$BDF
 for _ in $(seq 50); do [ -c "$NODE" ] && break; sleep 0.1; done
 [ -c "$NODE" ] || die "no $NODE after binding: is devtmpfs mounted on /dev? ls -l /dev/gpunvme"

@@ -16,6 +16,7 @@ set -euo pipefail
 
 usage() { sed -n '3,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "vfio-bind: $*" >&2; exit 1; }
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib-pci.sh"
 
 FORCE=0
 OWNER=${SUDO_USER:-}
@@ -32,10 +33,9 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$BDF" ] || usage
 
-BDF=$(echo "$BDF" | tr 'A-F' 'a-f')
-[[ $BDF =~ ^[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$ ]] && BDF=0000:$BDF
-[[ $BDF =~ ^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$ ]] ||
+ADDR=$(pci_bdf "$BDF") ||
 	die "'$BDF' is not a PCI address: expected DDDD:BB:DD.F, e.g. 0000:01:00.0 (lspci -D -nn | grep -i nvme)"
+BDF=$ADDR
 [ "$(id -u)" -eq 0 ] || die "needs root: sudo $0 $BDF"
 
 DEV=/sys/bus/pci/devices/$BDF
@@ -43,23 +43,11 @@ DEV=/sys/bus/pci/devices/$BDF
 CLASS=$(cat "$DEV/class")
 [ "$CLASS" = 0x010802 ] || echo "vfio-bind: warning: $BDF is class $CLASS, not an NVMe controller (0x010802)" >&2
 
-driver_of() { if [ -e "/sys/bus/pci/devices/$1/driver" ]; then basename "$(readlink "/sys/bus/pci/devices/$1/driver")"; else echo none; fi; }
-CUR=$(driver_of "$BDF")
+CUR=$(pci_driver_of "$BDF")
 
-# Refuse to pull a disk out from under the kernel while it is in use:
-# mounted file systems would be lost, swap would crash the machine.
+# Refuse to pull a disk out from under the kernel while it is in use.
 if [ "$CUR" = nvme ] && [ "$FORCE" -eq 0 ]; then
-	busy=
-	for ns in "$DEV"/nvme/nvme*/nvme*n*; do
-		[ -e "$ns" ] || continue
-		name=${ns##*/}
-		if grep -qE "^/dev/${name}(p[0-9]+)? " /proc/mounts /proc/swaps 2>/dev/null; then
-			busy="$busy $name"
-		fi
-		for h in "$ns"/holders/* "$ns"/"$name"p*/holders/*; do
-			[ -e "$h" ] && busy="$busy $name(held by ${h##*/})"
-		done
-	done
+	busy=$(pci_nvme_busy "$BDF")
 	[ -z "$busy" ] || die "$BDF is in use by the kernel:$busy; unmount / swapoff / stop it first, or pass --force"
 fi
 
@@ -71,16 +59,8 @@ fi
 modprobe vfio-pci 2>/dev/null || [ -d /sys/bus/pci/drivers/vfio-pci ] ||
 	die "cannot load the vfio-pci module (modprobe vfio-pci): is it built for this kernel?"
 
-if [ "$CUR" != vfio-pci ]; then
-	if [ "$CUR" != none ]; then
-		echo "vfio-bind: unbinding $BDF from $CUR"
-		echo "$BDF" > "$DEV/driver/unbind"
-	fi
-	echo vfio-pci > "$DEV/driver_override"
-	echo "$BDF" > /sys/bus/pci/drivers_probe || true
-	for _ in $(seq 50); do [ "$(driver_of "$BDF")" = vfio-pci ] && break; sleep 0.1; done
-fi
-[ "$(driver_of "$BDF")" = vfio-pci ] || die "$BDF did not bind to vfio-pci (bound to $(driver_of "$BDF")); see dmesg | tail"
+pci_rebind "$BDF" vfio-pci vfio-bind ||
+	die "$BDF did not bind to vfio-pci (bound to $(pci_driver_of "$BDF")); see dmesg | tail"
 
 GROUP=$(basename "$(readlink "$DEV/iommu_group")")
 NODE=/dev/vfio/$GROUP
@@ -97,7 +77,7 @@ echo "vfio-bind: $BDF bound to vfio-pci, IOMMU group $GROUP ($NODE)"
 viable=1
 for d in /sys/kernel/iommu_groups/"$GROUP"/devices/*; do
 	b=${d##*/}
-	drv=$(driver_of "$b")
+	drv=$(pci_driver_of "$b")
 	mark=
 	case $drv in
 	vfio-pci|pci-stub|none) ;;

@@ -13,6 +13,7 @@ set -euo pipefail
 
 usage() { sed -n '3,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "vfio-unbind: $*" >&2; exit 1; }
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib-pci.sh"
 
 TARGET=nvme
 BDF=
@@ -27,15 +28,14 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$BDF" ] || usage
 
-BDF=$(echo "$BDF" | tr 'A-F' 'a-f')
-[[ $BDF =~ ^[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$ ]] && BDF=0000:$BDF
-[[ $BDF =~ ^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$ ]] ||
+ADDR=$(pci_bdf "$BDF") ||
 	die "'$BDF' is not a PCI address: expected DDDD:BB:DD.F, e.g. 0000:01:00.0"
+BDF=$ADDR
 [ "$(id -u)" -eq 0 ] || die "needs root: sudo $0 $BDF"
 
 DEV=/sys/bus/pci/devices/$BDF
 [ -e "$DEV" ] || die "no PCI device $BDF: lspci -D -nn | grep -i nvme"
-driver_of() { if [ -e "$DEV/driver" ]; then basename "$(readlink "$DEV/driver")"; else echo none; fi; }
+driver_of() { pci_driver_of "$BDF"; }
 
 CUR=$(driver_of)
 if [ "$CUR" = "$TARGET" ]; then
