@@ -34,7 +34,6 @@ struct gpunvme_gpu_queues {
 	size_t mem_len;
 	size_t ring_len, q_per;          /* SQ + CQ bytes of a queue pair; its whole run */
 	size_t sq_len;                   /* SQ bytes: the CQ follows */
-	size_t st_per;                   /* device state bytes per queue pair */
 	void *dev_state;                 /* cudaMalloc: counters and slot arrays */
 	uint64_t *dev_list_iova;
 	volatile void *bar;
@@ -168,7 +167,6 @@ static int alloc_queue_memory(struct gpunvme_gpu_queues *g, uint32_t ps, struct 
 	/* per queue: the counters and three slot arrays (mark, done, freed) */
 	L->st_per = align_up(sizeof(struct gpunvme_dq_state) + (size_t)d * 3 * sizeof(unsigned), 256);
 	L->st_len = L->st_per * nq + sizeof(struct gpunvme_dq_pair) * nq;
-	g->st_per = L->st_per;
 	if ((ce = cudaMalloc(&g->dev_state, L->st_len)) != cudaSuccess ||
 	    (ce = cudaMemset(g->dev_state, 0, L->st_len)) != cudaSuccess ||
 	    (ce = cudaMalloc((void **)&g->dev_list_iova, (size_t)nq * d * g->lp * sizeof(uint64_t))) != cudaSuccess)
@@ -385,10 +383,10 @@ static uint32_t host_csts(const struct gpunvme_gpu_queues *g)
 static int find_stuck(struct gpunvme_gpu_queues *g, uint32_t *broken, uint32_t *stuck, uint32_t *cids)
 {
 	const uint32_t d = g->depth, mask = d - 1;
-	uint8_t *st = (uint8_t *)malloc(g->st_per * g->nq);
+	uint8_t *st = (uint8_t *)malloc((size_t)g->desc.qstate_stride * g->nq);
 	if (!st)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
-	cudaError_t ce = cudaMemcpyAsync(st, g->dev_state, g->st_per * g->nq, cudaMemcpyDeviceToHost, g->aux);
+	cudaError_t ce = cudaMemcpyAsync(st, g->dev_state, (size_t)g->desc.qstate_stride * g->nq, cudaMemcpyDeviceToHost, g->aux);
 	if (ce == cudaSuccess)
 		ce = cudaStreamSynchronize(g->aux);
 	if (ce != cudaSuccess) {
@@ -397,7 +395,7 @@ static int find_stuck(struct gpunvme_gpu_queues *g, uint32_t *broken, uint32_t *
 	}
 	*broken = *stuck = 0;
 	for (uint32_t i = 0; i < g->nq; i++) {
-		const uint8_t *q = st + (size_t)i * g->st_per;
+		const uint8_t *q = st + (size_t)i * g->desc.qstate_stride;
 		struct gpunvme_dq_state s;
 		memcpy(&s, q, sizeof(s));
 		const unsigned *mark = (const unsigned *)(q + sizeof(s)), *done = mark + d, *freed = done + d;
@@ -513,7 +511,7 @@ int gpunvme_gpu_queues_recover(struct gpunvme_gpu_queues *g, unsigned flags, str
 	 * (tickets, locks, slot words) and the CQ words seeded again. */
 	for (uint32_t i = 0; i < g->nq; i++)
 		memset(g->mem + i * g->q_per, 0, g->ring_len);
-	cudaError_t ce = cudaMemsetAsync(g->dev_state, 0, g->st_per * g->nq, g->aux);
+	cudaError_t ce = cudaMemsetAsync(g->dev_state, 0, (size_t)g->desc.qstate_stride * g->nq, g->aux);
 	if (ce == cudaSuccess)
 		ce = seed_cq_words(g);
 	if (ce != cudaSuccess)

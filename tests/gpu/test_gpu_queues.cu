@@ -611,6 +611,11 @@ static int recover_case(struct gpunvme_ctrl *c, struct gpunvme_gpu_queues *g, st
 			FAIL("%s: after recovery range %d: %s", r_name[kind], i, gpunvme_gpu_status_str(st[i]));
 		if (memcmp(back + hr[i].off, ref + hr[i].slba * 4096, hr[i].nlb * 4096))
 			FAIL("%s: after recovery range %d: wrong data", r_name[kind], i);
+		/* the rest of the range's 16 KiB slot still holds the poison */
+		for (uint64_t k = hr[i].off + hr[i].nlb * 4096; k < hr[i].off + 4 * 4096; k++)
+			if (back[k] != 0xa5)
+				FAIL("%s: after recovery range %d: byte %llu past its end was written", r_name[kind], i,
+				     (unsigned long long)k);
 	}
 	printf("recover %s (%s): %d of %d commands failed, none succeeded wrongly; %u stuck, %u/%u aborted, "
 	       "reset %s, %.1f ms; buffers untouched afterwards; relaunch on the same descriptor: ok\n",

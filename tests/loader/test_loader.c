@@ -181,6 +181,15 @@ TEST_CASE(errors)
 	gpunvme_close(c);
 	return 0;
 }
+/* The guard bytes either side of a load's target still hold 0x5a. */
+static bool guards_intact(const uint8_t *mem, size_t guard, size_t len)
+{
+	for (size_t i = 0; i < guard; i++)
+		if (mem[i] != 0x5a || mem[guard + len + i] != 0x5a)
+			return false;
+	return true;
+}
+
 /* Retries after recovery: a dropped command (timeout, abort step), a fatal
  * controller (reset), a media error that stays (fails with the range and
  * the status after 1 + retries tries), retries = 0. */
@@ -190,12 +199,17 @@ TEST_CASE(retries)
 	struct gpunvme_opts co;
 	gpunvme_opts_init(&co);
 	co.io_timeout_ms = 200;
-	REQUIRE_OK(gpunvme_open("emu:ram:8M?lbads=12", &co, &c));
+	/* 8 KiB per command (mdts=1): a 4 MiB load is 512 commands through
+	 * 2 queue pairs of 8 entries, so almost every submission waits for a
+	 * free slot while a fault strikes */
+	REQUIRE_OK(gpunvme_open("emu:ram:16M?lbads=12&mdts=1", &co, &c));
 	struct gpunvme_emu *emu = gpunvme_ctrl_emu(c);
 	/* reference contents through a queue pair of our own */
-	const size_t len = 256u << 10;
-	uint8_t *ref = gpunvme_dma_alloc(c, len), *dst = gpunvme_dma_alloc(c, len);
-	REQUIRE(ref && dst);
+	const size_t len = 4u << 20, guard = 4096;
+	uint8_t *ref = gpunvme_dma_alloc(c, len), *mem = gpunvme_dma_alloc(c, len + 2 * guard);
+	REQUIRE(ref && mem);
+	uint8_t *dst = mem + guard; /* 4 KiB either side must stay untouched */
+	memset(mem, 0x5a, len + 2 * guard);
 	uint64_t seed = 5;
 	for (size_t i = 0; i < len; i++)
 		ref[i] = (uint8_t)rng(&seed);
@@ -219,6 +233,7 @@ TEST_CASE(retries)
 	memset(dst, 0, len);
 	REQUIRE(gpunvme_load_layer(l, 0, len, dst, NULL) == 0, "%s", gpunvme_last_error());
 	REQUIRE(!memcmp(dst, ref, len));
+	REQUIRE(guards_intact(mem, guard, len));
 	gpunvme_layer_loader_stats(l, &st);
 	REQUIRE_EQ(st.retries, 1u);
 	REQUIRE_EQ(st.resets, 0u);
@@ -229,6 +244,7 @@ TEST_CASE(retries)
 	memset(dst, 0, len);
 	REQUIRE(gpunvme_load_layer(l, 0, len, dst, NULL) == 0, "%s", gpunvme_last_error());
 	REQUIRE(!memcmp(dst, ref, len));
+	REQUIRE(guards_intact(mem, guard, len));
 	gpunvme_layer_loader_stats(l, &st);
 	REQUIRE_EQ(st.retries, 2u);
 	REQUIRE_EQ(st.resets, 1u);
@@ -240,7 +256,8 @@ TEST_CASE(retries)
 	REQUIRE_EQ(gpunvme_load_layer(l, 4096, len - 4096, dst, &status), -EIO);
 	REQUIRE_EQ(gpunvme_status_code(status), GPUNVME_SC_UNRECOVERED_READ & 0x7ff);
 	const char *e = gpunvme_last_error();
-	REQUIRE(strstr(e, "bytes 4096+258048") && strstr(e, "3 tries") && strstr(e, "LBA ") &&
+	REQUIRE(guards_intact(mem, guard, len)); /* a failed load too stays inside its target */
+	REQUIRE(strstr(e, "bytes 4096+4190208") && strstr(e, "3 tries") && strstr(e, "LBA ") &&
 		strstr(e, "Unrecovered Read Error"), "message: %s", e);
 	gpunvme_layer_loader_stats(l, &st);
 	REQUIRE_EQ(st.retries, 4u);
@@ -256,9 +273,10 @@ TEST_CASE(retries)
 	gpunvme_emu_clear_faults(emu);
 	REQUIRE_OK(gpunvme_load_layer(l, 0, len, dst, NULL));
 	REQUIRE(!memcmp(dst, ref, len));
+	REQUIRE(guards_intact(mem, guard, len));
 	gpunvme_layer_loader_destroy(l);
 	gpunvme_dma_free(c, ref);
-	gpunvme_dma_free(c, dst);
+	gpunvme_dma_free(c, mem);
 	gpunvme_close(c);
 	return 0;
 }
