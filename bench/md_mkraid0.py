@@ -39,10 +39,23 @@ for k, f in enumerate(outs):
     f.seek(4096)
     f.write(sb)
     f.seek(DOFF * 512)
+for f in outs:
+    f.flush()
+# chunk r*n+k of the array is chunk r of member k; copied in the kernel
+# (copy_file_range) when it can, by read/write when it cannot
 with open(img, "rb") as src:
+    fds = [f.fileno() for f in outs]
     for r in range(rows):
         for k in range(n):
-            outs[k].write(src.read(C))
+            so, do, left = (r * n + k) * C, DOFF * 512 + r * C, C
+            while left:
+                try:
+                    w = os.copy_file_range(src.fileno(), fds[k], left, so, do)
+                except OSError:
+                    w = os.pwrite(fds[k], os.pread(src.fileno(), left, so), do)
+                if w <= 0:
+                    raise SystemExit("%s: short copy at byte %d" % (img, so))
+                so, do, left = so + w, do + w, left - w
 for f in outs:
     f.truncate(DOFF * 512 + rows * C + 1024 * 1024)  # room after the data, as mdadm leaves
     f.close()

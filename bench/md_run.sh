@@ -12,6 +12,8 @@
 # the array first with `gpunvme ls` and the load with --verify on N = 4.
 # Self-contained: builds into build-md (CUDA arch 90), logs under $OUT.
 # Usage: OUT=DIR bench/md_run.sh [SIZE]      (SIZE default 16G)
+#   MEMBERS="1 2 4" (default; an entry N:W sets W emulator workers per member),
+#   QUEUES (GPU queue pairs per member, default 16),
 #   env: BUILD (build directory, default build-md), SKIP_BUILD=1 (use it as
 #   it is), TIER=cpu (smoke test of the flow on a machine without a GPU)
 set -uo pipefail
@@ -48,15 +50,21 @@ mkfs.ext4 -q -F -b 4096 -E stride=128,stripe_width=512 -d "$W/root" "$W/array.im
 	{ cat "$OUT/mkfs.log" >&2; exit 1; }
 rm -f "$W/root/model.safetensors"
 MODEL="read_mbps=14000&iops=2500000&latency_us=60"
-echo "members,bytes,seconds,gbps,storage_gbps,link_gbps,pct_of_min,measured_link_gbps,pct_of_min_measured,verified" | tee -a "$OUT/summary.csv"
-for N in 1 2 4; do
+echo "members,bytes,seconds,gbps,storage_gbps,link_gbps,pct_of_min,measured_link_gbps,pct_of_min_measured,verified,workers_per_member,queues_per_member" | tee -a "$OUT/summary.csv"
+PREV=
+for RUN in ${MEMBERS:-1 2 4}; do
+	N=${RUN%%:*}
+	if [ "$N" != "$PREV" ]; then
 	rm -f "$W"/m*.img
 	python3 "$ROOT/bench/md_mkraid0.py" "$W/array.img" "$N" 512 "$W/m" >> "$OUT/mkraid0.log" 2>&1 ||
 		{ log "md_mkraid0.py failed (see $OUT/mkraid0.log)"; exit 1; }
+	fi
+	PREV=$N
 	# emulator workers: the machine's cores shared by the members (2..8 each)
 	WK=$(( $(nproc) / N ))
 	[ "$WK" -ge 2 ] || WK=2
 	[ "$WK" -le 8 ] || WK=8
+	case $RUN in *:*) WK=${RUN#*:} ;; esac
 	U=
 	for ((k = N - 1; k >= 0; k--)); do
 		U="$U${U:+;}emu:$W/m$k.img?snapshot=1&workers=$WK&mdts=9&nsq=64&mqes=1023&$MODEL"
@@ -64,20 +72,21 @@ for N in 1 2 4; do
 	U="md:$U"
 	"$B/bin/gpunvme" ls "$U" / > "$OUT/ls-$N.txt" 2>&1 || { log "N=$N: ls failed: $(tail -n 1 "$OUT/ls-$N.txt")"; continue; }
 	extra=()
-	[ "$N" -ne 4 ] || extra=(--verify)
-	if ! "$B/bin/gpunvme" load "$U" /model.safetensors --tier "$TIER" --queues 16 --json "${extra[@]}" > "$OUT/load-$N.json" 2> "$OUT/load-$N.err"; then
-		log "N=$N: load failed: $(tail -n 1 "$OUT/load-$N.err")"
+	[ "$N" -ne 4 ] || [ -n "${VERIFIED4:-}" ] || { extra=(--verify); VERIFIED4=1; }
+	if ! "$B/bin/gpunvme" load "$U" /model.safetensors --tier "$TIER" --queues "${QUEUES:-16}" --json "${extra[@]}" > "$OUT/load-$N-w$WK.json" 2> "$OUT/load-$N-w$WK.err"; then
+		log "N=$N: load failed: $(tail -n 1 "$OUT/load-$N-w$WK.err")"
 		echo "$N,,,,,,,failed" | tee -a "$OUT/summary.csv"
 		continue
 	fi
-	python3 - "$OUT/load-$N.json" "$N" "$LINK" "$MEMCPY" <<'PY' | tee -a "$OUT/summary.csv"
+	python3 - "$OUT/load-$N-w$WK.json" "$N" "$LINK" "$MEMCPY" "$WK" "${QUEUES:-16}" <<'PY' | tee -a "$OUT/summary.csv"
 import json, sys
 d = json.load(open(sys.argv[1]))
 n, link, meas = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 storage = 14.0 * n
-print("%d,%d,%.3f,%.2f,%.1f,%.1f,%.1f,%.1f,%.1f,%s" % (n, d["bytes_read"], d["seconds"], d["gbps"], storage, link,
+print("%d,%d,%.3f,%.2f,%.1f,%.1f,%.1f,%.1f,%.1f,%s,%s,%s" % (n, d["bytes_read"], d["seconds"], d["gbps"], storage, link,
                                                    100.0 * d["gbps"] / min(storage, link), meas,
-                                                   100.0 * d["gbps"] / min(storage, meas), d["verified"]))
+                                                   100.0 * d["gbps"] / min(storage, meas), d["verified"],
+                                                   sys.argv[5], sys.argv[6]))
 PY
 done
 log "done: $OUT/summary.csv"

@@ -90,8 +90,12 @@ static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t 
 	struct gpunvme_gpu_queues *g = (struct gpunvme_gpu_queues *)ctx;
 	if (lane >= g->lanes)
 		return -EINVAL;
+	uint64_t t0 = gpunvme_now_ns();
 	cudaError_t e = to_gpu ? cudaMemcpyAsync((void *)dev, host, len, cudaMemcpyHostToDevice, g->lane_stream[lane])
 			       : cudaMemcpyAsync(host, (void *)dev, len, cudaMemcpyDeviceToHost, g->lane_stream[lane]);
+	uint64_t dt = gpunvme_now_ns() - t0;
+	if (dt > 200000000ull && getenv("GPUNVME_LANE_TRACE"))
+		fprintf(stderr, "LANE_TRACE copy lane %u len %zu took %.3f s\n", lane, len, dt / 1e9);
 	return e == cudaSuccess ? 0 : -EIO;
 }
 
@@ -100,7 +104,12 @@ static int lane_sync(void *ctx, unsigned lane)
 	struct gpunvme_gpu_queues *g = (struct gpunvme_gpu_queues *)ctx;
 	if (lane >= g->lanes)
 		return -EINVAL;
-	return cudaStreamSynchronize(g->lane_stream[lane]) == cudaSuccess ? 0 : -EIO;
+	uint64_t t0 = gpunvme_now_ns();
+	cudaError_t e = cudaStreamSynchronize(g->lane_stream[lane]);
+	uint64_t dt = gpunvme_now_ns() - t0;
+	if (dt > 200000000ull && getenv("GPUNVME_LANE_TRACE"))
+		fprintf(stderr, "LANE_TRACE sync lane %u took %.3f s\n", lane, dt / 1e9);
+	return e == cudaSuccess ? 0 : -EIO;
 }
 
 /* ---- queues -------------------------------------------------------------------- */
