@@ -49,14 +49,15 @@ truncate -s $(( (FSZ + FSZ / 16 + (256 << 20)) / 4194304 * 4194304 )) "$W/array.
 mkfs.ext4 -q -F -b 4096 -E stride=128,stripe_width=512 -d "$W/root" "$W/array.img" > "$OUT/mkfs.log" 2>&1 ||
 	{ cat "$OUT/mkfs.log" >&2; exit 1; }
 rm -f "$W/root/model.safetensors"
-MODEL="read_mbps=14000&iops=2500000&latency_us=60"
+MODEL=${MODEL-"read_mbps=14000&iops=2500000&latency_us=60"}
+CHUNK=${CHUNK:-512}
 echo "members,bytes,seconds,gbps,storage_gbps,link_gbps,pct_of_min,measured_link_gbps,pct_of_min_measured,verified,workers_per_member,queues_per_member" | tee -a "$OUT/summary.csv"
 PREV=
 for RUN in ${MEMBERS:-1 2 4}; do
 	N=${RUN%%:*}
 	if [ "$N" != "$PREV" ]; then
 	rm -f "$W"/m*.img
-	python3 "$ROOT/bench/md_mkraid0.py" "$W/array.img" "$N" 512 "$W/m" >> "$OUT/mkraid0.log" 2>&1 ||
+	python3 "$ROOT/bench/md_mkraid0.py" "$W/array.img" "$N" "$CHUNK" "$W/m" >> "$OUT/mkraid0.log" 2>&1 ||
 		{ log "md_mkraid0.py failed (see $OUT/mkraid0.log)"; exit 1; }
 	fi
 	PREV=$N
@@ -67,13 +68,13 @@ for RUN in ${MEMBERS:-1 2 4}; do
 	case $RUN in *:*) WK=${RUN#*:} ;; esac
 	U=
 	for ((k = N - 1; k >= 0; k--)); do
-		U="$U${U:+;}emu:$W/m$k.img?snapshot=1&workers=$WK&mdts=9&nsq=64&mqes=1023&$MODEL"
+		U="$U${U:+;}emu:$W/m$k.img?snapshot=1&workers=$WK&mdts=9&nsq=64&mqes=1023${MODEL:+&$MODEL}"
 	done
 	U="md:$U"
 	"$B/bin/gpunvme" ls "$U" / > "$OUT/ls-$N.txt" 2>&1 || { log "N=$N: ls failed: $(tail -n 1 "$OUT/ls-$N.txt")"; continue; }
 	extra=()
 	[ "$N" -ne 4 ] || [ -n "${VERIFIED4:-}" ] || { extra=(--verify); VERIFIED4=1; }
-	if ! "$B/bin/gpunvme" load "$U" /model.safetensors --tier "$TIER" --queues "${QUEUES:-16}" --json "${extra[@]}" > "$OUT/load-$N-w$WK.json" 2> "$OUT/load-$N-w$WK.err"; then
+	if ! "$B/bin/gpunvme" load "$U" /model.safetensors --tier "$TIER" --queues "${QUEUES:-16}" ${DEPTH:+--depth $DEPTH} --json "${extra[@]}" > "$OUT/load-$N-w$WK.json" 2> "$OUT/load-$N-w$WK.err"; then
 		log "N=$N: load failed: $(tail -n 1 "$OUT/load-$N-w$WK.err")"
 		echo "$N,,,,,,,failed" | tee -a "$OUT/summary.csv"
 		continue

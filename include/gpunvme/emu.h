@@ -125,11 +125,25 @@ size_t gpunvme_emu_bar0_size(const struct gpunvme_emu *emu);
  * every copy issued on that lane has finished. The emulator posts a command's
  * completion only after sync() returned 0. Both return 0 or -errno; an error
  * completes the command with Data Transfer Error. */
+struct gpunvme_emu_copy {
+	uint64_t dev_addr;
+	void *host;
+	size_t len;
+	int to_gpu;
+};
+
 struct gpunvme_emu_gpu_ops {
 	int (*copy)(void *ctx, unsigned lane, uint64_t dev_addr, void *host,
 		    size_t len, int to_gpu);
 	int (*sync)(void *ctx, unsigned lane);
 	void *ctx;
+	/* Optional (NULL: copy() per piece): the copies of several commands
+	 * in one call, in any order among themselves (no two of them overlap
+	 * in a way that matters: NVMe orders no commands that are in flight
+	 * together, §3.3.1). A worker queues the pieces of a burst and issues
+	 * them here before its sync(), so the per-call cost of the copy
+	 * engine's API is paid once per burst rather than once per command. */
+	int (*copy_batch)(void *ctx, unsigned lane, const struct gpunvme_emu_copy *v, unsigned n);
 };
 
 /* Make [iova, iova + len) reachable by the controller, backed by host memory

@@ -151,6 +151,12 @@ int emu_thread_init(struct emu_thread *t, struct gpunvme_emu *emu, unsigned lane
 	if (!t->segs)
 		return -ENOMEM;
 	t->segs_cap = (uint32_t)cap;
+	t->batch = calloc(EMU_BATCH_MAX, sizeof(*t->batch));
+	if (!t->batch) {
+		free(t->segs);
+		t->segs = NULL;
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -158,6 +164,8 @@ void emu_thread_fini(struct emu_thread *t)
 {
 	free(t->segs);
 	t->segs = NULL;
+	free(t->batch);
+	t->batch = NULL;
 }
 
 /* Resolve [addr, addr + len), which must sit inside one region. Caller
@@ -289,6 +297,41 @@ uint16_t emu_prp_map(struct emu_thread *t, uint64_t prp1, uint64_t prp2, uint64_
 	return 0;
 }
 
+/* Issue the queued GPU copies (one copy_batch call). A refusal fails every
+ * command whose pieces were in it: the flag makes the next emu_gpu_sync
+ * report it for all completions still waiting on this lane's copies. */
+static int batch_flush(struct emu_thread *t)
+{
+	if (!t->nbatch)
+		return 0;
+	const struct gpunvme_emu_gpu_ops *o = &t->batch_ops;
+	int rc = o->copy_batch(o->ctx, t->lane, t->batch, t->nbatch);
+	t->nbatch = 0;
+	if (rc)
+		t->batch_failed = true;
+	return rc;
+}
+
+/* One GPU piece: queued for a batch when the region's ops take batches
+ * (flushing first when the batch is full or belongs to other ops), else
+ * copied at once. */
+static int gpu_piece(struct emu_thread *t, const struct emu_seg *s, uint8_t *buf, int to_host)
+{
+	const struct gpunvme_emu_gpu_ops *o = s->gpu;
+	t->gpu_pending = true;
+	if (!o->copy_batch)
+		return o->copy(o->ctx, t->lane, s->dev, buf, s->len, to_host);
+	if (t->nbatch && (t->nbatch == EMU_BATCH_MAX || t->batch_ops.copy_batch != o->copy_batch ||
+			  t->batch_ops.ctx != o->ctx)) {
+		int rc = batch_flush(t);
+		if (rc)
+			return rc;
+	}
+	t->batch_ops = *o;
+	t->batch[t->nbatch++] = (struct gpunvme_emu_copy){ s->dev, buf, s->len, to_host };
+	return 0;
+}
+
 uint16_t emu_segs_copy(struct emu_thread *t, uint32_t nsegs, uint8_t *buf, int to_host)
 {
 	for (uint32_t i = 0; i < nsegs; i++) {
@@ -298,10 +341,8 @@ uint16_t emu_segs_copy(struct emu_thread *t, uint32_t nsegs, uint8_t *buf, int t
 				memcpy(s->host, buf, s->len);
 			else
 				memcpy(buf, s->host, s->len);
-		} else {
-			if (s->gpu->copy(s->gpu->ctx, t->lane, s->dev, buf, s->len, to_host))
-				return GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
-			t->gpu_pending = true;
+		} else if (gpu_piece(t, s, buf, to_host)) {
+			return GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
 		}
 		buf += s->len;
 	}
@@ -364,6 +405,12 @@ uint16_t emu_gpu_sync(struct emu_thread *t)
 	if (!t->gpu_pending)
 		return 0;
 	t->gpu_pending = false;
+	/* the queued pieces first: a sync covers only copies already issued */
+	batch_flush(t);
+	if (t->batch_failed) {
+		t->batch_failed = false;
+		st = GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
+	}
 	struct emu_dma *d = &t->emu->dma;
 	const struct gpunvme_emu_gpu_ops *last = NULL;
 	for (size_t i = 0; i < d->n; i++) {

@@ -21,6 +21,9 @@
 #define EMU_EVENTS_MAX 16       /* queued asynchronous events */
 #define EMU_MAX_IV 2048         /* MSI-X table size we claim (interrupts are not delivered) */
 #define EMU_BURST_MAX 64        /* commands fetched from one SQ per round */
+#define EMU_BATCH_MAX 128       /* GPU copies per copy_batch call: two bursts of
+                                   one-piece commands; a longer batch saves
+                                   nothing more than the call it already saved */
 
 /* ---- per-thread context ---------------------------------------------------- */
 
@@ -42,6 +45,12 @@ struct emu_thread {
 	struct emu_seg *segs;  /* scratch for PRP translation */
 	uint32_t segs_cap;
 	bool gpu_pending;      /* copies issued on this lane since the last sync */
+	/* GPU copies queued for one copy_batch call (emu_segs_copy), all for
+	 * the ops in batch_ops; issued before the next sync or when full */
+	struct gpunvme_emu_copy *batch;
+	uint32_t nbatch;
+	struct gpunvme_emu_gpu_ops batch_ops;
+	bool batch_failed;     /* a batch since the last sync was refused */
 	struct emu_counters c;
 };
 

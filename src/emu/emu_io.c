@@ -403,10 +403,9 @@ static int sq_process(struct emu_thread *t, struct emu_sq *sq, uint32_t burst)
 }
 
 /* Let the completions whose data went to or came from GPU memory go, once
- * the lane's copies are known to be finished. */
-static void gpu_release(struct emu_thread *t, struct emu_cq *cq)
+ * the lane's copies are known to be finished (st: how the sync went). */
+static void gpu_release(struct emu_cq *cq, uint16_t st)
 {
-	uint16_t st = emu_gpu_sync(t);
 	for (uint32_t k = 0; k < cq->pend_count; k++) {
 		struct emu_cpl *p = &cq->pend[(cq->pend_head + k) % cq->pend_cap];
 		if (p->gpu) {
@@ -438,10 +437,17 @@ int emu_worker_pass(struct emu_worker *w)
 		emu_db_read(e, cq->db, cq->size, &cq->head, &cq->bad_db);
 		for (struct emu_sq *sq = cq->sqs; sq; sq = sq->next)
 			done += sq_process(t, sq, burst);
-		if (t->gpu_pending)
-			gpu_release(t, cq);
-		done += emu_cq_drain(cq, &now, &w->next_due);
 	}
+	/* One sync for the copies of every queue of the pass (issued as one
+	 * batch where the GPU ops take batches), before any of their
+	 * completions can be posted. */
+	if (t->gpu_pending) {
+		uint16_t st = emu_gpu_sync(t);
+		for (uint32_t i = 0; i < w->ncqs; i++)
+			gpu_release(w->cqs[i], st);
+	}
+	for (uint32_t i = 0; i < w->ncqs; i++)
+		done += emu_cq_drain(w->cqs[i], &now, &w->next_due);
 	pthread_rwlock_unlock(&e->dma.lock);
 	return done;
 }

@@ -1,0 +1,360 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * GPU memory behind the emulator's DMA table (gpunvme_emu_dma_map_gpu) with
+ * batched copies (gpunvme_emu_gpu_ops.copy_batch), on a stand-in "GPU":
+ * plain memory whose copies land only at sync(), as a copy engine's do. So a
+ * completion posted before its copies were synced shows stale bytes, a copy
+ * lost from a batch shows poison, and a refused batch must fail every
+ * command that had pieces in it.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define GPU_IOVA 0x40000000000ull
+#define POISON 0xa5
+#define MAXQ 1024
+
+struct fake_gpu {
+	uint8_t *mem;
+	size_t len;
+	pthread_mutex_t lock;
+	struct gpunvme_emu_copy q[MAXQ]; /* issued, not landed */
+	unsigned nq;
+	unsigned single_calls, batch_calls, batch_pieces, syncs;
+	unsigned refuse_after; /* batch calls that succeed before one is refused (0: never) */
+	int overflow;
+};
+
+static int issue(struct fake_gpu *g, const struct gpunvme_emu_copy *c)
+{
+	if (c->dev_addr < (uint64_t)(uintptr_t)g->mem ||
+	    c->dev_addr + c->len > (uint64_t)(uintptr_t)g->mem + g->len)
+		return -EFAULT;
+	if (g->nq == MAXQ) {
+		g->overflow = 1;
+		return -ENOSPC;
+	}
+	g->q[g->nq++] = *c;
+	return 0;
+}
+
+static int fake_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu)
+{
+	(void)lane;
+	struct fake_gpu *g = ctx;
+	struct gpunvme_emu_copy c = { dev, host, len, to_gpu };
+	pthread_mutex_lock(&g->lock);
+	g->single_calls++;
+	int rc = issue(g, &c);
+	pthread_mutex_unlock(&g->lock);
+	return rc;
+}
+
+static int fake_batch(void *ctx, unsigned lane, const struct gpunvme_emu_copy *v, unsigned n)
+{
+	(void)lane;
+	struct fake_gpu *g = ctx;
+	int rc = 0;
+	pthread_mutex_lock(&g->lock);
+	g->batch_calls++;
+	if (g->refuse_after && g->batch_calls >= g->refuse_after) {
+		rc = -EIO; /* refused whole, nothing queued, as cudaMemcpyBatchAsync */
+	} else {
+		g->batch_pieces += n;
+		for (unsigned i = 0; i < n && !rc; i++)
+			rc = issue(g, &v[i]);
+	}
+	pthread_mutex_unlock(&g->lock);
+	return rc;
+}
+
+/* Every issued copy lands now (one stream for all lanes: a superset). */
+static int fake_sync(void *ctx, unsigned lane)
+{
+	(void)lane;
+	struct fake_gpu *g = ctx;
+	pthread_mutex_lock(&g->lock);
+	g->syncs++;
+	for (unsigned i = 0; i < g->nq; i++) {
+		struct gpunvme_emu_copy *c = &g->q[i];
+		uint8_t *d = (uint8_t *)(uintptr_t)c->dev_addr;
+		if (c->to_gpu)
+			memcpy(d, c->host, c->len);
+		else
+			memcpy(c->host, d, c->len);
+	}
+	g->nq = 0;
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+static int fake_open(struct fake_gpu *g, size_t len)
+{
+	memset(g, 0, sizeof(*g));
+	g->mem = malloc(len);
+	if (!g->mem)
+		return -ENOMEM;
+	g->len = len;
+	memset(g->mem, POISON, len);
+	return -pthread_mutex_init(&g->lock, NULL);
+}
+
+static void fake_close(struct fake_gpu *g)
+{
+	pthread_mutex_destroy(&g->lock);
+	free(g->mem);
+}
+
+/* A controller with 512-byte blocks whose first 4 MiB hold pattern 7, an
+ * I/O queue pair of 256 entries, and the fake GPU mapped at GPU_IOVA. */
+static int setup(struct h_ctrl **c, struct h_qp *q, struct fake_gpu *g, struct gpunvme_emu_gpu_ops *ops,
+		 uint8_t *want)
+{
+	struct gpunvme_emu_config cfg;
+	h_cfg(&cfg);
+	cfg.mdts = 5;
+	cfg.ns[0].lba_shift = 9;
+	cfg.ns[0].size = 16u << 20;
+	REQUIRE_OK(h_ctrl_open(c, &cfg, 16u << 20));
+	REQUIRE_OK(h_enable(*c, 0));
+	REQUIRE_OK(h_qp_create(*c, q, 1, 256));
+	struct h_buf b = h_alloc(&(*c)->arena, 64u << 10, H_PAGE);
+	struct gpunvme_cqe e;
+	for (uint32_t k = 0; k < 64; k++) { /* 64 writes of 64 KiB: 4 MiB */
+		h_fill(b.va, 64u << 10, 7 + k);
+		memcpy(want + ((size_t)k << 16), b.va, 64u << 10);
+		REQUIRE_OK(h_io(q, GPUNVME_CMD_WRITE, 1, (uint64_t)k * 128, 128, b.iova, 64u << 10, &e));
+		REQUIRE_ST(e, 0);
+	}
+	REQUIRE_OK(fake_open(g, 8u << 20));
+	*ops = (struct gpunvme_emu_gpu_ops){ fake_copy, fake_sync, g, fake_batch };
+	REQUIRE_OK(gpunvme_emu_dma_map_gpu((*c)->emu, GPU_IOVA, (uint64_t)(uintptr_t)g->mem, g->len, ops));
+	return 0;
+}
+
+/* n reads of 8 KiB (16 blocks) from LBA i * 48 into GPU bytes i * 12 KiB:
+ * pushed first, then one doorbell, so the worker takes them in one pass. */
+static int push_reads(struct h_qp *q, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		struct gpunvme_sqe s;
+		h_io_sqe(&s, GPUNVME_CMD_READ, 1, (uint64_t)i * 48, 16);
+		s.prp1 = GPU_IOVA + (uint64_t)i * 12288;
+		s.prp2 = s.prp1 + H_PAGE;
+		s.cid = (uint16_t)(100 + i);
+		REQUIRE_OK(h_sq_push(q, &s));
+	}
+	h_sq_ring(q);
+	return 0;
+}
+
+/* The bytes of read i, and the 4 KiB gap after each, still poisoned. */
+static int check_reads(const struct fake_gpu *g, const uint8_t *want, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		const uint8_t *d = g->mem + (size_t)i * 12288;
+		REQUIRE(memcmp(d, want + (size_t)i * 48 * 512, 8192) == 0, "read %u: bytes differ", i);
+		REQUIRE(h_all(d + 8192, 4096, POISON), "read %u: the gap after it was written", i);
+	}
+	REQUIRE(h_all(g->mem + (size_t)n * 12288, g->len - (size_t)n * 12288, POISON));
+	return 0;
+}
+
+TEST_CASE(batched_reads_land_before_completion)
+{
+	struct h_ctrl *c;
+	struct h_qp q;
+	struct fake_gpu g;
+	struct gpunvme_emu_gpu_ops ops;
+	static uint8_t want[4u << 20];
+	if (setup(&c, &q, &g, &ops, want))
+		return 1;
+	enum { N = 200 }; /* more than a burst (64) and more than a batch (128) */
+	REQUIRE_OK(push_reads(&q, N));
+	int seen[N] = { 0 };
+	for (unsigned k = 0; k < N; k++) {
+		struct gpunvme_cqe e;
+		REQUIRE_OK(h_cq_wait(&q, &e, H_TIMEOUT_MS));
+		REQUIRE_ST(e, 0);
+		unsigned i = (unsigned)e.cid - 100;
+		REQUIRE(i < N && ++seen[i] == 1, "cid %u", e.cid);
+		/* posted only after its copies landed */
+		pthread_mutex_lock(&g.lock);
+		int same = memcmp(g.mem + (size_t)i * 12288, want + (size_t)i * 48 * 512, 8192) == 0;
+		pthread_mutex_unlock(&g.lock);
+		REQUIRE(same, "read %u completed before its bytes landed", i);
+	}
+	if (check_reads(&g, want, N))
+		return 1;
+	/* one piece per read (contiguous GPU pages merge), all through
+	 * batches, fewer calls than reads */
+	REQUIRE_EQ(g.batch_pieces, N);
+	REQUIRE_EQ(g.single_calls, 0);
+	REQUIRE(g.batch_calls < N, "%u batch calls for %u reads: no batching", g.batch_calls, N);
+	REQUIRE(!g.overflow);
+	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, GPU_IOVA));
+	fake_close(&g);
+	return 0;
+}
+
+TEST_CASE(writes_from_gpu_then_read_back)
+{
+	struct h_ctrl *c;
+	struct h_qp q;
+	struct fake_gpu g;
+	struct gpunvme_emu_gpu_ops ops;
+	static uint8_t want[4u << 20];
+	if (setup(&c, &q, &g, &ops, want))
+		return 1;
+	/* 32 writes of 16 KiB each from GPU memory to LBA 10000 + 32 i */
+	h_fill(g.mem, 32 * 16384, 99);
+	static uint8_t src[32 * 16384];
+	memcpy(src, g.mem, sizeof(src));
+	for (unsigned i = 0; i < 32; i++) {
+		struct gpunvme_sqe s;
+		h_io_sqe(&s, GPUNVME_CMD_WRITE, 1, 10000 + (uint64_t)i * 32, 32);
+		uint64_t a = GPU_IOVA + (uint64_t)i * 16384;
+		/* a PRP list in host memory for the 4 pages */
+		struct h_buf l = h_alloc(&c->arena, H_PAGE, H_PAGE);
+		uint64_t *ent = l.va;
+		for (int p = 0; p < 3; p++)
+			ent[p] = a + (uint64_t)(p + 1) * H_PAGE;
+		s.prp1 = a;
+		s.prp2 = l.iova;
+		s.cid = (uint16_t)(500 + i);
+		REQUIRE_OK(h_sq_push(&q, &s));
+	}
+	h_sq_ring(&q);
+	for (unsigned k = 0; k < 32; k++) {
+		struct gpunvme_cqe e;
+		REQUIRE_OK(h_cq_wait(&q, &e, H_TIMEOUT_MS));
+		REQUIRE_ST(e, 0);
+	}
+	/* the namespace holds them: read back into host memory */
+	struct h_buf r = h_alloc(&c->arena, 16384, H_PAGE);
+	for (unsigned i = 0; i < 32; i++) {
+		struct gpunvme_cqe e;
+		memset(r.va, 0, 16384);
+		REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, 10000 + (uint64_t)i * 32, 32, r.iova, 16384, &e));
+		REQUIRE_ST(e, 0);
+		REQUIRE(memcmp(r.va, src + (size_t)i * 16384, 16384) == 0, "write %u did not land", i);
+	}
+	REQUIRE(g.batch_calls < 32);
+	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, GPU_IOVA));
+	fake_close(&g);
+	return 0;
+}
+
+TEST_CASE(refused_batch_fails_its_commands)
+{
+	struct h_ctrl *c;
+	struct h_qp q;
+	struct fake_gpu g;
+	struct gpunvme_emu_gpu_ops ops;
+	static uint8_t want[4u << 20];
+	if (setup(&c, &q, &g, &ops, want))
+		return 1;
+	g.refuse_after = 2; /* the first batch goes, every later one is refused */
+	enum { N = 200 };
+	REQUIRE_OK(push_reads(&q, N));
+	unsigned ok = 0, failed = 0;
+	for (unsigned k = 0; k < N; k++) {
+		struct gpunvme_cqe e;
+		REQUIRE_OK(h_cq_wait(&q, &e, H_TIMEOUT_MS));
+		unsigned i = (unsigned)e.cid - 100;
+		REQUIRE(i < N);
+		if (h_st(&e) == 0) {
+			/* success only with the right bytes */
+			REQUIRE(memcmp(g.mem + (size_t)i * 12288, want + (size_t)i * 48 * 512, 8192) == 0,
+				"read %u reported success with wrong bytes", i);
+			ok++;
+		} else {
+			REQUIRE_SC(e, GPUNVME_SC_DATA_XFER_ERROR);
+			failed++;
+		}
+	}
+	REQUIRE(failed > 0, "no read failed although batches were refused");
+	REQUIRE_EQ(ok + failed, N);
+	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, GPU_IOVA));
+	fake_close(&g);
+	return 0;
+}
+
+TEST_CASE(no_batch_op_copies_piece_by_piece)
+{
+	struct h_ctrl *c;
+	struct h_qp q;
+	struct fake_gpu g;
+	struct gpunvme_emu_gpu_ops ops;
+	static uint8_t want[4u << 20];
+	if (setup(&c, &q, &g, &ops, want))
+		return 1;
+	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, GPU_IOVA));
+	ops.copy_batch = NULL;
+	REQUIRE_OK(gpunvme_emu_dma_map_gpu(c->emu, GPU_IOVA, (uint64_t)(uintptr_t)g.mem, g.len, &ops));
+	enum { N = 100 };
+	REQUIRE_OK(push_reads(&q, N));
+	for (unsigned k = 0; k < N; k++) {
+		struct gpunvme_cqe e;
+		REQUIRE_OK(h_cq_wait(&q, &e, H_TIMEOUT_MS));
+		REQUIRE_ST(e, 0);
+	}
+	if (check_reads(&g, want, N))
+		return 1;
+	REQUIRE_EQ(g.batch_calls, 0);
+	REQUIRE_EQ(g.single_calls, N);
+	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, GPU_IOVA));
+	fake_close(&g);
+	return 0;
+}
+
+/* Two GPU regions with their own ops (two GPU libraries, or two queue
+ * sets): a batch never mixes them, every byte lands in its own region. */
+TEST_CASE(two_regions_two_contexts)
+{
+	struct h_ctrl *c;
+	struct h_qp q;
+	struct fake_gpu g, g2;
+	struct gpunvme_emu_gpu_ops ops, ops2;
+	static uint8_t want[4u << 20];
+	if (setup(&c, &q, &g, &ops, want))
+		return 1;
+	REQUIRE_OK(fake_open(&g2, 8u << 20));
+	ops2 = (struct gpunvme_emu_gpu_ops){ fake_copy, fake_sync, &g2, fake_batch };
+	const uint64_t IOVA2 = GPU_IOVA + (1ull << 30);
+	REQUIRE_OK(gpunvme_emu_dma_map_gpu(c->emu, IOVA2, (uint64_t)(uintptr_t)g2.mem, g2.len, &ops2));
+	enum { N = 120 };
+	for (unsigned i = 0; i < N; i++) { /* alternate the regions */
+		struct gpunvme_sqe s;
+		h_io_sqe(&s, GPUNVME_CMD_READ, 1, (uint64_t)i * 48, 16);
+		s.prp1 = (i & 1 ? IOVA2 : GPU_IOVA) + (uint64_t)(i / 2) * 12288;
+		s.prp2 = s.prp1 + H_PAGE;
+		s.cid = (uint16_t)(100 + i);
+		REQUIRE_OK(h_sq_push(&q, &s));
+	}
+	h_sq_ring(&q);
+	for (unsigned k = 0; k < N; k++) {
+		struct gpunvme_cqe e;
+		REQUIRE_OK(h_cq_wait(&q, &e, H_TIMEOUT_MS));
+		REQUIRE_ST(e, 0);
+	}
+	for (unsigned i = 0; i < N; i++) {
+		const uint8_t *d = (i & 1 ? g2.mem : g.mem) + (size_t)(i / 2) * 12288;
+		REQUIRE(memcmp(d, want + (size_t)i * 48 * 512, 8192) == 0, "read %u", i);
+		REQUIRE(h_all(d + 8192, 4096, POISON));
+	}
+	REQUIRE(h_all(g.mem + (size_t)N / 2 * 12288, g.len - (size_t)N / 2 * 12288, POISON));
+	REQUIRE(h_all(g2.mem + (size_t)N / 2 * 12288, g2.len - (size_t)N / 2 * 12288, POISON));
+	REQUIRE_EQ(g.batch_pieces + g2.batch_pieces, N);
+	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, GPU_IOVA));
+	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, IOVA2));
+	fake_close(&g);
+	fake_close(&g2);
+	return 0;
+}
+
+int main(int argc, char **argv) { return check_main(argc, argv); }
