@@ -12,9 +12,10 @@
 # the array first with `gpunvme ls` and the load with --verify on N = 4.
 # Self-contained: builds into build-md (CUDA arch 90), logs under $OUT.
 # Usage: OUT=DIR bench/md_run.sh [SIZE]      (SIZE default 16G)
-#   MEMBERS="1 2 4" (default; an entry N:W sets W emulator workers per member),
+#   MEMBERS="1 2 4" (default; an entry N:W sets W emulator workers per member,
+#   N:W:Q also Q GPU queue pairs per member),
 #   QUEUES (GPU queue pairs per member, default 16),
-#   env: BUILD (build directory, default build-md), SKIP_BUILD=1 (use it as
+#   env: WORKDIR (keep the array image there), BUILD (build directory, default build-md), SKIP_BUILD=1 (use it as
 #   it is), TIER=cpu (smoke test of the flow on a machine without a GPU)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,8 +24,14 @@ OUT=${OUT:-/tmp/gpunvme-md-run}
 mkdir -p "$OUT"
 B=${BUILD:-$ROOT/build-md}
 TIER=${TIER:-2}   # TIER=cpu: the same flow through the CPU data path (a smoke test without a GPU)
-W=$(mktemp -d "${TMPDIR:-/tmp}/gpunvme-md.XXXXXX")
-trap 'rm -rf "$W"' EXIT
+# WORKDIR=DIR keeps the array image there for the next run of the same SIZE
+if [ -n "${WORKDIR:-}" ]; then
+	W=$WORKDIR
+	mkdir -p "$W"
+else
+	W=$(mktemp -d "${TMPDIR:-/tmp}/gpunvme-md.XXXXXX")
+	trap 'rm -rf "$W"' EXIT
+fi
 log() { echo "md_run: $*" | tee -a "$OUT/md_run.log" >&2; }
 [ -n "${SKIP_BUILD:-}" ] || {
 	cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
@@ -40,15 +47,18 @@ MEMCPY=$("$B/bin/bench_gpu_bw" -m memcpy -s 4G -c 2M -r 3 -H 2> "$OUT/memcpy.err
 	awk -F, 'NR > 1 && $1 == "memcpy" { print $10; exit }')
 MEMCPY=${MEMCPY:-$LINK}
 log "PCIe link ${LINK} GB/s (gen x width), ${MEMCPY} GB/s measured (pinned cudaMemcpy)"
-mkdir -p "$W/root"
-"$B/bin/gpunvme-mkmodel" --format safetensors --size "$SIZE" --seed 1 -o "$W/root/model.safetensors" > "$OUT/mkmodel.log" 2>&1 ||
-	{ cat "$OUT/mkmodel.log" >&2; exit 1; }
-FSZ=$(stat -c %s "$W/root/model.safetensors")
-# whole stripes of 4 members x 512 KiB chunks
-truncate -s $(( (FSZ + FSZ / 16 + (256 << 20)) / 4194304 * 4194304 )) "$W/array.img"
-mkfs.ext4 -q -F -b 4096 -E stride=128,stripe_width=512 -d "$W/root" "$W/array.img" > "$OUT/mkfs.log" 2>&1 ||
-	{ cat "$OUT/mkfs.log" >&2; exit 1; }
-rm -f "$W/root/model.safetensors"
+if [ ! -s "$W/array.img" ] || [ "$(cat "$W/size" 2>/dev/null)" != "$SIZE" ]; then
+	mkdir -p "$W/root"
+	"$B/bin/gpunvme-mkmodel" --format safetensors --size "$SIZE" --seed 1 -o "$W/root/model.safetensors" > "$OUT/mkmodel.log" 2>&1 ||
+		{ cat "$OUT/mkmodel.log" >&2; exit 1; }
+	FSZ=$(stat -c %s "$W/root/model.safetensors")
+	# whole stripes of 4 members x 512 KiB chunks
+	truncate -s $(( (FSZ + FSZ / 16 + (256 << 20)) / 4194304 * 4194304 )) "$W/array.img"
+	mkfs.ext4 -q -F -b 4096 -E stride=128,stripe_width=512 -d "$W/root" "$W/array.img" > "$OUT/mkfs.log" 2>&1 ||
+		{ cat "$OUT/mkfs.log" >&2; exit 1; }
+	rm -f "$W/root/model.safetensors"
+	echo "$SIZE" > "$W/size"
+fi
 MODEL=${MODEL-"read_mbps=14000&iops=2500000&latency_us=60"}
 CHUNK=${CHUNK:-512}
 echo "members,bytes,seconds,gbps,storage_gbps,link_gbps,pct_of_min,measured_link_gbps,pct_of_min_measured,verified,workers_per_member,queues_per_member" | tee -a "$OUT/summary.csv"
@@ -65,7 +75,9 @@ for RUN in ${MEMBERS:-1 2 4}; do
 	WK=$(( $(nproc) / N ))
 	[ "$WK" -ge 2 ] || WK=2
 	[ "$WK" -le 8 ] || WK=8
-	case $RUN in *:*) WK=${RUN#*:} ;; esac
+	case $RUN in *:*) WK=${RUN#*:} WK=${WK%%:*} ;; esac
+	Q=${QUEUES:-16}
+	case $RUN in *:*:*) Q=${RUN##*:} ;; esac
 	U=
 	for ((k = N - 1; k >= 0; k--)); do
 		U="$U${U:+;}emu:$W/m$k.img?snapshot=1&workers=$WK&mdts=9&nsq=64&mqes=1023${MODEL:+&$MODEL}"
@@ -74,12 +86,12 @@ for RUN in ${MEMBERS:-1 2 4}; do
 	"$B/bin/gpunvme" ls "$U" / > "$OUT/ls-$N.txt" 2>&1 || { log "N=$N: ls failed: $(tail -n 1 "$OUT/ls-$N.txt")"; continue; }
 	extra=()
 	[ "$N" -ne 4 ] || [ -n "${VERIFIED4:-}" ] || { extra=(--verify); VERIFIED4=1; }
-	if ! "$B/bin/gpunvme" load "$U" /model.safetensors --tier "$TIER" --queues "${QUEUES:-16}" ${DEPTH:+--depth $DEPTH} --json "${extra[@]}" > "$OUT/load-$N-w$WK.json" 2> "$OUT/load-$N-w$WK.err"; then
-		log "N=$N: load failed: $(tail -n 1 "$OUT/load-$N-w$WK.err")"
+	if ! "$B/bin/gpunvme" load "$U" /model.safetensors --tier "$TIER" --queues "$Q" ${DEPTH:+--depth $DEPTH} --json "${extra[@]}" > "$OUT/load-$N-w$WK-q$Q.json" 2> "$OUT/load-$N-w$WK-q$Q.err"; then
+		log "N=$N: load failed: $(tail -n 1 "$OUT/load-$N-w$WK-q$Q.err")"
 		echo "$N,,,,,,,failed" | tee -a "$OUT/summary.csv"
 		continue
 	fi
-	python3 - "$OUT/load-$N-w$WK.json" "$N" "$LINK" "$MEMCPY" "$WK" "${QUEUES:-16}" <<'PY' | tee -a "$OUT/summary.csv"
+	python3 - "$OUT/load-$N-w$WK-q$Q.json" "$N" "$LINK" "$MEMCPY" "$WK" "$Q" <<'PY' | tee -a "$OUT/summary.csv"
 import json, sys
 d = json.load(open(sys.argv[1]))
 n, link, meas = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
