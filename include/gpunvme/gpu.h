@@ -124,10 +124,8 @@ int gpunvme_gpu_read_async(struct gpunvme_gpu_queues *g, uint64_t slba, uint64_t
 /*
  * Scattered reads: nseg LBA ranges, each into buffer bufs[seg.buf] at byte
  * offset seg.off, on `stream`; the segments live in device-visible memory
- * (d_segs) and stay valid until the stream passes this point. Each segment
- * is one command: at most the queues' max_blocks blocks (a longer one fails
- * with GPUNVME_DEV_EINVAL in *d_status). Warps take 32 segments at a time,
- * one batch each, over all queue pairs. First failure in *d_status.
+ * (d_segs) and stay valid until the stream passes this point. Warps take
+ * segments in turn over all queue pairs. First failure in *d_status.
  */
 struct gpunvme_gpu_seg {
 	uint64_t slba;

@@ -1023,32 +1023,21 @@ int gpunvme_gpu_read_async(struct gpunvme_gpu_queues *g, uint64_t slba, uint64_t
 
 /* ---- scattered reads ------------------------------------------------------------ */
 
-/* Every segment is one command (at most max_blocks; the host cuts them).
- * Warps take 32 segments at a time, one per lane, and submit them as one
- * batch on queue pair (warp % nq) (gpunvme_dev_rw_lanes: one ticket
- * atomic, one doorbell and one CQ poller for the 32). A batch of one-chunk
- * segments from an md member (512 KiB each, scattered over the
- * destination) keeps as many commands in flight as one long range does. A
- * failed batch does not stop the warp: the first failure is kept, and the
- * rest of the data still lands. */
+/* Warps take segments in turn; each segment is at most 32 commands, one per
+ * lane (the host cuts them), read with the warp-cooperative call on queue
+ * pair (warp % nq). A failed warp goes on with its next segment: the first
+ * failure is kept, and the rest of the data still lands. */
 __global__ void gpunvme_read_segs_kernel(struct gpunvme_dev_queues q, const struct gpunvme_gpu_seg *segs,
 					 uint32_t nseg, struct gpunvme_dev_buf b0, struct gpunvme_dev_buf b1,
 					 int *status, uint64_t timeout_ns)
 {
-	const unsigned int lane = threadIdx.x & 31u;
 	uint64_t w = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32;
 	uint64_t nw = (gridDim.x * (uint64_t)blockDim.x) / 32;
-	/* j is the same on every lane: the warp stays converged for the
-	 * batch call, which all 32 lanes must make together */
-	for (uint64_t j = w; j * 32 < nseg; j += nw) {
-		uint64_t i = j * 32 + lane;
-		bool active = i < nseg;
-		struct gpunvme_gpu_seg sg = { 0, 0, 0, 0 };
-		if (active)
-			sg = segs[i];
-		int rc = gpunvme_dev_rw_lanes(&q, (uint32_t)(w % q.nq), GPUNVME_CMD_READ, sg.slba, sg.nlb,
-					      sg.buf ? &b1 : &b0, sg.off, active, timeout_ns);
-		if (rc)
+	for (uint64_t i = w; i < nseg; i += nw) {
+		struct gpunvme_gpu_seg sg = segs[i];
+		int rc = gpunvme_dev_rw_warp(&q, (uint32_t)(w % q.nq), GPUNVME_CMD_READ, sg.slba, sg.nlb,
+					     sg.buf ? &b1 : &b0, sg.off, timeout_ns);
+		if (rc && (threadIdx.x & 31) == 0)
 			atomicCAS(status, 0, rc);
 	}
 }
@@ -1061,11 +1050,11 @@ int gpunvme_gpu_read_segs_async(struct gpunvme_gpu_queues *g, const struct gpunv
 		return gpunvme_set_error(-EINVAL, "scattered read: bad arguments");
 	if (!nseg)
 		return 0;
-	/* one warp (a batch of 32) per 32 queue entries keeps every queue
-	 * full; more would only wait for admission */
+	/* one warp per 32 queue entries keeps every queue full; more would
+	 * only wait for admission */
 	uint64_t warps = (uint64_t)g->nq * (g->depth / 32 > 0 ? g->depth / 32 : 1);
-	if (warps > (nseg + 31) / 32)
-		warps = (nseg + 31) / 32;
+	if (warps > nseg)
+		warps = nseg;
 	unsigned threads = 128;
 	unsigned blocks = (unsigned)((warps * 32 + threads - 1) / threads);
 	gpunvme_read_segs_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(

@@ -30,7 +30,7 @@ struct lg_ctx {
 	struct gpunvme_ctrl *c;
 	enum gpunvme_tier tier;
 	struct gpunvme_gpu_queues *g;
-	uint32_t lba_shift, max_blocks;
+	uint32_t lba_shift, max_blocks, warps;
 	struct lg_alloc bounce;
 	int *d_status;             /* [0] first failure (sticky), [1] what lg_check took */
 	cudaStream_t stream;
@@ -156,6 +156,8 @@ static int lg_open(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_l
 		const struct gpunvme_dev_queues *q = gpunvme_gpu_queues_desc(x->g);
 		x->lba_shift = q->lba_shift;
 		x->max_blocks = q->max_blocks;
+		/* one warp per 32 entries of each queue keeps them full */
+		x->warps = q->nq * (o->depth / 32 > 0 ? o->depth / 32 : 1);
 	}
 	cudaError_t ce;
 	if ((ce = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking)) != cudaSuccess ||
@@ -256,31 +258,43 @@ static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_roun
 	const uint64_t base = d ? (uint64_t)(dst - d->p) : 0;
 	uint8_t *const ddev = d ? d->dev : dst; /* the GPU's address of dst - base */
 
-	/* Segments for the kernel: every read cut into commands of at most
-	 * max_blocks (the kernel submits 32 of them per warp batch). */
-	const uint64_t per = x->max_blocks;
-	uint64_t nseg = 0;
+	/* Segments for the kernel: direct reads cut so that every warp gets
+	 * work (but no more than 32 commands, one per lane), bounce reads as
+	 * they are. */
+	uint64_t direct_blocks = 0, nseg = 0;
 	bool bounce = false;
 	for (size_t i = 0; i < r->nops; i++) {
-		if (r->ops[i].kind != LOAD_ZERO)
-			nseg += (r->ops[i].nlb + per - 1) / per;
+		direct_blocks += r->ops[i].kind == LOAD_DIRECT ? r->ops[i].nlb : 0;
 		bounce |= r->ops[i].kind == LOAD_BOUNCE;
 	}
+	uint64_t seg = direct_blocks / (x->warps ? x->warps : 1);
+	seg = (seg + x->max_blocks - 1) / x->max_blocks * x->max_blocks;
+	if (seg < x->max_blocks)
+		seg = x->max_blocks;
+	if (seg > 32ull * x->max_blocks)
+		seg = 32ull * x->max_blocks;
+	for (size_t i = 0; i < r->nops; i++) {
+		if (r->ops[i].kind == LOAD_DIRECT)
+			nseg += (r->ops[i].nlb + seg - 1) / seg;
+		else if (r->ops[i].kind == LOAD_BOUNCE)
+			nseg++;
+	}
 	if (nseg > UINT32_MAX)
-		return gpunvme_set_error(-E2BIG, "load round of %llu commands", (unsigned long long)nseg);
+		return gpunvme_set_error(-E2BIG, "load round of %llu segments", (unsigned long long)nseg);
 	struct gpunvme_gpu_seg *h = (struct gpunvme_gpu_seg *)malloc((nseg ? nseg : 1) * sizeof(*h));
 	if (!h)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 	uint64_t k = 0;
 	for (size_t i = 0; i < r->nops; i++) {
 		const struct load_op *op = &r->ops[i];
-		if (op->kind == LOAD_ZERO)
-			continue;
-		const uint32_t which = op->kind == LOAD_BOUNCE;
-		const uint64_t at = which ? op->bounce_off : base + op->dst_off;
-		for (uint64_t b = 0; b < op->nlb; b += per) {
-			uint64_t n = op->nlb - b < per ? op->nlb - b : per;
-			h[k++] = (struct gpunvme_gpu_seg){ op->slba + b, at + (b << x->lba_shift), (uint32_t)n, which };
+		if (op->kind == LOAD_BOUNCE) {
+			h[k++] = (struct gpunvme_gpu_seg){ op->slba, op->bounce_off, op->nlb, 1 };
+		} else if (op->kind == LOAD_DIRECT) {
+			for (uint64_t b = 0; b < op->nlb; b += seg) {
+				uint64_t n = op->nlb - b < seg ? op->nlb - b : seg;
+				h[k++] = (struct gpunvme_gpu_seg){ op->slba + b, base + op->dst_off + (b << x->lba_shift),
+								   (uint32_t)n, 0 };
+			}
 		}
 	}
 	/* the bounce buffer is shared by every stream: wait for its last user */
