@@ -109,11 +109,24 @@ static void fake_close(struct fake_gpu *g)
 	free(g->mem);
 }
 
-/* A controller with 512-byte blocks whose first 4 MiB hold pattern 7, an
+/* Every case: a controller, its I/O queue pair, the fake GPU mapped at
+ * GPU_IOVA, and what the namespace's first 8 MiB hold. */
+struct fx {
+	struct h_ctrl *c;
+	struct h_qp q;
+	struct fake_gpu g;
+	struct gpunvme_emu_gpu_ops ops;
+};
+static uint8_t want[8u << 20]; /* covers every read of every case (LBA < 9600) */
+
+/* A controller with 512-byte blocks whose first 8 MiB hold pattern 7 + k, an
  * I/O queue pair of 256 entries, and the fake GPU mapped at GPU_IOVA. */
-static int setup(struct h_ctrl **c, struct h_qp *q, struct fake_gpu *g, struct gpunvme_emu_gpu_ops *ops,
-		 uint8_t *want)
+static int setup(struct fx *f)
 {
+	struct h_ctrl **c = &f->c;
+	struct h_qp *q = &f->q;
+	struct fake_gpu *g = &f->g;
+	struct gpunvme_emu_gpu_ops *ops = &f->ops;
 	struct gpunvme_emu_config cfg;
 	h_cfg(&cfg);
 	cfg.mdts = 5;
@@ -124,7 +137,7 @@ static int setup(struct h_ctrl **c, struct h_qp *q, struct fake_gpu *g, struct g
 	REQUIRE_OK(h_qp_create(*c, q, 1, 256));
 	struct h_buf b = h_alloc(&(*c)->arena, 64u << 10, H_PAGE);
 	struct gpunvme_cqe e;
-	for (uint32_t k = 0; k < 64; k++) { /* 64 writes of 64 KiB: 4 MiB */
+	for (uint32_t k = 0; k < 128; k++) { /* 128 writes of 64 KiB: 8 MiB */
 		h_fill(b.va, 64u << 10, 7 + k);
 		memcpy(want + ((size_t)k << 16), b.va, 64u << 10);
 		REQUIRE_OK(h_io(q, GPUNVME_CMD_WRITE, 1, (uint64_t)k * 128, 128, b.iova, 64u << 10, &e));
@@ -133,6 +146,24 @@ static int setup(struct h_ctrl **c, struct h_qp *q, struct fake_gpu *g, struct g
 	REQUIRE_OK(fake_open(g, 8u << 20));
 	*ops = (struct gpunvme_emu_gpu_ops){ fake_copy, fake_sync, g, fake_batch };
 	REQUIRE_OK(gpunvme_emu_dma_map_gpu((*c)->emu, GPU_IOVA, (uint64_t)(uintptr_t)g->mem, g->len, ops));
+	return 0;
+}
+
+static int teardown(struct fx *f)
+{
+	REQUIRE_OK(gpunvme_emu_dma_unmap(f->c->emu, GPU_IOVA));
+	fake_close(&f->g);
+	return 0;
+}
+
+/* n completions, every one a success */
+static int wait_ok(struct h_qp *q, unsigned n)
+{
+	for (unsigned k = 0; k < n; k++) {
+		struct gpunvme_cqe e;
+		REQUIRE_OK(h_cq_wait(q, &e, H_TIMEOUT_MS));
+		REQUIRE_ST(e, 0);
+	}
 	return 0;
 }
 
@@ -153,7 +184,7 @@ static int push_reads(struct h_qp *q, unsigned n)
 }
 
 /* The bytes of read i, and the 4 KiB gap after each, still poisoned. */
-static int check_reads(const struct fake_gpu *g, const uint8_t *want, unsigned n)
+static int check_reads(const struct fake_gpu *g, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++) {
 		const uint8_t *d = g->mem + (size_t)i * 12288;
@@ -166,110 +197,91 @@ static int check_reads(const struct fake_gpu *g, const uint8_t *want, unsigned n
 
 TEST_CASE(batched_reads_land_before_completion)
 {
-	struct h_ctrl *c;
-	struct h_qp q;
-	struct fake_gpu g;
-	struct gpunvme_emu_gpu_ops ops;
-	static uint8_t want[4u << 20];
-	if (setup(&c, &q, &g, &ops, want))
+	struct fx f;
+	if (setup(&f))
 		return 1;
 	enum { N = 200 }; /* more than a burst (64) and more than a batch (128) */
-	REQUIRE_OK(push_reads(&q, N));
+	REQUIRE_OK(push_reads(&f.q, N));
 	int seen[N] = { 0 };
 	for (unsigned k = 0; k < N; k++) {
 		struct gpunvme_cqe e;
-		REQUIRE_OK(h_cq_wait(&q, &e, H_TIMEOUT_MS));
+		REQUIRE_OK(h_cq_wait(&f.q, &e, H_TIMEOUT_MS));
 		REQUIRE_ST(e, 0);
 		unsigned i = (unsigned)e.cid - 100;
 		REQUIRE(i < N && ++seen[i] == 1, "cid %u", e.cid);
 		/* posted only after its copies landed */
-		pthread_mutex_lock(&g.lock);
-		int same = memcmp(g.mem + (size_t)i * 12288, want + (size_t)i * 48 * 512, 8192) == 0;
-		pthread_mutex_unlock(&g.lock);
+		pthread_mutex_lock(&f.g.lock);
+		int same = memcmp(f.g.mem + (size_t)i * 12288, want + (size_t)i * 48 * 512, 8192) == 0;
+		pthread_mutex_unlock(&f.g.lock);
 		REQUIRE(same, "read %u completed before its bytes landed", i);
 	}
-	if (check_reads(&g, want, N))
+	if (check_reads(&f.g, N))
 		return 1;
 	/* one piece per read (contiguous GPU pages merge), all through
 	 * batches, fewer calls than reads */
-	REQUIRE_EQ(g.batch_pieces, N);
-	REQUIRE_EQ(g.single_calls, 0);
-	REQUIRE(g.batch_calls < N, "%u batch calls for %u reads: no batching", g.batch_calls, N);
-	REQUIRE(!g.overflow);
-	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, GPU_IOVA));
-	fake_close(&g);
-	return 0;
+	REQUIRE_EQ(f.g.batch_pieces, N);
+	REQUIRE_EQ(f.g.single_calls, 0);
+	REQUIRE(f.g.batch_calls < N, "%u batch calls for %u reads: no batching", f.g.batch_calls, N);
+	REQUIRE(!f.g.overflow);
+	return teardown(&f);
 }
 
 TEST_CASE(writes_from_gpu_then_read_back)
 {
-	struct h_ctrl *c;
-	struct h_qp q;
-	struct fake_gpu g;
-	struct gpunvme_emu_gpu_ops ops;
-	static uint8_t want[4u << 20];
-	if (setup(&c, &q, &g, &ops, want))
+	struct fx f;
+	if (setup(&f))
 		return 1;
 	/* 32 writes of 16 KiB each from GPU memory to LBA 10000 + 32 i */
-	h_fill(g.mem, 32 * 16384, 99);
+	h_fill(f.g.mem, 32 * 16384, 99);
 	static uint8_t src[32 * 16384];
-	memcpy(src, g.mem, sizeof(src));
+	memcpy(src, f.g.mem, sizeof(src));
 	for (unsigned i = 0; i < 32; i++) {
 		struct gpunvme_sqe s;
 		h_io_sqe(&s, GPUNVME_CMD_WRITE, 1, 10000 + (uint64_t)i * 32, 32);
 		uint64_t a = GPU_IOVA + (uint64_t)i * 16384;
 		/* a PRP list in host memory for the 4 pages */
-		struct h_buf l = h_alloc(&c->arena, H_PAGE, H_PAGE);
+		struct h_buf l = h_alloc(&f.c->arena, H_PAGE, H_PAGE);
 		uint64_t *ent = l.va;
 		for (int p = 0; p < 3; p++)
 			ent[p] = a + (uint64_t)(p + 1) * H_PAGE;
 		s.prp1 = a;
 		s.prp2 = l.iova;
 		s.cid = (uint16_t)(500 + i);
-		REQUIRE_OK(h_sq_push(&q, &s));
+		REQUIRE_OK(h_sq_push(&f.q, &s));
 	}
-	h_sq_ring(&q);
-	for (unsigned k = 0; k < 32; k++) {
-		struct gpunvme_cqe e;
-		REQUIRE_OK(h_cq_wait(&q, &e, H_TIMEOUT_MS));
-		REQUIRE_ST(e, 0);
-	}
+	h_sq_ring(&f.q);
+	if (wait_ok(&f.q, 32))
+		return 1;
 	/* the namespace holds them: read back into host memory */
-	struct h_buf r = h_alloc(&c->arena, 16384, H_PAGE);
+	struct h_buf r = h_alloc(&f.c->arena, 16384, H_PAGE);
 	for (unsigned i = 0; i < 32; i++) {
 		struct gpunvme_cqe e;
 		memset(r.va, 0, 16384);
-		REQUIRE_OK(h_io(&q, GPUNVME_CMD_READ, 1, 10000 + (uint64_t)i * 32, 32, r.iova, 16384, &e));
+		REQUIRE_OK(h_io(&f.q, GPUNVME_CMD_READ, 1, 10000 + (uint64_t)i * 32, 32, r.iova, 16384, &e));
 		REQUIRE_ST(e, 0);
 		REQUIRE(memcmp(r.va, src + (size_t)i * 16384, 16384) == 0, "write %u did not land", i);
 	}
-	REQUIRE(g.batch_calls < 32);
-	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, GPU_IOVA));
-	fake_close(&g);
-	return 0;
+	REQUIRE(f.g.batch_calls < 32);
+	return teardown(&f);
 }
 
 TEST_CASE(refused_batch_fails_its_commands)
 {
-	struct h_ctrl *c;
-	struct h_qp q;
-	struct fake_gpu g;
-	struct gpunvme_emu_gpu_ops ops;
-	static uint8_t want[4u << 20];
-	if (setup(&c, &q, &g, &ops, want))
+	struct fx f;
+	if (setup(&f))
 		return 1;
-	g.refuse_after = 2; /* the first batch goes, every later one is refused */
+	f.g.refuse_after = 2; /* the first batch goes, every later one is refused */
 	enum { N = 200 };
-	REQUIRE_OK(push_reads(&q, N));
+	REQUIRE_OK(push_reads(&f.q, N));
 	unsigned ok = 0, failed = 0;
 	for (unsigned k = 0; k < N; k++) {
 		struct gpunvme_cqe e;
-		REQUIRE_OK(h_cq_wait(&q, &e, H_TIMEOUT_MS));
+		REQUIRE_OK(h_cq_wait(&f.q, &e, H_TIMEOUT_MS));
 		unsigned i = (unsigned)e.cid - 100;
 		REQUIRE(i < N);
 		if (h_st(&e) == 0) {
 			/* success only with the right bytes */
-			REQUIRE(memcmp(g.mem + (size_t)i * 12288, want + (size_t)i * 48 * 512, 8192) == 0,
+			REQUIRE(memcmp(f.g.mem + (size_t)i * 12288, want + (size_t)i * 48 * 512, 8192) == 0,
 				"read %u reported success with wrong bytes", i);
 			ok++;
 		} else {
@@ -279,54 +291,41 @@ TEST_CASE(refused_batch_fails_its_commands)
 	}
 	REQUIRE(failed > 0, "no read failed although batches were refused");
 	REQUIRE_EQ(ok + failed, N);
-	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, GPU_IOVA));
-	fake_close(&g);
-	return 0;
+	return teardown(&f);
 }
 
 TEST_CASE(no_batch_op_copies_piece_by_piece)
 {
-	struct h_ctrl *c;
-	struct h_qp q;
-	struct fake_gpu g;
-	struct gpunvme_emu_gpu_ops ops;
-	static uint8_t want[4u << 20];
-	if (setup(&c, &q, &g, &ops, want))
+	struct fx f;
+	if (setup(&f))
 		return 1;
-	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, GPU_IOVA));
-	ops.copy_batch = NULL;
-	REQUIRE_OK(gpunvme_emu_dma_map_gpu(c->emu, GPU_IOVA, (uint64_t)(uintptr_t)g.mem, g.len, &ops));
+	REQUIRE_OK(gpunvme_emu_dma_unmap(f.c->emu, GPU_IOVA));
+	f.ops.copy_batch = NULL;
+	REQUIRE_OK(gpunvme_emu_dma_map_gpu(f.c->emu, GPU_IOVA, (uint64_t)(uintptr_t)f.g.mem, f.g.len, &f.ops));
 	enum { N = 100 };
-	REQUIRE_OK(push_reads(&q, N));
-	for (unsigned k = 0; k < N; k++) {
-		struct gpunvme_cqe e;
-		REQUIRE_OK(h_cq_wait(&q, &e, H_TIMEOUT_MS));
-		REQUIRE_ST(e, 0);
-	}
-	if (check_reads(&g, want, N))
+	REQUIRE_OK(push_reads(&f.q, N));
+	if (wait_ok(&f.q, N))
 		return 1;
-	REQUIRE_EQ(g.batch_calls, 0);
-	REQUIRE_EQ(g.single_calls, N);
-	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, GPU_IOVA));
-	fake_close(&g);
-	return 0;
+	if (check_reads(&f.g, N))
+		return 1;
+	REQUIRE_EQ(f.g.batch_calls, 0);
+	REQUIRE_EQ(f.g.single_calls, N);
+	return teardown(&f);
 }
 
 /* Two GPU regions with their own ops (two GPU libraries, or two queue
  * sets): a batch never mixes them, every byte lands in its own region. */
 TEST_CASE(two_regions_two_contexts)
 {
-	struct h_ctrl *c;
-	struct h_qp q;
-	struct fake_gpu g, g2;
-	struct gpunvme_emu_gpu_ops ops, ops2;
-	static uint8_t want[4u << 20];
-	if (setup(&c, &q, &g, &ops, want))
+	struct fx f;
+	struct fake_gpu g2;
+	struct gpunvme_emu_gpu_ops ops2;
+	if (setup(&f))
 		return 1;
 	REQUIRE_OK(fake_open(&g2, 8u << 20));
 	ops2 = (struct gpunvme_emu_gpu_ops){ fake_copy, fake_sync, &g2, fake_batch };
 	const uint64_t IOVA2 = GPU_IOVA + (1ull << 30);
-	REQUIRE_OK(gpunvme_emu_dma_map_gpu(c->emu, IOVA2, (uint64_t)(uintptr_t)g2.mem, g2.len, &ops2));
+	REQUIRE_OK(gpunvme_emu_dma_map_gpu(f.c->emu, IOVA2, (uint64_t)(uintptr_t)g2.mem, g2.len, &ops2));
 	enum { N = 120 };
 	for (unsigned i = 0; i < N; i++) { /* alternate the regions */
 		struct gpunvme_sqe s;
@@ -334,27 +333,22 @@ TEST_CASE(two_regions_two_contexts)
 		s.prp1 = (i & 1 ? IOVA2 : GPU_IOVA) + (uint64_t)(i / 2) * 12288;
 		s.prp2 = s.prp1 + H_PAGE;
 		s.cid = (uint16_t)(100 + i);
-		REQUIRE_OK(h_sq_push(&q, &s));
+		REQUIRE_OK(h_sq_push(&f.q, &s));
 	}
-	h_sq_ring(&q);
-	for (unsigned k = 0; k < N; k++) {
-		struct gpunvme_cqe e;
-		REQUIRE_OK(h_cq_wait(&q, &e, H_TIMEOUT_MS));
-		REQUIRE_ST(e, 0);
-	}
+	h_sq_ring(&f.q);
+	if (wait_ok(&f.q, N))
+		return 1;
 	for (unsigned i = 0; i < N; i++) {
-		const uint8_t *d = (i & 1 ? g2.mem : g.mem) + (size_t)(i / 2) * 12288;
+		const uint8_t *d = (i & 1 ? g2.mem : f.g.mem) + (size_t)(i / 2) * 12288;
 		REQUIRE(memcmp(d, want + (size_t)i * 48 * 512, 8192) == 0, "read %u", i);
 		REQUIRE(h_all(d + 8192, 4096, POISON));
 	}
-	REQUIRE(h_all(g.mem + (size_t)N / 2 * 12288, g.len - (size_t)N / 2 * 12288, POISON));
+	REQUIRE(h_all(f.g.mem + (size_t)N / 2 * 12288, f.g.len - (size_t)N / 2 * 12288, POISON));
 	REQUIRE(h_all(g2.mem + (size_t)N / 2 * 12288, g2.len - (size_t)N / 2 * 12288, POISON));
-	REQUIRE_EQ(g.batch_pieces + g2.batch_pieces, N);
-	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, GPU_IOVA));
-	REQUIRE_OK(gpunvme_emu_dma_unmap(c->emu, IOVA2));
-	fake_close(&g);
+	REQUIRE_EQ(f.g.batch_pieces + g2.batch_pieces, N);
+	REQUIRE_OK(gpunvme_emu_dma_unmap(f.c->emu, IOVA2));
 	fake_close(&g2);
-	return 0;
+	return teardown(&f);
 }
 
 int main(int argc, char **argv) { return check_main(argc, argv); }
