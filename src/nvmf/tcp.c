@@ -203,7 +203,8 @@ static int recv_all(struct nvmf_queue *q, void *buf, size_t len, uint32_t timeou
 		if (errno == EINTR)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return die(q, -ECONNRESET, "receive failed while waiting for %s: %s", what, strerror(errno));
+			return die(q, -ECONNRESET, "receive from the target failed while waiting for %s: %s (target gone?)", what,
+				   strerror(errno));
 		int ms = remaining_ms(deadline);
 		if (ms == 0)
 			return die(q, -ETIMEDOUT, "no %s within %u ms", what, timeout_ms);
@@ -709,7 +710,7 @@ static ssize_t rd(struct nvmf_queue *q, void *dst, size_t len)
 			continue;
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return 0;
-		return die(q, -ECONNRESET, "receive failed: %s", strerror(errno));
+		return die(q, -ECONNRESET, "receive from the target failed: %s (target gone?)", strerror(errno));
 	}
 }
 
