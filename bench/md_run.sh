@@ -13,7 +13,8 @@
 # Self-contained: builds into build-md (CUDA arch 90), logs under $OUT.
 # Usage: OUT=DIR bench/md_run.sh [SIZE]      (SIZE default 16G)
 #   MEMBERS="1 2 4" (default; an entry N:W sets W emulator workers per member,
-#   N:W:Q also Q GPU queue pairs per member),
+#   N:W:Q also Q GPU queue pairs per member), ONECTRL=1 (the members as
+#   namespaces of one emulated controller with W workers),
 #   QUEUES (GPU queue pairs per member, default 16),
 #   env: WORKDIR (keep the array image there), BUILD (build directory, default build-md), SKIP_BUILD=1 (use it as
 #   it is), TIER=cpu (smoke test of the flow on a machine without a GPU)
@@ -83,9 +84,22 @@ for RUN in ${MEMBERS:-1 2 4}; do
 	Q=${QUEUES:-16}
 	case $RUN in *:*:*) Q=${RUN##*:} ;; esac
 	U=
-	for ((k = N - 1; k >= 0; k--)); do
-		U="$U${U:+;}emu:$W/m$k.img?snapshot=1&workers=$WK&mdts=9&nsq=64&mqes=1023${MODEL:+&$MODEL}"
-	done
+	if [ -n "${ONECTRL:-}" ]; then
+		# every member a namespace of ONE emulated controller (workers
+		# and copy lanes shared, one device model of N x the rate): what
+		# separates the emulator's per-controller costs from the
+		# loader's per-member ones (docs/md.md, the 4-member cap)
+		NS=
+		for ((k = 1; k < N; k++)); do NS="$NS&ns=$W/m$k.img"; done
+		M1=${MODEL//read_mbps=14000/read_mbps=$((14000 * N))}
+		C="emu:$W/m0.img?snapshot=1&workers=$WK&mdts=9&nsq=256&mqes=1023$NS${M1:+&$M1}"
+		for ((k = N; k >= 1; k--)); do U="$U${U:+;}$C#$k"; done
+		WK="${WK}x1"
+	else
+		for ((k = N - 1; k >= 0; k--)); do
+			U="$U${U:+;}emu:$W/m$k.img?snapshot=1&workers=$WK&mdts=9&nsq=64&mqes=1023${MODEL:+&$MODEL}"
+		done
+	fi
 	U="md:$U"
 	"$B/bin/gpunvme" ls "$U" / > "$OUT/ls-$N.txt" 2>&1 || { log "N=$N: ls failed: $(tail -n 1 "$OUT/ls-$N.txt")"; continue; }
 	extra=()

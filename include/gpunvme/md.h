@@ -132,6 +132,8 @@ int gpunvme_md_member_extents(const struct gpunvme_md *md, const struct gpunvme_
  * controller of its own (an emu: URI its own emulated controller with its
  * own workers and device model). Each member gets a namespace reader; the
  * array is assembled and `array` reads it. -EINVAL for bad syntax.
+ * opts->nr_io_queues is per member: a controller that serves k members is
+ * asked for k times as many (each member's loader takes its own queues).
  */
 struct gpunvme_md_volume {
 	size_t n;

@@ -99,7 +99,22 @@ struct open_ctx {
 	struct gpunvme_md_volume *v;
 	const struct gpunvme_opts *opts;
 	uint32_t def_nsid;
+	const char *uri;
 };
+
+/* How many members name controller URI `curi` (count_ctx.want). */
+struct count_ctx {
+	const char *want;
+	uint32_t n;
+};
+
+static int count_member(void *arg, size_t i, const char *m, size_t len, const char *curi, uint32_t ns)
+{
+	(void)i, (void)m, (void)len, (void)ns;
+	struct count_ctx *k = arg;
+	k->n += !strcmp(curi, k->want);
+	return 0;
+}
 
 static int open_member(void *arg, size_t i, const char *m, size_t len, const char *curi, uint32_t ns)
 {
@@ -124,7 +139,19 @@ static int open_member(void *arg, size_t i, const char *m, size_t len, const cha
 	}
 	int rc;
 	if (!v->c[i]) {
-		if ((rc = gpunvme_open(curi, o->opts, &v->c[i]))) {
+		/* every member's loader takes its own queue pairs: a controller
+		 * serving k members is asked for k times the per-member count */
+		struct count_ctx k = { curi, 0 };
+		if ((rc = each_member(o->uri, o->def_nsid, count_member, &k)))
+			return rc;
+		struct gpunvme_opts co;
+		if (o->opts)
+			co = *o->opts;
+		else
+			gpunvme_opts_init(&co);
+		uint64_t q = (uint64_t)co.nr_io_queues * (k.n ? k.n : 1);
+		co.nr_io_queues = q > 65535 ? 65535 : (uint32_t)q; /* Number of Queues: 16 bits, 0's based */
+		if ((rc = gpunvme_open(curi, &co, &v->c[i]))) {
 			snprintf(why, sizeof(why), "%s", gpunvme_last_error());
 			return gpunvme_set_error(rc, "md member '%s': %s", v->name[i], why);
 		}
@@ -147,7 +174,7 @@ int gpunvme_md_open(const char *uri, const struct gpunvme_opts *opts, uint32_t n
 	struct gpunvme_md_volume *v = calloc(1, sizeof(*v));
 	if (!v)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
-	struct open_ctx o = { v, opts, nsid ? nsid : 1 };
+	struct open_ctx o = { v, opts, nsid ? nsid : 1, uri };
 	if (!(rc = each_member(uri, o.def_nsid, open_member, &o)) &&
 	    !(rc = gpunvme_md_assemble(v->dev, (const char *const *)v->name, v->n, &v->md))) {
 		gpunvme_md_blkdev(v->md, &v->array);

@@ -183,18 +183,21 @@ if sys.argv[4].startswith("r0-") and sum(1 for m in members if m["commands"] > 0
     sys.exit(1)
 PY
 fi
-# two members as namespaces of one controller: an emulator with two namespaces
+# every member a namespace of one controller: an emulator with NM
+# namespaces (the members in reverse order)
 if [ $NM -ge 2 ]; then
 	C="emu:$W/$NAME.m0.img?ns=$W/$NAME.m1.img"
-	U2="md:$C#2;$C#1"
-	for ((k = 2; k < NM; k++)); do U2="$U2;emu:$W/$NAME.m$k.img"; done
+	for ((k = 2; k < NM; k++)); do C="$C&ns=$W/$NAME.m$k.img"; done
+	U2="md:$C#$NM"
+	for ((k = NM - 1; k >= 1; k--)); do U2="$U2;$C#$k"; done
 	read -r sum path < "$MAN"
 	if ok cat "$U2" "$path"; then
 		[ "$(sha256sum < "$OUT" | cut -d' ' -f1)" = "$sum" ] || fail "cat $path over namespaces of one controller"
 	fi
-	# and the loader: two members' loaders on threads of their own, one controller
+	# and the loader: the members' loaders on threads of their own, one
+	# controller; 16 queue pairs each (the controller is asked for all)
 	msum=$(awk '$2 == "/models/model.safetensors" { print $1 }' "$MAN")
-	if ok load "$U2" /models/model.safetensors --tier cpu --verify --json; then
+	if ok load "$U2" /models/model.safetensors --tier cpu --queues 16 --verify --json; then
 		grep -q '"verified": true' "$OUT" || fail "load over namespaces of one controller: not verified"
 	fi
 	[ -n "$msum" ] || fail "no model in the manifest"
