@@ -109,14 +109,13 @@ static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t 
 }
 
 /*
- * A worker's burst of copies in one call: per-call cost, not the copy
- * engine, capped 512 KiB commands at ~65 k/s across four emulated
- * controllers (bench/results/md-raid0-2026-11-25) when each piece was its
- * own cudaMemcpyAsync. cudaMemcpyBatchAsync (CUDA 12.8) takes them all at
+ * A worker's burst of copies in one call. With one cudaMemcpyAsync per
+ * piece, the calls held four emulated controllers' 512 KiB commands to
+ * ~65 k/s (33.5 GB/s; 45.8 batched, and one controller 42 -> 54 GB/s:
+ * bench/results/md-raid0-2026-11-25). cudaMemcpyBatchAsync (CUDA 12.8) takes them all at
  * once; its copies run in stream order after earlier work on the lane and
  * in any order among themselves, which the emulator allows (emu.h). Where
- * the runtime lacks it, or refuses a batch (e.g. a pageable host piece of a
- * test), the pieces go one by one.
+ * the runtime lacks it, or refuses a batch, the pieces go one by one.
  */
 #define LANE_BATCH 128 /* pieces per call: the emulator's batch (EMU_BATCH_MAX) */
 
@@ -149,9 +148,12 @@ static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_co
 #endif
 		lane_trace("batch", lane, total, t0);
 		if (e != cudaSuccess) {
-			/* refused at the argument checks, before anything of
-			 * this group was queued: these pieces one by one, and
-			 * no more batches on this queue set */
+			/* refused (e.g. a host piece the runtime will not
+			 * batch): these pieces one by one, and no more batches
+			 * on this queue set. Should part of the group have
+			 * been queued after all, its pieces move the same
+			 * bytes to the same place twice, on the same stream:
+			 * harmless */
 			cudaGetLastError();
 			g->batch_refused = true;
 			break;
