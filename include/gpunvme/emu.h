@@ -118,13 +118,8 @@ size_t gpunvme_emu_bar0_size(const struct gpunvme_emu *emu);
 
 /* ---- DMA address table ------------------------------------------------- */
 
-/* Copies between the emulator's backing store (host memory) and GPU memory.
- * `lane` identifies the emulator thread issuing the copy, in
- * [0, gpunvme_emu_lanes()), so an implementation can keep one stream per
- * lane. copy() may return before the data moved; sync(lane) returns once
- * every copy issued on that lane has finished. The emulator posts a command's
- * completion only after sync() returned 0. Both return 0 or -errno; an error
- * completes the command with Data Transfer Error. */
+/* One piece of a copy_batch call: len bytes between GPU address dev_addr
+ * and host memory (to_gpu: host -> GPU). */
 struct gpunvme_emu_copy {
 	uint64_t dev_addr;
 	void *host;
@@ -132,17 +127,24 @@ struct gpunvme_emu_copy {
 	int to_gpu;
 };
 
+/* Copies between the emulator's backing store (host memory) and GPU memory.
+ * `lane` identifies the emulator thread issuing the copy, in
+ * [0, gpunvme_emu_lanes()), so an implementation can keep one stream per
+ * lane. copy() may return before the data moved; sync(lane) returns once
+ * every copy issued on that lane has finished. The emulator posts a command's
+ * completion only after sync() returned 0. Both return 0 or -errno; an error
+ * completes the command with Data Transfer Error. */
 struct gpunvme_emu_gpu_ops {
 	int (*copy)(void *ctx, unsigned lane, uint64_t dev_addr, void *host,
 		    size_t len, int to_gpu);
 	int (*sync)(void *ctx, unsigned lane);
 	void *ctx;
 	/* Optional (NULL: copy() per piece): the copies of several commands
-	 * in one call, in any order among themselves (no two of them overlap
-	 * in a way that matters: NVMe orders no commands that are in flight
-	 * together, §3.3.1). A worker queues the pieces of a burst and issues
-	 * them here before its sync(), so the per-call cost of the copy
-	 * engine's API is paid once per burst rather than once per command. */
+	 * in one call, in any order among themselves (NVMe orders no
+	 * commands that are in flight together, NVMe Base 2.0 §3.4.1). A
+	 * worker queues the pieces of a pass and issues them here before
+	 * its sync(), so the per-call cost of the copy engine's API is paid
+	 * once per pass rather than once per command. */
 	int (*copy_batch)(void *ctx, unsigned lane, const struct gpunvme_emu_copy *v, unsigned n);
 };
 

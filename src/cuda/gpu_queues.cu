@@ -112,10 +112,11 @@ static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t 
  * A worker's burst of copies in one call. With one cudaMemcpyAsync per
  * piece, the calls held four emulated controllers' 512 KiB commands to
  * ~65 k/s (33.5 GB/s; 45.8 batched, and one controller 42 -> 54 GB/s:
- * bench/results/md-raid0-2026-11-25). cudaMemcpyBatchAsync (CUDA 12.8) takes them all at
- * once; its copies run in stream order after earlier work on the lane and
- * in any order among themselves, which the emulator allows (emu.h). Where
- * the runtime lacks it, or refuses a batch, the pieces go one by one.
+ * bench/results/md-raid0-2026-11-25). cudaMemcpyBatchAsync (CUDA 12.8)
+ * takes them all at once; its copies run in stream order after earlier
+ * work on the lane and in any order among themselves, which the emulator
+ * allows (emu.h). Where the runtime lacks it, or refuses a batch, the
+ * pieces go one by one.
  */
 #define LANE_BATCH 128 /* pieces per call: the emulator's batch (EMU_BATCH_MAX) */
 
