@@ -120,7 +120,7 @@ NETARGS=()
 EXTRA_MODS=()
 NCTRL=0
 NDRIVE=0
-RETRY_RESET=()   # commands that give a re-run fresh disks (QEMU crash below)
+FRESH=()         # PATH SIZE IMAGE triples: fresh_file again gives a re-run fresh disks
 MODARGS=()
 FILEARGS=()
 : > "$WORK/plan"
@@ -129,9 +129,18 @@ rm -f "$WORK/host_check.sh" "$WORK/ivshmem.bin"
 machine() { IOMMU=$1; }
 modules() { local m; for m in "$@"; do MODARGS+=(-m "$m"); done; }
 guest_file() { FILEARGS+=(-f "$1"); }
+# fresh_file PATH SIZE [IMAGE]: PATH as a copy of IMAGE, or SIZE bytes of zeroes
+fresh_file() {
+	rm -f "$1"
+	if [ -n "${3:-}" ]; then
+		cp --sparse=always "$3" "$1"
+	else
+		truncate -s "$2" "$1"
+	fi
+	FRESH+=("$1" "$2" "${3:-}")
+}
 ivshmem() {
-	truncate -s "$1" "$WORK/ivshmem.bin"
-	RETRY_RESET+=("rm -f $(printf %q "$WORK/ivshmem.bin"); truncate -s $1 $(printf %q "$WORK/ivshmem.bin")")
+	fresh_file "$WORK/ivshmem.bin" "$1"
 	DEVARGS+=(-object "memory-backend-file,id=ivmem,share=on,mem-path=$WORK/ivshmem.bin,size=$1"
 		-device "ivshmem-plain,memdev=ivmem,addr=0x10")
 }
@@ -146,14 +155,7 @@ modules() { EXTRA_MODS+=("$@"); }
 plan() { cat >> "$WORK/plan"; }
 new_drive() {  # new_drive SIZE [IMAGE] [DRIVE_OPTS] -> sets DRIVE_ID
 	local img=$WORK/disk$NDRIVE.img
-	rm -f "$img"
-	if [ -n "${2:-}" ]; then
-		cp --sparse=always "$2" "$img"
-		RETRY_RESET+=("rm -f $(printf %q "$img"); cp --sparse=always $(printf %q "$2") $(printf %q "$img")")
-	else
-		truncate -s "$1" "$img"
-		RETRY_RESET+=("rm -f $(printf %q "$img"); truncate -s $1 $(printf %q "$img")")
-	fi
+	fresh_file "$img" "$1" "${2:-}"
 	DRIVE_ID=nvm$NDRIVE
 	DEVARGS+=(-drive "file=$img,if=none,id=$DRIVE_ID,format=raw,cache=unsafe${3:+,$3}")
 	NDRIVE=$((NDRIVE + 1))
@@ -280,7 +282,10 @@ case $QRC in
 	log "QEMU crashed (exit $QRC, signal $((QRC - 128))): QEMU's own failure; running the scenario once more"
 	log "the crashed run's serial log: $WORK/serial.crashed.log"
 	cp "$LOG" "$WORK/serial.crashed.log"
-	for f in "${RETRY_RESET[@]}"; do eval "$f"; done
+	AGAIN=("${FRESH[@]}")
+	for ((i = 0; i + 2 < ${#AGAIN[@]}; i += 3)); do
+		fresh_file "${AGAIN[i]}" "${AGAIN[i + 1]}" "${AGAIN[i + 2]}"
+	done
 	: > "$LOG"
 	timeout -k 10 "$TMO" "${CMD[@]}" < /dev/null 2> "$WORK/qemu.stderr"
 	QRC=$?
