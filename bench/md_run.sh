@@ -15,9 +15,13 @@
 #   MEMBERS="1 2 4" (default; an entry N:W sets W emulator workers per member,
 #   N:W:Q also Q GPU queue pairs per member), ONECTRL=1 (the members as
 #   namespaces of one emulated controller with W workers),
-#   QUEUES (GPU queue pairs per member, default 16),
-#   env: WORKDIR (keep the array image there), BUILD (build directory, default build-md), SKIP_BUILD=1 (use it as
-#   it is), TIER=cpu (smoke test of the flow on a machine without a GPU)
+#   QUEUES (GPU queue pairs per member, default 16), DEPTH (entries per
+#   queue), MODEL (the device model's options, '' for none), CHUNK (KiB,
+#   default 512; the image holds whole stripes of 4 x 512 KiB),
+#   WORKDIR (keep the array image there for the next run of the same SIZE:
+#   one model for several invocations), BUILD (build directory, default
+#   build-md), SKIP_BUILD=1 (use it as it is), TIER=cpu (smoke test of the
+#   flow on a machine without a GPU)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SIZE=${1:-16G}
@@ -25,7 +29,6 @@ OUT=${OUT:-/tmp/gpunvme-md-run}
 mkdir -p "$OUT"
 B=${BUILD:-$ROOT/build-md}
 TIER=${TIER:-2}   # TIER=cpu: the same flow through the CPU data path (a smoke test without a GPU)
-# WORKDIR=DIR keeps the array image there for the next run of the same SIZE
 if [ -n "${WORKDIR:-}" ]; then
 	W=$WORKDIR
 	mkdir -p "$W"
@@ -71,9 +74,9 @@ PREV=
 for RUN in ${MEMBERS:-1 2 4}; do
 	N=${RUN%%:*}
 	if [ "$N" != "$PREV" ]; then
-	rm -f "$W"/m*.img
-	python3 "$ROOT/bench/md_mkraid0.py" "$W/array.img" "$N" "$CHUNK" "$W/m" >> "$OUT/mkraid0.log" 2>&1 ||
-		{ log "md_mkraid0.py failed (see $OUT/mkraid0.log)"; exit 1; }
+		rm -f "$W"/m*.img
+		python3 "$ROOT/bench/md_mkraid0.py" "$W/array.img" "$N" "$CHUNK" "$W/m" >> "$OUT/mkraid0.log" 2>&1 ||
+			{ log "md_mkraid0.py failed (see $OUT/mkraid0.log)"; exit 1; }
 	fi
 	PREV=$N
 	# emulator workers: the machine's cores shared by the members (2..8 each)
