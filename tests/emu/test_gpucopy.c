@@ -226,6 +226,66 @@ TEST_CASE(batched_reads_land_before_completion)
 	return teardown(&f);
 }
 
+/* Queues with few free slots: 4 queue pairs of 8 entries (7 commands each
+ * at most) kept full until 600 reads into 600 separate GPU buffers are
+ * done, so every pass of a worker takes a few commands from several queues
+ * and one sync covers them all. Every byte of every buffer is checked, and
+ * the 4 KiB after each and the memory past the last still hold the poison. */
+TEST_CASE(many_reads_few_free_slots)
+{
+	struct fx f;
+	if (setup(&f))
+		return 1;
+	enum { NQ = 4, N = 600, STRIDE = 12288 };
+	struct h_qp sq[NQ];
+	for (unsigned j = 0; j < NQ; j++)
+		REQUIRE_OK(h_qp_create(f.c, &sq[j], (uint16_t)(2 + j), 8));
+	static uint64_t slba[N];
+	static uint8_t seen[N];
+	unsigned next = 0, done = 0;
+	uint64_t t0 = h_now_ms();
+	while (done < N) {
+		for (unsigned j = 0; j < NQ; j++) {
+			bool rung = false;
+			while (next < N) {
+				struct gpunvme_sqe s;
+				slba[next] = (uint64_t)next * 40 % 16368; /* inside the pattern */
+				h_io_sqe(&s, GPUNVME_CMD_READ, 1, slba[next], 16);
+				s.prp1 = GPU_IOVA + (uint64_t)next * STRIDE;
+				s.prp2 = s.prp1 + H_PAGE;
+				s.cid = (uint16_t)next;
+				if (h_sq_push(&sq[j], &s) == -EBUSY)
+					break;
+				next++;
+				rung = true;
+			}
+			if (rung)
+				h_sq_ring(&sq[j]);
+			struct gpunvme_cqe e;
+			while (h_cq_peek(&sq[j], &e) == 1) {
+				REQUIRE_ST(e, 0);
+				REQUIRE(e.cid < N && !seen[e.cid]++, "cid %u", e.cid);
+				/* posted only after its copies landed */
+				pthread_mutex_lock(&f.g.lock);
+				int same = !memcmp(f.g.mem + (size_t)e.cid * STRIDE, want + slba[e.cid] * 512, 8192);
+				pthread_mutex_unlock(&f.g.lock);
+				REQUIRE(same, "read %u completed before its bytes landed", e.cid);
+				done++;
+			}
+		}
+		REQUIRE(h_now_ms() - t0 < H_TIMEOUT_MS, "%u of %u reads done", done, N);
+	}
+	for (unsigned i = 0; i < N; i++) {
+		const uint8_t *d = f.g.mem + (size_t)i * STRIDE;
+		REQUIRE(memcmp(d, want + slba[i] * 512, 8192) == 0, "read %u: bytes differ", i);
+		REQUIRE(h_all(d + 8192, STRIDE - 8192, POISON), "read %u: the gap after it was written", i);
+	}
+	REQUIRE(h_all(f.g.mem + (size_t)N * STRIDE, f.g.len - (size_t)N * STRIDE, POISON));
+	REQUIRE_EQ(f.g.batch_pieces, N);
+	REQUIRE(!f.g.overflow);
+	return teardown(&f);
+}
+
 TEST_CASE(writes_from_gpu_then_read_back)
 {
 	struct fx f;
