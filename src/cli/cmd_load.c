@@ -8,7 +8,8 @@
  * Destination layout (gpunvme_model_buffers_alloc): selected tensors are
  * grouped into runs of nearby file bytes, each in loader memory placed for
  * its file offset, so only a run's first and last blocks are bounced. The
- * runs are loaded in CHUNK pieces so a progress bar can follow them.
+ * runs are loaded in pieces (1/16 of the load, 64 MiB to 1 GiB) so a
+ * progress bar can follow them.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -29,8 +30,20 @@
 #include "gpunvme/sha256.h"
 #include "util.h"
 
-#define CHUNK (64u << 20)       /* progress and pipelining granularity */
-#define HOST_CHUNK (4u << 20)   /* copies back for hashing and verifying */
+/*
+ * Runs are loaded in pieces so a progress bar can follow them. On an md
+ * array every piece is a join across the members (each member's reads on
+ * its own stream, the caller's stream waiting for all): the member that
+ * finishes first idles until the last command of the slowest one is in.
+ * That drain cost 110-270 us per piece on a modeled RAID0 of 4 Gen5
+ * drives, i.e. 18 % at 64 MiB pieces (1.2 ms each at 56 GB/s;
+ * bench/results/md-raid0-2026-11-25). So a piece is 1/16 of the load,
+ * at least 64 MiB (updates for small loads) and at most 1 GiB (a few
+ * seconds per update at 7 GB/s, and the drain stays near 1 %).
+ */
+#define PIECE_MIN (64ull << 20)
+#define PIECE_MAX (1ull << 30)
+#define HOST_CHUNK (4u << 20) /* copies back for hashing and verifying */
 
 struct load_opts {
 	const char *uri, *path, *tensors;
@@ -55,6 +68,7 @@ struct load_ctx {
 	double secs;
 	uint8_t *host;              /* HOST_CHUNK staging for Tier 2 reads back */
 	uint8_t *vbuf;              /* HOST_CHUNK for --verify */
+	uint64_t piece;             /* bytes per load call (PIECE_MIN..PIECE_MAX) */
 };
 
 static void help(void)
@@ -330,8 +344,8 @@ static int load_cpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 {
 	for (size_t k = 0; k < x->b->n_runs; k++) {
 		const struct gpunvme_model_run *r = &x->b->runs[k];
-		for (uint64_t o = 0; o < r->len; o += CHUNK) {
-			uint64_t n = r->len - o < CHUNK ? r->len - o : CHUNK;
+		for (uint64_t o = 0; o < r->len; o += x->piece) {
+			uint64_t n = r->len - o < x->piece ? r->len - o : x->piece;
 			uint16_t status = 0;
 			int rc = gpunvme_load_layer(x->l, r->off + o, n, r->dst + o, &status);
 			if (rc)
@@ -351,7 +365,7 @@ static int load_gpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 {
 	size_t nchunks = 0;
 	for (size_t k = 0; k < x->b->n_runs; k++)
-		nchunks += (x->b->runs[k].len + CHUNK - 1) / CHUNK;
+		nchunks += (x->b->runs[k].len + x->piece - 1) / x->piece;
 	cudaEvent_t *ev = calloc(nchunks ? nchunks : 1, sizeof(*ev));
 	uint64_t *bytes = calloc(nchunks ? nchunks : 1, sizeof(*bytes));
 	cudaStream_t s = NULL;
@@ -363,8 +377,8 @@ static int load_gpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 	}
 	for (size_t k = 0; k < x->b->n_runs && !rc; k++) {
 		const struct gpunvme_model_run *r = &x->b->runs[k];
-		for (uint64_t o = 0; o < r->len && !rc; o += CHUNK) {
-			uint64_t n = r->len - o < CHUNK ? r->len - o : CHUNK;
+		for (uint64_t o = 0; o < r->len && !rc; o += x->piece) {
+			uint64_t n = r->len - o < x->piece ? r->len - o : x->piece;
 			if (cudaEventCreateWithFlags(&ev[queued], cudaEventDisableTiming | cudaEventBlockingSync) !=
 			    cudaSuccess) {
 				rc = cli_err(EXIT_RUNTIME, "cannot create a CUDA event");
@@ -404,6 +418,8 @@ out:
 static int load_all(struct load_ctx *x)
 {
 	uint64_t all = x->b->run_bytes;
+	for (x->piece = PIECE_MIN; x->piece < PIECE_MAX && all / x->piece > 16; x->piece <<= 1)
+		;
 	uint64_t t0 = cli_now_ns();
 	int rc;
 #ifdef GPUNVME_HAVE_CUDA
