@@ -7,7 +7,7 @@
  */
 #include <cuda_runtime.h>
 #include <errno.h>
-#include <sched.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -441,10 +441,22 @@ static int lg_stream_wait(void *stream, void *e)
 	return ce == cudaSuccess ? 0 : lg_cuda(ce, "making a stream wait for an event");
 }
 
-/* Polled rather than cudaEventSynchronize, which has no timeout. */
+/*
+ * Polled rather than cudaEventSynchronize, which has no timeout; between
+ * polls the thread sleeps (2 us growing to 32 us; with the kernel's timer
+ * slack ~50-100 us per poll at most, under 1 % of a layer read of 10 ms or
+ * more). It used to poll with only sched_yield between queries: a core
+ * taken from the emulator's workers, and each cudaEventQuery takes the
+ * runtime's lock, which a tight loop can take again before a thread waiting
+ * for it (an emulator copy lane) wakes. That was one suspect for the layer
+ * stream's hang on the H200 (copy lanes blocked in cudaMemcpyAsync for the
+ * whole 30 s wait); sleeping here did not cure it, so the cause is elsewhere
+ * (bench/results/stream-llm-2026-11-25, "19:50 UTC").
+ */
 static int lg_event_wait(void *e, uint64_t timeout_ns)
 {
 	uint64_t deadline = gpunvme_now_ns() + timeout_ns;
+	long ns = 2000;
 	for (;;) {
 		cudaError_t ce = cudaEventQuery((cudaEvent_t)e);
 		if (ce == cudaSuccess)
@@ -454,7 +466,10 @@ static int lg_event_wait(void *e, uint64_t timeout_ns)
 		if (gpunvme_now_ns() > deadline)
 			return gpunvme_set_error(-ETIMEDOUT, "GPU work did not complete in %llu ms",
 						 (unsigned long long)(timeout_ns / 1000000));
-		sched_yield();
+		struct timespec ts = { 0, ns };
+		nanosleep(&ts, NULL);
+		if (ns < 32000)
+			ns *= 2;
 	}
 }
 

@@ -4,8 +4,8 @@
 # of tests/loader/fixtures (scripts/fixtures/make-model-fixtures.sh) and
 # compare each tensor with the manifest; `mkmodel` checks the generator
 # alone; `roundtrip` builds images of random-data models with mkfs at test
-# time. Skipped (77) without zstd, python3 or the mkfs tool a group needs.
-set(GPUNVME_LOAD_TEST_GROUPS json_ext4 json_xfs tensors_glob verify tier_cpu bad_inputs usage mkmodel roundtrip queue_sweep)
+# time, `pieces` one of 1.1 GiB (a load in pieces larger than 64 MiB). Skipped (77) without zstd, python3 or the mkfs tool a group needs.
+set(GPUNVME_LOAD_TEST_GROUPS json_ext4 json_xfs tensors_glob verify tier_cpu bad_inputs usage mkmodel roundtrip queue_sweep pieces)
 foreach(g IN LISTS GPUNVME_LOAD_TEST_GROUPS)
   add_test(NAME loader.load.${g}
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/load_test.sh $<TARGET_FILE:gpunvme-cli> ${g}

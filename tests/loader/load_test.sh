@@ -4,7 +4,7 @@
 # `gpunvme load` on the fragmented ext4/XFS fixtures of tests/loader/fixtures
 # (scripts/fixtures/make-model-fixtures.sh) and on images built at test time:
 #   load_test.sh GPUNVME_BINARY GROUP [MKMODEL_BINARY]
-# Groups: json_ext4 json_xfs tensors_glob verify tier_cpu bad_inputs usage queue_sweep
+# Groups: json_ext4 json_xfs tensors_glob verify tier_cpu bad_inputs usage queue_sweep pieces
 # (fixtures), mkmodel (the generator alone), roundtrip (mkmodel + mkfs.ext4 -d
 # / mkfs.xfs -p images of random-data models).
 #
@@ -401,6 +401,33 @@ PY
 			echo "note: mkfs.xfs -p failed or made an unclean image ($(grep -m 1 -iE 'bad|error|refus' "$WORK/mkfs.txt")); XFS part skipped"
 		fi
 	fi
+}
+
+# A load of more than 16 x 64 MiB goes in larger pieces (1/16 of the load,
+# cmd_load.c): 1.1 GiB of random tensors is read in 128 MiB pieces, the last
+# one partial, and every tensor's sha256 must match the source file's.
+group_pieces() {
+	need_mkmodel
+	command -v mkfs.ext4 >/dev/null 2>&1 || skip "no mkfs.ext4"
+	local d=$WORK/tree img=$WORK/pieces.img
+	mkdir -p "$d/m"
+	"$MKMODEL" --format safetensors --size 1100M --seed 41 -o "$d/m/big.safetensors" --manifest "$WORK/big.man" ||
+		{ fail "mkmodel failed"; return; }
+	python3 - "$d" "$WORK/big.man" >"$WORK/big.manifest" <<'PY' || { fail "manifest"; return; }
+import hashlib, sys
+d, man = sys.argv[1:3]
+with open("%s/m/big.safetensors" % d, "rb") as f:
+    for l in open(man, encoding="utf-8"):
+        n, dt, sh, off, size = l.rstrip("\n").split("\t")
+        f.seek(int(off))
+        h = hashlib.sha256(f.read(int(size))).hexdigest()
+        print("/m/big.safetensors\t%s\t%s\t%s\t%s\t%s\t%s" % (n, dt, sh, off, size, h))
+PY
+	truncate -s 1300M "$img"
+	mkfs.ext4 -q -F -b 4096 -d "$d" "$img" || { fail "mkfs.ext4 -d"; return; }
+	rm -rf "$d"
+	ok load "emu:$img" /m/big.safetensors --json --tier cpu --no-progress &&
+		check_json "$WORK/big.manifest" /m/big.safetensors "emu:$img" ext4 false
 }
 
 # Every queue count, depth and MDTS a user can combine gives the same
