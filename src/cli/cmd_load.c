@@ -34,12 +34,13 @@
  * Runs are loaded in pieces so a progress bar can follow them. On an md
  * array every piece is a join across the members (each member's reads on
  * its own stream, the caller's stream waiting for all): the member that
- * finishes first idles until the last command of the slowest one is in.
- * That drain cost 110-270 us per piece on a modeled RAID0 of 4 Gen5
- * drives, i.e. 18 % at 64 MiB pieces (1.2 ms each at 56 GB/s;
- * bench/results/md-raid0-2026-11-25). So a piece is 1/16 of the load,
- * at least 64 MiB (updates for small loads) and at most 1 GiB (a few
- * seconds per update at 7 GB/s, and the drain stays near 1 %).
+ * finishes first idles until the last command of the slowest one is in,
+ * and every piece starts with queues to fill. At 64 MiB pieces that cost
+ * 3-5 % on modeled Gen5 drives; 1 GiB pieces took 1 member from 97.3 to
+ * 99.4 % of its 14 GB/s and 2 members from 95.5 to 99.4 % of 28 GB/s
+ * (bench/results/md-raid0-2026-11-25). So a piece is 1/16 of the load, at
+ * least 64 MiB (updates for small loads) and at most 1 GiB (a few seconds
+ * per update at 7 GB/s, and the join stays near 1 %).
  */
 #define PIECE_MIN (64ull << 20)
 #define PIECE_MAX (1ull << 30)
