@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -183,13 +184,25 @@ static int push_reads(struct h_qp *q, unsigned n)
 	return 0;
 }
 
-/* The bytes of read i, and the 4 KiB gap after each, still poisoned. */
-static int check_reads(const struct fake_gpu *g, unsigned n)
+/* Read i's 8 KiB at GPU byte i * 12 KiB equal the pattern at LBA slba[i]
+ * (i * 48 without a list); read now, under the fake's lock, while copies
+ * may still be landing. */
+static bool landed(struct fake_gpu *g, unsigned i, const uint64_t *slba)
+{
+	uint64_t lba = slba ? slba[i] : (uint64_t)i * 48;
+	pthread_mutex_lock(&g->lock);
+	bool same = memcmp(g->mem + (size_t)i * 12288, want + lba * 512, 8192) == 0;
+	pthread_mutex_unlock(&g->lock);
+	return same;
+}
+
+/* The bytes of every read (LBAs as for landed), the 4 KiB gap after each
+ * and the memory past the last still poisoned. */
+static int check_reads(struct fake_gpu *g, unsigned n, const uint64_t *slba)
 {
 	for (unsigned i = 0; i < n; i++) {
-		const uint8_t *d = g->mem + (size_t)i * 12288;
-		REQUIRE(memcmp(d, want + (size_t)i * 48 * 512, 8192) == 0, "read %u: bytes differ", i);
-		REQUIRE(h_all(d + 8192, 4096, POISON), "read %u: the gap after it was written", i);
+		REQUIRE(landed(g, i, slba), "read %u: bytes differ", i);
+		REQUIRE(h_all(g->mem + (size_t)i * 12288 + 8192, 4096, POISON), "read %u: the gap after it was written", i);
 	}
 	REQUIRE(h_all(g->mem + (size_t)n * 12288, g->len - (size_t)n * 12288, POISON));
 	return 0;
@@ -210,12 +223,9 @@ TEST_CASE(batched_reads_land_before_completion)
 		unsigned i = (unsigned)e.cid - 100;
 		REQUIRE(i < N && ++seen[i] == 1, "cid %u", e.cid);
 		/* posted only after its copies landed */
-		pthread_mutex_lock(&f.g.lock);
-		int same = memcmp(f.g.mem + (size_t)i * 12288, want + (size_t)i * 48 * 512, 8192) == 0;
-		pthread_mutex_unlock(&f.g.lock);
-		REQUIRE(same, "read %u completed before its bytes landed", i);
+		REQUIRE(landed(&f.g, i, NULL), "read %u completed before its bytes landed", i);
 	}
-	if (check_reads(&f.g, N))
+	if (check_reads(&f.g, N, NULL))
 		return 1;
 	/* one piece per read (contiguous GPU pages merge), all through
 	 * batches, fewer calls than reads */
@@ -236,7 +246,7 @@ TEST_CASE(many_reads_few_free_slots)
 	struct fx f;
 	if (setup(&f))
 		return 1;
-	enum { NQ = 4, N = 600, STRIDE = 12288 };
+	enum { NQ = 4, N = 600 };
 	struct h_qp sq[NQ];
 	for (unsigned j = 0; j < NQ; j++)
 		REQUIRE_OK(h_qp_create(f.c, &sq[j], (uint16_t)(2 + j), 8));
@@ -251,7 +261,7 @@ TEST_CASE(many_reads_few_free_slots)
 				struct gpunvme_sqe s;
 				slba[next] = (uint64_t)next * 40 % 16368; /* inside the pattern */
 				h_io_sqe(&s, GPUNVME_CMD_READ, 1, slba[next], 16);
-				s.prp1 = GPU_IOVA + (uint64_t)next * STRIDE;
+				s.prp1 = GPU_IOVA + (uint64_t)next * 12288;
 				s.prp2 = s.prp1 + H_PAGE;
 				s.cid = (uint16_t)next;
 				if (h_sq_push(&sq[j], &s) == -EBUSY)
@@ -266,21 +276,14 @@ TEST_CASE(many_reads_few_free_slots)
 				REQUIRE_ST(e, 0);
 				REQUIRE(e.cid < N && !seen[e.cid]++, "cid %u", e.cid);
 				/* posted only after its copies landed */
-				pthread_mutex_lock(&f.g.lock);
-				int same = !memcmp(f.g.mem + (size_t)e.cid * STRIDE, want + slba[e.cid] * 512, 8192);
-				pthread_mutex_unlock(&f.g.lock);
-				REQUIRE(same, "read %u completed before its bytes landed", e.cid);
+				REQUIRE(landed(&f.g, e.cid, slba), "read %u completed before its bytes landed", e.cid);
 				done++;
 			}
 		}
 		REQUIRE(h_now_ms() - t0 < H_TIMEOUT_MS, "%u of %u reads done", done, N);
 	}
-	for (unsigned i = 0; i < N; i++) {
-		const uint8_t *d = f.g.mem + (size_t)i * STRIDE;
-		REQUIRE(memcmp(d, want + slba[i] * 512, 8192) == 0, "read %u: bytes differ", i);
-		REQUIRE(h_all(d + 8192, STRIDE - 8192, POISON), "read %u: the gap after it was written", i);
-	}
-	REQUIRE(h_all(f.g.mem + (size_t)N * STRIDE, f.g.len - (size_t)N * STRIDE, POISON));
+	if (check_reads(&f.g, N, slba))
+		return 1;
 	REQUIRE_EQ(f.g.batch_pieces, N);
 	REQUIRE(!f.g.overflow);
 	return teardown(&f);
@@ -341,8 +344,7 @@ TEST_CASE(refused_batch_fails_its_commands)
 		REQUIRE(i < N);
 		if (h_st(&e) == 0) {
 			/* success only with the right bytes */
-			REQUIRE(memcmp(f.g.mem + (size_t)i * 12288, want + (size_t)i * 48 * 512, 8192) == 0,
-				"read %u reported success with wrong bytes", i);
+			REQUIRE(landed(&f.g, i, NULL), "read %u reported success with wrong bytes", i);
 			ok++;
 		} else {
 			REQUIRE_SC(e, GPUNVME_SC_DATA_XFER_ERROR);
@@ -366,7 +368,7 @@ TEST_CASE(no_batch_op_copies_piece_by_piece)
 	REQUIRE_OK(push_reads(&f.q, N));
 	if (wait_ok(&f.q, N))
 		return 1;
-	if (check_reads(&f.g, N))
+	if (check_reads(&f.g, N, NULL))
 		return 1;
 	REQUIRE_EQ(f.g.batch_calls, 0);
 	REQUIRE_EQ(f.g.single_calls, N);
