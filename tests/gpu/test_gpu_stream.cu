@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * The layer stream's GPU tier (include/gpunvme/stream.h, Tier 2) against the
+ * The layer stream's GPU tiers (include/gpunvme/stream.h) against the
  * embedded emulator: a file in random fragments with holes
  * (tests/loader/layout.h) indexed as a model of uneven layers "blk.{i}.*"
  * plus a resident tensor. A consumer stream runs, for every layer of three
@@ -11,6 +11,9 @@
  *   window2, window3   the above at windows 2 and 3
  *   sync_reads         window 2 with opts.sync_reads
  *   whole              window >= layers: every layer read once
+ *   tier1, tier1_sync  window 2 on Tier 1 (slots in pinned host memory the
+ *                      GPU reads through its mapping), without and with
+ *                      sync_reads
  * Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
@@ -96,7 +99,7 @@ static unsigned long long host_sum(const uint8_t *p, uint64_t n)
 	return s;
 }
 
-static int run(uint32_t window, int sync_reads)
+static int run(uint32_t window, int sync_reads, enum gpunvme_tier tier)
 {
 	struct gpunvme_ctrl *c = open_emu("emu:ram:64M?lbads=9&workers=4");
 	REQUIRE(c);
@@ -116,7 +119,7 @@ static int run(uint32_t window, int sync_reads)
 	o.window = window;
 	o.sync_reads = sync_reads;
 	o.no_fallback = 1;
-	o.loader.tier = GPUNVME_TIER_2;
+	o.loader.tier = tier;
 	o.loader.queues = 4;
 	o.loader.depth = 64;
 	o.loader.timeout_ms = 10000;
@@ -129,7 +132,7 @@ static int run(uint32_t window, int sync_reads)
 	REQUIRE(res && res->n_tensors == 1);
 	uint8_t *h = (uint8_t *)malloc(res->tensors[0]->bytes);
 	REQUIRE(h);
-	REQUIRE_CUDA(cudaMemcpy(h, res->ptr[0], res->tensors[0]->bytes, cudaMemcpyDeviceToHost));
+	REQUIRE_CUDA(cudaMemcpy(h, res->ptr[0], res->tensors[0]->bytes, cudaMemcpyDefault));
 	REQUIRE(!memcmp(h, L.ref + res->tensors[0]->offset, res->tensors[0]->bytes), "resident tensor differs");
 	free(h);
 
@@ -150,7 +153,11 @@ static int run(uint32_t window, int sync_reads)
 			for (size_t k = 0; k < 2; k++) {
 				want_off[p][i][k] = ly->tensors[k]->offset;
 				want_len[p][i][k] = ly->tensors[k]->bytes;
-				k_sum<<<32, 256, 0, cs>>>((const uint8_t *)ly->ptr[k], ly->tensors[k]->bytes,
+				/* Tier 1: the GPU reads the pinned slot through its mapping */
+				void *p = ly->ptr[k];
+				if (tier == GPUNVME_TIER_1)
+					REQUIRE_CUDA(cudaHostGetDevicePointer(&p, ly->ptr[k], 0));
+				k_sum<<<32, 256, 0, cs>>>((const uint8_t *)p, ly->tensors[k]->bytes,
 							  &sums[((size_t)p * NL + i) * 2 + k]);
 			}
 			REQUIRE_CUDA(cudaGetLastError());
@@ -171,13 +178,13 @@ static int run(uint32_t window, int sync_reads)
 			}
 	struct gpunvme_stream_stats st;
 	REQUIRE_OK(gpunvme_layer_stream_stats(s, &st));
-	REQUIRE_EQ(st.tier, GPUNVME_TIER_2);
+	REQUIRE_EQ(st.tier, tier);
 	REQUIRE_EQ(st.acquires, PASSES * NL);
 	REQUIRE_EQ(st.layer_loads, window >= NL ? (uint64_t)NL : (uint64_t)window + PASSES * NL);
 	REQUIRE(st.io_ms > 0 && st.stall_ms >= 0 && st.overlap >= 0 && st.overlap <= 1);
-	printf("window %u%s: %llu layer reads, %llu bytes, io %.2f ms, stall %.2f ms, overlap %.2f\n", window,
-	       sync_reads ? " sync_reads" : "", (unsigned long long)st.layer_loads, (unsigned long long)st.bytes_read,
-	       st.io_ms, st.stall_ms, st.overlap);
+	printf("tier %d window %u%s: %llu layer reads, %llu bytes, io %.2f ms, stall %.2f ms, overlap %.2f\n", (int)tier,
+	       window, sync_reads ? " sync_reads" : "", (unsigned long long)st.layer_loads,
+	       (unsigned long long)st.bytes_read, st.io_ms, st.stall_ms, st.overlap);
 	free(got);
 	cudaFree(sums);
 	cudaStreamDestroy(cs);
@@ -189,22 +196,32 @@ static int run(uint32_t window, int sync_reads)
 
 TEST_CASE(window2)
 {
-	return run(2, 0);
+	return run(2, 0, GPUNVME_TIER_2);
 }
 
 TEST_CASE(window3)
 {
-	return run(3, 0);
+	return run(3, 0, GPUNVME_TIER_2);
 }
 
 TEST_CASE(sync_reads)
 {
-	return run(2, 1);
+	return run(2, 1, GPUNVME_TIER_2);
 }
 
 TEST_CASE(whole)
 {
-	return run(NL + 2, 0);
+	return run(NL + 2, 0, GPUNVME_TIER_2);
+}
+
+TEST_CASE(tier1)
+{
+	return run(2, 0, GPUNVME_TIER_1);
+}
+
+TEST_CASE(tier1_sync)
+{
+	return run(2, 1, GPUNVME_TIER_1);
 }
 
 int main(int argc, char **argv)
