@@ -154,10 +154,10 @@ static int run(uint32_t window, int sync_reads, enum gpunvme_tier tier)
 				want_off[p][i][k] = ly->tensors[k]->offset;
 				want_len[p][i][k] = ly->tensors[k]->bytes;
 				/* Tier 1: the GPU reads the pinned slot through its mapping */
-				void *p = ly->ptr[k];
+				void *src = ly->ptr[k];
 				if (tier == GPUNVME_TIER_1)
-					REQUIRE_CUDA(cudaHostGetDevicePointer(&p, ly->ptr[k], 0));
-				k_sum<<<32, 256, 0, cs>>>((const uint8_t *)p, ly->tensors[k]->bytes,
+					REQUIRE_CUDA(cudaHostGetDevicePointer(&src, ly->ptr[k], 0));
+				k_sum<<<32, 256, 0, cs>>>((const uint8_t *)src, ly->tensors[k]->bytes,
 							  &sums[((size_t)p * NL + i) * 2 + k]);
 			}
 			REQUIRE_CUDA(cudaGetLastError());
