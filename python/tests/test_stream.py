@@ -139,9 +139,11 @@ def test_stream_cuda_every_layer(dec):
     assert st["acquires"] == 15 and st["layer_loads"] == 2 + 15 and 0.0 <= st["overlap"] <= 1.0
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_stream_decoder_llama(tmp_path, device):
-    """a tiny Llama: logits with streamed layers == fully loaded, bitwise"""
+@pytest.mark.parametrize("device,tier", [("cpu", None), ("cuda", None), ("cuda", 1)])
+def test_stream_decoder_llama(tmp_path, device, tier):
+    """a tiny Llama: logits with streamed layers == fully loaded, bitwise;
+    on Tier 1 (pinned slots, each layer copied to the GPU) no layer's GPU
+    copy outlives its forward"""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     if device == "cuda" and (not gpunvme.cuda_available() or not torch.cuda.is_available()):
@@ -160,14 +162,21 @@ def test_stream_decoder_llama(tmp_path, device):
         full = transformers.LlamaForCausalLM(cfg).eval()
     full.load_state_dict(gpunvme.load_pretrained(uri, "/tiny", device=device), assign=True, strict=True)
     gpunvme._rebuild_rotary(full, "model.rotary_emb", full.model.rotary_emb, torch.device(device))
+    if tier == 1:  # Tier 1's layers are torch allocations: the reference's too (the same kernels)
+        for p in full.parameters():
+            p.data = p.data.clone()
     with torch.device("meta"):
         m = transformers.LlamaForCausalLM(cfg).eval()
-    s = gpunvme.stream_decoder(m, uri, "/tiny", window=2, device=device)
+    s = gpunvme.stream_decoder(m, uri, "/tiny", window=2, device=device, tier=tier, no_fallback=tier is not None)
+    assert tier is None or s.tier == tier
     ids = torch.randint(0, 300, (1, 12)).to(device)
     with torch.no_grad():
         for _ in range(2):
             a = full(ids).logits
             b = m(ids).logits
             assert torch.equal(a, b)
+            if tier == 1:
+                held = [n for n, p in m.model.layers.named_parameters()]
+                assert held == [], held[:3]
     st = s.stats()
     assert st["acquires"] == 8 and st["layers"] == 4

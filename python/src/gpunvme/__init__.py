@@ -898,6 +898,16 @@ def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, 
     def post(i):
         def hook(mod, args, out):
             s.release(i)
+            if copy:
+                # Tier 1: the layer's GPU copies go back to torch's
+                # allocator (stream-ordered on this stream, after the
+                # layer's kernels); kept, every layer would stay resident
+                for (li, _), (sub, leaf) in targets.items():
+                    if li == i:
+                        if leaf in sub._parameters:
+                            sub._parameters[leaf] = None
+                        else:
+                            sub._buffers[leaf] = None
         return hook
 
     for i, mod in enumerate(container):
