@@ -883,12 +883,27 @@ def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, 
             targets[key] = (sub, leaf)
         return targets[key]
 
+    # Tier 1: one set of GPU buffers per window slot, kept for the whole run
+    # and refilled in stream order (layer i uses set i % window, whose last
+    # user, layer i - window, ran earlier on the same stream). A fresh
+    # allocation per layer made torch's allocator, capped by a budget, give
+    # memory back with cudaFree, which waits for the whole device, read
+    # kernels included: every layer's reads then stopped the consumer.
+    gbufs = [{} for _ in range(s.stats()["window"])] if copy else None
+
+    def gpu_copy(i, rel, t):
+        bufs = gbufs[i % len(gbufs)]
+        b = bufs.get(rel)
+        if b is None or b.shape != t.shape or b.dtype != t.dtype:
+            b = bufs[rel] = torch.empty(t.shape, dtype=t.dtype, device=dev)
+        return b.copy_(t, non_blocking=True)
+
     def pre(i):
         def hook(mod, args, kwargs=None):
             for name, t in s.acquire(i).items():
                 sub, leaf = target(i, mod, name)
                 if copy:
-                    t = t.to(dev, non_blocking=True)
+                    t = gpu_copy(i, name[len(prefix) + len(str(i)) + 1:], t)
                 if leaf in sub._parameters:
                     sub._parameters[leaf] = torch.nn.Parameter(t, requires_grad=False)
                 else:
@@ -899,9 +914,8 @@ def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, 
         def hook(mod, args, out):
             s.release(i)
             if copy:
-                # Tier 1: the layer's GPU copies go back to torch's
-                # allocator (stream-ordered on this stream, after the
-                # layer's kernels); kept, every layer would stay resident
+                # Tier 1: the layer lets go of its GPU buffers (they are the
+                # next layer of its set's); kept, the module would hold them
                 for (li, _), (sub, leaf) in targets.items():
                     if li == i:
                         if leaf in sub._parameters:
