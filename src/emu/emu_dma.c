@@ -423,6 +423,9 @@ uint16_t emu_gpu_sync(struct emu_thread *t)
 			st = GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
 		last = &r->gpu;
 	}
+	/* the held completions whose copies this sync covered fail with it */
+	if (st && !t->gpu_err)
+		t->gpu_err = st;
 	return st;
 }
 

@@ -51,6 +51,12 @@ struct emu_thread {
 	uint32_t nbatch;
 	struct gpunvme_emu_gpu_ops batch_ops;
 	bool batch_failed;     /* a batch since the last sync was refused */
+	/* completions of this pass held for the lane's copies (pend[].gpu),
+	 * and the first sync failure since they were released: a sync inside
+	 * the pass (DSM, FUA write) clears gpu_pending but covers their
+	 * copies, so the pass end releases them on these, not on gpu_pending */
+	bool gpu_held;
+	uint16_t gpu_err;
 	struct emu_counters c;
 };
 

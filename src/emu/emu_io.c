@@ -397,6 +397,7 @@ static int sq_process(struct emu_thread *t, struct emu_sq *sq, uint32_t burst)
 		if (t->gpu_pending) {
 			uint32_t i = cq->pend_head + cq->pend_count - 1;
 			cq->pend[i >= cq->pend_cap ? i - cq->pend_cap : i].gpu = true;
+			t->gpu_held = true;
 		}
 	}
 	return done;
@@ -441,8 +442,15 @@ int emu_worker_pass(struct emu_worker *w)
 	/* One sync for the copies of every queue of the pass (issued as one
 	 * batch where the GPU ops take batches), before any of their
 	 * completions can be posted. */
-	if (t->gpu_pending) {
+	if (t->gpu_pending || t->gpu_held) {
+		/* a sync inside the pass (DSM, FUA write) may have covered the
+		 * held completions' copies already and cleared gpu_pending:
+		 * they go on its result (gpu_err), or stay held for ever */
 		uint16_t st = emu_gpu_sync(t);
+		if (!st)
+			st = t->gpu_err;
+		t->gpu_err = 0;
+		t->gpu_held = false;
 		for (uint32_t i = 0; i < w->ncqs; i++)
 			gpu_release(w->cqs[i], st);
 	}

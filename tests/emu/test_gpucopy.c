@@ -236,6 +236,51 @@ TEST_CASE(batched_reads_land_before_completion)
 	return teardown(&f);
 }
 
+/* A sync inside a pass (here Dataset Management, which syncs the lane
+ * before it reads its range list; a FUA write to a file does too) covers
+ * the copies of the GPU reads fetched before it in the same pass: their
+ * completions must still be posted, with the sync's result, not held for
+ * ever because the sync cleared the lane's pending flag. */
+TEST_CASE(sync_inside_a_pass_releases_held_reads)
+{
+	struct fx f;
+	if (setup(&f))
+		return 1;
+	enum { N = 10 };
+	for (unsigned i = 0; i < N; i++) {
+		struct gpunvme_sqe s;
+		h_io_sqe(&s, GPUNVME_CMD_READ, 1, (uint64_t)i * 48, 16);
+		s.prp1 = GPU_IOVA + (uint64_t)i * 12288;
+		s.prp2 = s.prp1 + H_PAGE;
+		s.cid = (uint16_t)(100 + i);
+		REQUIRE_OK(h_sq_push(&f.q, &s));
+	}
+	/* then a deallocate far from the reads, in the same doorbell */
+	struct h_buf b = h_alloc(&f.c->arena, H_PAGE, H_PAGE);
+	struct gpunvme_dsm_range r = { .nlb = 8, .slba = 30000 };
+	memcpy(b.va, &r, sizeof(r));
+	struct gpunvme_sqe d = { .opc = GPUNVME_CMD_DSM, .nsid = 1, .prp1 = b.iova, .cid = 999 };
+	d.dsm.nr = 0;
+	d.dsm.attr = GPUNVME_DSM_AD;
+	REQUIRE_OK(h_sq_push(&f.q, &d));
+	h_sq_ring(&f.q);
+	unsigned seen = 0;
+	for (unsigned k = 0; k < N + 1; k++) {
+		struct gpunvme_cqe e;
+		REQUIRE_OK(h_cq_wait(&f.q, &e, H_TIMEOUT_MS));
+		REQUIRE_ST(e, 0);
+		if (e.cid == 999)
+			continue;
+		unsigned i = (unsigned)e.cid - 100;
+		REQUIRE(i < N && !(seen & (1u << i)), "cid %u", e.cid);
+		seen |= 1u << i;
+		REQUIRE(landed(&f.g, i, NULL), "read %u completed before its bytes landed", i);
+	}
+	if (check_reads(&f.g, N, NULL))
+		return 1;
+	return teardown(&f);
+}
+
 /* Queues with few free slots: 4 queue pairs of 8 entries (7 commands each
  * at most) kept full until 600 reads into 600 separate GPU buffers are
  * done, so every pass of a worker takes a few commands from several queues
