@@ -168,9 +168,9 @@ static int wait_ok(struct h_qp *q, unsigned n)
 	return 0;
 }
 
-/* n reads of 8 KiB (16 blocks) from LBA i * 48 into GPU bytes i * 12 KiB:
- * pushed first, then one doorbell, so the worker takes them in one pass. */
-static int push_reads(struct h_qp *q, unsigned n)
+/* n reads of 8 KiB (16 blocks) from LBA i * 48 into GPU bytes i * 12 KiB,
+ * cids 100 + i, put in the SQ without a doorbell. */
+static int queue_reads(struct h_qp *q, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++) {
 		struct gpunvme_sqe s;
@@ -180,6 +180,13 @@ static int push_reads(struct h_qp *q, unsigned n)
 		s.cid = (uint16_t)(100 + i);
 		REQUIRE_OK(h_sq_push(q, &s));
 	}
+	return 0;
+}
+
+/* the same, then one doorbell, so the worker takes them in one pass */
+static int push_reads(struct h_qp *q, unsigned n)
+{
+	REQUIRE_OK(queue_reads(q, n));
 	h_sq_ring(q);
 	return 0;
 }
@@ -247,14 +254,7 @@ TEST_CASE(sync_inside_a_pass_releases_held_reads)
 	if (setup(&f))
 		return 1;
 	enum { N = 10 };
-	for (unsigned i = 0; i < N; i++) {
-		struct gpunvme_sqe s;
-		h_io_sqe(&s, GPUNVME_CMD_READ, 1, (uint64_t)i * 48, 16);
-		s.prp1 = GPU_IOVA + (uint64_t)i * 12288;
-		s.prp2 = s.prp1 + H_PAGE;
-		s.cid = (uint16_t)(100 + i);
-		REQUIRE_OK(h_sq_push(&f.q, &s));
-	}
+	REQUIRE_OK(queue_reads(&f.q, N));
 	/* then a deallocate far from the reads, in the same doorbell */
 	struct h_buf b = h_alloc(&f.c->arena, H_PAGE, H_PAGE);
 	struct gpunvme_dsm_range r = { .nlb = 8, .slba = 30000 };
