@@ -12,7 +12,8 @@
 # Usage: OUT=DIR [STEPS="build model run"] bench/stream_llm_run.sh [LAYERS] [TOKENS] [BUDGET_GIB]
 # (STEPS picks steps; the model and image stay in $W for a later "run";
 # METHODS picks methods of stream_llm.py run, e.g. "ref,ssd_t1,mmap,accel";
-# WINDOW the stream's slots)
+# WINDOW the stream's slots; TRACE=FILE writes the streams' timelines of
+# the run step there, GPUNVME_STREAM_TRACE: include/gpunvme/stream.h)
 set -uo pipefail
 STEPS=${STEPS:-build model run pytest}
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -67,7 +68,7 @@ cat "$W/root/llm"/* > /dev/null   # page cache: the baselines read the files fro
 log "3. decode"
 EMU="emu:$W/ext4.img?snapshot=1&workers=12&mdts=9&nsq=64&mqes=1023"
 SSD="$EMU&read_mbps=7000&latency_us=80&iops=1000000"
-python3 bench/stream_llm.py run "$EMU" "$SSD" "$W/root" --work "$W" --tokens "$TOKENS" --budget-gib "$BUDGET" \
+${TRACE:+env GPUNVME_STREAM_TRACE=$TRACE} python3 bench/stream_llm.py run "$EMU" "$SSD" "$W/root" --work "$W" --tokens "$TOKENS" --budget-gib "$BUDGET" \
 	${METHODS:+--methods "$METHODS"} ${WINDOW:+--window "$WINDOW"} \
 	2> "$OUT/run.err" | tee -a "$OUT/results.jsonl"
 log "run rc=$?"

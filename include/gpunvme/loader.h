@@ -132,6 +132,19 @@ int gpunvme_load_layer(struct gpunvme_layer_loader *l, uint64_t off, uint64_t le
 int gpunvme_load_layer_async(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
 			     void *event);
 int gpunvme_layer_loader_check(struct gpunvme_layer_loader *l, uint16_t *status);
+/*
+ * GPU tiers: queue on `stream`, after loads into dst: if any load of this
+ * loader has failed since the last check, dst[0, len) is overwritten with
+ * 0xff bytes (NaN in every floating type) before later work on the stream
+ * can use it, and the failure mark is raised. For consumers that only
+ * order their work after the loads and check later: a failed load never
+ * leaves bytes that pass for data. -ENOTSUP on the CPU tier (its loads
+ * report at once).
+ */
+int gpunvme_load_guard_async(struct gpunvme_layer_loader *l, void *dst, uint64_t len, void *stream);
+/* 1 when a guard has seen a failure not yet taken by
+ * gpunvme_layer_loader_check (host memory: no CUDA call, no wait). */
+int gpunvme_layer_loader_failed(const struct gpunvme_layer_loader *l);
 
 /* Bytes moved by DMA straight into destinations, and through the bounce
  * buffer (first/last blocks, misaligned destinations), since init. */

@@ -16,6 +16,12 @@
  * consumer's stream waits on the layer's "ready" event, the reads' stream
  * on the consumer's "done" event).
  *
+ * GPUNVME_STREAM_TRACE=<file> (environment, read at open) appends the
+ * stream's timeline to <file>, one line per interval, in ms since open:
+ * "gpu read <layer> <start> <end>" (a layer's reads on the reads' stream),
+ * "gpu wait <layer> <start> <end>" (the consumer's stream waiting for
+ * them), "host acquire|release <layer> <enter> <return>" (the calls).
+ *
  * Tiers: Tier 2 (GPU memory, GPU-initiated reads; when it cannot be set up,
  * e.g. real hardware without GPU bus addresses, the stream falls back to
  * Tier 1 unless opts.no_fallback), Tier 1 (pinned host memory, GPU-initiated
@@ -119,9 +125,19 @@ const struct gpunvme_model_buffers *gpunvme_layer_stream_resident(const struct g
  * ignored by the CPU tier): GPU tiers make that stream wait for the layer's
  * reads and return at once; the CPU tier reads it now. A layer outside the
  * window restarts the window there (no layer may be held then: -EBUSY).
- * -ERANGE past the last layer, -EBUSY when i is already held; a read that
- * failed is reported (-EIO with the NVMe status, -ETIMEDOUT) by the acquire
- * of layer 0 of the next pass at the latest, by stats() and by sync().
+ * -ERANGE past the last layer, -EBUSY when i is already held.
+ *
+ * Read failures on the GPU tiers (-EIO with the NVMe status, -ETIMEDOUT,
+ * -ENODEV): the consumer's work is ordered after the reads without a host
+ * wait, so it can run before a failure is known. A layer whose reads, or
+ * any earlier read, failed is therefore poisoned before the consumer's
+ * stream can see it: every byte of the slot 0xff (NaN in every floating
+ * type; gpunvme_load_guard_async). The failure is then reported by every
+ * later acquire or release once the reads behind it have run (no wait),
+ * by the acquire of layer 0 of each pass (a short host wait), by check(i)
+ * (waits for layer i's reads), sync() and stats(); with opts.sync_reads,
+ * by the acquire of the failed layer itself. A failure is final: every
+ * later call returns it (close the stream; the queues may need a reset).
  */
 int gpunvme_layer_stream_acquire(struct gpunvme_layer_stream *s, uint32_t i, void *stream,
 				 const struct gpunvme_stream_layer **out);
@@ -133,6 +149,12 @@ int gpunvme_layer_stream_acquire(struct gpunvme_layer_stream *s, uint32_t i, voi
  */
 int gpunvme_layer_stream_release(struct gpunvme_layer_stream *s, uint32_t i, void *stream, void *event);
 
+/* Wait (bounded by the loader's timeout) for the reads of layer i's last
+ * queued load and report any read failure so far: a consumer that wants a
+ * result it can trust calls it for the last layer of a pass before using
+ * the pass's output (layers read later, the next pass's window, are not
+ * waited for). 0 at once on the CPU tier (acquire reported). */
+int gpunvme_layer_stream_check(struct gpunvme_layer_stream *s, uint32_t i);
 /* Wait (bounded by the loader's timeout) for every queued read and report
  * the first failure. */
 int gpunvme_layer_stream_sync(struct gpunvme_layer_stream *s);

@@ -92,6 +92,13 @@ def test_stream_by_hand_and_out_of_order(dec):
         with pytest.raises(gpunvme.Error) as e:
             s.acquire(5)
         assert e.value.errno == errno.ERANGE
+        s.check()  # the CPU tier reports in acquire: nothing pending
+        s.check(0)
+        with pytest.raises(gpunvme.Error) as e:
+            s.check(5)
+        assert e.value.errno == errno.ERANGE and "layers 0..4" in str(e.value)
+        with pytest.raises(TypeError):
+            s.check("1")
 
 
 @pytest.mark.parametrize("kw,code,msg", [

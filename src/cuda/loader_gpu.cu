@@ -33,6 +33,8 @@ struct lg_ctx {
 	uint32_t lba_shift, max_blocks, warps;
 	struct lg_alloc bounce;
 	int *d_status;             /* [0] first failure (sticky), [1] what lg_check took */
+	volatile int *h_mark;      /* failure mark (pinned, mapped): guards set it */
+	int *d_mark;               /* the GPU's address of h_mark */
 	cudaStream_t stream;
 	cudaEvent_t bounce_free;   /* the last round that used the bounce buffer */
 	struct lg_alloc *a;
@@ -129,6 +131,8 @@ static void lg_close(void *ctx)
 	if (x->bounce.buf)
 		lg_release(x, &x->bounce);
 	cudaFree(x->d_status);
+	if (x->h_mark)
+		cudaFreeHost((void *)x->h_mark);
 	if (x->bounce_free)
 		cudaEventDestroy(x->bounce_free);
 	if (x->stream)
@@ -163,10 +167,13 @@ static int lg_open(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_l
 	if ((ce = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking)) != cudaSuccess ||
 	    (ce = cudaEventCreateWithFlags(&x->bounce_free, cudaEventDisableTiming)) != cudaSuccess ||
 	    (ce = cudaMalloc((void **)&x->d_status, 2 * sizeof(int))) != cudaSuccess ||
-	    (ce = cudaMemset(x->d_status, 0, 2 * sizeof(int))) != cudaSuccess) {
+	    (ce = cudaMemset(x->d_status, 0, 2 * sizeof(int))) != cudaSuccess ||
+	    (ce = cudaHostAlloc((void **)&x->h_mark, sizeof(int), cudaHostAllocMapped)) != cudaSuccess ||
+	    (ce = cudaHostGetDevicePointer((void **)&x->d_mark, (void *)x->h_mark, 0)) != cudaSuccess) {
 		rc = lg_cuda(ce, "loader set-up");
 		goto fail;
 	}
+	*x->h_mark = 0;
 	if ((rc = lg_mem(x, LOADER_BOUNCE_BYTES, &x->bounce)))
 		goto fail;
 	*ctx = x;
@@ -355,6 +362,9 @@ static int lg_check(void *ctx, uint16_t *status)
 {
 	struct lg_ctx *x = (struct lg_ctx *)ctx;
 	int st = 0;
+	/* the mark first: a guard that sees a failure after the status is
+	 * taken below raises it again */
+	*x->h_mark = 0;
 	lg_take_status<<<1, 1, 0, x->stream>>>(x->d_status);
 	cudaError_t ce = cudaGetLastError();
 	if (ce == cudaSuccess)
@@ -380,6 +390,61 @@ static int lg_check(void *ctx, uint16_t *status)
 	default:
 		return gpunvme_set_error(-EIO, "queues broken by an earlier timeout, or controller fatal status");
 	}
+}
+
+/*
+ * Poison a load's destination when any read of this loader has failed
+ * since the last check. A consumer that is only stream-ordered after the
+ * reads (the layer stream: no host wait) would otherwise compute on a mix
+ * of landed and stale bytes that looks like data; all-ones bytes are NaN
+ * in every floating type (f32, f16, bf16, f8 E4M3/E5M2 too) and -1 in
+ * every signed integer type. The status word was written by the read
+ * kernels earlier in stream order (or on md member streams joined into
+ * this one), so a plain load sees it. The mark is host memory: the store
+ * is made visible to the CPU before the kernel ends by the system-scope
+ * fence (the host reads it without a CUDA call, lg_failed).
+ */
+static __global__ void lg_guard_kernel(const int *status, uint8_t *dst, uint64_t len, volatile int *mark)
+{
+	int st = *(const volatile int *)status;
+	if (!st)
+		return;
+	if (blockIdx.x == 0 && threadIdx.x == 0) {
+		*mark = 1;
+		__threadfence_system();
+	}
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < len; i += gridDim.x * (uint64_t)blockDim.x)
+		dst[i] = 0xff;
+}
+
+static int lg_guard(void *ctx, void *dst, uint64_t len, void *stream)
+{
+	struct lg_ctx *x = (struct lg_ctx *)ctx;
+	cudaStream_t s = stream ? (cudaStream_t)stream : x->stream;
+	uint8_t *d = (uint8_t *)dst;
+	if (len && x->tier != GPUNVME_TIER_2) {
+		/* Tier 1: the GPU's address of the pinned destination */
+		struct lg_alloc *a = lg_find(x, (const uint8_t *)dst, len);
+		void *dev = NULL;
+		if (a)
+			dev = a->dev + ((uint8_t *)dst - a->p);
+		else if (cudaHostGetDevicePointer(&dev, dst, 0) != cudaSuccess)
+			dev = NULL;
+		cudaGetLastError();
+		if (!dev)
+			return gpunvme_set_error(-EINVAL, "guard: %p is not memory the GPU maps", dst);
+		d = (uint8_t *)dev;
+	}
+	/* the whole grid only reads one word when nothing failed (~3 us) */
+	uint64_t blocks = len / (256 * 64) + 1;
+	lg_guard_kernel<<<(unsigned)(blocks < 256 ? blocks : 256), 256, 0, s>>>(x->d_status, d, len, x->d_mark);
+	cudaError_t ce = cudaGetLastError();
+	return ce == cudaSuccess ? 0 : lg_cuda(ce, "launching the load guard");
+}
+
+static int lg_failed(void *ctx)
+{
+	return *((struct lg_ctx *)ctx)->h_mark != 0;
 }
 
 static int lg_recover(void *ctx, int *reset)
@@ -507,7 +572,7 @@ static int lg_wait(void *ctx, void *waiter, void *waited)
 
 static const struct gpunvme_loader_gpu_ops lg_ops = {
 	lg_open, lg_close, lg_alloc_fn, lg_free_fn, lg_dev_ptr, lg_reg, lg_direct, lg_exec, lg_finish, lg_check,
-	lg_recover, LOADER_BOUNCE_BYTES,
+	lg_guard, lg_failed, lg_recover, LOADER_BOUNCE_BYTES,
 	lg_stream_new, lg_stream_free, lg_event_new, lg_event_free, lg_event_record, lg_stream_wait, lg_event_wait,
 	lg_event_elapsed, lg_own_stream, lg_wait,
 };

@@ -892,6 +892,40 @@ int gpunvme_load_layer_async(struct gpunvme_layer_loader *l, uint64_t off, uint6
 	return run_plan(l, off, len, dst, stream, event, 0, NULL);
 }
 
+int gpunvme_load_guard_async(struct gpunvme_layer_loader *l, void *dst, uint64_t len, void *stream)
+{
+	if (!l || (len && !dst))
+		return gpunvme_set_error(-EINVAL, "guard: bad arguments");
+	if (!l->mem && !l->gpu)
+		return gpunvme_set_error(-ENOTSUP, "load guards need a GPU tier (this loader uses the CPU path)");
+	if (!len)
+		return 0;
+	if (!l->mem)
+		return l->gpu->guard(l->gctx, dst, len, stream);
+	/* md: every member's failures count; each guard runs on `stream`
+	 * (member 0's own stream when NULL), where md_queue_gpu joined the
+	 * members' reads */
+	struct gpunvme_layer_loader *m0 = l->mem[0];
+	void *s = stream ? stream : m0->gpu->own_stream(m0->gctx);
+	int rc = 0;
+	for (uint32_t k = 0; k < l->nmem && !rc; k++)
+		rc = l->mem[k]->gpu->guard(l->mem[k]->gctx, dst, len, s);
+	return rc;
+}
+
+int gpunvme_layer_loader_failed(const struct gpunvme_layer_loader *l)
+{
+	if (!l)
+		return 0;
+	if (l->mem) {
+		for (uint32_t k = 0; k < l->nmem; k++)
+			if (gpunvme_layer_loader_failed(l->mem[k]))
+				return 1;
+		return 0;
+	}
+	return l->gpu ? l->gpu->failed(l->gctx) : 0;
+}
+
 int gpunvme_layer_loader_check(struct gpunvme_layer_loader *l, uint16_t *status)
 {
 	if (status)

@@ -60,6 +60,13 @@ struct gpunvme_loader_gpu_ops {
 	int (*finish)(void *ctx, void *stream, void *event, int sync);
 	/* first failure since the last check: 0, -EIO with *status, -errno */
 	int (*check)(void *ctx, uint16_t *status);
+	/* queue on stream: when a read of this loader has failed since the
+	 * last check, overwrite dst[0, len) (a load's destination) with 0xff
+	 * bytes and raise the failure mark; nothing otherwise */
+	int (*guard)(void *ctx, void *dst, uint64_t len, void *stream);
+	/* the failure mark: 1 once a guard has seen a failure, until check;
+	 * read from host memory, no CUDA call */
+	int (*failed)(void *ctx);
 	/* make the queues usable after a failure (no read in flight):
 	 * gpunvme_gpu_queues_recover; *reset says whether the controller was */
 	int (*recover)(void *ctx, int *reset);

@@ -6,6 +6,7 @@
  * reads' own and the consumer's); the CPU tier reads in acquire.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,7 @@ struct slot {
 struct tpair {
 	void *a, *b;
 	int stall;           /* 1: consumer wait; 0: a layer read */
+	uint32_t layer;
 };
 
 struct gpunvme_layer_stream {
@@ -72,6 +74,16 @@ struct gpunvme_layer_stream {
 	size_t pool_n, ring_head, ring_len;
 	struct gpunvme_stream_stats st;
 	int err;             /* first read failure seen, sticky */
+	char why[256];       /* its message */
+	/* GPU tiers: per layer, recorded on the reads' stream after the
+	 * layer's last queued reads and their guard (gpunvme_layer_stream_check) */
+	void **lev;
+	uint8_t *lev_set;
+	/* GPUNVME_STREAM_TRACE=<file>: every timed interval (reads, consumer
+	 * waits) and every acquire/release call, in ms since open */
+	FILE *trace;
+	void *t0_ev;         /* recorded on the idle reads' stream at open */
+	uint64_t t0_ns;      /* host time then */
 };
 
 void gpunvme_stream_opts_init(struct gpunvme_stream_opts *o)
@@ -275,6 +287,16 @@ static void timing_take(struct gpunvme_layer_stream *s, const struct tpair *p, f
 		s->st.stall_ms += ms;
 	else
 		s->st.io_ms += ms;
+	float a = 0, b = 0;
+	if (s->trace && !s->gpu->event_elapsed(s->t0_ev, p->a, &a) && !s->gpu->event_elapsed(s->t0_ev, p->b, &b))
+		fprintf(s->trace, "gpu %s %u %.3f %.3f\n", p->stall ? "wait" : "read", p->layer, a, b);
+}
+
+static void trace_host(struct gpunvme_layer_stream *s, const char *what, uint32_t layer, uint64_t t0)
+{
+	if (s->trace)
+		fprintf(s->trace, "host %s %u %.3f %.3f\n", what, layer, (double)(t0 - s->t0_ns) / 1e6,
+			(double)(gpunvme_now_ns() - s->t0_ns) / 1e6);
 }
 
 /* Collect completed pairs from the front; wait: also the ones pending
@@ -302,7 +324,7 @@ static int timing_harvest(struct gpunvme_layer_stream *s, int wait)
 }
 
 /* The next free pair; the oldest in flight is waited for when all are. */
-static int timing_next(struct gpunvme_layer_stream *s, int stall, struct tpair **out)
+static int timing_next(struct gpunvme_layer_stream *s, int stall, uint32_t layer, struct tpair **out)
 {
 	int rc = timing_harvest(s, 0);
 	if (!rc && s->ring_len == s->pool_n) {
@@ -318,6 +340,7 @@ static int timing_next(struct gpunvme_layer_stream *s, int stall, struct tpair *
 		return rc;
 	struct tpair *p = &s->pool[(s->ring_head + s->ring_len) % s->pool_n];
 	p->stall = stall;
+	p->layer = layer;
 	*out = p;
 	return 0;
 }
@@ -329,15 +352,30 @@ static void timing_push(struct gpunvme_layer_stream *s)
 
 /* ---- reads ------------------------------------------------------------------------------------ */
 
+/* A read failure is final for the stream: its queues may be broken and
+ * the layers queued after it are poisoned (gpunvme_load_guard_async); every
+ * later call reports the first failure again. */
 static int check_reads(struct gpunvme_layer_stream *s)
 {
 	if (s->err)
-		return s->err;
+		return gpunvme_set_error(s->err, "%s", s->why);
 	uint16_t status = 0;
 	int rc = gpunvme_layer_loader_check(s->l, &status);
-	if (rc)
+	if (rc) {
+		snprintf(s->why, sizeof(s->why), "a layer read failed (the stream is unusable: close it): %s",
+			 gpunvme_last_error());
 		s->err = rc;
-	return rc;
+		return gpunvme_set_error(rc, "%s", s->why);
+	}
+	return 0;
+}
+
+/* check_reads when a guard has marked a failure; no CUDA call otherwise */
+static int peek_reads(struct gpunvme_layer_stream *s)
+{
+	if (s->err || gpunvme_layer_loader_failed(s->l))
+		return check_reads(s);
+	return 0;
 }
 
 /* Queue (GPU) the reads of layer `layer` into slot k; the reads' stream
@@ -353,16 +391,21 @@ static int slot_fill(struct gpunvme_layer_stream *s, struct slot *sl, uint32_t l
 	if (!s->gpu)
 		return 0; /* the CPU tier reads in acquire */
 	struct tpair *tp = NULL;
-	int rc = timing_next(s, 0, &tp);
+	int rc = timing_next(s, 0, layer, &tp);
 	if (!rc)
 		rc = s->gpu->event_record(tp->a, s->io);
 	for (size_t r = 0; r < L->n_runs && !rc; r++)
 		rc = gpunvme_load_layer_async(s->l, L->runs[r].off, L->runs[r].len, sl->mem + L->runs[r].dst, s->io,
 					      NULL);
+	/* before the consumer can see the slot: poisoned if any read failed */
+	if (!rc)
+		rc = gpunvme_load_guard_async(s->l, sl->mem, L->need, s->io);
 	if (!rc)
 		rc = s->gpu->event_record(tp->b, s->io);
 	if (!rc)
 		rc = s->gpu->event_record(sl->ready, s->io);
+	if (!rc && !(rc = s->gpu->event_record(s->lev[layer], s->io)))
+		s->lev_set[layer] = 1;
 	if (!rc) {
 		timing_push(s);
 		s->st.layer_loads++;
@@ -396,6 +439,16 @@ static void teardown(struct gpunvme_layer_stream *s)
 {
 	if (s->gpu && s->io)
 		s->gpu->stream_free(s->io); /* waits for queued reads first */
+	for (uint32_t i = 0; s->lev && i < s->nl; i++)
+		if (s->lev[i])
+			s->gpu->event_free(s->lev[i]);
+	free(s->lev);
+	free(s->lev_set);
+	s->lev = NULL;
+	s->lev_set = NULL;
+	if (s->t0_ev)
+		s->gpu->event_free(s->t0_ev);
+	s->t0_ev = NULL;
 	for (uint32_t k = 0; s->slots && k < s->k; k++) {
 		struct slot *sl = &s->slots[k];
 		if (s->gpu) {
@@ -467,6 +520,18 @@ static int setup(struct gpunvme_layer_stream *s, uint32_t nsid, const struct gpu
 	if (s->gpu) {
 		if ((rc = s->gpu->stream_new(&s->io)))
 			return rc;
+		s->lev = calloc(s->nl, sizeof(*s->lev));
+		s->lev_set = calloc(s->nl, 1);
+		if (!s->lev || !s->lev_set)
+			return gpunvme_set_error(-ENOMEM, "out of memory");
+		for (uint32_t i = 0; i < s->nl; i++)
+			if ((rc = s->gpu->event_new(&s->lev[i], 0)))
+				return rc;
+		if (s->trace) {
+			if ((rc = s->gpu->event_new(&s->t0_ev, 1)) || (rc = s->gpu->event_record(s->t0_ev, s->io)))
+				return rc;
+			s->t0_ns = gpunvme_now_ns();
+		}
 		s->pool_n = TIMING_RING;
 		s->pool = calloc(s->pool_n, sizeof(*s->pool));
 		if (!s->pool)
@@ -495,6 +560,10 @@ int gpunvme_layer_stream_open(struct gpunvme_ctrl *c, uint32_t nsid, const struc
 	s->c = c;
 	s->m = m;
 	s->sync_reads = opts->sync_reads;
+	const char *tp = getenv("GPUNVME_STREAM_TRACE");
+	if (tp && *tp && !(s->trace = fopen(tp, "a")))
+		fprintf(stderr, "gpunvme: GPUNVME_STREAM_TRACE=%s: cannot open it, no trace\n", tp);
+	s->t0_ns = gpunvme_now_ns();
 	size_t *res_idx = NULL, n_res = 0;
 	int rc = group(s, opts, &res_idx, &n_res);
 	if (!rc) {
@@ -529,6 +598,8 @@ void gpunvme_layer_stream_close(struct gpunvme_layer_stream *s)
 		return;
 	teardown(s);
 	layers_free(s);
+	if (s->trace)
+		fclose(s->trace);
 	free(s);
 }
 
@@ -570,16 +641,17 @@ static int restart(struct gpunvme_layer_stream *s, uint32_t i)
 	return rc;
 }
 
-int gpunvme_layer_stream_acquire(struct gpunvme_layer_stream *s, uint32_t i, void *stream,
-				 const struct gpunvme_stream_layer **out)
+static int acquire(struct gpunvme_layer_stream *s, uint32_t i, void *stream, const struct gpunvme_stream_layer **out)
 {
 	if (!s || !out)
 		return gpunvme_set_error(-EINVAL, "stream acquire: bad arguments");
 	*out = NULL;
 	if (i >= s->nl)
 		return gpunvme_set_error(-ERANGE, "layer %u: the model has layers 0..%u", i, s->nl - 1);
+	/* GPU tiers: a failure the guards have marked (no CUDA call); once a
+	 * pass, at layer 0, also one not yet marked (a short host wait) */
 	int rc;
-	if (s->gpu && i == 0 && (rc = check_reads(s)))
+	if (s->gpu && (rc = i == 0 ? check_reads(s) : peek_reads(s)))
 		return rc;
 	struct slot *sl = slot_of(s, i);
 	if (sl && sl->held)
@@ -597,9 +669,11 @@ int gpunvme_layer_stream_acquire(struct gpunvme_layer_stream *s, uint32_t i, voi
 		/* the consumer's stream waits for the reads; the time it waits is
 		 * the stall (two events around the wait, on its stream) */
 		struct tpair *tp = NULL;
-		if (s->sync_reads && (rc = s->gpu->event_wait(sl->ready, s->timeout_ns)))
+		/* sync_reads: the layer's reads (and guard) are done: a failure
+		 * is reported now, before the consumer can use the slot */
+		if (s->sync_reads && ((rc = s->gpu->event_wait(sl->ready, s->timeout_ns)) || (rc = peek_reads(s))))
 			return rc;
-		if ((rc = timing_next(s, 1, &tp)) || (rc = s->gpu->event_record(tp->a, stream)) ||
+		if ((rc = timing_next(s, 1, i, &tp)) || (rc = s->gpu->event_record(tp->a, stream)) ||
 		    (rc = s->gpu->stream_wait(stream, sl->ready)) || (rc = s->gpu->event_record(tp->b, stream)))
 			return rc;
 		timing_push(s);
@@ -609,18 +683,30 @@ int gpunvme_layer_stream_acquire(struct gpunvme_layer_stream *s, uint32_t i, voi
 	return 0;
 }
 
-int gpunvme_layer_stream_release(struct gpunvme_layer_stream *s, uint32_t i, void *stream, void *event)
+int gpunvme_layer_stream_acquire(struct gpunvme_layer_stream *s, uint32_t i, void *stream,
+				 const struct gpunvme_stream_layer **out)
 {
-	if (!s)
-		return gpunvme_set_error(-EINVAL, "stream release: no stream");
+	uint64_t t0 = gpunvme_now_ns();
+	int rc = acquire(s, i, stream, out);
+	if (s)
+		trace_host(s, "acquire", i, t0);
+	return rc;
+}
+
+static int release(struct gpunvme_layer_stream *s, uint32_t i, void *stream, void *event)
+{
 	struct slot *sl = i < s->nl ? slot_of(s, i) : NULL;
 	if (!sl || !sl->held)
 		return gpunvme_set_error(-EINVAL, "layer %u is not held (acquire it first)", i);
 	sl->held = 0;
+	/* after a failure no more reads: the slot is given back, the failure
+	 * reported (marked ones only: no wait here) */
+	int rc = s->gpu ? peek_reads(s) : 0;
+	if (rc)
+		return rc;
 	uint32_t next = (uint32_t)((s->tail + 1) % s->nl);
 	if (slot_of(s, next)) /* the whole model fits the window: it stays */
 		return 0;
-	int rc = 0;
 	if (s->gpu) {
 		/* the slot is overwritten only after the consumer's work on it */
 		void *ev = event;
@@ -634,6 +720,28 @@ int gpunvme_layer_stream_release(struct gpunvme_layer_stream *s, uint32_t i, voi
 	if (!rc)
 		s->tail = next;
 	return rc;
+}
+
+int gpunvme_layer_stream_release(struct gpunvme_layer_stream *s, uint32_t i, void *stream, void *event)
+{
+	if (!s)
+		return gpunvme_set_error(-EINVAL, "stream release: no stream");
+	uint64_t t0 = gpunvme_now_ns();
+	int rc = release(s, i, stream, event);
+	trace_host(s, "release", i, t0);
+	return rc;
+}
+
+int gpunvme_layer_stream_check(struct gpunvme_layer_stream *s, uint32_t i)
+{
+	if (!s)
+		return gpunvme_set_error(-EINVAL, "stream check: no stream");
+	if (i >= s->nl)
+		return gpunvme_set_error(-ERANGE, "layer %u: the model has layers 0..%u", i, s->nl - 1);
+	if (!s->gpu)
+		return 0; /* the CPU tier reported in acquire */
+	int rc = s->lev_set[i] ? s->gpu->event_wait(s->lev[i], s->timeout_ns) : 0;
+	return rc ? rc : peek_reads(s);
 }
 
 int gpunvme_layer_stream_sync(struct gpunvme_layer_stream *s)

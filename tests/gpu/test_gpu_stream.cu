@@ -14,6 +14,11 @@
  *   tier1, tier1_sync  window 2 on Tier 1 (slots in pinned host memory the
  *                      GPU reads through its mapping), without and with
  *                      sync_reads
+ *   failed_read, tier1_failed_read
+ *                      a media error inside layer 2: the consumer, ordered
+ *                      after the reads only, sees every byte of the layer
+ *                      0xff (not a mix of landed and stale bytes), and the
+ *                      failure is reported by check(2) and every call after
  * Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
@@ -89,6 +94,15 @@ static void make_model(struct gpunvme_model *m, struct gpunvme_tensor *t, char n
 	if (off > size)
 		fprintf(stderr, "model of %llu bytes does not fit the file (%llu)\n", (unsigned long long)off,
 			(unsigned long long)size);
+}
+
+/* bytes that are not 0xff */
+static __global__ void k_not_ff(const uint8_t *p, uint64_t n, unsigned long long *out)
+{
+	unsigned long long c = 0;
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += gridDim.x * (uint64_t)blockDim.x)
+		c += p[i] != 0xff;
+	atomicAdd(out, c);
 }
 
 static unsigned long long host_sum(const uint8_t *p, uint64_t n)
@@ -192,6 +206,111 @@ static int run(uint32_t window, int sync_reads, enum gpunvme_tier tier)
 	free(L.ref);
 	gpunvme_close(c);
 	return 0;
+}
+
+static int run_failed_read(enum gpunvme_tier tier)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:64M?lbads=9&workers=4");
+	REQUIRE(c);
+	size_t ns_len;
+	uint8_t *ns = fill_ns(c, 7, &ns_len);
+	REQUIRE(ns);
+	struct layout L;
+	make_layout(&L, ns, ns_len, 3 * 1024 * 1024, 33);
+	struct gpunvme_model m;
+	struct gpunvme_tensor t[NT];
+	char names[NT][32];
+	make_model(&m, t, names, L.size);
+	/* a written extent wholly inside blk.2.a (t[5]): a media error there
+	 * fails some of layer 2's reads and no other layer's */
+	const struct gpunvme_tensor *bad = &t[5];
+	const struct gpunvme_extent *x = NULL;
+	for (size_t k = 0; k < L.n && !x; k++)
+		if (!L.ext[k].flags && L.ext[k].logical >= bad->offset &&
+		    L.ext[k].logical + L.ext[k].length <= bad->offset + bad->bytes)
+			x = &L.ext[k];
+	REQUIRE(x, "no extent inside %s", bad->name);
+	struct gpunvme_emu_fault f;
+	memset(&f, 0, sizeof(f));
+	f.kind = GPUNVME_EMU_FAULT_MEDIA;
+	f.nsid = 1;
+	f.slba = x->physical >> 9;
+	f.nlb = x->length >> 9;
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+
+	struct gpunvme_stream_opts o;
+	gpunvme_stream_opts_init(&o);
+	o.layers = "blk.{i}.";
+	o.window = 2;
+	o.no_fallback = 1;
+	o.loader.tier = tier;
+	o.loader.queues = 4;
+	o.loader.depth = 64;
+	o.loader.timeout_ms = 10000;
+	o.loader.retries = 0;
+	o.loader.gpu = gpunvme_loader_gpu_backend();
+	struct gpunvme_layer_stream *s = NULL;
+	REQUIRE_OK(gpunvme_layer_stream_open(c, 1, &m, L.ext, L.n, L.size, &o, &s));
+	cudaStream_t cs;
+	REQUIRE_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+	unsigned long long *cnt;
+	REQUIRE_CUDA(cudaMalloc(&cnt, sizeof(*cnt)));
+	REQUIRE_CUDA(cudaMemset(cnt, 0, sizeof(*cnt)));
+	const struct gpunvme_stream_layer *ly = NULL;
+	/* layer 0 holds its slot for 300 ms: layer 2's reads (queued behind
+	 * that release) cannot have run when layer 2 is acquired, so acquire
+	 * succeeds and only the poisoned bytes can protect the consumer */
+	REQUIRE_OK(gpunvme_layer_stream_acquire(s, 0, cs, &ly));
+	k_spin<<<1, 1, 0, cs>>>(300000000ull);
+	REQUIRE_OK(gpunvme_layer_stream_release(s, 0, cs, NULL));
+	REQUIRE_OK(gpunvme_layer_stream_acquire(s, 1, cs, &ly));
+	REQUIRE_OK(gpunvme_layer_stream_release(s, 1, cs, NULL));
+	REQUIRE_OK(gpunvme_layer_stream_acquire(s, 2, cs, &ly));
+	uint64_t bytes = 0;
+	for (size_t k = 0; k < ly->n_tensors; k++) {
+		void *src = ly->ptr[k];
+		if (tier == GPUNVME_TIER_1)
+			REQUIRE_CUDA(cudaHostGetDevicePointer(&src, ly->ptr[k], 0));
+		k_not_ff<<<32, 256, 0, cs>>>((const uint8_t *)src, ly->tensors[k]->bytes, cnt);
+		bytes += ly->tensors[k]->bytes;
+	}
+	REQUIRE_CUDA(cudaGetLastError());
+	int rc = gpunvme_layer_stream_release(s, 2, cs, NULL);
+	REQUIRE(rc == 0 || rc == -EIO, "release after the failed read: %d %s", rc, gpunvme_last_error());
+	/* check(2) waits for layer 2's reads: the failure, with its status */
+	REQUIRE_EQ(gpunvme_layer_stream_check(s, 2), -EIO);
+	REQUIRE(strstr(gpunvme_last_error(), "Unrecovered Read Error") && strstr(gpunvme_last_error(), "close it"), "%s",
+		gpunvme_last_error());
+	REQUIRE_CUDA(cudaStreamSynchronize(cs));
+	unsigned long long got = 0;
+	REQUIRE_CUDA(cudaMemcpy(&got, cnt, sizeof(got), cudaMemcpyDeviceToHost));
+	REQUIRE(got == 0, "tier %d: %llu of layer 2's %llu bytes reached the consumer unpoisoned", (int)tier, got,
+		(unsigned long long)bytes);
+	/* final: every later call reports it */
+	REQUIRE_EQ(gpunvme_layer_stream_acquire(s, 3, cs, &ly), -EIO);
+	REQUIRE_EQ(gpunvme_layer_stream_acquire(s, 0, cs, &ly), -EIO);
+	REQUIRE_EQ(gpunvme_layer_stream_check(s, 1), -EIO);
+	REQUIRE_EQ(gpunvme_layer_stream_sync(s), -EIO);
+	struct gpunvme_stream_stats st;
+	REQUIRE_EQ(gpunvme_layer_stream_stats(s, &st), -EIO);
+	printf("tier %d: the failed read of layer 2 reached the consumer as %llu bytes of 0xff, then -EIO\n", (int)tier,
+	       (unsigned long long)bytes);
+	cudaFree(cnt);
+	cudaStreamDestroy(cs);
+	gpunvme_layer_stream_close(s);
+	free(L.ref);
+	gpunvme_close(c);
+	return 0;
+}
+
+TEST_CASE(failed_read)
+{
+	return run_failed_read(GPUNVME_TIER_2);
+}
+
+TEST_CASE(tier1_failed_read)
+{
+	return run_failed_read(GPUNVME_TIER_1);
 }
 
 TEST_CASE(window2)

@@ -160,6 +160,13 @@ TEST_CASE(errors)
 	REQUIRE_EQ(gpunvme_load_layer(l, 0, 100, NULL, NULL), -EINVAL);
 	REQUIRE_OK(gpunvme_load_layer(l, 65536, 0, dst, NULL)); /* empty range at EOF */
 	REQUIRE_EQ(gpunvme_load_layer_async(l, 0, 100, dst, NULL, NULL), -ENOTSUP);
+	/* guards are for the GPU tiers' asynchronous loads; nothing to mark here */
+	REQUIRE_EQ(gpunvme_load_guard_async(l, dst, 100, NULL), -ENOTSUP);
+	REQUIRE(strstr(gpunvme_last_error(), "GPU tier"), "%s", gpunvme_last_error());
+	REQUIRE_EQ(gpunvme_load_guard_async(NULL, dst, 100, NULL), -EINVAL);
+	REQUIRE_EQ(gpunvme_load_guard_async(l, NULL, 100, NULL), -EINVAL);
+	REQUIRE_EQ(gpunvme_layer_loader_failed(l), 0);
+	REQUIRE_EQ(gpunvme_layer_loader_failed(NULL), 0);
 
 	/* media error inside the file: -EIO with the NVMe status */
 	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_MEDIA, .nsid = 1, .slba = 3, .nlb = 1 };

@@ -395,6 +395,10 @@ TEST_CASE(errors)
 	REQUIRE_EQ(gpunvme_layer_stream_release(s, 0, NULL, NULL), -EINVAL);
 	REQUIRE_EQ(gpunvme_layer_stream_release(s, 99, NULL, NULL), -EINVAL);
 	REQUIRE_OK(gpunvme_layer_stream_sync(s));
+	/* check: the CPU tier reported in acquire; a layer past the end */
+	REQUIRE_OK(gpunvme_layer_stream_check(s, 0));
+	REQUIRE_EQ(gpunvme_layer_stream_check(s, FL), -ERANGE);
+	REQUIRE_EQ(gpunvme_layer_stream_check(NULL, 0), -EINVAL);
 	REQUIRE_EQ(gpunvme_layer_stream_stats(s, NULL), -EINVAL);
 	gpunvme_layer_stream_close(s);
 	gpunvme_layer_stream_close(NULL);

@@ -729,6 +729,14 @@ class LayerStream:
     read of a later layer into it is queued behind the work queued so far.
     acquire(i) / release(i) do the same by hand. device="cpu" reads through
     the CPU data path (no GPU; no read-ahead: each acquire reads its layer).
+
+    A failed read on the GPU raises gpunvme.Error, but the GPU may have run
+    the consumer's work first (nothing waits on the host): that layer and
+    every later one reach it with all bytes 0xff (NaN in floating types),
+    never as a mix of old and new bytes; the error comes from the next
+    acquire or release, from check(i), and at the end of each pass of the
+    iterator (it checks the pass's last layer, so that a pass that yields
+    to its end read every layer). A failed stream stays failed: close it.
     """
 
     def __init__(self, uri, model_dir, layers="model.layers.{i}.", window=2, device="cuda", resident=None,
@@ -790,6 +798,12 @@ class LayerStream:
         self._s.release(i, _cuda_stream_ptr(self.device, self._fw))
         self._held.discard(i)
 
+    def check(self, i=None):
+        """wait for the reads of layer i (default: the last layer) and raise
+        gpunvme.Error if any read so far failed; the next pass's read-ahead
+        is not waited for"""
+        self._s.check(self.n_layers - 1 if i is None else i)
+
     def __iter__(self):
         for i in range(self.n_layers):
             layer = self.acquire(i)
@@ -798,6 +812,7 @@ class LayerStream:
             finally:
                 del layer
                 self.release(i)
+        self.check(self.n_layers - 1)
 
     def stats(self):
         """dict: tier, layers, window, slot_bytes, memory_bytes (slots + resident,
@@ -841,8 +856,10 @@ def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, 
     back in a forward hook (stream-ordered: no host wait). Build the model
     on the meta device (`with torch.device("meta"): Model(config)`) so that
     no memory is spent on the layers; rotary embeddings are rebuilt on the
-    device. Returns the LayerStream (stats(), close()); the model keeps it
-    as model._gpunvme_stream."""
+    device. A failed read raises gpunvme.Error from the forward, at its last
+    layer at the latest (before the output is returned). Returns the
+    LayerStream (stats(), close()); the model keeps it as
+    model._gpunvme_stream."""
     import torch
     s = LayerStream(uri, model_dir, layers=layers, window=window, device=device, **kw)
     dev = torch.device(s.device)
@@ -910,9 +927,17 @@ def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, 
                     sub._buffers[leaf] = t
         return hook
 
+    last = s.n_layers - 1
+
     def post(i):
         def hook(mod, args, out):
             s.release(i)
+            if i == last:
+                # every layer's reads of this pass done and good before the
+                # model's output is used (a failed one was poisoned: NaN);
+                # the host waits for the last layer's reads only, which the
+                # GPU work queued so far waits for too
+                s.check(i)
             if copy:
                 # Tier 1: the layer lets go of its GPU buffers (they are the
                 # next layer of its set's); kept, the module would hold them

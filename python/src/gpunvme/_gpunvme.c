@@ -1352,6 +1352,29 @@ static PyObject *Stream_release(Stream *st, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* check(i): wait for layer i's reads; raise any read failure so far */
+static PyObject *Stream_check(Stream *st, PyObject *args)
+{
+	unsigned int i;
+	if (!PyArg_ParseTuple(args, "I", &i) || stream_usable(st))
+		return NULL;
+	char err[LASTERR_LEN];
+	int rc = 0;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(stream_lock(st));
+#ifdef GPUNVME_PY_CUDA
+	if (st->tier != GPUNVME_TIER_CPU)
+		rc = set_device(st->device, err);
+#endif
+	if (!rc && (rc = gpunvme_layer_stream_check(st->s, i)))
+		snprintf(err, LASTERR_LEN, "%s: layer %u: %s", st->model->path, i, gpunvme_last_error());
+	pthread_mutex_unlock(stream_lock(st));
+	Py_END_ALLOW_THREADS
+	if (rc)
+		return raise_err(rc, "%s", err);
+	Py_RETURN_NONE;
+}
+
 static PyObject *Stream_stats(Stream *st, PyObject *unused)
 {
 	(void)unused;
@@ -1582,6 +1605,8 @@ static PyMethodDef Stream_methods[] = {
 	  "acquire(i, stream=0) -> [(tensor index, View)]: layer i, ordered on the CUDA stream (an int)" },
 	{ "release", (PyCFunction)Stream_release, METH_VARARGS,
 	  "release(i, stream=0): the slot is refilled after the stream's work queued so far" },
+	{ "check", (PyCFunction)Stream_check, METH_VARARGS,
+	  "check(i): wait for layer i's reads; raise the first read failure so far" },
 	{ "stats", (PyCFunction)Stream_stats, METH_NOARGS, "stats() -> dict" },
 	{ NULL, NULL, 0, NULL },
 };
