@@ -236,6 +236,68 @@ static int lg_direct(void *ctx, const void *p, uint64_t len)
 	return lg_find((struct lg_ctx *)ctx, (const uint8_t *)p, len) != NULL;
 }
 
+/* A Tier 1 bounce copy or zero fill, between GPU addresses of pinned host
+ * memory. */
+struct lg_hcop {
+	uint64_t dst_off, src_off, len;
+	uint32_t zero;
+};
+
+static __global__ void lg_host_copies(const struct lg_hcop *ops, uint32_t n, uint8_t *dst, const uint8_t *src)
+{
+	uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x, nt = gridDim.x * (uint64_t)blockDim.x;
+	for (uint32_t k = 0; k < n; k++) {
+		struct lg_hcop o = ops[k];
+		for (uint64_t i = t; i < o.len; i += nt)
+			dst[o.dst_off + i] = o.zero ? 0 : src[o.src_off + i];
+	}
+}
+
+/*
+ * Tier 1's bounce copies and zero fills as one kernel on the GPU's mappings
+ * of the pinned memory. cudaMemcpyAsync / cudaMemsetAsync between host
+ * memory are done by the calling thread once the stream reaches them:
+ * queueing a layer's reads then waited on the host for the read kernel and
+ * for whatever the stream waits for before it (the layer stream's consumer:
+ * each release of a layer stalled ~19 ms, the reads of the next layer then
+ * queued only after the consumer's work, 4-5 ms per layer lost;
+ * bench/results/stream-llm-2026-11-25).
+ */
+static int lg_tier1_copies(struct lg_ctx *x, const struct load_round *r, uint8_t *dst_dev, cudaStream_t s)
+{
+	uint32_t n = 0;
+	uint64_t most = 0;
+	for (size_t i = 0; i < r->nops; i++)
+		if (r->ops[i].kind == LOAD_BOUNCE || r->ops[i].kind == LOAD_ZERO) {
+			n++;
+			most = r->ops[i].len > most ? r->ops[i].len : most;
+		}
+	if (!n)
+		return 0;
+	struct lg_hcop *h = (struct lg_hcop *)malloc(n * sizeof(*h));
+	if (!h)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	uint32_t k = 0;
+	for (size_t i = 0; i < r->nops; i++) {
+		const struct load_op *op = &r->ops[i];
+		if (op->kind == LOAD_BOUNCE || op->kind == LOAD_ZERO)
+			h[k++] = (struct lg_hcop){ op->dst_off, op->bounce_off + op->skip, op->len, op->kind == LOAD_ZERO };
+	}
+	struct lg_hcop *d = NULL;
+	cudaError_t ce;
+	/* a pageable source is staged before cudaMemcpyAsync returns (no wait
+	 * for the stream), so h can go at once */
+	if ((ce = cudaMallocAsync((void **)&d, n * sizeof(*h), s)) == cudaSuccess &&
+	    (ce = cudaMemcpyAsync(d, h, n * sizeof(*h), cudaMemcpyHostToDevice, s)) == cudaSuccess) {
+		uint64_t blocks = most / (256 * 16) + 1;
+		lg_host_copies<<<(unsigned)(blocks < 128 ? blocks : 128), 256, 0, s>>>(d, n, dst_dev, x->bounce.dev);
+		ce = cudaGetLastError();
+		cudaFreeAsync(d, s);
+	}
+	free(h);
+	return ce == cudaSuccess ? 0 : lg_cuda(ce, "queueing Tier 1 bounce copies");
+}
+
 static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_round *r, void *stream,
 		   uint64_t timeout_ns)
 {
@@ -263,7 +325,16 @@ static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_roun
 							  "(gpunvme_layer_loader_register)", (void *)dst);
 	}
 	const uint64_t base = d ? (uint64_t)(dst - d->p) : 0;
-	uint8_t *const ddev = d ? d->dev : dst; /* the GPU's address of dst - base */
+	uint8_t *ddev = d ? d->dev : dst; /* the GPU's address of dst - base */
+	if (!d && x->tier != GPUNVME_TIER_2 && len) {
+		/* pinned memory of another loader: its GPU mapping */
+		void *dev = NULL;
+		if (cudaHostGetDevicePointer(&dev, dst, 0) != cudaSuccess || !dev) {
+			cudaGetLastError();
+			return gpunvme_set_error(-EINVAL, "Tier 1 destination %p is not mapped for the GPU", (void *)dst);
+		}
+		ddev = (uint8_t *)dev;
+	}
 
 	/* Segments for the kernel: direct reads cut so that every warp gets
 	 * work (but no more than 32 commands, one per lane), bounce reads as
@@ -325,6 +396,12 @@ static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_roun
 	free(h);
 	if (rc)
 		return rc;
+	if (x->tier != GPUNVME_TIER_2) {
+		rc = lg_tier1_copies(x, r, ddev + base, s);
+		if (!rc && bounce && (ce = cudaEventRecord(x->bounce_free, s)) != cudaSuccess)
+			rc = lg_cuda(ce, "recording the bounce buffer's use");
+		return rc;
+	}
 	for (size_t i = 0; i < r->nops && ce == cudaSuccess; i++) {
 		const struct load_op *op = &r->ops[i];
 		if (op->kind == LOAD_BOUNCE)

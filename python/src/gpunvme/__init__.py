@@ -729,6 +729,10 @@ class LayerStream:
     read of a later layer into it is queued behind the work queued so far.
     acquire(i) / release(i) do the same by hand. device="cpu" reads through
     the CPU data path (no GPU; no read-ahead: each acquire reads its layer).
+    On Tier 1 (.tier == 1) the tensors are pinned host memory: GPU work on
+    the current stream (e.g. .to("cuda", non_blocking=True)) is ordered
+    after the reads; the CPU must synchronize that stream before it reads
+    them itself.
 
     A failed read on the GPU raises gpunvme.Error, but the GPU may have run
     the consumer's work first (nothing waits on the host): that layer and
