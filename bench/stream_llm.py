@@ -60,22 +60,30 @@ def make(a):
 
 
 def decode(model, prompt, n):
-    """greedy: -> (last-position logits per step, tokens, seconds per step)"""
+    """greedy: -> (last-position logits per step, tokens, seconds per step).
+    A step is the time from one token in the host's hands to the next, as a
+    generate loop sees it: the host waits for the token (the current stream),
+    not for the whole device. (Until 2026-11-25 21:40 UTC every step began
+    and ended with torch.cuda.synchronize(), which also waited for the layer
+    stream's read-ahead of the next token and so drained its pipeline at
+    every token: ~46 ms per token with no read in flight, in the trace of
+    run-2135-tier1-kernel-copies.)"""
     import torch
     cache = None  # the model makes its own cache on the first step
     ids, logits, toks, secs = prompt, [], [], []
     with torch.no_grad():
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
         for _ in range(n):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
             kw = {"past_key_values": cache} if cache is not None else {}
             out = model(input_ids=ids, use_cache=True, **kw)
             lg = out.logits[:, -1, :]
             nxt = lg.argmax(-1, keepdim=True)
-            torch.cuda.synchronize()
-            secs.append(time.perf_counter() - t0)
-            logits.append(lg.detach().cpu().clone())
+            logits.append(lg.detach().cpu().clone())  # waits for this step's work on the stream
             toks.append(int(nxt.item()))
+            t = time.perf_counter()
+            secs.append(t - t0)
+            t0 = t
             cache = out.past_key_values
             ids = nxt
             del out
