@@ -238,7 +238,15 @@ def one_ours(a, label, uri, sync_reads=False, tier=None):
         ms = torch.cuda.memory_stats()
         return {k: ms.get(k) for k in ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms")}
     try:
-        logits, toks, secs = decode(m, prompt, a.tokens)
+        if os.environ.get("STREAM_PROFILE"):
+            # diagnosis: the host's CPU time per op over the decode (torch
+            # ops and CUDA runtime calls), to stderr; slows the run down
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                logits, toks, secs = decode(m, prompt, a.tokens)
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30), file=sys.stderr)
+        else:
+            logits, toks, secs = decode(m, prompt, a.tokens)
     except Exception as e:  # reported with what the stream saw
         r["error"] = repr(e)[:500]
         r["torch_alloc"] = alloc_stats()
