@@ -88,6 +88,8 @@ TEST_CASE(tier2_random)
 		if (!dst)
 			FAIL("alloc: %s", gpunvme_last_error());
 		REQUIRE_CUDA(cudaMemset(dst, 0xa5, len));
+		/* the legacy stream: done before loads on non-blocking streams */
+		REQUIRE_CUDA(cudaDeviceSynchronize());
 		uint16_t st = 0;
 		REQUIRE_OK(gpunvme_load_layer(l, off, len, dst, &st));
 		REQUIRE_CUDA(cudaMemcpy(host, dst, len, cudaMemcpyDeviceToHost));

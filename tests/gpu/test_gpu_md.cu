@@ -58,10 +58,13 @@ static int run(const char *const *uris, uint32_t n, uint32_t chunk_kib, uint64_t
 		uint8_t *dst = mine ? (uint8_t *)gpunvme_layer_loader_alloc(l, off, len) : user + r % 8;
 		if (!dst)
 			FAIL("alloc: %s", gpunvme_last_error());
-		if (tier == GPUNVME_TIER_2)
+		if (tier == GPUNVME_TIER_2) {
 			REQUIRE_CUDA(cudaMemset(dst, 0xa5, len));
-		else
+			/* the legacy stream: done before loads on non-blocking streams */
+			REQUIRE_CUDA(cudaDeviceSynchronize());
+		} else {
 			memset(dst, 0x5a, len);
+		}
 		if (async) {
 			REQUIRE_OK(gpunvme_load_layer_async(l, off, len, dst, s, ev));
 			REQUIRE_CUDA(cudaEventSynchronize(ev));

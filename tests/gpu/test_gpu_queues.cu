@@ -524,10 +524,12 @@ static void buf_get(uint8_t *out, const uint8_t *host, void *vram, size_t len)
 
 static void buf_set(uint8_t *host, void *vram, int v, size_t len)
 {
-	if (vram)
+	if (vram) {
 		cudaMemset(vram, v, len);
-	else
+		cudaDeviceSynchronize(); /* before reads on other streams */
+	} else {
 		memset(host, v, len);
+	}
 }
 
 enum { R_DROP, R_SLOW, R_CFS, R_REMOVE, R_NKINDS };

@@ -156,6 +156,8 @@ static int run(uint32_t window, int sync_reads, enum gpunvme_tier tier)
 	const size_t nsum = (size_t)PASSES * NL * 2;
 	REQUIRE_CUDA(cudaMalloc(&sums, nsum * sizeof(*sums)));
 	REQUIRE_CUDA(cudaMemset(sums, 0, nsum * sizeof(*sums)));
+	/* the legacy stream: done before the consumer stream's kernels */
+	REQUIRE_CUDA(cudaDeviceSynchronize());
 	uint64_t want_off[PASSES][NL][2], want_len[PASSES][NL][2];
 	for (int p = 0; p < PASSES; p++) {
 		for (uint32_t i = 0; i < NL; i++) {
@@ -256,6 +258,8 @@ static int run_failed_read(enum gpunvme_tier tier)
 	unsigned long long *cnt;
 	REQUIRE_CUDA(cudaMalloc(&cnt, sizeof(*cnt)));
 	REQUIRE_CUDA(cudaMemset(cnt, 0, sizeof(*cnt)));
+	/* the legacy stream: done before the consumer stream's kernels */
+	REQUIRE_CUDA(cudaDeviceSynchronize());
 	const struct gpunvme_stream_layer *ly = NULL;
 	/* layer 0 holds its slot for 300 ms: layer 2's reads (queued behind
 	 * that release) cannot have run when layer 2 is acquired, so acquire
