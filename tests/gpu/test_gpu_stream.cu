@@ -113,33 +113,58 @@ static unsigned long long host_sum(const uint8_t *p, uint64_t n)
 	return s;
 }
 
-static int run(uint32_t window, int sync_reads, enum gpunvme_tier tier)
-{
-	struct gpunvme_ctrl *c = open_emu("emu:ram:64M?lbads=9&workers=4");
-	REQUIRE(c);
-	size_t ns_len;
-	uint8_t *ns = fill_ns(c, 7, &ns_len);
-	REQUIRE(ns);
+/* The emulator, its namespace filled, the file's layout and the model
+ * over it (every case's starting point). */
+struct fx {
+	struct gpunvme_ctrl *c;
 	struct layout L;
-	make_layout(&L, ns, ns_len, 3 * 1024 * 1024, 33);
 	struct gpunvme_model m;
 	struct gpunvme_tensor t[NT];
 	char names[NT][32];
-	make_model(&m, t, names, L.size);
+};
+
+static int fx_open(struct fx *f)
+{
+	f->c = open_emu("emu:ram:64M?lbads=9&workers=4");
+	REQUIRE(f->c);
+	size_t ns_len;
+	uint8_t *ns = fill_ns(f->c, 7, &ns_len);
+	REQUIRE(ns);
+	make_layout(&f->L, ns, ns_len, 3 * 1024 * 1024, 33);
+	make_model(&f->m, f->t, f->names, f->L.size);
+	return 0;
+}
+
+static void fx_close(struct fx *f)
+{
+	free(f->L.ref);
+	gpunvme_close(f->c);
+}
+
+static void stream_opts(struct gpunvme_stream_opts *o, uint32_t window, int sync_reads, enum gpunvme_tier tier)
+{
+	gpunvme_stream_opts_init(o);
+	o->layers = "blk.{i}.";
+	o->window = window;
+	o->sync_reads = sync_reads;
+	o->no_fallback = 1;
+	o->loader.tier = tier;
+	o->loader.queues = 4;
+	o->loader.depth = 64;
+	o->loader.timeout_ms = 10000;
+	o->loader.gpu = gpunvme_loader_gpu_backend();
+}
+
+static int run(uint32_t window, int sync_reads, enum gpunvme_tier tier)
+{
+	struct fx F;
+	if (fx_open(&F))
+		return 1;
 
 	struct gpunvme_stream_opts o;
-	gpunvme_stream_opts_init(&o);
-	o.layers = "blk.{i}.";
-	o.window = window;
-	o.sync_reads = sync_reads;
-	o.no_fallback = 1;
-	o.loader.tier = tier;
-	o.loader.queues = 4;
-	o.loader.depth = 64;
-	o.loader.timeout_ms = 10000;
-	o.loader.gpu = gpunvme_loader_gpu_backend();
+	stream_opts(&o, window, sync_reads, tier);
 	struct gpunvme_layer_stream *s = NULL;
-	REQUIRE_OK(gpunvme_layer_stream_open(c, 1, &m, L.ext, L.n, L.size, &o, &s));
+	REQUIRE_OK(gpunvme_layer_stream_open(F.c, 1, &F.m, F.L.ext, F.L.n, F.L.size, &o, &s));
 	REQUIRE_EQ(gpunvme_layer_stream_layers(s), NL);
 
 	const struct gpunvme_model_buffers *res = gpunvme_layer_stream_resident(s);
@@ -147,7 +172,7 @@ static int run(uint32_t window, int sync_reads, enum gpunvme_tier tier)
 	uint8_t *h = (uint8_t *)malloc(res->tensors[0]->bytes);
 	REQUIRE(h);
 	REQUIRE_CUDA(cudaMemcpy(h, res->ptr[0], res->tensors[0]->bytes, cudaMemcpyDefault));
-	REQUIRE(!memcmp(h, L.ref + res->tensors[0]->offset, res->tensors[0]->bytes), "resident tensor differs");
+	REQUIRE(!memcmp(h, F.L.ref + res->tensors[0]->offset, res->tensors[0]->bytes), "resident tensor differs");
 	free(h);
 
 	cudaStream_t cs;
@@ -188,7 +213,7 @@ static int run(uint32_t window, int sync_reads, enum gpunvme_tier tier)
 	for (int p = 0; p < PASSES; p++)
 		for (int i = 0; i < NL; i++)
 			for (int k = 0; k < 2; k++) {
-				unsigned long long w = host_sum(L.ref + want_off[p][i][k], want_len[p][i][k]);
+				unsigned long long w = host_sum(F.L.ref + want_off[p][i][k], want_len[p][i][k]);
 				REQUIRE(got[((size_t)p * NL + i) * 2 + k] == w, "pass %d layer %d tensor %d: GPU sum %llu, host %llu",
 					p, i, k, got[((size_t)p * NL + i) * 2 + k], w);
 			}
@@ -205,32 +230,23 @@ static int run(uint32_t window, int sync_reads, enum gpunvme_tier tier)
 	cudaFree(sums);
 	cudaStreamDestroy(cs);
 	gpunvme_layer_stream_close(s);
-	free(L.ref);
-	gpunvme_close(c);
+	fx_close(&F);
 	return 0;
 }
 
 static int run_failed_read(enum gpunvme_tier tier)
 {
-	struct gpunvme_ctrl *c = open_emu("emu:ram:64M?lbads=9&workers=4");
-	REQUIRE(c);
-	size_t ns_len;
-	uint8_t *ns = fill_ns(c, 7, &ns_len);
-	REQUIRE(ns);
-	struct layout L;
-	make_layout(&L, ns, ns_len, 3 * 1024 * 1024, 33);
-	struct gpunvme_model m;
-	struct gpunvme_tensor t[NT];
-	char names[NT][32];
-	make_model(&m, t, names, L.size);
+	struct fx F;
+	if (fx_open(&F))
+		return 1;
 	/* a written extent wholly inside blk.2.a (t[5]): a media error there
 	 * fails some of layer 2's reads and no other layer's */
-	const struct gpunvme_tensor *bad = &t[5];
+	const struct gpunvme_tensor *bad = &F.t[5];
 	const struct gpunvme_extent *x = NULL;
-	for (size_t k = 0; k < L.n && !x; k++)
-		if (!L.ext[k].flags && L.ext[k].logical >= bad->offset &&
-		    L.ext[k].logical + L.ext[k].length <= bad->offset + bad->bytes)
-			x = &L.ext[k];
+	for (size_t k = 0; k < F.L.n && !x; k++)
+		if (!F.L.ext[k].flags && F.L.ext[k].logical >= bad->offset &&
+		    F.L.ext[k].logical + F.L.ext[k].length <= bad->offset + bad->bytes)
+			x = &F.L.ext[k];
 	REQUIRE(x, "no extent inside %s", bad->name);
 	struct gpunvme_emu_fault f;
 	memset(&f, 0, sizeof(f));
@@ -238,21 +254,13 @@ static int run_failed_read(enum gpunvme_tier tier)
 	f.nsid = 1;
 	f.slba = x->physical >> 9;
 	f.nlb = x->length >> 9;
-	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(F.c), &f));
 
 	struct gpunvme_stream_opts o;
-	gpunvme_stream_opts_init(&o);
-	o.layers = "blk.{i}.";
-	o.window = 2;
-	o.no_fallback = 1;
-	o.loader.tier = tier;
-	o.loader.queues = 4;
-	o.loader.depth = 64;
-	o.loader.timeout_ms = 10000;
+	stream_opts(&o, 2, 0, tier);
 	o.loader.retries = 0;
-	o.loader.gpu = gpunvme_loader_gpu_backend();
 	struct gpunvme_layer_stream *s = NULL;
-	REQUIRE_OK(gpunvme_layer_stream_open(c, 1, &m, L.ext, L.n, L.size, &o, &s));
+	REQUIRE_OK(gpunvme_layer_stream_open(F.c, 1, &F.m, F.L.ext, F.L.n, F.L.size, &o, &s));
 	cudaStream_t cs;
 	REQUIRE_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
 	unsigned long long *cnt;
@@ -302,8 +310,7 @@ static int run_failed_read(enum gpunvme_tier tier)
 	cudaFree(cnt);
 	cudaStreamDestroy(cs);
 	gpunvme_layer_stream_close(s);
-	free(L.ref);
-	gpunvme_close(c);
+	fx_close(&F);
 	return 0;
 }
 

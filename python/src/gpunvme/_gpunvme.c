@@ -1303,6 +1303,33 @@ static PyObject *Stream_resident(Stream *st, PyObject *unused)
 	return views_list(st, b->tensors, b->ptr, b->n_tensors);
 }
 
+enum { S_ACQUIRE, S_RELEASE, S_CHECK };
+
+/* One call on layer i with the GIL released, under the volume's lock, on
+ * the stream's device; err holds the message when it fails. */
+static int stream_layer_op(Stream *st, int op, unsigned int i, unsigned long long cs,
+			   const struct gpunvme_stream_layer **L, char *err)
+{
+	int rc = 0;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(stream_lock(st));
+#ifdef GPUNVME_PY_CUDA
+	if (st->tier != GPUNVME_TIER_CPU)
+		rc = set_device(st->device, err);
+#endif
+	if (!rc) {
+		void *s = (void *)(uintptr_t)cs;
+		rc = op == S_ACQUIRE   ? gpunvme_layer_stream_acquire(st->s, i, s, L)
+		     : op == S_RELEASE ? gpunvme_layer_stream_release(st->s, i, s, NULL)
+					: gpunvme_layer_stream_check(st->s, i);
+		if (rc)
+			snprintf(err, LASTERR_LEN, "%s: layer %u: %s", st->model->path, i, gpunvme_last_error());
+	}
+	pthread_mutex_unlock(stream_lock(st));
+	Py_END_ALLOW_THREADS
+	return rc;
+}
+
 /* acquire(i, stream=0) -> [(tensor index, View)]; stream: a cudaStream_t as an int (0: default) */
 static PyObject *Stream_acquire(Stream *st, PyObject *args)
 {
@@ -1311,18 +1338,8 @@ static PyObject *Stream_acquire(Stream *st, PyObject *args)
 	if (!PyArg_ParseTuple(args, "I|K", &i, &cs) || stream_usable(st))
 		return NULL;
 	char err[LASTERR_LEN];
-	int rc = 0;
 	const struct gpunvme_stream_layer *L = NULL;
-	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(stream_lock(st));
-#ifdef GPUNVME_PY_CUDA
-	if (st->tier != GPUNVME_TIER_CPU)
-		rc = set_device(st->device, err);
-#endif
-	if (!rc && (rc = gpunvme_layer_stream_acquire(st->s, i, (void *)(uintptr_t)cs, &L)))
-		snprintf(err, LASTERR_LEN, "%s: layer %u: %s", st->model->path, i, gpunvme_last_error());
-	pthread_mutex_unlock(stream_lock(st));
-	Py_END_ALLOW_THREADS
+	int rc = stream_layer_op(st, S_ACQUIRE, i, cs, &L, err);
 	if (rc)
 		return raise_err(rc, "%s", err);
 	return views_list(st, L->tensors, L->ptr, L->n_tensors);
@@ -1336,17 +1353,7 @@ static PyObject *Stream_release(Stream *st, PyObject *args)
 	if (!PyArg_ParseTuple(args, "I|K", &i, &cs) || stream_usable(st))
 		return NULL;
 	char err[LASTERR_LEN];
-	int rc = 0;
-	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(stream_lock(st));
-#ifdef GPUNVME_PY_CUDA
-	if (st->tier != GPUNVME_TIER_CPU)
-		rc = set_device(st->device, err);
-#endif
-	if (!rc && (rc = gpunvme_layer_stream_release(st->s, i, (void *)(uintptr_t)cs, NULL)))
-		snprintf(err, LASTERR_LEN, "%s: layer %u: %s", st->model->path, i, gpunvme_last_error());
-	pthread_mutex_unlock(stream_lock(st));
-	Py_END_ALLOW_THREADS
+	int rc = stream_layer_op(st, S_RELEASE, i, cs, NULL, err);
 	if (rc)
 		return raise_err(rc, "%s", err);
 	Py_RETURN_NONE;
@@ -1359,17 +1366,7 @@ static PyObject *Stream_check(Stream *st, PyObject *args)
 	if (!PyArg_ParseTuple(args, "I", &i) || stream_usable(st))
 		return NULL;
 	char err[LASTERR_LEN];
-	int rc = 0;
-	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(stream_lock(st));
-#ifdef GPUNVME_PY_CUDA
-	if (st->tier != GPUNVME_TIER_CPU)
-		rc = set_device(st->device, err);
-#endif
-	if (!rc && (rc = gpunvme_layer_stream_check(st->s, i)))
-		snprintf(err, LASTERR_LEN, "%s: layer %u: %s", st->model->path, i, gpunvme_last_error());
-	pthread_mutex_unlock(stream_lock(st));
-	Py_END_ALLOW_THREADS
+	int rc = stream_layer_op(st, S_CHECK, i, 0, NULL, err);
 	if (rc)
 		return raise_err(rc, "%s", err);
 	Py_RETURN_NONE;
