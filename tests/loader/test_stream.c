@@ -11,6 +11,7 @@
  *  - fragmented: a layered safetensors file scattered over the namespace in
  *    fragments (holes included), layers of uneven size, every byte of every
  *    layer compared with the file; out-of-order acquires restart the window;
+ *  - trace: GPUNVME_STREAM_TRACE's lines for every acquire and release;
  *  - errors: every bad input a caller can give.
  */
 #include <errno.h>
@@ -309,6 +310,63 @@ TEST_CASE(fragmented)
 			REQUIRE(st.restarts > 0);
 		gpunvme_layer_stream_close(s);
 	}
+	gpunvme_model_free(fm.m);
+	free(fm.file);
+	gpunvme_close(c);
+	return 0;
+}
+
+/* GPUNVME_STREAM_TRACE: one line per acquire and release (the CPU tier has
+ * no GPU intervals), times that do not run backwards; a file that cannot be
+ * opened leaves the stream working, untraced. */
+TEST_CASE(trace)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:64M?lbads=9&workers=2");
+	REQUIRE(c);
+	struct frag_model fm;
+	REQUIRE_OK(frag_make(c, &fm, 22));
+	char path[] = "/tmp/gpunvme-trace-XXXXXX";
+	int fd = mkstemp(path);
+	REQUIRE(fd >= 0);
+	close(fd);
+	struct gpunvme_stream_opts o;
+	gpunvme_stream_opts_init(&o);
+	o.layers = "blk.{i}.";
+	for (int bad = 0; bad < 2; bad++) {
+		REQUIRE_OK(setenv("GPUNVME_STREAM_TRACE", bad ? "/nonexistent-dir/trace" : path, 1));
+		struct gpunvme_layer_stream *s = NULL;
+		REQUIRE_OK(gpunvme_layer_stream_open(c, 1, fm.m, fm.ext, fm.n, fm.size, &o, &s));
+		REQUIRE_OK(unsetenv("GPUNVME_STREAM_TRACE"));
+		for (uint32_t i = 0; i < FL; i++) {
+			const struct gpunvme_stream_layer *L = NULL;
+			REQUIRE_OK(gpunvme_layer_stream_acquire(s, i, NULL, &L));
+			if (frag_check_layer(&fm, L, i))
+				return 1;
+			REQUIRE_OK(gpunvme_layer_stream_release(s, i, NULL, NULL));
+		}
+		gpunvme_layer_stream_close(s);
+	}
+	FILE *f = fopen(path, "r");
+	REQUIRE(f);
+	char what[16];
+	unsigned layer, n_acq = 0, n_rel = 0;
+	double a, b, last = 0;
+	int k;
+	while ((k = fscanf(f, "host %15s %u %lf %lf\n", what, &layer, &a, &b)) == 4) {
+		REQUIRE(layer < FL && a >= last && b >= a, "%s %u %.3f %.3f after %.3f", what, layer, a, b, last);
+		last = a;
+		if (!strcmp(what, "acquire"))
+			REQUIRE_EQ(layer, n_acq++);
+		else if (!strcmp(what, "release"))
+			REQUIRE_EQ(layer, n_rel++);
+		else
+			FAIL("unknown line \"%s\"", what);
+	}
+	REQUIRE(k == EOF, "a line that is not \"host <call> <layer> <ms> <ms>\"");
+	fclose(f);
+	unlink(path);
+	REQUIRE_EQ(n_acq, FL);
+	REQUIRE_EQ(n_rel, FL);
 	gpunvme_model_free(fm.m);
 	free(fm.file);
 	gpunvme_close(c);
