@@ -376,9 +376,12 @@ static int run_emu(void)
 				for (unsigned r = 0; r < o.reps; r++) {
 					int zero = 0;
 					unsigned long long z = 0;
-					if (poison(dst, o.bytes) || cudaMemcpy(d_status, &zero, sizeof(zero),
-									       cudaMemcpyHostToDevice) != cudaSuccess ||
-					    cudaMemcpy(d_next, &z, sizeof(z), cudaMemcpyHostToDevice) != cudaSuccess) {
+					/* on the kernel's stream: a copy on the legacy stream
+					 * is not ordered before work on a non-blocking one */
+					if (poison(dst, o.bytes) ||
+					    cudaMemcpyAsync(d_status, &zero, sizeof(zero), cudaMemcpyHostToDevice, s) !=
+						    cudaSuccess ||
+					    cudaMemcpyAsync(d_next, &z, sizeof(z), cudaMemcpyHostToDevice, s) != cudaSuccess) {
 						fprintf(stderr, "bench_gpu_bw: reset failed\n");
 						return 1;
 					}
@@ -425,7 +428,7 @@ static int run_emu(void)
 			for (unsigned r = 0; r < o.reps; r++) {
 				int zero = 0, st = 0;
 				if (poison(dst, o.bytes) ||
-				    cudaMemcpy(d_status, &zero, sizeof(zero), cudaMemcpyHostToDevice) != cudaSuccess)
+				    cudaMemcpyAsync(d_status, &zero, sizeof(zero), cudaMemcpyHostToDevice, s) != cudaSuccess)
 					return 1;
 				CK(cudaEventRecord(e0, s));
 				if (gpunvme_gpu_read_async(g, 0, o.bytes / 4096, b, 0, d_status, s, tmo_ns)) {

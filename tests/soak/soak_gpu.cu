@@ -314,7 +314,9 @@ static bool recover(struct soak *k, enum fault f)
 		S.longest_recovery_us = us;
 	/* nothing may land after the recovery: poison, wait, look */
 	memset(k->rhost, 0xa5, k->blen);
-	if (cudaMemset(k->rvram, 0xa5, k->blen) != cudaSuccess)
+	/* in place before the wait (the legacy stream's own work only: a
+	 * late copy still queued must stay visible) */
+	if (cudaMemset(k->rvram, 0xa5, k->blen) != cudaSuccess || cudaStreamSynchronize(0) != cudaSuccess)
 		return false;
 	sleep_us(f == F_SLOW ? SLOW_US + 20000u : 20000u);
 	if (cudaMemcpy(k->back, k->rvram, k->blen, cudaMemcpyDeviceToHost) != cudaSuccess)
@@ -366,7 +368,10 @@ static bool round_run(struct soak *k, uint64_t *rng)
 				bt_fill(k->whost + m->off + j * BS, BS, m->slba + j, wgen[i]);
 		}
 	}
-	if (cudaMemcpy(k->dc, k->hc, n * sizeof(*k->dc), cudaMemcpyHostToDevice) != cudaSuccess)
+	/* on the kernel's stream: cudaMemcpy from pageable memory may return
+	 * before its copy lands, and the legacy stream it uses does not order
+	 * the non-blocking k->s (the host buffer is staged before return) */
+	if (cudaMemcpyAsync(k->dc, k->hc, n * sizeof(*k->dc), cudaMemcpyHostToDevice, k->s) != cudaSuccess)
 		return false;
 	const enum fault f = pick_fault(rng);
 	S.faults[f]++;
