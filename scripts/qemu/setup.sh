@@ -81,7 +81,17 @@ complete() {
 		[ -x "$CACHE/busybox" ] && [ -s "$CACHE/kernel.version" ] &&
 		{ [ "$GENERIC" -eq 0 ] || [ -s "$CACHE/kdir/Makefile" ]; }
 }
+# The headers' Makefile includes the -common tree by absolute path (set
+# below when unpacked): point it at this cache wherever the cache now is (a
+# cache restored or copied under another path kept the old one).
+repoint_headers() {
+	local mk
+	mk=$(readlink -f "$CACHE/kdir/Makefile" 2>/dev/null) || return 0
+	[ -s "$mk" ] && sed -i "s|^include .*/usr/src/|include $CACHE/headers/usr/src/|" "$mk"
+	return 0
+}
 if complete && [ "$UPDATE" -eq 0 ]; then
+	[ "$GENERIC" -eq 0 ] || repoint_headers
 	log "cache complete: kernel $(cat "$CACHE/kernel.version") in $CACHE"
 	exit 0
 fi
