@@ -8,6 +8,10 @@
  *                  unregistered caller memory (staged through the bounce
  *                  buffer and copied on the GPU), at every dword misalignment
  *   tier1_random   pinned host memory read by the GPU
+ *   tier1_many_outstanding
+ *                  48 loads queued at once on two streams through 2 queue
+ *                  pairs of 8 entries, every target and the 4 KiB around
+ *                  each checked
  *   double_buffer  layers alternate between two buffers on two streams; a
  *                  kernel sums layer i while layer i + 1 loads; the sums
  *                  match the host's
@@ -39,8 +43,9 @@ static int compare(const uint8_t *got, const uint8_t *want, uint64_t len, uint64
 	return 0;
 }
 
-static int setup(const char *uri, uint64_t fsize, struct gpunvme_ctrl **c, struct layout *L,
-		 enum gpunvme_tier tier, struct gpunvme_layer_loader **l)
+/* queues x depth: 4 x 64 unless given (0) */
+static int setup_q(const char *uri, uint64_t fsize, struct gpunvme_ctrl **c, struct layout *L,
+		   enum gpunvme_tier tier, uint32_t queues, uint32_t depth, struct gpunvme_layer_loader **l)
 {
 	*c = open_emu(uri);
 	if (!*c)
@@ -53,12 +58,18 @@ static int setup(const char *uri, uint64_t fsize, struct gpunvme_ctrl **c, struc
 	struct gpunvme_loader_opts o;
 	gpunvme_loader_opts_init(&o);
 	o.tier = tier;
-	o.queues = 4;
-	o.depth = 64;
+	o.queues = queues ? queues : 4;
+	o.depth = depth ? depth : 64;
 	o.timeout_ms = 10000;
 	o.gpu = gpunvme_loader_gpu_backend();
 	REQUIRE_OK(gpunvme_layer_loader_init(*c, 1, L->ext, L->n, L->size, &o, l));
 	return 0;
+}
+
+static int setup(const char *uri, uint64_t fsize, struct gpunvme_ctrl **c, struct layout *L,
+		 enum gpunvme_tier tier, struct gpunvme_layer_loader **l)
+{
+	return setup_q(uri, fsize, c, L, tier, 0, 0, l);
 }
 
 TEST_CASE(tier2_random)
@@ -140,6 +151,57 @@ TEST_CASE(tier1_random)
 	if (rc != -EINVAL || !strstr(gpunvme_last_error(), "Tier 1"))
 		FAIL("heap memory on tier 1: %d %s", rc, gpunvme_last_error());
 	free(heap);
+	gpunvme_layer_loader_destroy(l);
+	free(L.ref);
+	gpunvme_close(c);
+	return 0;
+}
+
+/* Tier 1 with few free slots: 2 queue pairs of 8 entries, 48 loads queued
+ * at once on two streams into 48 separate pinned buffers, with unaligned
+ * ends (bounce copies, a kernel on Tier 1) and holes (zero fills) among
+ * them; after one wait, every byte of each target and the 4 KiB either
+ * side of it (still 0x5a) are checked. */
+TEST_CASE(tier1_many_outstanding)
+{
+	struct gpunvme_ctrl *c;
+	struct layout L;
+	struct gpunvme_layer_loader *l;
+	if (setup_q("emu:ram:64M?lbads=9&mdts=2&workers=2", 3 * 1024 * 1024 + 77, &c, &L, GPUNVME_TIER_1, 2, 8, &l))
+		return 1;
+	enum { N = 48, G = 4096 };
+	uint8_t *mem[N];
+	uint64_t off[N], len[N], seed = 11;
+	cudaStream_t s[2];
+	for (int k = 0; k < 2; k++)
+		REQUIRE_CUDA(cudaStreamCreateWithFlags(&s[k], cudaStreamNonBlocking));
+	for (int i = 0; i < N; i++) {
+		off[i] = rng(&seed) % L.size;
+		uint64_t most = L.size - off[i] < 300000 ? L.size - off[i] : 300000;
+		len[i] = 1 + rng(&seed) % most;
+		/* the target at mem + G keeps the congruence alloc gives (G = 4096) */
+		mem[i] = (uint8_t *)gpunvme_layer_loader_alloc(l, off[i], len[i] + 2 * G);
+		if (!mem[i])
+			FAIL("alloc: %s", gpunvme_last_error());
+		memset(mem[i], 0x5a, len[i] + 2 * G);
+	}
+	for (int i = 0; i < N; i++)
+		REQUIRE_OK(gpunvme_load_layer_async(l, off[i], len[i], mem[i] + G, s[i % 2], NULL));
+	for (int k = 0; k < 2; k++)
+		REQUIRE_CUDA(cudaStreamSynchronize(s[k]));
+	REQUIRE_OK(gpunvme_layer_loader_check(l, NULL));
+	for (int i = 0; i < N; i++) {
+		if (compare(mem[i] + G, L.ref + off[i], len[i], off[i], "tier 1, many outstanding"))
+			return 1;
+		for (uint64_t k = 0; k < G; k++)
+			REQUIRE(mem[i][k] == 0x5a && mem[i][G + len[i] + k] == 0x5a,
+				"load %d (%llu + %llu): byte %llu of the memory around it was written", i,
+				(unsigned long long)off[i], (unsigned long long)len[i], (unsigned long long)k);
+	}
+	for (int i = 0; i < N; i++)
+		gpunvme_layer_loader_free(l, mem[i]);
+	for (int k = 0; k < 2; k++)
+		cudaStreamDestroy(s[k]);
 	gpunvme_layer_loader_destroy(l);
 	free(L.ref);
 	gpunvme_close(c);
