@@ -236,6 +236,41 @@ static int lg_direct(void *ctx, const void *p, uint64_t len)
 	return lg_find((struct lg_ctx *)ctx, (const uint8_t *)p, len) != NULL;
 }
 
+/* The GPU's address of [p, p + len): itself on Tier 2; on Tier 1 the
+ * mapping of loader or registered memory, or of other pinned memory CUDA
+ * maps (another md member's loader memory). */
+static int lg_gpu_addr(struct lg_ctx *x, void *p, uint64_t len, uint8_t **dev)
+{
+	*dev = (uint8_t *)p;
+	if (x->tier == GPUNVME_TIER_2)
+		return 0;
+	struct lg_alloc *a = lg_find(x, (const uint8_t *)p, len);
+	if (a) {
+		*dev = a->dev + ((uint8_t *)p - a->p);
+		return 0;
+	}
+	void *d = NULL;
+	if (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess || !d) {
+		cudaGetLastError();
+		return gpunvme_set_error(-EINVAL, "Tier 1 memory %p is not mapped for the GPU", p);
+	}
+	*dev = (uint8_t *)d;
+	return 0;
+}
+
+/* A host array copied to the GPU on stream s, in stream order: the
+ * allocation too, so no other stream is waited for; a pageable source is
+ * staged by the driver before cudaMemcpyAsync returns, so the caller may
+ * free it at once. The caller frees *d with cudaFreeAsync on s after the
+ * work that reads it. */
+static int lg_upload(const void *h, size_t bytes, cudaStream_t s, void **d, const char *what)
+{
+	cudaError_t ce = cudaMallocAsync(d, bytes, s);
+	if (ce == cudaSuccess && (ce = cudaMemcpyAsync(*d, h, bytes, cudaMemcpyHostToDevice, s)) != cudaSuccess)
+		cudaFreeAsync(*d, s);
+	return ce == cudaSuccess ? 0 : lg_cuda(ce, what);
+}
+
 /* A Tier 1 bounce copy or zero fill, between GPU addresses of pinned host
  * memory. */
 struct lg_hcop {
@@ -284,17 +319,14 @@ static int lg_tier1_copies(struct lg_ctx *x, const struct load_round *r, uint8_t
 			h[k++] = (struct lg_hcop){ op->dst_off, op->bounce_off + op->skip, op->len, op->kind == LOAD_ZERO };
 	}
 	struct lg_hcop *d = NULL;
-	cudaError_t ce;
-	/* a pageable source is staged before cudaMemcpyAsync returns (no wait
-	 * for the stream), so h can go at once */
-	if ((ce = cudaMallocAsync((void **)&d, n * sizeof(*h), s)) == cudaSuccess &&
-	    (ce = cudaMemcpyAsync(d, h, n * sizeof(*h), cudaMemcpyHostToDevice, s)) == cudaSuccess) {
-		uint64_t blocks = most / (256 * 16) + 1;
-		lg_host_copies<<<(unsigned)(blocks < 128 ? blocks : 128), 256, 0, s>>>(d, n, dst_dev, x->bounce.dev);
-		ce = cudaGetLastError();
-		cudaFreeAsync(d, s);
-	}
+	int rc = lg_upload(h, n * sizeof(*h), s, (void **)&d, "uploading Tier 1 bounce copies");
 	free(h);
+	if (rc)
+		return rc;
+	uint64_t blocks = most / (256 * 16) + 1;
+	lg_host_copies<<<(unsigned)(blocks < 128 ? blocks : 128), 256, 0, s>>>(d, n, dst_dev, x->bounce.dev);
+	cudaError_t ce = cudaGetLastError();
+	cudaFreeAsync(d, s);
 	return ce == cudaSuccess ? 0 : lg_cuda(ce, "queueing Tier 1 bounce copies");
 }
 
@@ -324,17 +356,10 @@ static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_roun
 			return gpunvme_set_error(-EINVAL, "Tier 1 destination %p is not loader memory or registered "
 							  "(gpunvme_layer_loader_register)", (void *)dst);
 	}
-	const uint64_t base = d ? (uint64_t)(dst - d->p) : 0;
-	uint8_t *ddev = d ? d->dev : dst; /* the GPU's address of dst - base */
-	if (!d && x->tier != GPUNVME_TIER_2 && len) {
-		/* pinned memory of another loader: its GPU mapping */
-		void *dev = NULL;
-		if (cudaHostGetDevicePointer(&dev, dst, 0) != cudaSuccess || !dev) {
-			cudaGetLastError();
-			return gpunvme_set_error(-EINVAL, "Tier 1 destination %p is not mapped for the GPU", (void *)dst);
-		}
-		ddev = (uint8_t *)dev;
-	}
+	const uint64_t base = d ? (uint64_t)(dst - d->p) : 0; /* dst in d's buffer */
+	uint8_t *dst_dev = dst; /* the GPU's address of dst */
+	if (len && (rc = lg_gpu_addr(x, dst, len, &dst_dev)))
+		return rc;
 
 	/* Segments for the kernel: direct reads cut so that every warp gets
 	 * work (but no more than 32 commands, one per lane), bounce reads as
@@ -382,22 +407,18 @@ static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_roun
 	}
 	if (nseg) {
 		struct gpunvme_gpu_seg *dseg = NULL;
-		/* stream-ordered allocation; a pageable source is staged by the
-		 * driver before cudaMemcpyAsync returns, so h can go at once */
-		if ((ce = cudaMallocAsync((void **)&dseg, nseg * sizeof(*h), s)) != cudaSuccess ||
-		    (ce = cudaMemcpyAsync(dseg, h, nseg * sizeof(*h), cudaMemcpyHostToDevice, s)) != cudaSuccess) {
-			free(h);
-			return lg_cuda(ce, "uploading the read list");
+		rc = lg_upload(h, nseg * sizeof(*h), s, (void **)&dseg, "uploading the read list");
+		if (!rc) {
+			rc = gpunvme_gpu_read_segs_async(x->g, dseg, (uint32_t)nseg, d ? d->buf : x->bounce.buf,
+							 x->bounce.buf, x->d_status, s, timeout_ns);
+			cudaFreeAsync(dseg, s);
 		}
-		rc = gpunvme_gpu_read_segs_async(x->g, dseg, (uint32_t)nseg, d ? d->buf : x->bounce.buf, x->bounce.buf,
-						 x->d_status, s, timeout_ns);
-		cudaFreeAsync(dseg, s);
 	}
 	free(h);
 	if (rc)
 		return rc;
 	if (x->tier != GPUNVME_TIER_2) {
-		rc = lg_tier1_copies(x, r, ddev + base, s);
+		rc = lg_tier1_copies(x, r, dst_dev, s);
 		if (!rc && bounce && (ce = cudaEventRecord(x->bounce_free, s)) != cudaSuccess)
 			rc = lg_cuda(ce, "recording the bounce buffer's use");
 		return rc;
@@ -405,10 +426,10 @@ static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_roun
 	for (size_t i = 0; i < r->nops && ce == cudaSuccess; i++) {
 		const struct load_op *op = &r->ops[i];
 		if (op->kind == LOAD_BOUNCE)
-			ce = cudaMemcpyAsync(ddev + base + op->dst_off, x->bounce.dev + op->bounce_off + op->skip,
-					     op->len, cudaMemcpyDefault, s);
+			ce = cudaMemcpyAsync(dst_dev + op->dst_off, x->bounce.dev + op->bounce_off + op->skip, op->len,
+					     cudaMemcpyDefault, s);
 		else if (op->kind == LOAD_ZERO)
-			ce = cudaMemsetAsync(ddev + base + op->dst_off, 0, op->len, s);
+			ce = cudaMemsetAsync(dst_dev + op->dst_off, 0, op->len, s);
 	}
 	if (ce == cudaSuccess && bounce)
 		ce = cudaEventRecord(x->bounce_free, s);
@@ -498,20 +519,10 @@ static int lg_guard(void *ctx, void *dst, uint64_t len, void *stream)
 {
 	struct lg_ctx *x = (struct lg_ctx *)ctx;
 	cudaStream_t s = stream ? (cudaStream_t)stream : x->stream;
-	uint8_t *d = (uint8_t *)dst;
-	if (len && x->tier != GPUNVME_TIER_2) {
-		/* Tier 1: the GPU's address of the pinned destination */
-		struct lg_alloc *a = lg_find(x, (const uint8_t *)dst, len);
-		void *dev = NULL;
-		if (a)
-			dev = a->dev + ((uint8_t *)dst - a->p);
-		else if (cudaHostGetDevicePointer(&dev, dst, 0) != cudaSuccess)
-			dev = NULL;
-		cudaGetLastError();
-		if (!dev)
-			return gpunvme_set_error(-EINVAL, "guard: %p is not memory the GPU maps", dst);
-		d = (uint8_t *)dev;
-	}
+	uint8_t *d = NULL;
+	int rc = lg_gpu_addr(x, dst, len, &d);
+	if (rc)
+		return rc;
 	/* the whole grid only reads one word when nothing failed (~3 us) */
 	uint64_t blocks = len / (256 * 64) + 1;
 	lg_guard_kernel<<<(unsigned)(blocks < 256 ? blocks : 256), 256, 0, s>>>(x->d_status, d, len, x->d_mark);
