@@ -40,7 +40,6 @@ struct slot {
 	int64_t layer;       /* layer it holds or is reading; -1 none */
 	int held;            /* acquired, not released */
 	int loaded;          /* CPU tier: bytes present */
-	void *ready;         /* GPU: recorded after the layer's reads */
 	void *done;          /* GPU: recorded on the consumer's stream at release */
 	void **ptr;          /* the layer's tensor pointers in this slot */
 	struct gpunvme_stream_layer view;
@@ -76,9 +75,10 @@ struct gpunvme_layer_stream {
 	int err;             /* first read failure seen, sticky */
 	char why[256];       /* its message */
 	/* GPU tiers: per layer, recorded on the reads' stream after the
-	 * layer's last queued reads and their guard (gpunvme_layer_stream_check) */
-	void **lev;
-	uint8_t *lev_set;
+	 * layer's last queued reads and their guard: what acquire makes the
+	 * consumer wait for (the slot holding layer i got its latest reads)
+	 * and check(i) waits for; one never recorded is complete */
+	void **ready;
 	/* GPUNVME_STREAM_TRACE=<file>: every timed interval (reads, consumer
 	 * waits) and every acquire/release call, in ms since open */
 	FILE *trace;
@@ -403,9 +403,7 @@ static int slot_fill(struct gpunvme_layer_stream *s, struct slot *sl, uint32_t l
 	if (!rc)
 		rc = s->gpu->event_record(tp->b, s->io);
 	if (!rc)
-		rc = s->gpu->event_record(sl->ready, s->io);
-	if (!rc && !(rc = s->gpu->event_record(s->lev[layer], s->io)))
-		s->lev_set[layer] = 1;
+		rc = s->gpu->event_record(s->ready[layer], s->io);
 	if (!rc) {
 		timing_push(s);
 		s->st.layer_loads++;
@@ -439,21 +437,17 @@ static void teardown(struct gpunvme_layer_stream *s)
 {
 	if (s->gpu && s->io)
 		s->gpu->stream_free(s->io); /* waits for queued reads first */
-	for (uint32_t i = 0; s->lev && i < s->nl; i++)
-		if (s->lev[i])
-			s->gpu->event_free(s->lev[i]);
-	free(s->lev);
-	free(s->lev_set);
-	s->lev = NULL;
-	s->lev_set = NULL;
+	for (uint32_t i = 0; s->ready && i < s->nl; i++)
+		if (s->ready[i])
+			s->gpu->event_free(s->ready[i]);
+	free(s->ready);
+	s->ready = NULL;
 	if (s->t0_ev)
 		s->gpu->event_free(s->t0_ev);
 	s->t0_ev = NULL;
 	for (uint32_t k = 0; s->slots && k < s->k; k++) {
 		struct slot *sl = &s->slots[k];
 		if (s->gpu) {
-			if (sl->ready)
-				s->gpu->event_free(sl->ready);
 			if (sl->done)
 				s->gpu->event_free(sl->done);
 		}
@@ -505,7 +499,7 @@ static int setup(struct gpunvme_layer_stream *s, uint32_t nsid, const struct gpu
 		if (!sl->ptr)
 			return gpunvme_set_error(-ENOMEM, "out of memory");
 		s->st.memory_bytes += s->slot_bytes + 4096;
-		if (s->gpu && ((rc = s->gpu->event_new(&sl->ready, 0)) || (rc = s->gpu->event_new(&sl->done, 0))))
+		if (s->gpu && (rc = s->gpu->event_new(&sl->done, 0)))
 			return rc;
 	}
 	if (n_res) {
@@ -520,12 +514,10 @@ static int setup(struct gpunvme_layer_stream *s, uint32_t nsid, const struct gpu
 	if (s->gpu) {
 		if ((rc = s->gpu->stream_new(&s->io)))
 			return rc;
-		s->lev = calloc(s->nl, sizeof(*s->lev));
-		s->lev_set = calloc(s->nl, 1);
-		if (!s->lev || !s->lev_set)
+		if (!(s->ready = calloc(s->nl, sizeof(*s->ready))))
 			return gpunvme_set_error(-ENOMEM, "out of memory");
 		for (uint32_t i = 0; i < s->nl; i++)
-			if ((rc = s->gpu->event_new(&s->lev[i], 0)))
+			if ((rc = s->gpu->event_new(&s->ready[i], 0)))
 				return rc;
 		if (s->trace) {
 			if ((rc = s->gpu->event_new(&s->t0_ev, 1)) || (rc = s->gpu->event_record(s->t0_ev, s->io)))
@@ -671,10 +663,10 @@ static int acquire(struct gpunvme_layer_stream *s, uint32_t i, void *stream, con
 		struct tpair *tp = NULL;
 		/* sync_reads: the layer's reads (and guard) are done: a failure
 		 * is reported now, before the consumer can use the slot */
-		if (s->sync_reads && ((rc = s->gpu->event_wait(sl->ready, s->timeout_ns)) || (rc = peek_reads(s))))
+		if (s->sync_reads && ((rc = s->gpu->event_wait(s->ready[i], s->timeout_ns)) || (rc = peek_reads(s))))
 			return rc;
 		if ((rc = timing_next(s, 1, i, &tp)) || (rc = s->gpu->event_record(tp->a, stream)) ||
-		    (rc = s->gpu->stream_wait(stream, sl->ready)) || (rc = s->gpu->event_record(tp->b, stream)))
+		    (rc = s->gpu->stream_wait(stream, s->ready[i])) || (rc = s->gpu->event_record(tp->b, stream)))
 			return rc;
 		timing_push(s);
 	}
@@ -740,7 +732,7 @@ int gpunvme_layer_stream_check(struct gpunvme_layer_stream *s, uint32_t i)
 		return gpunvme_set_error(-ERANGE, "layer %u: the model has layers 0..%u", i, s->nl - 1);
 	if (!s->gpu)
 		return 0; /* the CPU tier reported in acquire */
-	int rc = s->lev_set[i] ? s->gpu->event_wait(s->lev[i], s->timeout_ns) : 0;
+	int rc = s->gpu->event_wait(s->ready[i], s->timeout_ns);
 	return rc ? rc : peek_reads(s);
 }
 
@@ -753,7 +745,7 @@ int gpunvme_layer_stream_sync(struct gpunvme_layer_stream *s)
 	int rc = 0;
 	for (uint32_t k = 0; k < s->k && !rc; k++)
 		if (s->slots[k].layer >= 0)
-			rc = s->gpu->event_wait(s->slots[k].ready, s->timeout_ns);
+			rc = s->gpu->event_wait(s->ready[s->slots[k].layer], s->timeout_ns);
 	return rc ? rc : check_reads(s);
 }
 
