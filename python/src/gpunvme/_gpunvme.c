@@ -1345,31 +1345,30 @@ static PyObject *Stream_acquire(Stream *st, PyObject *args)
 	return views_list(st, L->tensors, L->ptr, L->n_tensors);
 }
 
-/* release(i, stream=0): the slot is reused once `stream`'s work queued so far has run */
-static PyObject *Stream_release(Stream *st, PyObject *args)
+/* release(i, stream=0) / check(i), which return None */
+static PyObject *stream_layer_none(Stream *st, PyObject *args, int op)
 {
 	unsigned int i;
 	unsigned long long cs = 0;
-	if (!PyArg_ParseTuple(args, "I|K", &i, &cs) || stream_usable(st))
+	if (!PyArg_ParseTuple(args, op == S_CHECK ? "I" : "I|K", &i, &cs) || stream_usable(st))
 		return NULL;
 	char err[LASTERR_LEN];
-	int rc = stream_layer_op(st, S_RELEASE, i, cs, NULL, err);
+	int rc = stream_layer_op(st, op, i, cs, NULL, err);
 	if (rc)
 		return raise_err(rc, "%s", err);
 	Py_RETURN_NONE;
 }
 
+/* release(i, stream=0): the slot is reused once `stream`'s work queued so far has run */
+static PyObject *Stream_release(Stream *st, PyObject *args)
+{
+	return stream_layer_none(st, args, S_RELEASE);
+}
+
 /* check(i): wait for layer i's reads; raise any read failure so far */
 static PyObject *Stream_check(Stream *st, PyObject *args)
 {
-	unsigned int i;
-	if (!PyArg_ParseTuple(args, "I", &i) || stream_usable(st))
-		return NULL;
-	char err[LASTERR_LEN];
-	int rc = stream_layer_op(st, S_CHECK, i, 0, NULL, err);
-	if (rc)
-		return raise_err(rc, "%s", err);
-	Py_RETURN_NONE;
+	return stream_layer_none(st, args, S_CHECK);
 }
 
 static PyObject *Stream_stats(Stream *st, PyObject *unused)
