@@ -114,6 +114,18 @@ struct gpunvme_layer_stream;
 int gpunvme_layer_stream_open(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_model *m,
 			      const struct gpunvme_extent *ext, size_t n, uint64_t file_size,
 			      const struct gpunvme_stream_opts *opts, struct gpunvme_layer_stream **out);
+/*
+ * The same over a file on an md array (gpunvme_md_open): member k is
+ * namespace nsids[k] of controller ctrls[k]; ext are the file's extents on
+ * the array. The stream's loader reads every member's chunks from that
+ * member (gpunvme_layer_loader_init_md): a stream opened on one member's
+ * controller with the array's extents would read the wrong bytes.
+ * ctrls and nsids are used during the call only.
+ */
+int gpunvme_layer_stream_open_md(struct gpunvme_ctrl *const *ctrls, const uint32_t *nsids,
+				 const struct gpunvme_md *md, const struct gpunvme_model *m,
+				 const struct gpunvme_extent *ext, size_t n, uint64_t file_size,
+				 const struct gpunvme_stream_opts *opts, struct gpunvme_layer_stream **out);
 void gpunvme_layer_stream_close(struct gpunvme_layer_stream *s);
 
 uint32_t gpunvme_layer_stream_layers(const struct gpunvme_layer_stream *s);

@@ -51,8 +51,17 @@ struct tpair {
 	uint32_t layer;
 };
 
-struct gpunvme_layer_stream {
+/* Where the file's bytes are, during open (setup may run twice: Tier 2,
+ * then the Tier 1 fallback): one namespace, or an md array's members. */
+struct source {
 	struct gpunvme_ctrl *c;
+	uint32_t nsid;
+	struct gpunvme_ctrl *const *ctrls;   /* md array: per member */
+	const uint32_t *nsids;
+	const struct gpunvme_md *md;         /* NULL: one namespace */
+};
+
+struct gpunvme_layer_stream {
 	const struct gpunvme_model *m;
 	struct gpunvme_layer_loader *l;
 	const struct gpunvme_loader_gpu_ops *gpu;  /* NULL: CPU tier */
@@ -472,10 +481,11 @@ static void teardown(struct gpunvme_layer_stream *s)
 }
 
 /* Loader, slots, resident tensors, streams and events on one tier. */
-static int setup(struct gpunvme_layer_stream *s, uint32_t nsid, const struct gpunvme_extent *ext, size_t n,
+static int setup(struct gpunvme_layer_stream *s, const struct source *src, const struct gpunvme_extent *ext, size_t n,
 		 uint64_t file_size, const struct gpunvme_loader_opts *lo, const size_t *res_idx, size_t n_res)
 {
-	int rc = gpunvme_layer_loader_init(s->c, nsid, ext, n, file_size, lo, &s->l);
+	int rc = src->md ? gpunvme_layer_loader_init_md(src->ctrls, src->nsids, src->md, ext, n, file_size, lo, &s->l)
+			 : gpunvme_layer_loader_init(src->c, src->nsid, ext, n, file_size, lo, &s->l);
 	if (rc)
 		return rc;
 	s->tier = lo->tier;
@@ -539,17 +549,16 @@ static int setup(struct gpunvme_layer_stream *s, uint32_t nsid, const struct gpu
 	return rc;
 }
 
-int gpunvme_layer_stream_open(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_model *m,
-			      const struct gpunvme_extent *ext, size_t n, uint64_t file_size,
-			      const struct gpunvme_stream_opts *opts, struct gpunvme_layer_stream **out)
+static int stream_open(const struct source *src, const struct gpunvme_model *m, const struct gpunvme_extent *ext,
+		       size_t n, uint64_t file_size, const struct gpunvme_stream_opts *opts,
+		       struct gpunvme_layer_stream **out)
 {
-	if (!c || !m || !opts || !out || (n && !ext))
+	if (!m || !opts || !out || (n && !ext))
 		return gpunvme_set_error(-EINVAL, "layer stream: bad arguments");
 	*out = NULL;
 	struct gpunvme_layer_stream *s = calloc(1, sizeof(*s));
 	if (!s)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
-	s->c = c;
 	s->m = m;
 	s->sync_reads = opts->sync_reads;
 	const char *tp = getenv("GPUNVME_STREAM_TRACE");
@@ -561,7 +570,7 @@ int gpunvme_layer_stream_open(struct gpunvme_ctrl *c, uint32_t nsid, const struc
 	if (!rc) {
 		s->k = opts->window < s->nl ? opts->window : s->nl;
 		struct gpunvme_loader_opts lo = opts->loader;
-		rc = setup(s, nsid, ext, n, file_size, &lo, res_idx, n_res);
+		rc = setup(s, src, ext, n, file_size, &lo, res_idx, n_res);
 		if (rc && lo.tier == GPUNVME_TIER_2 && !opts->no_fallback && rc != -EINVAL && rc != -ENOENT) {
 			/* Tier 2 cannot be set up (no GPU bus addresses: a real
 			 * controller not on the kmod: bus; or not enough GPU
@@ -571,7 +580,7 @@ int gpunvme_layer_stream_open(struct gpunvme_ctrl *c, uint32_t nsid, const struc
 			memset(&s->st, 0, sizeof(s->st));
 			s->ring_head = s->ring_len = 0;
 			lo.tier = GPUNVME_TIER_1;
-			rc = setup(s, nsid, ext, n, file_size, &lo, res_idx, n_res);
+			rc = setup(s, src, ext, n, file_size, &lo, res_idx, n_res);
 			s->fell_back = !rc;
 		}
 	}
@@ -582,6 +591,27 @@ int gpunvme_layer_stream_open(struct gpunvme_ctrl *c, uint32_t nsid, const struc
 	}
 	*out = s;
 	return 0;
+}
+
+int gpunvme_layer_stream_open(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_model *m,
+			      const struct gpunvme_extent *ext, size_t n, uint64_t file_size,
+			      const struct gpunvme_stream_opts *opts, struct gpunvme_layer_stream **out)
+{
+	if (!c)
+		return gpunvme_set_error(-EINVAL, "layer stream: bad arguments (no controller)");
+	const struct source src = { .c = c, .nsid = nsid };
+	return stream_open(&src, m, ext, n, file_size, opts, out);
+}
+
+int gpunvme_layer_stream_open_md(struct gpunvme_ctrl *const *ctrls, const uint32_t *nsids,
+				 const struct gpunvme_md *md, const struct gpunvme_model *m,
+				 const struct gpunvme_extent *ext, size_t n, uint64_t file_size,
+				 const struct gpunvme_stream_opts *opts, struct gpunvme_layer_stream **out)
+{
+	if (!ctrls || !nsids || !md)
+		return gpunvme_set_error(-EINVAL, "layer stream: bad arguments (no md array)");
+	const struct source src = { .ctrls = ctrls, .nsids = nsids, .md = md };
+	return stream_open(&src, m, ext, n, file_size, opts, out);
 }
 
 void gpunvme_layer_stream_close(struct gpunvme_layer_stream *s)

@@ -145,6 +145,9 @@ if [ -n "$LOADFILES" ]; then
 	CHECKS=$((CHECKS + 1))
 	[ $rc -eq 0 ] || fail "md_load_files rc $rc: $(grep -v '^ok ' "$OUT" | head -3) $(head -c 300 "$ERR")"
 	[ "$(grep -c '^ok ' "$OUT")" -eq "$(grep -c . "$MAN")" ] || fail "md_load_files: $(grep -c '^ok ' "$OUT") of $(grep -c . "$MAN") files"
+	# the model through the layer stream on the array, windows 1-3
+	[ "$(grep -c '^streamed /models/model.safetensors' "$OUT")" -eq 3 ] ||
+		fail "md_load_files: the model was not streamed with windows 1-3: $(grep '^streamed' "$OUT")"
 	# the assembled size against mdadm --detail's "Array Size" (KiB), the
 	# chunk against its "Chunk Size"
 	want=$(awk '/Array Size :/ { print $4; exit }' "$FX/$NAME.detail.txt")

@@ -1221,7 +1221,12 @@ static PyObject *Stream_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	}
 #endif
 	if (!rc) {
-		rc = gpunvme_layer_stream_open(mo->vol->c, mo->vol->nsid, mo->m, mo->ext, mo->n_ext, mo->size, &o, &st->s);
+		Volume *v = mo->vol;
+		if (v->md) /* every member read from its own controller, as the loader does */
+			rc = gpunvme_layer_stream_open_md(v->md->c, v->md->nsid, v->md->md, mo->m, mo->ext, mo->n_ext,
+							  mo->size, &o, &st->s);
+		else
+			rc = gpunvme_layer_stream_open(v->c, v->nsid, mo->m, mo->ext, mo->n_ext, mo->size, &o, &st->s);
 		if (rc) {
 			snprintf(err, LASTERR_LEN, "%s: layer stream: %s", mo->path, gpunvme_last_error());
 		} else {
