@@ -70,7 +70,32 @@ struct load_ctx {
 	uint8_t *host;              /* HOST_CHUNK staging for Tier 2 reads back */
 	uint8_t *vbuf;              /* HOST_CHUNK for --verify */
 	uint64_t piece;             /* bytes per load call (PIECE_MIN..PIECE_MAX) */
+	/* Notes (the tier chosen, the files of a set) are held until the load
+	 * succeeds: a failed command prints one line, its error (the CLI's
+	 * convention, tests/harness/cli_checks.sh), not a note before it. */
+	FILE *notes;
+	char *notes_buf;
+	size_t notes_len;
 };
+
+/* Starts a note ("gpunvme: load: note: "); the caller writes the rest of
+ * the line to the stream returned (NULL: out of memory, no note). */
+static FILE *note_begin(struct load_ctx *x)
+{
+	if (!x->notes && !(x->notes = open_memstream(&x->notes_buf, &x->notes_len)))
+		return NULL;
+	fputs("gpunvme: load: note: ", x->notes);
+	return x->notes;
+}
+
+static void notes_flush(struct load_ctx *x)
+{
+	if (!x->notes)
+		return;
+	fclose(x->notes);
+	x->notes = NULL;
+	fwrite(x->notes_buf, 1, x->notes_len, stderr);
+}
 
 static void help(void)
 {
@@ -204,9 +229,11 @@ static int open_file(struct load_ctx *x)
 		return cli_err(EXIT_RUNTIME, "%s", gpunvme_last_error());
 	}
 	x->m = x->set->model;
-	if (x->set->n_files > 1)
-		fprintf(stderr, "gpunvme: load: note: %s: %s, %zu files, %zu tensors\n", o->path, x->set->kind,
-			x->set->n_files, x->m->n_tensors);
+	FILE *n;
+	if (x->set->n_files > 1 && (n = note_begin(x))) {
+		cli_put_name(n, o->path, strlen(o->path));
+		fprintf(n, ": %s, %zu files, %zu tensors\n", x->set->kind, x->set->n_files, x->m->n_tensors);
+	}
 	return 0;
 }
 
@@ -247,19 +274,21 @@ static int start_loader(struct load_ctx *x)
 		 * vfio:/uio: pinned host memory read by the GPU (Tier 1) is the
 		 * GPU path */
 		struct gpunvme_ctrl_info ci;
+		FILE *n;
 		if (gpu && gpunvme_ctrl_info(x->f.c, &ci) == 0 && strcmp(ci.transport, "emu") != 0 &&
 		    strcmp(ci.transport, "kmod") != 0) {
 			x->tier = GPUNVME_TIER_1;
-			if (!strcmp(ci.transport, "tcp"))
-				fprintf(stderr, "gpunvme: load: note: %s: over NVMe/TCP data lands in pinned host memory the "
+			n = note_begin(x);
+			if (n && !strcmp(ci.transport, "tcp"))
+				fprintf(n, "%s: over NVMe/TCP data lands in pinned host memory the "
 						"GPU reads (tier 1), forwarded by a CPU proxy per queue\n", x->o.uri);
-			else
-				fprintf(stderr, "gpunvme: load: note: %s: GPU memory is a DMA target on real controllers only "
+			else if (n)
+				fprintf(n, "%s: GPU memory is a DMA target on real controllers only "
 						"through the gpunvme kernel module (kmod:BDF): loading into pinned host memory "
 						"the GPU reads (tier 1)\n", x->o.uri);
 		}
-		if (!gpu)
-			fprintf(stderr, "gpunvme: load: note: no CUDA GPU %s: loading into host memory through the CPU data path\n",
+		if (!gpu && (n = note_begin(x)))
+			fprintf(n, "no CUDA GPU %s: loading into host memory through the CPU data path\n",
 #ifdef GPUNVME_HAVE_CUDA
 				"is usable here"
 #else
@@ -595,9 +624,11 @@ static void print_table(struct load_ctx *x)
 	struct gpunvme_loader_stats st;
 	gpunvme_layer_loader_stats(x->l, &st);
 	char hb[32], hd[32], hbn[32];
-	printf("%s: %zu of %zu tensors, %s (%s) in %.3f s, %.2f GB/s, tier %s; %s by DMA into place, %s bounced%s\n",
-	       gpunvme_model_format_name(x->m->format), x->b->n_tensors, x->m->n_tensors, cli_human_bytes(x->b->bytes, hb, sizeof(hb)),
-	       x->o.path, x->secs, x->secs > 0 ? (double)x->moved / x->secs / 1e9 : 0, tier_str(x->tier),
+	/* the path is bytes from the command line: escaped as ls shows names */
+	printf("%s: %zu of %zu tensors, %s (", gpunvme_model_format_name(x->m->format), x->b->n_tensors,
+	       x->m->n_tensors, cli_human_bytes(x->b->bytes, hb, sizeof(hb)));
+	cli_put_name(stdout, x->o.path, strlen(x->o.path));
+	printf(") in %.3f s, %.2f GB/s, tier %s; %s by DMA into place, %s bounced%s\n", x->secs, x->secs > 0 ? (double)x->moved / x->secs / 1e9 : 0, tier_str(x->tier),
 	       cli_human_bytes(st.direct_bytes, hd, sizeof(hd)), cli_human_bytes(st.bounced_bytes, hbn, sizeof(hbn)),
 	       x->o.verify ? "; verified against the CPU path" : "");
 }
@@ -631,6 +662,11 @@ int cmd_load(int argc, char **argv)
 		else
 			print_table(&x);
 	}
+	if (!rc)
+		notes_flush(&x);
+	else if (x.notes)
+		fclose(x.notes);
+	free(x.notes_buf);
 	done(&x);
 	return rc;
 }

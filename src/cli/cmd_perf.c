@@ -917,12 +917,11 @@ int cmd_perf(int argc, char **argv)
 		/* before touching the device: a machine without a GPU gets one
 		 * clear line, whatever the build */
 #ifdef GPUNVME_HAVE_CUDA
-		if (perf_gpu_probe())
-			return cli_err(EXIT_RUNTIME, "%s (--gpu needs an NVIDIA GPU and its driver)",
-				       perf_gpu_error());
+		if (perf_gpu_probe()) /* "no CUDA GPU: why: fix", as docs/cli.md shows */
+			return cli_err(EXIT_RUNTIME, "%s", perf_gpu_error());
 #else
-		return cli_err(EXIT_RUNTIME, "no CUDA GPU: this gpunvme was built without CUDA (--gpu needs a "
-					     "build with nvcc)");
+		return cli_err(EXIT_RUNTIME, "no CUDA GPU: this gpunvme was built without CUDA: run without --gpu, "
+					     "or build with CUDA (nvcc; cmake -DGPUNVME_CUDA=ON)");
 #endif
 	}
 

@@ -340,13 +340,16 @@ extern "C" int perf_gpu_probe(void)
 		/* no driver loaded reads as "driver version is insufficient":
 		 * say what the user has to know first */
 		if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
-			return perf_fail(-ENODEV, "no NVIDIA GPU or driver found (CUDA: %s): run without --gpu, "
-						  "or install the NVIDIA driver",
+			return perf_fail(-ENODEV, "no CUDA GPU: no NVIDIA GPU or driver found (CUDA: %s): run without "
+						  "--gpu, or install the NVIDIA driver",
 					 cudaGetErrorString(e));
-		return perf_fail(-ENODEV, "no CUDA GPU usable: %s (cudaGetDeviceCount)", cudaGetErrorString(e));
+		return perf_fail(-ENODEV, "no CUDA GPU: %s (cudaGetDeviceCount): run without --gpu, or check the "
+					  "driver with nvidia-smi",
+				 cudaGetErrorString(e));
 	}
 	if (n <= 0)
-		return perf_fail(-ENODEV, "no NVIDIA GPU or driver found: the CUDA runtime sees no device");
+		return perf_fail(-ENODEV, "no CUDA GPU: no NVIDIA GPU or driver found (the CUDA runtime sees no "
+					  "device): run without --gpu, or install the NVIDIA driver");
 	return 0;
 }
 

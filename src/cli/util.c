@@ -777,6 +777,12 @@ int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *op
 	}
 	if ((rc = gpunvme_fs_open(&h->dev, offset, &h->fs))) {
 		cli_fs_close(h);
+		/* the partition asked for is where the user must look: name it
+		 * and where it starts, not only the device */
+		if (partno)
+			return cli_err(EXIT_RUNTIME, "%s: partition %" PRIu32 " (at byte %" PRIu64 "): %s; choose another "
+				       "with --partition N", image ? image : uri, partno, offset,
+				       *gpunvme_last_error() ? gpunvme_last_error() : strerror(-rc));
 		return cli_lib_err(rc, "%s", image ? image : uri);
 	}
 	return 0;

@@ -129,6 +129,18 @@ h += b" " * (-len(h) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + b"abcd")' "$d/t/m.safetensors"
 		mkfs.ext4 -q -F -d "$d/t" "$img" || { fail "mkfs.ext4"; return; }
 		bad 1 "invalid UTF-8" load "emu:$img" /m.safetensors --json --tier cpu --no-progress
+		# a file name that is not UTF-8: load's summary shows the path
+		# as ls does (\xHH), never its raw bytes (issue 30)
+		rm -rf "$d/t" && mkdir -p "$d/t"
+		python3 -c 'import struct,sys
+h = b"{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}"
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + b"abcd")' "$d/t/caf$(printf '\xe9').safetensors"
+		mkfs.ext4 -q -F -d "$d/t" "$img" || { fail "mkfs.ext4"; return; }
+		ok load "emu:$img" "/caf$(printf '\xe9').safetensors" --tier cpu --no-progress && {
+			expect_out '(/caf\xe9.safetensors)'
+			grep -q "$(printf '\xe9')" "$OUT" && fail "load's summary printed a raw 0xe9 byte"
+		}
 	fi
 
 	# inline_data: a 2 MiB file never written (all hole) reads as zeros
@@ -268,6 +280,21 @@ open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(4096))' "$d/
 	truncate -s 16M "$img"
 	mkfs.ext4 -q -F -d "$d" "$img" || { fail "mkfs.ext4"; return; }
 	bad 2 "--tensors ''" load "emu:$img" /m.safetensors --tensors ''
+	# an error after the tier is chosen is one line: no note about the
+	# tier (no GPU here) before it (issue 30)
+	bad 1 "nomatch" load "emu:$img" /m.safetensors --tensors 'nomatch*' --no-progress
+	# a partition without a file system is named, with where it starts
+	truncate -s 32M "$WORK/ln-mbr.img"
+	python3 -c 'import struct,sys
+f = open(sys.argv[1], "r+b")
+e = lambda start, n: struct.pack("<B3sB3sII", 0, b"\0" * 3, 0x83, b"\0" * 3, start, n)
+f.seek(446); f.write(e(2048, 32768) + e(34816, 16384)); f.seek(510); f.write(b"\x55\xaa")' "$WORK/ln-mbr.img"
+	dd if="$img" of="$WORK/ln-mbr.img" bs=1M seek=1 conv=notrunc status=none
+	ok load "emu:$WORK/ln-mbr.img" /m.safetensors --partition 1 --tier cpu --no-progress
+	bad 1 "partition 2 (at byte 17825792): no file system found" load "emu:$WORK/ln-mbr.img" /m.safetensors \
+		--partition 2 --tier cpu --no-progress
+	bad 1 "choose another with --partition N" load "emu:$WORK/ln-mbr.img" /m.safetensors --partition 2 --no-progress
+	bad 1 "partition 2 (at byte 17825792)" ls "emu:$WORK/ln-mbr.img" / --partition 2
 	bad 2 "--tensors ''" load "emu:$img" /m.safetensors --tensors=
 	ok load "emu:$img" /m.safetensors --tier cpu --no-progress && expect_out "GB/s"
 	grep -q "MiB/s" "$OUT" && fail "load printed MiB/s"
@@ -526,6 +553,12 @@ group_perf_gpu() {
 			bad 1 "no " perf 'emu:null:64M' -q 8 -o 4K -t 1 --gpu $args &&
 				{ grep -qE "no NVIDIA GPU or driver found|built without CUDA" "$ERR" ||
 					{ fail "perf --gpu without a GPU does not say so first"; show; }; }
+			# the line is one docs/cli.md shows (the CUDA runtime's
+			# own text there as "…")
+			local line docs
+			docs="$(dirname "${BASH_SOURCE[0]}")/../../docs/cli.md"
+			line=$(sed -e 's/(CUDA: [^)]*)/(CUDA: …)/' -e 's/no CUDA GPU: .* (cudaGetDeviceCount)/no CUDA GPU: … (cudaGetDeviceCount)/' "$ERR")
+			grep -qxF -- "$line" "$docs" || fail "docs/cli.md does not show perf --gpu's no-GPU line: $line"
 		done
 		return
 	fi
