@@ -14,9 +14,14 @@
  * through an explicit stack of bits, never by recursion), and takes the
  * numbers that are sizes as non-negative integers that fit 64 bits.
  *
- * Unlike the reference implementation, bytes of the data section that no
- * tensor covers (gaps, a tail) are accepted: they are harmless to an index,
- * while overlapping tensors are refused.
+ * The tensors must tile the data section exactly, as the reference
+ * implementation demands (safetensors/src/lib.rs, Metadata::validate and
+ * SafeTensors::read_metadata): in data_offsets order each tensor begins
+ * where the one before it ends (the first at 0), else InvalidOffset(name);
+ * and the last one ends where the file ends, else MetadataIncompleteBuffer.
+ * A file with a gap or a tail is one the reference refuses to load (a writer
+ * bug, or a file cut or padded after it was written), so it is refused here
+ * too, naming the tensors and offsets.
  *
  * __metadata__ is kept (gpunvme_model.meta, in file order): the README
  * defines it as "free form string-to-string map. Arbitrary JSON is not
@@ -308,6 +313,64 @@ static int parse_header(const uint8_t *h, size_t n, struct st_parse *s)
 	return 0;
 }
 
+static int cmp_data_offsets(const void *a, const void *b)
+{
+	const struct gpunvme_tensor *x = *(const struct gpunvme_tensor *const *)a;
+	const struct gpunvme_tensor *y = *(const struct gpunvme_tensor *const *)b;
+	if (x->offset != y->offset)
+		return x->offset < y->offset ? -1 : 1;
+	if (x->bytes != y->bytes)
+		return x->bytes < y->bytes ? -1 : 1;
+	return x < y ? -1 : x > y; /* table order: a deterministic message */
+}
+
+/* The reference's validate() and read_metadata() (see the top): sorted by
+ * (begin, end), each tensor begins where the previous one ended, and the
+ * last end is the size of the data section. */
+static int check_tiling(const struct gpunvme_model *m, uint64_t data_len)
+{
+	const struct gpunvme_tensor **v = malloc((m->n_tensors ? m->n_tensors : 1) * sizeof(*v));
+	if (!v)
+		return gpunvme_set_error(-ENOMEM, "safetensors: out of memory");
+	for (size_t i = 0; i < m->n_tensors; i++)
+		v[i] = &m->tensors[i];
+	qsort(v, m->n_tensors, sizeof(*v), cmp_data_offsets);
+	int rc = 0;
+	uint64_t end = 0; /* relative to the data section */
+	const struct gpunvme_tensor *prev = NULL;
+	for (size_t i = 0; i < m->n_tensors && !rc; i++) {
+		uint64_t b = v[i]->offset - m->data_offset, e = b + v[i]->bytes;
+		if (b < end)
+			rc = ST_ERR("overlapping tensors \"%.64s\" [%llu, %llu] and \"%.64s\" [%llu, %llu] (data_offsets): "
+				    "each tensor must begin where the previous one ends (the reference refuses this "
+				    "file: InvalidOffset)", prev->name, (unsigned long long)(prev->offset - m->data_offset),
+				    (unsigned long long)end, v[i]->name, (unsigned long long)b, (unsigned long long)e);
+		else if (b > end && prev)
+			rc = ST_ERR("tensor \"%.64s\": data_offsets [%llu, %llu] leave a gap of %llu bytes after "
+				    "\"%.64s\", which ends at %llu: each tensor must begin where the previous one ends "
+				    "(the reference refuses this file: InvalidOffset)", v[i]->name, (unsigned long long)b,
+				    (unsigned long long)e, (unsigned long long)(b - end), prev->name,
+				    (unsigned long long)end);
+		else if (b > end)
+			rc = ST_ERR("tensor \"%.64s\": data_offsets [%llu, %llu]: the first tensor must begin at 0, "
+				    "%llu bytes are before it (the reference refuses this file: InvalidOffset)",
+				    v[i]->name, (unsigned long long)b, (unsigned long long)e, (unsigned long long)b);
+		end = e;
+		prev = v[i];
+	}
+	if (!rc && end != data_len) /* info_check keeps every end within data_len */
+		rc = prev ? ST_ERR("%llu bytes after the last tensor \"%.64s\" (data_offsets end %llu, the data "
+				   "section holds %llu): the last tensor must end where the file ends (the reference "
+				   "refuses this file: MetadataIncompleteBuffer)",
+				   (unsigned long long)(data_len - end), prev->name, (unsigned long long)end,
+				   (unsigned long long)data_len)
+			  : ST_ERR("%llu bytes of data after a header with no tensors: the data section must be empty "
+				   "(the reference refuses this file: MetadataIncompleteBuffer)",
+				   (unsigned long long)data_len);
+	free(v);
+	return rc;
+}
+
 int model_parse_safetensors(const struct model_src *src, struct gpunvme_model *m)
 {
 	uint8_t b[8];
@@ -339,6 +402,6 @@ int model_parse_safetensors(const struct model_src *src, struct gpunvme_model *m
 	if (!rc)
 		rc = model_check_names(m, "safetensors");
 	if (!rc)
-		rc = model_check_overlap(m, "safetensors");
+		rc = check_tiling(m, src->size - 8 - n);
 	return rc;
 }

@@ -212,7 +212,7 @@ static void st_layout(void)
 		"\"f4\":{\"dtype\":\"F4\",\"shape\":[2,3],\"data_offsets\":[68,71]},"
 		"\"f6\":{\"dtype\":\"F6_E2M3\",\"shape\":[4],\"data_offsets\":[71,74]},"
 		"\"c\":{\"dtype\":\"C64\",\"shape\":[1,1,1,1,1,1,1,2],\"data_offsets\":[74,90]}}";
-	struct bb b = st_file(json, 3, 90 + 5); /* 5 trailing bytes after the last tensor */
+	struct bb b = st_file(json, 3, 90); /* the tensors tile the data section (st_tiling) */
 	uint64_t n = strlen(json) + 3, base = 8 + n;
 	CHECK(n % 8 != 0, "header length %llu should not be a multiple of 8", (unsigned long long)n);
 	struct gpunvme_model *m = PARSE_OK(b.p, b.n);
@@ -401,7 +401,30 @@ static void st_errors(void)
 	ST_FAIL("{\"a\":" T("F16", "[2]", 0, 4) ",\"b\":" T("F16", "[2]", 2, 6) "}", 8, -EINVAL, "overlapping");
 	ST_FAIL("{\"a\":" T("U8", "[8]", 0, 8) ",\"b\":" T("U8", "[1]", 7, 8) ",\"c\":" T("U8", "[0]", 3, 3) "}",
 		8, -EINVAL, "overlapping");
-	/* a zero-size tensor inside another one and touching ranges are fine */
+}
+
+/* The tensors tile the data section, as the reference implementation
+ * demands (safetensors/src/lib.rs: Metadata::validate refuses a tensor that
+ * does not begin where the previous one, in data_offsets order, ends with
+ * InvalidOffset; read_metadata refuses bytes after the last tensor with
+ * MetadataIncompleteBuffer). Issue 30: gaps and a tail loaded with exit 0. */
+static void st_tiling(void)
+{
+	/* a gap between two tensors, named with both offsets */
+	ST_FAIL("{\"a\":" T("U8", "[4]", 0, 4) ",\"b\":" T("U8", "[4]", 6, 10) "}", 10, -EINVAL,
+		"tensor \"b\": data_offsets [6, 10] leave a gap of 2 bytes after \"a\", which ends at 4");
+	/* header order does not matter: data_offsets order does */
+	ST_FAIL("{\"b\":" T("U8", "[4]", 6, 10) ",\"a\":" T("U8", "[4]", 0, 4) "}", 10, -EINVAL, "InvalidOffset");
+	/* bytes before the first tensor */
+	ST_FAIL("{\"a\":" T("U8", "[4]", 2, 6) "}", 6, -EINVAL, "the first tensor must begin at 0, 2 bytes");
+	/* bytes after the last tensor */
+	ST_FAIL("{\"a\":" T("U8", "[4]", 0, 4) ",\"b\":" T("U8", "[2]", 4, 6) "}", 9, -EINVAL,
+		"3 bytes after the last tensor \"b\" (data_offsets end 6, the data section holds 9)");
+	ST_FAIL("{\"a\":" T("U8", "[4]", 0, 4) "}", 5, -EINVAL, "MetadataIncompleteBuffer");
+	ST_FAIL("{}", 3, -EINVAL, "3 bytes of data after a header with no tensors");
+	ST_FAIL("{\"z\":" T("U8", "[0]", 0, 0) "}", 1, -EINVAL, "after the last tensor \"z\"");
+	/* a zero-size tensor inside another one: the reference's InvalidOffset
+	 * (sorted by (begin, end) it begins before the previous end) */
 	static const uint64_t s4[] = { 4 }, s0[] = { 0 };
 	static const struct st_tensor azb[] = {
 		{ .name = "a", .dtype = "U8", .ndim = 1, .shape = s4, .begin = 0, .end = 4 },
@@ -409,6 +432,21 @@ static void st_errors(void)
 		{ .name = "b", .dtype = "U8", .ndim = 1, .shape = s4, .begin = 4, .end = 8 },
 	};
 	struct bb b = st_written(NULL, 0, azb, 3, 8);
+	expect_fail(b.p, b.n, -EINVAL, "overlapping tensors \"a\" [0, 4] and \"z\" [2, 2]", __LINE__);
+	free(b.p);
+	/* touching ranges, zero-size tensors at a boundary, at 0 and at the end,
+	 * an empty file of tensors: all tile */
+	static const struct st_tensor tiled[] = {
+		{ .name = "z0", .dtype = "U8", .ndim = 1, .shape = s0, .begin = 0, .end = 0 },
+		{ .name = "a", .dtype = "U8", .ndim = 1, .shape = s4, .begin = 0, .end = 4 },
+		{ .name = "z", .dtype = "U8", .ndim = 1, .shape = s0, .begin = 4, .end = 4 },
+		{ .name = "b", .dtype = "U8", .ndim = 1, .shape = s4, .begin = 4, .end = 8 },
+		{ .name = "z8", .dtype = "U8", .ndim = 1, .shape = s0, .begin = 8, .end = 8 },
+	};
+	b = st_written(NULL, 0, tiled, 5, 8);
+	gpunvme_model_free(PARSE_OK(b.p, b.n));
+	free(b.p);
+	b = st_written(NULL, 0, NULL, 0, 0);
 	gpunvme_model_free(PARSE_OK(b.p, b.n));
 	free(b.p);
 }
@@ -1235,6 +1273,7 @@ int main(void)
 	st_layout();
 	st_every_dtype();
 	st_errors();
+	st_tiling();
 	st_limits();
 	gguf_layout();
 	gguf_every_type();
