@@ -806,7 +806,12 @@ static int map_inode(struct gpunvme_fs *fs, const struct e4_inode *in, struct fs
 	struct walk w = { .fs = fs, .e = E(fs), .in = in, .budget = E(fs)->blocks_count };
 	int rc = 0;
 	if (in->flags & E4_INLINE_DATA_FL) {
-		rc = gpunvme_set_error(-ENOTSUP, "ext4: inode %llu keeps its data inline in the inode: it has no extents",
+		/* "Inline Data" (ext4 data structures): the bytes sit in i_block
+		 * and the system.data xattr, in no block a controller can read:
+		 * pread serves them (read_inline), a DMA path cannot */
+		rc = gpunvme_set_error(-ENOTSUP, "ext4: inode %llu keeps its data inline in the inode (inline_data): it "
+					       "has no extents to read by DMA; read it through the CPU (gpunvme cat), or "
+					       "make the file system without inline_data (mkfs.ext4 -O ^inline_data)",
 				       (unsigned long long)in->ino);
 	} else if (in->flags & E4_EXTENTS_FL) {
 		rc = ext_node(&w, in->iblock, E4_IBLOCK_SIZE, 0, true, 0, 1ull << 32);

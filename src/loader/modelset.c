@@ -235,8 +235,13 @@ static int set_merge(struct gpunvme_model_set *s, struct gpunvme_fs *fs)
 		struct gpunvme_extent *e = NULL;
 		size_t n = 0;
 		int rc = gpunvme_fs_extents(fs, s->files[k].ino, &e, &n);
-		if (rc)
-			return rc;
+		if (rc) {
+			/* the file system names an inode; the user knows the file
+			 * (ext4 inline_data: a small file kept in its inode) */
+			char why[400];
+			snprintf(why, sizeof(why), "%s", gpunvme_last_error());
+			return gpunvme_set_error(rc, "%s: %s", s->files[k].path, why);
+		}
 		struct gpunvme_extent *v = realloc(s->ext, (n_ext + n + 1) * sizeof(*v));
 		if (!v) {
 			free(e);

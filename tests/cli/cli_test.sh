@@ -305,6 +305,32 @@ f.seek(446); f.write(e(2048, 32768) + e(34816, 16384)); f.seek(510); f.write(b"\
 				{ fail "the no-GPU notice is not one 'gpunvme: load: note:' line"; show; }
 		}
 	fi
+	# ext4 inline_data: a small model kept in its inode reads with cat; load
+	# names the file and why it cannot be read by DMA (issue 30)
+	rm -rf "$d" && mkdir -p "$d"
+	python3 -c 'import struct,sys
+h = b"{\"w\":{\"dtype\":\"U8\",\"shape\":[12],\"data_offsets\":[0,12]}}"
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + b"inline bytes")' "$d/small.safetensors"
+	mkfs.ext4 -q -F -O inline_data -I 256 -d "$d" "$img" || { fail "mkfs.ext4 -O inline_data"; return; }
+	ok cat "emu:$img" /small.safetensors && same "$OUT" "$d/small.safetensors"
+	bad 1 "/small.safetensors: ext4: inode" load "emu:$img" /small.safetensors --tier cpu --no-progress
+	grep -q "inline_data" "$ERR" && grep -q "mkfs.ext4 -O ^inline_data" "$ERR" ||
+		fail "load of an inline file does not say why and the fix: $(cat "$ERR")"
+	# safetensors whose tensors leave a gap, or bytes after the last one:
+	# refused as the reference implementation refuses them (issue 30)
+	rm -rf "$d" && mkdir -p "$d"
+	python3 -c 'import struct,sys
+def st(hdr, data):
+    h = hdr.encode(); h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+a = "\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}"
+open(sys.argv[1] + "/gap.safetensors", "wb").write(st("{" + a + ",\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[8,12]}}", bytes(12)))
+open(sys.argv[1] + "/tail.safetensors", "wb").write(st("{" + a + "}", bytes(4096)))' "$d"
+	mkfs.ext4 -q -F -d "$d" "$img" || { fail "mkfs.ext4"; return; }
+	bad 1 'tensor "b": data_offsets [8, 12] leave a gap of 4 bytes after "a"' load "emu:$img" /gap.safetensors --tier cpu --no-progress
+	bad 1 '4092 bytes after the last tensor "a"' load "emu:$img" /tail.safetensors --tier cpu --no-progress
+
 	# the summary of read and write, perf's table: GB/s too
 	truncate -s 1M "$WORK/ln.disk"
 	head -c 4096 /dev/urandom >"$WORK/ln.bin"
