@@ -32,6 +32,9 @@ command -v qemu-system-x86_64 >/dev/null 2>&1 || skip "qemu-system-x86_64 not in
 [ -s "$CACHE/vmlinuz" ] && [ -s "$CACHE/modules/modules.dep" ] || skip "no guest kernel in $CACHE (scripts/qemu/setup.sh $CACHE)"
 command -v mkfs.ext4 >/dev/null 2>&1 || { echo "FAIL: mkfs.ext4 missing (apt-get install e2fsprogs)"; exit 1; }
 
+# shellcheck source=tests/qemu/workdir.sh
+. "$HERE/workdir.sh"
+claim_workdir
 rm -rf "$WORK"
 mkdir -p "$WORK/tree/models"
 exec > >(tee "$WORK/host.log") 2>&1
@@ -153,4 +156,10 @@ if [ $FAILS -ne 0 ]; then
 	echo "qemu.nvmet: $FAILS failure(s) in $CHECKS host checks"
 	exit 1
 fi
-echo "qemu.nvmet: $CHECKS host checks passed; benchmark in $WORK/bench.txt"
+if [ "$WORK_PRIVATE" = 1 ]; then
+	echo "qemu.nvmet: $CHECKS host checks passed; benchmark:"
+	cat "$WORK/bench.txt"
+	rm -rf "$WORK"
+else
+	echo "qemu.nvmet: $CHECKS host checks passed; benchmark in $WORK/bench.txt"
+fi

@@ -105,6 +105,10 @@ if [ -z "$WORK" ]; then
 	WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpunvme-qemu.XXXXXX")
 	AUTO_WORK=1
 else
+	# shellcheck source=tests/qemu/workdir.sh
+	. "$HERE/workdir.sh"
+	claim_workdir
+	AUTO_WORK=$WORK_PRIVATE
 	mkdir -p "$WORK"
 	rm -f "$WORK"/*.img "$WORK/serial.log" "$WORK/plan"
 fi
