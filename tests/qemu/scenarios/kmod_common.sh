@@ -10,7 +10,8 @@
 	skip "no gpunvme.ko for the guest kernel (GPUNVME_KMOD_KO; ctest runs kmod.build first)"
 memory 1G
 # a kernel oops ends the run at once instead of at the time limit
-append oops=panic no_timer_check
+# (no_timer_check, once here, is on every scenario's command line: run.sh)
+append oops=panic
 modules vgem
 guest_file "$GPUNVME_KMOD_KO:/lib/modules/extra/gpunvme.ko"
 ivshmem 4M
