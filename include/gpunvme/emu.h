@@ -43,6 +43,12 @@ struct gpunvme_emu_ns_config {
 	uint8_t snapshot;    /* FILE: read the image into RAM at creation and
 	                        serve it from there; writes stay in RAM and the
 	                        file is opened read-only (benchmarks, demos) */
+	uint8_t read_only;   /* FILE: open the image read-only and write-protect
+	                        the namespace (writes fail with Namespace is
+	                        Write Protected). Also chosen by itself when the
+	                        image cannot be opened for writing (EACCES, EROFS,
+	                        EPERM: a mode 0444 file, a read-only mount, an
+	                        immutable file) */
 };
 
 /* Device model: turns the emulator into a given SSD. All zero = as fast as

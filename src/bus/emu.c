@@ -75,6 +75,15 @@ static int emu_open(struct gpunvme_bus *b, const char *addr, const struct gpunvm
 							 addr, i + 1, ns->path, (long long)st.st_size,
 							 (unsigned long long)bs, ns->path);
 		}
+		/* an image that is only not writable is served read-only
+		 * (emu_ns.c): what is left here is one that cannot be read, or
+		 * a size that would grow a read-only image */
+		if (cfg.ns[0].backing == GPUNVME_EMU_BACK_FILE && rc == -EROFS)
+			return gpunvme_set_error(rc, "emu:%s: cannot open the image: it is read-only and the size asked for "
+						     "would grow it (leave out the size, or make it writable)", addr);
+		if (cfg.ns[0].backing == GPUNVME_EMU_BACK_FILE && (rc == -EACCES || rc == -EPERM))
+			return gpunvme_set_error(rc, "emu:%s: cannot open the image: %s (it is not readable by this user: "
+						     "check its mode and owner)", addr, strerror(-rc));
 		if (cfg.ns[0].backing == GPUNVME_EMU_BACK_FILE && rc != -EINVAL)
 			return gpunvme_set_error(rc, "emu:%s: cannot open the image: %s", addr, strerror(-rc));
 		if (rc == -EINVAL)

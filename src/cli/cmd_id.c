@@ -359,6 +359,8 @@ int cmd_id_ns(int argc, char **argv)
 		cj_u64(&j, "flbas", ns->flbas);
 		cj_u64(&j, "lba_size", lbasz);
 		cj_u64(&j, "dlfeat", ns->dlfeat);
+		cj_u64(&j, "nsattr", ns->nsattr);
+		cj_bool(&j, "write_protected", ns->nsattr & 1);
 		cj_bool(&j, "dealloc_reads_zeroes", (ns->dlfeat & 7) == GPUNVME_DLFEAT_READ_ZEROES);
 		cj_str(&j, "nguid", nguid);
 		cj_str(&j, "eui64", eui);
@@ -388,6 +390,7 @@ int cmd_id_ns(int argc, char **argv)
 		       (ns->dlfeat & 7) == GPUNVME_DLFEAT_READ_ZEROES ? "deallocated blocks read as zeroes"
 		       : (ns->dlfeat & 7) == 2 ? "deallocated blocks read as ones"
 					       : "deallocated block values not reported");
+		printf("nsattr    : 0x%02x%s\n", ns->nsattr, ns->nsattr & 1 ? " (write protected)" : "");
 		printf("nguid     : %s\n", nguid);
 		printf("eui64     : %s\n", eui);
 		for (unsigned i = 0; i < nf; i++)

@@ -83,9 +83,15 @@ static void slot_cb(void *arg, const struct gpunvme_cpl *cpl)
 
 static int io_error(const char *what, const struct slot *s, int err, uint16_t status)
 {
+	/* a write-protected namespace (an emu: image opened read-only): the
+	 * status alone does not say what to change */
+	bool wp = gpunvme_status_sct(status) == 0 && gpunvme_status_sc(status) == (GPUNVME_SC_NS_WRITE_PROTECTED & 0xff);
 	if (err == -EIO)
-		return cli_err(EXIT_RUNTIME, "%s of LBA %" PRIu64 "..%" PRIu64 " failed: %s", what, s->slba,
-			       s->slba + s->nlb - 1, gpunvme_status_str(status));
+		return cli_err(EXIT_RUNTIME, "%s of LBA %" PRIu64 "..%" PRIu64 " failed: %s%s", what, s->slba,
+			       s->slba + s->nlb - 1, gpunvme_status_str(status),
+			       wp ? " (an emu: image not writable here, or readonly=1, is served read-only: make the file "
+				    "writable, or add ?snapshot=1 to keep writes in memory)"
+				  : "");
 	const char *le = gpunvme_last_error();
 	return cli_err(EXIT_RUNTIME, "%s of LBA %" PRIu64 "..%" PRIu64 " failed: %s", what, s->slba,
 		       s->slba + s->nlb - 1, le && *le ? le : strerror(-err));

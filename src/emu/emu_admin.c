@@ -113,6 +113,9 @@ static void id_ns(struct gpunvme_emu *e, uint32_t nsid, struct gpunvme_id_ns *id
 	id->lbaf[1].lbads = 12;
 	id->flbas = ns->lba_shift == 12 ? 1 : 0;
 	id->dlfeat = GPUNVME_DLFEAT_READ_ZEROES;
+	/* NSATTR bit 0, Write Protected (§5.15.2.1): an image opened
+	 * read-only; writes fail with Namespace is Write Protected (emu_io.c) */
+	id->nsattr = ns->read_only ? 1 : 0;
 	/* unique per controller serial and namespace */
 	for (int i = 0; i < 8 && e->cfg.serial[i]; i++)
 		id->nguid[i] = (uint8_t)e->cfg.serial[i];

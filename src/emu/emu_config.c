@@ -152,6 +152,7 @@ static const struct num_opt num_opts[] = {
 	{ "idle_us", 1, 1000000, "longest idle sleep of a worker in microseconds" },
 	{ "vwc", 0, 1, "volatile write cache present", "0 or 1" },
 	{ "snapshot", 0, 1, "1 = serve the image from a RAM copy, never written back", "0 or 1" },
+	{ "readonly", 0, 1, "1 = open the image read-only, writes fail (Namespace is Write Protected)", "0 or 1" },
 	{ "gpu_pages", 0, 1, "1 = GPU memory mapped per 4 KiB page at scattered bus addresses (as kmod:)", "0 or 1" },
 };
 
@@ -225,6 +226,8 @@ static void set_num(struct gpunvme_emu_config *cfg, const char *key, uint64_t x,
 		cfg->vwc = (uint8_t)x;
 	else if (!strcmp(key, "snapshot"))
 		cfg->ns[0].snapshot = (uint8_t)x;
+	else if (!strcmp(key, "readonly"))
+		cfg->ns[0].read_only = (uint8_t)x;
 	else if (!strcmp(key, "gpu_pages"))
 		cfg->gpu_pages = (uint8_t)x;
 }
@@ -282,10 +285,11 @@ int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec, c
 			if (num_opt_value(o, v, vlen, &x, err))
 				return -EINVAL;
 			set_num(cfg, o->key, x, &lba_shift);
-			if (!strcmp(o->key, "snapshot") && x && cfg->ns[0].backing != GPUNVME_EMU_BACK_FILE)
-				return cfg_err(err, "emulator option snapshot=1 needs an image file as the first namespace, "
-						    "not '%.*s' (e.g. /path/disk.img?snapshot=1)",
-					       (int)base, spec);
+			if ((!strcmp(o->key, "snapshot") || !strcmp(o->key, "readonly")) && x &&
+			    cfg->ns[0].backing != GPUNVME_EMU_BACK_FILE)
+				return cfg_err(err, "emulator option %s=1 needs an image file as the first namespace, "
+						    "not '%.*s' (e.g. /path/disk.img?%s=1)",
+					       o->key, (int)base, spec, o->key);
 		} else if (is_ns) {
 			/* extra namespaces, comma separated */
 			if (vlen == 0)

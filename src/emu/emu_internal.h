@@ -135,6 +135,9 @@ struct emu_ns {
 	uint8_t *data;         /* RAM or file mapping; NULL for null */
 	size_t map_len;
 	int fd;
+	/* an image opened read-only (cfg read_only, or not writable): mapped
+	 * PROT_READ; commands that modify it fail (emu_io.c, io_write_protected) */
+	bool read_only;
 	/* handed out by gpunvme_emu_ns_memory(): someone (a GPU library) may
 	 * have pinned the pages, so Deallocate must not give them back */
 	bool exported;             /* __atomic access */

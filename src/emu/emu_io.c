@@ -190,6 +190,26 @@ static uint16_t check_range(const struct emu_ns *ns, uint64_t slba, uint64_t nlb
 	return 0;
 }
 
+/*
+ * A namespace served from an image opened read-only (emu_ns.c) is write
+ * protected: a command that would modify it is aborted with Generic Command
+ * Status 20h, Namespace is Write Protected (NVMe 1.4 §4.6.1.2.1:
+ * "the command is prohibited while the namespace is write protected"), and
+ * Identify Namespace reports it in NSATTR bit 0 (§5.15.2.1), so a host such
+ * as Linux marks the disk read-only. Status 82h (Attempted Write to Read
+ * Only Range) is for LBA ranges made read-only by the LBA Range Type
+ * feature; here the whole namespace is, as with Namespace Write Protection.
+ * Checked after the NSID and before the range: the namespace refuses every
+ * write whatever its fields. DNR: retrying cannot help.
+ */
+static uint16_t io_write_protected(const struct emu_ns *ns, struct io_result *r, uint64_t slba)
+{
+	if (!ns->read_only)
+		return 0;
+	r->lba = slba;
+	return GPUNVME_SC_NS_WRITE_PROTECTED | GPUNVME_STATUS_DNR;
+}
+
 static uint16_t io_rw(struct emu_thread *t, struct emu_ns *ns, const struct gpunvme_sqe *c,
 		      struct io_result *r)
 {
@@ -201,6 +221,8 @@ static uint16_t io_rw(struct emu_thread *t, struct emu_ns *ns, const struct gpun
 
 	r->lba = slba;
 	r->write = write;
+	if (write && (st = io_write_protected(ns, r, slba)))
+		return st;
 	/* QEMU order: MDTS (Invalid Field), then the LBA range */
 	if (len > e->max_xfer)
 		return GPUNVME_SC_INVALID_FIELD | GPUNVME_STATUS_DNR;
@@ -266,6 +288,8 @@ static uint16_t io_write_zeroes(struct emu_thread *t, struct emu_ns *ns, const s
 	uint64_t slba = c->rw.slba, nlb = (uint64_t)c->rw.nlb + 1;
 	uint16_t st;
 	r->lba = slba;
+	if ((st = io_write_protected(ns, r, slba)))
+		return st;
 	/* Write Zeroes moves no data, so MDTS does not apply (§6.16) */
 	if ((st = check_range(ns, slba, nlb)))
 		return st;
@@ -301,6 +325,8 @@ static uint16_t io_dsm(struct emu_thread *t, struct emu_ns *ns, const struct gpu
 	}
 	if (!(c->dsm.attr & GPUNVME_DSM_AD))
 		return 0; /* IDR/IDW are hints */
+	if ((st = io_write_protected(ns, r, rg[0].slba))) /* deallocation modifies the data */
+		return st;
 	for (uint32_t i = 0; i < nr; i++)
 		emu_ns_deallocate(ns, rg[i].slba << ns->lba_shift, (uint64_t)rg[i].nlb << ns->lba_shift);
 	return 0;

@@ -82,7 +82,20 @@ int emu_ns_open(struct emu_ns *ns, uint32_t nsid, const struct gpunvme_emu_ns_co
 	case GPUNVME_EMU_BACK_FILE: {
 		if (cfg->snapshot)
 			return ns_snapshot(ns, cfg);
-		int fd = open(cfg->path, O_RDWR | O_CLOEXEC | (size ? O_CREAT : 0), 0644);
+		/* An image that cannot be written (mode 0444 for its user, a
+		 * read-only mount, an immutable file: EACCES, EROFS, EPERM) is
+		 * still readable: serve it write-protected rather than refuse
+		 * ls/cat/load of a downloaded image. Writes then fail with a
+		 * status (io_write_protected), never a signal on the mapping. */
+		bool ro = cfg->read_only;
+		int fd = ro ? -1 : open(cfg->path, O_RDWR | O_CLOEXEC | (size ? O_CREAT : 0), 0644);
+		if (fd < 0 && (ro || errno == EACCES || errno == EROFS || errno == EPERM)) {
+			int werr = errno;
+			fd = open(cfg->path, O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				return -(ro || errno == ENOENT ? errno : werr);
+			ro = true;
+		}
 		if (fd < 0)
 			return -errno;
 		struct stat st;
@@ -97,6 +110,9 @@ int emu_ns_open(struct emu_ns *ns, uint32_t nsid, const struct gpunvme_emu_ns_co
 		}
 		if (size == 0) {
 			size = (uint64_t)st.st_size;
+		} else if (ro && (uint64_t)st.st_size < size) {
+			close(fd); /* growing it would be a write */
+			return -EROFS;
 		} else if ((uint64_t)st.st_size < size && ftruncate(fd, (off_t)size) < 0) {
 			int rc = -errno;
 			close(fd);
@@ -108,12 +124,13 @@ int emu_ns_open(struct emu_ns *ns, uint32_t nsid, const struct gpunvme_emu_ns_co
 			close(fd);
 			return -EINVAL;
 		}
-		void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		void *p = mmap(NULL, size, ro ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		if (p == MAP_FAILED) {
 			int rc = -errno;
 			close(fd);
 			return rc;
 		}
+		ns->read_only = ro;
 		ns->fd = fd;
 		ns->data = p;
 		ns->map_len = size;

@@ -196,6 +196,78 @@ open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + b"abcd")' "$d/t/ca
 	fi
 }
 
+# A read-only image (issue 30): ls, cat, load work; a write fails with the
+# NVMe status (Namespace is Write Protected) and the fix; id-ns shows NSATTR;
+# the image never changes. Through readonly=1, and (the path users hit)
+# through an image this process cannot write: mode 0444 for a non-root
+# user; as root (CI), as nobody (setpriv) and on a read-only bind mount
+# (unshare -m), each where the machine allows it; at least one must run.
+group_readonly() {
+	command -v mkfs.ext4 >/dev/null 2>&1 || { echo "SKIP: no mkfs.ext4"; exit 77; }
+	command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
+	local d=$WORK/rotree img=$WORK/ro/ro.img real=$BIN ways=0
+	mkdir -p "$d" "$WORK/ro"
+	chmod 755 "$WORK" "$WORK/ro"
+	echo hello >"$d/h.txt"
+	python3 -c 'import struct,sys
+h = b"{\"w\":{\"dtype\":\"U8\",\"shape\":[4096],\"data_offsets\":[0,4096]}}"
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(range(256)) * 16)' "$d/m.safetensors"
+	truncate -s 16M "$img"
+	mkfs.ext4 -q -F -d "$d" "$img" || { fail "mkfs.ext4"; return; }
+	cp "$img" "$WORK/ro.orig"
+	head -c 512 /dev/urandom >"$WORK/blk.bin"
+	chmod 644 "$WORK/blk.bin"
+	ro_checks() { # URI: the image is served read-only
+		ok ls "$1" / && expect_out "h.txt"
+		ok cat "$1" /h.txt && same "$OUT" "$d/h.txt"
+		ok load "$1" /m.safetensors --tier cpu --no-progress --verify
+		ok id-ns "$1" && expect_out "nsattr    : 0x01 (write protected)"
+		bad 1 "failed: Namespace is Write Protected (sct 0x0 sc 0x20, DNR)" write "$1" --slba 0 --nlb 1 --in "$WORK/blk.bin"
+		grep -qF "?snapshot=1" "$ERR" || fail "the write-protected error does not name the fix: $(cat "$ERR")"
+		# snapshot=1: writes go to memory, never to the image
+		local snap="$1?snapshot=1"
+		case $1 in *\?*) snap="$1&snapshot=1" ;; esac
+		ok write "$snap" --slba 0 --nlb 1 --in "$WORK/blk.bin"
+		cmp -s "$img" "$WORK/ro.orig" || fail "a read-only image changed"
+	}
+	ro_checks "emu:$img?readonly=1"
+	ok id-ns "emu:$img" && grep -q "write protected" "$OUT" && fail "a writable image reported write protected"
+	chmod 0444 "$img"
+	if [ "$(id -u)" -ne 0 ]; then
+		ro_checks "emu:$img" && ways=$((ways + 1))
+	else
+		# as nobody: the binary (static) copied where nobody can run it
+		cp "$real" "$WORK/ro/gpunvme" && chmod 755 "$WORK/ro/gpunvme"
+		printf '#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups %s "$@"\n' "$WORK/ro/gpunvme" >"$WORK/as-nobody"
+		chmod 755 "$WORK/as-nobody"
+		if command -v setpriv >/dev/null 2>&1 && "$WORK/as-nobody" version >/dev/null 2>&1 &&
+			setpriv --reuid=65534 --regid=65534 --clear-groups test ! -w "$img"; then
+			BIN=$WORK/as-nobody
+			ro_checks "emu:$img"
+			BIN=$real
+			ways=$((ways + 1))
+		else
+			echo "note: setpriv to nobody is not possible here"
+		fi
+		# a read-only bind mount: EROFS even for root
+		printf '#!/bin/sh\nexec unshare -m sh -c '"'"'mount --bind -o ro "$0" "$0" && exec "$@"'"'"' %s %s "$@"\n' \
+			"$WORK/ro" "$real" >"$WORK/on-ro-mount"
+		chmod 755 "$WORK/on-ro-mount"
+		chmod 0644 "$img"
+		if command -v unshare >/dev/null 2>&1 &&
+			unshare -m sh -c 'mount --bind -o ro "$0" "$0" && test ! -w "$0/ro.img"' "$WORK/ro" 2>/dev/null; then
+			BIN=$WORK/on-ro-mount
+			ro_checks "emu:$img"
+			BIN=$real
+			ways=$((ways + 1))
+		else
+			echo "note: a read-only bind mount is not possible here (no CAP_SYS_ADMIN)"
+		fi
+	fi
+	[ "$ways" -gt 0 ] || fail "no way to make an image unwritable for this process: the read-only open was not tested"
+}
+
 # The README's usage lines for write/read run as written (the image and the
 # input they need included), against this build.
 group_readme() {
@@ -755,7 +827,7 @@ group_errors_perf() {
 }
 
 case "$GROUP" in
-help | list | id | roundtrip | shared_file | perf | perf_gpu | errors_uri | errors_io | errors_perf | pipe | fs_edges | readme | load_notes)
+help | list | id | roundtrip | shared_file | perf | perf_gpu | errors_uri | errors_io | errors_perf | pipe | fs_edges | readme | load_notes | readonly)
 	"group_$GROUP"
 	;;
 *)

@@ -604,6 +604,83 @@ TEST_CASE(file_snapshot)
 	return 0;
 }
 
+/* readonly=1 (and an image the process cannot write, see cli.readonly):
+ * the image is opened read-only and mapped PROT_READ; reads work, every
+ * command that would modify the namespace fails with Namespace is Write
+ * Protected (NVMe 1.4 §4.6.1.2.1, Generic Command Status 20h), DNR, and
+ * Identify Namespace NSATTR bit 0 says so. Hints (DSM without AD) and
+ * Flush are no modification. The file is never written. */
+TEST_CASE(file_read_only)
+{
+	struct gpunvme_emu_config cfg;
+	struct h_ctrl *c;
+	struct h_qp q;
+	struct gpunvme_cqe e;
+	char path[] = "/tmp/gpunvme-emu-ro-XXXXXX";
+	int fd = mkstemp(path);
+	REQUIRE(fd >= 0);
+	const size_t fsz = 1u << 20;
+	uint8_t *img = malloc(fsz), *after = malloc(fsz);
+	REQUIRE(img != NULL && after != NULL);
+	h_fill(img, fsz, 0x70);
+	REQUIRE(pwrite(fd, img, fsz, 0) == (ssize_t)fsz);
+	h_cfg(&cfg);
+	cfg.ns[0].backing = GPUNVME_EMU_BACK_FILE;
+	cfg.ns[0].size = 0;
+	cfg.ns[0].lba_shift = 9;
+	cfg.ns[0].read_only = 1;
+	snprintf(cfg.ns[0].path, sizeof(cfg.ns[0].path), "%s", path);
+	int rc = h_ctrl_up(&c, &cfg);
+	if (rc) {
+		unlink(path);
+		close(fd);
+		free(img);
+		free(after);
+		REQUIRE_OK(rc);
+	}
+	int r = 0;
+	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
+	r = read_cmp(&q, 1, 512, 100, 256, img + 100 * 512);
+	REQUIRE_OK(h_identify(c, GPUNVME_CNS_NS, 1, c->scratch.iova, &e));
+	REQUIRE_ST(e, 0);
+	CHECK(((const struct gpunvme_id_ns *)c->scratch.va)->nsattr == 1, "NSATTR %#x, want 1 (write protected)",
+	      ((const struct gpunvme_id_ns *)c->scratch.va)->nsattr);
+	struct h_buf w = h_alloc(&c->arena, 4096, H_PAGE);
+	memset(w.va, 0xee, 4096);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 0, 8, w.iova, 4096, &e));
+	REQUIRE_ST(e, GPUNVME_SC_NS_WRITE_PROTECTED | GPUNVME_STATUS_DNR);
+	/* before the range check: the namespace refuses any write */
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE, 1, 1u << 30, 1, w.iova, 512, &e));
+	REQUIRE_ST(e, GPUNVME_SC_NS_WRITE_PROTECTED | GPUNVME_STATUS_DNR);
+	REQUIRE_OK(h_io(&q, GPUNVME_CMD_WRITE_ZEROES, 1, 0, 8, 0, 0, &e));
+	REQUIRE_ST(e, GPUNVME_SC_NS_WRITE_PROTECTED | GPUNVME_STATUS_DNR);
+	struct gpunvme_dsm_range rg = { .nlb = 64, .slba = 0 };
+	REQUIRE_OK(dsm(&q, 1, GPUNVME_DSM_AD, &rg, 1, &e));
+	REQUIRE_ST(e, GPUNVME_SC_NS_WRITE_PROTECTED | GPUNVME_STATUS_DNR);
+	REQUIRE_OK(dsm(&q, 1, 0, &rg, 1, &e)); /* IDR/IDW hints only */
+	REQUIRE_ST(e, 0);
+	struct gpunvme_sqe fl = { .opc = GPUNVME_CMD_FLUSH, .nsid = 1 };
+	REQUIRE_OK(h_cmd(&q, &fl, &e));
+	REQUIRE_ST(e, 0);
+	r = r ? r : read_cmp(&q, 1, 512, 0, 64, img);
+	h_ctrl_close(c);
+	REQUIRE(pread(fd, after, fsz, 0) == (ssize_t)fsz);
+	int untouched = !memcmp(after, img, fsz);
+	/* a size larger than the read-only image would grow it: refused */
+	cfg.ns[0].size = 2 * fsz;
+	struct gpunvme_emu *emu = NULL;
+	int grc = gpunvme_emu_create(&cfg, &emu);
+	unlink(path);
+	close(fd);
+	free(img);
+	free(after);
+	if (r)
+		return r;
+	REQUIRE(untouched, "a read-only namespace changed its image file");
+	REQUIRE(grc == -EROFS, "growing a read-only image: %d", grc);
+	return 0;
+}
+
 TEST_CASE(null_backing)
 {
 	struct gpunvme_emu_config cfg;
