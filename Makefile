@@ -99,5 +99,9 @@ bench: build
 fs-fixtures:
 	scripts/fixtures/make-fs-fixtures.sh
 
+# Build outputs only (each is in .gitignore; python/tests/test_edges.py
+# checks that nothing here is tracked): the egg-info was once committed,
+# and clean deleted it from the checkout
 clean:
 	rm -rf build build-asan build-tsan build-fuzz python/build python/src/gpunvme.egg-info
+	rm -f python/src/gpunvme/_gpunvme*.so
