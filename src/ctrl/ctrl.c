@@ -379,6 +379,15 @@ static int open_fabric(struct gpunvme_ctrl *c, const char *uri)
 	c->fab_db = gpunvme_dma_alloc(c, c->fab_db_len);
 	if (!c->qps || !c->qid_gpu || !c->fab_q || !c->fab_px || !c->fab_ns || !c->fab_db)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
+	/* The GPU queues' health check and recovery read CSTS from the page
+	 * they ring doorbells in (src/cuda/gpu_queues.cu, as on PCIe and the
+	 * emulator). Over fabrics the association is enabled and ready here
+	 * (nvmf_ctrl_connect waited for CSTS.RDY by Property Get, NVMe-oF 1.1
+	 * §3.5); a lost connection is each queue's own error, recovered by
+	 * re-creating the queue, not by a controller reset. Without this
+	 * word the page read CSTS 0 ("not ready") and every recovery asked
+	 * for a reset. */
+	((volatile uint32_t *)c->fab_db)[GPUNVME_REG_CSTS / 4] = GPUNVME_CSTS_RDY;
 	return 0;
 }
 

@@ -15,6 +15,16 @@
  * with the phase tag last. A transport failure completes the commands in
  * flight with Transient Transport Error (NVMe 1.4 Figure 126, 22h) and
  * reconnects the queue.
+ *
+ * Command identifiers: the agent may use any 16-bit CID that is unique
+ * among its commands in flight (NVMe 1.4 §4.2, CDW0.CID); the device
+ * queues use a ticket that grows past the depth. The connection tracks
+ * its commands by a tag below its depth (src/nvmf/tcp.c), so each command
+ * goes out under a free tag and its completion carries the agent's CID
+ * back. A CID already in flight is refused with Command ID Conflict (03h).
+ * (A CPU stand-in that reused CIDs below the depth hid this: on a GPU
+ * every command after the first `depth` was refused with CID 0 and its
+ * issuer timed out.)
  */
 #include <errno.h>
 #include <pthread.h>
@@ -33,9 +43,25 @@ struct nvmf_proxy {
 	int stop;                 /* atomic */
 	uint32_t sq_head, cq_tail, cq_phase;
 	uint32_t inflight;
-	uint8_t *busy;            /* cid in flight */
+	uint8_t *busy;            /* per connection tag: in flight */
+	uint16_t *cid_of;         /* per tag: the agent's CID */
+	uint32_t next_tag;        /* where the search for a free tag starts */
+	uint64_t cid_busy[65536 / 64]; /* the agent's CIDs in flight */
 	uint64_t forwarded, completed;
 };
+
+static bool cid_in_flight(const struct nvmf_proxy *p, uint16_t cid)
+{
+	return p->cid_busy[cid / 64] >> (cid % 64) & 1;
+}
+
+static void cid_mark(struct nvmf_proxy *p, uint16_t cid, bool on)
+{
+	if (on)
+		p->cid_busy[cid / 64] |= 1ull << (cid % 64);
+	else
+		p->cid_busy[cid / 64] &= ~(1ull << (cid % 64));
+}
 
 static uint32_t lba_shift_of(const struct nvmf_proxy *p, uint32_t nsid)
 {
@@ -45,9 +71,10 @@ static uint32_t lba_shift_of(const struct nvmf_proxy *p, uint32_t nsid)
 	return 0;
 }
 
-/* Post a completion: dwords 0-2, then dword 3 (CID, phase, status) with
- * release order, so a poller that sees the new phase (acquire) sees the
- * rest; pairs with the device queue's acquire load of dword 3. */
+/* Post a completion for the agent's CID: dwords 0-2, then dword 3 (CID,
+ * phase, status) with release order, so a poller that sees the new phase
+ * (acquire) sees the rest; pairs with the device queue's acquire load of
+ * dword 3. */
 static void post(struct nvmf_proxy *p, uint16_t cid, uint16_t status, uint32_t dw0)
 {
 	volatile uint32_t *e = (volatile uint32_t *)((uint8_t *)p->cfg.cq + (size_t)p->cq_tail * 16);
@@ -60,11 +87,32 @@ static void post(struct nvmf_proxy *p, uint16_t cid, uint16_t status, uint32_t d
 		p->cq_tail = 0;
 		p->cq_phase ^= 1;
 	}
-	if (p->busy[cid]) {
-		p->busy[cid] = 0;
-		p->inflight--;
-	}
 	p->completed++;
+}
+
+/* The command under connection tag `tag` is done: its CID's completion. */
+static void post_tag(struct nvmf_proxy *p, uint16_t tag, uint16_t status, uint32_t dw0)
+{
+	if (tag >= p->cfg.depth || !p->busy[tag])
+		return; /* the connection checks its tags (tcp.c): not reached */
+	uint16_t cid = p->cid_of[tag];
+	p->busy[tag] = 0;
+	p->inflight--;
+	cid_mark(p, cid, false);
+	post(p, cid, status, dw0);
+}
+
+/* A free connection tag (one exists while inflight < depth). */
+static uint16_t take_tag(struct nvmf_proxy *p)
+{
+	for (uint32_t i = 0; i < p->cfg.depth; i++) {
+		uint32_t t = (p->next_tag + i) % p->cfg.depth;
+		if (!p->busy[t]) {
+			p->next_tag = (t + 1) % p->cfg.depth;
+			return (uint16_t)t;
+		}
+	}
+	return 0xffff;
 }
 
 /*
@@ -103,8 +151,8 @@ static uint16_t prp_buffer(const struct nvmf_proxy *p, const struct gpunvme_sqe 
 static void forward(struct nvmf_proxy *p, struct gpunvme_sqe e)
 {
 	uint16_t cid = e.cid;
-	if (cid >= p->cfg.depth || p->busy[cid]) {
-		post(p, cid < p->cfg.depth ? cid : 0, GPUNVME_SC_INVALID_FIELD, 0);
+	if (cid_in_flight(p, cid)) {
+		post(p, cid, GPUNVME_SC_CID_CONFLICT, 0);
 		return;
 	}
 	void *va = NULL;
@@ -127,19 +175,24 @@ static void forward(struct nvmf_proxy *p, struct gpunvme_sqe e)
 		post(p, cid, GPUNVME_SC_INVALID_OPCODE, 0);
 		return;
 	}
-	p->busy[cid] = 1;
+	/* proxy_main takes an SQE only while a tag is free */
+	uint16_t tag = take_tag(p);
+	p->busy[tag] = 1;
+	p->cid_of[tag] = cid;
+	cid_mark(p, cid, true);
 	p->inflight++;
 	p->forwarded++;
+	e.cid = tag;
 	if (nvmf_queue_submit(p->q, &e, va, len, dir))
-		post(p, cid, GPUNVME_SC_TRANSIENT_TRANSPORT, 0); /* the next reap fails the rest */
+		post_tag(p, tag, GPUNVME_SC_TRANSIENT_TRANSPORT, 0); /* the next reap fails the rest */
 }
 
 /* The connection died: complete what was in flight, connect again. */
 static void recover(struct nvmf_proxy *p)
 {
-	for (uint32_t cid = 0; cid < p->cfg.depth; cid++)
-		if (p->busy[cid])
-			post(p, (uint16_t)cid, GPUNVME_SC_TRANSIENT_TRANSPORT, 0);
+	for (uint32_t tag = 0; tag < p->cfg.depth; tag++)
+		if (p->busy[tag])
+			post_tag(p, (uint16_t)tag, GPUNVME_SC_TRANSIENT_TRANSPORT, 0);
 	nvmf_queue_reconnect(p->q, p->cfg.cntlid);
 }
 
@@ -153,7 +206,10 @@ static void *proxy_main(void *arg)
 		 * write (release, or a GPU fence before it) are visible */
 		uint32_t tail = __atomic_load_n(p->cfg.sq_db, __ATOMIC_ACQUIRE);
 		if (tail < p->cfg.depth) {
-			while (p->sq_head != tail) {
+			/* an SQE is taken (and the SQ head moves past it) only
+			 * when a connection tag is free for it: more commands
+			 * than the connection's depth wait in the SQ */
+			while (p->sq_head != tail && p->inflight < p->cfg.depth) {
 				struct gpunvme_sqe e;
 				memcpy(&e, (const void *)&p->cfg.sq[p->sq_head], sizeof(e));
 				if (++p->sq_head == p->cfg.depth)
@@ -173,7 +229,7 @@ static void *proxy_main(void *arg)
 			}
 			for (int i = 0; i < n; i++) {
 				uint16_t st = c[i].err ? GPUNVME_SC_TRANSIENT_TRANSPORT : gpunvme_cqe_status(c[i].cqe.status);
-				post(p, c[i].cqe.cid, st, c[i].cqe.dw0);
+				post_tag(p, c[i].cqe.cid, st, c[i].cqe.dw0);
 				work = true;
 			}
 		}
@@ -198,7 +254,9 @@ int nvmf_proxy_start(struct nvmf_queue *q, const struct nvmf_proxy_cfg *cfg, str
 		return gpunvme_set_error(-EINVAL, "proxy: bad queue description (depth %u, connection depth %u)", cfg->depth,
 					 nvmf_queue_depth(q));
 	struct nvmf_proxy *p = calloc(1, sizeof(*p));
-	if (!p || !(p->busy = calloc(cfg->depth, 1))) {
+	if (!p || !(p->busy = calloc(cfg->depth, 1)) || !(p->cid_of = calloc(cfg->depth, sizeof(*p->cid_of)))) {
+		if (p)
+			free(p->busy);
 		free(p);
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 	}
@@ -207,6 +265,7 @@ int nvmf_proxy_start(struct nvmf_queue *q, const struct nvmf_proxy_cfg *cfg, str
 	p->cq_phase = 1; /* §4.6: the first pass writes phase 1 over zeroed memory */
 	if (pthread_create(&p->th, NULL, proxy_main, p)) {
 		free(p->busy);
+		free(p->cid_of);
 		free(p);
 		return gpunvme_set_error(-EAGAIN, "proxy: cannot start its thread");
 	}
@@ -223,5 +282,6 @@ void nvmf_proxy_stop(struct nvmf_proxy *p, uint64_t *forwarded)
 	if (forwarded)
 		*forwarded = p->forwarded;
 	free(p->busy);
+	free(p->cid_of);
 	free(p);
 }

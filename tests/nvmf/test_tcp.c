@@ -391,7 +391,9 @@ static int agent_cmd(struct agent *a, uint8_t opc, void *buf, uint64_t slba, uin
 	struct gpunvme_sqe *e = &a->sq[a->tail];
 	memset(e, 0, sizeof(*e));
 	e->opc = opc;
-	e->cid = a->cid++ % (a->depth - 1);
+	/* any CID unique among those in flight (§4.2): like the device
+	 * queues' tickets, growing past the depth and wrapping at 2^16 */
+	e->cid = a->cid++;
 	e->nsid = 1;
 	if (buf) {
 		struct gpunvme_prp_addr pa = { gpunvme_dma_iova(a->c, buf), NULL, 0, 0 };
@@ -421,6 +423,41 @@ static int agent_cmd(struct agent *a, uint8_t opc, void *buf, uint64_t slba, uin
 	return -1;
 }
 
+/* Two reads under one CID rung at once: the second is refused with
+ * Command ID Conflict while the first is in flight; both complete.
+ * Returns the number of conflicts seen (1 wanted), -1 on no answer. */
+static int agent_cid_conflict(struct agent *a, void *buf)
+{
+	for (int k = 0; k < 2; k++) {
+		struct gpunvme_sqe *e = &a->sq[a->tail];
+		memset(e, 0, sizeof(*e));
+		e->opc = GPUNVME_CMD_READ;
+		e->cid = a->cid;
+		e->nsid = 1;
+		e->prp1 = gpunvme_dma_iova(a->c, buf);
+		e->rw.nlb = 7;
+		if (++a->tail == a->depth)
+			a->tail = 0;
+	}
+	a->cid++;
+	__atomic_store_n(a->sq_db, a->tail, __ATOMIC_RELEASE);
+	int conflicts = 0, ok = 0;
+	uint64_t t0 = gpunvme_now_ns();
+	while (conflicts + ok < 2 && gpunvme_now_ns() - t0 < 5000000000ull) {
+		const volatile uint32_t *dw = (const volatile uint32_t *)&a->cq[a->head];
+		uint32_t v = __atomic_load_n(&dw[3], __ATOMIC_ACQUIRE);
+		if (gpunvme_dw3_phase(v) != a->phase)
+			continue;
+		if (++a->head == a->depth) {
+			a->head = 0;
+			a->phase ^= 1;
+		}
+		conflicts += gpunvme_dw3_status(v) == GPUNVME_SC_CID_CONFLICT;
+		ok += gpunvme_dw3_status(v) == 0;
+	}
+	return conflicts + ok == 2 ? conflicts : -1;
+}
+
 TEST_CASE(gpu_proxy_cpu_agent)
 {
 	REQUIRE(start(NULL) == 0);
@@ -428,7 +465,9 @@ TEST_CASE(gpu_proxy_cpu_agent)
 	REQUIRE_OK(open_ctrl("", &c));
 	uint16_t qid;
 	REQUIRE_OK(gpunvme_ctrl_reserve_qid(c, &qid));
-	struct agent a = { .c = c, .depth = 16, .phase = 1 };
+	/* CIDs from 65500: 100 reads below cross the depth many times and
+	 * wrap at 2^16 */
+	struct agent a = { .c = c, .depth = 16, .phase = 1, .cid = 65500 };
 	a.sq = gpunvme_dma_alloc(c, 16 * 64);
 	a.cq = gpunvme_dma_alloc(c, 16 * 16);
 	a.list = gpunvme_dma_alloc(c, 4096);
@@ -442,10 +481,11 @@ TEST_CASE(gpu_proxy_cpu_agent)
 	REQUIRE_OK(gpunvme_ctrl_create_qpair_raw(c, qid, gpunvme_dma_iova(c, a.sq), gpunvme_dma_iova(c, a.cq), 16));
 	/* reads through a PRP list: what the target holds */
 	pattern(ft_ns_data(T), 1 << 20, 21);
-	for (uint32_t i = 0; i < 40; i++) {
-		CHECK_EQ(agent_cmd(&a, GPUNVME_CMD_READ, buf, i * 64, 256, false), 0);
-		CHECK(memcmp(buf, ft_ns_data(T) + (size_t)i * 64 * 512, 128 * 1024) == 0, "read %u", i);
+	for (uint32_t i = 0; i < 100; i++) {
+		CHECK_EQ(agent_cmd(&a, GPUNVME_CMD_READ, buf, (i % 40) * 64, 256, false), 0);
+		CHECK(memcmp(buf, ft_ns_data(T) + (size_t)(i % 40) * 64 * 512, 128 * 1024) == 0, "read %u", i);
 	}
+	CHECK_EQ(agent_cid_conflict(&a, buf), 1);
 	/* a write, then the target holds it; a flush */
 	pattern(buf, 4096, 22);
 	CHECK_EQ(agent_cmd(&a, GPUNVME_CMD_WRITE, buf, 5000, 8, false), 0);
