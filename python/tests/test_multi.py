@@ -114,9 +114,22 @@ def test_two_gpus(model):
     torch = pytest.importorskip("torch")
     uri, ts, data = model
     sd = gpunvme.load_file(uri, "/m.safetensors", device=["cuda:0", "cuda:1"], placement="layers")
+    def tbytes(t):
+        # reshape(-1) first: a 0-dim tensor cannot change its element size
+        # in place (torch raises for .view(torch.uint8) of a scalar)
+        return t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
     for name, _, _, raw in ts:
         assert sd[name].device.type == "cuda"
-        assert sd[name].cpu().contiguous().view(torch.uint8).numpy().tobytes() == raw
+        assert tbytes(sd[name]) == raw, name
     assert {str(sd[n].device) for n in sd} == {"cuda:0", "cuda:1"}
     shards = gpunvme.load_file(uri, "/m.safetensors", device=["cuda:0", "cuda:1"], placement="split")
     assert [str(s["model.layers.0.w"].device) for s in shards] == ["cuda:0", "cuda:1"]
+    for name, _, shape, raw in ts:
+        parts = [tbytes(s[name]) for s in shards]
+        assert [str(s[name].device) for s in shards] == ["cuda:0", "cuda:1"], name
+        if shape and shape[0] >= 2:  # rows split between the GPUs
+            row = len(raw) // shape[0]
+            assert parts[0] == raw[:(shape[0] // 2) * row] and parts[1] == raw[(shape[0] // 2) * row:], name
+        else:  # too small to split: whole on both
+            assert parts[0] == raw and parts[1] == raw, name

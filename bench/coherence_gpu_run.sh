@@ -1,0 +1,101 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
+# Issue 30 on the GPU machine: where features meet.
+#   OUT=/dir PHASES="build serial j4:3 tcp py" bash bench/coherence_gpu_run.sh
+# Phases (in the order given):
+#   build     Release, sm_90, into bd/ (kept between calls on a warm machine)
+#   serial    ctest -L gpu, one test at a time (the baseline: all pass alone)
+#   j4:N      ctest -L gpu -j4, N runs in a row; each run's result, load
+#             average and, on failure, the failed tests' output under $OUT
+#   mp:N      the multi-process test alone (gpu.multiproc), N runs
+#   tcp       the GPU path over NVMe/TCP against the fake target on
+#             loopback: load --tier cpu|1 --verify, perf --gpu at QD1, QD32,
+#             4x32 128 KiB against the CPU path's perf on the same target
+#   py        the Python package (pip install, CUDA) and its GPU tests:
+#             test_multi (two GPUs where there are two), test_md (the
+#             stream on every md fixture, Tier 1/2), test_stream
+# Everything is bounded by timeouts so one call fits 10 minutes.
+R=${OUT:?set OUT}
+mkdir -p "$R"
+exec > >(tee -a "$R/run.log") 2>&1
+log() { echo "[$(date -u +%T)] $*"; }
+{ git log -1 --format="%h %s" 2>/dev/null; echo "tools: $(command -v zstd mkfs.ext4 python3 | tr "\n" " ")"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; echo "cores $(nproc)"; } | tee "$R/machine.txt"
+B=bd/bin
+for ph in ${PHASES:-build serial}; do
+	case $ph in
+	build)
+		log "build"
+		cmake -S . -B bd -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$R/cmake.log" 2>&1 &&
+			cmake --build bd -j"$(nproc)" >"$R/build.log" 2>&1 || { echo "BUILD FAILED"; tail -40 "$R/build.log"; exit 1; }
+		log "built"
+		;;
+	serial)
+		log "ctest -L gpu (serial)"
+		(cd bd && timeout 500 ctest -L gpu --output-on-failure >"$R/ctest-serial.log" 2>&1)
+		grep -E "tests passed|\*\*\*|Total Test time" "$R/ctest-serial.log"
+		;;
+	j4:* | mp:*)
+		n=${ph#*:}
+		sel=(-L gpu -j4)
+		[ "${ph%%:*}" = mp ] && sel=(-R '^gpu\.multiproc$')
+		pass=0
+		for i in $(seq "$n"); do
+			t0=$(date +%s)
+			(cd bd && timeout 400 ctest "${sel[@]}" --output-on-failure >"$R/ctest-${ph%%:*}-$i.log" 2>&1)
+			rc=$?
+			res=$(grep -E "tests passed" "$R/ctest-${ph%%:*}-$i.log")
+			log "${ph%%:*} run $i: rc $rc, $res, $(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1-3 /proc/loadavg)"
+			if [ $rc -eq 0 ]; then
+				pass=$((pass + 1))
+				rm -f "$R/ctest-${ph%%:*}-$i.log"
+			else
+				grep -E "\*\*\*|Failed|Timeout" "$R/ctest-${ph%%:*}-$i.log" | head -20
+			fi
+		done
+		log "${ph%%:*}: $pass of $n runs passed"
+		;;
+	tcp)
+		log "NVMe/TCP: GPU path vs CPU path, fake target on loopback"
+		W=$(mktemp -d /tmp/tcpgpu.XXXXXX)
+		mkdir -p "$W/tree/models"
+		$B/gpunvme-mkmodel --format safetensors --size 1G --seed 3 -o "$W/tree/models/m.safetensors" >/dev/null
+		truncate -s 1600M "$W/fs.img" && mkfs.ext4 -q -F -d "$W/tree" "$W/fs.img" || { echo "mkfs failed"; continue; }
+		mkfifo "$W/in"
+		$B/gpunvme-fake-target --image "$W/fs.img" <"$W/in" >"$W/ft.out" 2>"$W/ft.err" &
+		FT=$!
+		exec 9>"$W/in"
+		for _ in $(seq 50); do [ -s "$W/ft.out" ] && break; sleep 0.1; done
+		PORT=$(awk '{print $2}' "$W/ft.out")
+		U="tcp://127.0.0.1:$PORT/nqn.2026-11.io.gpunvme:fake"
+		{
+			for t in cpu 1; do
+				echo "--- load --tier $t --verify"
+				timeout 120 $B/gpunvme load "$U" /models/m.safetensors --tier $t --verify --no-progress 2>&1 | tail -3
+				echo "rc ${PIPESTATUS[0]}"
+			done
+			for q in 1 32; do
+				echo "--- cpu qd$q 4K randread"; timeout 30 $B/gpunvme perf "$U" -q $q -o 4K -w randread -t 5 | tail -1
+				echo "--- gpu qd$q 4K randread (thread mode, tier 1)"; timeout 30 $B/gpunvme perf "$U" -q $q -o 4K -w randread -t 5 --gpu --gpu-mode thread --tier 1 2>&1 | tail -2
+			done
+			echo "--- cpu 4x32 128K read"; timeout 30 $B/gpunvme perf "$U" -Q 4 -q 32 -o 128K -w read -t 5 | tail -1
+			echo "--- gpu 4x32 128K read (tier 1)"; timeout 30 $B/gpunvme perf "$U" -Q 4 -q 32 -o 128K -w read -t 5 --gpu --tier 1 2>&1 | tail -2
+		} 2>&1 | tee "$R/tcp.txt"
+		exec 9>&-
+		kill $FT 2>/dev/null
+		wait $FT 2>/dev/null
+		rm -rf "$W"
+		;;
+	py)
+		log "python: pip install (CUDA) and the GPU tests"
+		export CMAKE_CUDA_ARCHITECTURES=90 GPUNVME_CUDA=ON
+		python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python >"$R/pip.log" 2>&1 ||
+			{ tail -30 "$R/pip.log"; continue; }
+		(cd python && timeout 400 python3 -m pytest -q -rs tests/test_multi.py tests/test_md.py tests/test_stream.py \
+			>"$R/pytest.log" 2>&1)
+		echo "pytest rc=$?: $(tail -n 1 "$R/pytest.log")"
+		grep -E "^(FAILED|ERROR)|test_two_gpus" "$R/pytest.log" | head -20
+		;;
+	*) echo "unknown phase $ph" ;;
+	esac
+done
+log "done"
