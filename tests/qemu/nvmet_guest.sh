@@ -68,8 +68,10 @@ bench)
 		sed "s/^/QEMU-DATA bench.ours.2x4-128k /"
 	# the kernel's host: connect through /dev/nvme-fabrics (what nvme-cli does)
 	echo "transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn=$NQN" > /dev/nvme-fabrics || exit 1
+	# its namespace appears after Connect and a scan: 10 s on a quiet
+	# host, times guest.sh's slowness factor on a busy one
 	dev=
-	n=100
+	n=$((100 * ${SLOW:-1}))
 	while [ $n -gt 0 ] && [ -z "$dev" ]; do
 		for c in /sys/class/nvme/nvme*; do
 			[ "$(cat "$c/transport" 2>/dev/null)" = tcp ] || continue

@@ -128,6 +128,9 @@ FRESH=()         # PATH SIZE IMAGE triples: fresh_file again gives a re-run fres
 MODARGS=()
 FILEARGS=()
 : > "$WORK/plan"
+# "INDEX NAMESPACES" per controller, for the guest's `bind nvme` (it waits
+# for that many block devices: /etc/nscount)
+: > "$WORK/nscount"
 rm -f "$WORK/host_check.sh" "$WORK/ivshmem.bin"
 
 machine() { IOMMU=$1; }
@@ -181,6 +184,7 @@ ctrl_props() {  # common controller properties from KEY=VAL args -> CTRL_PROPS
 }
 nvme_ctrl() {
 	local kv size=64M lbs=512 image= opts=
+	echo "$NCTRL 1" >> "$WORK/nscount"
 	for kv in "$@"; do
 		case $kv in
 		size=*) size=${kv#size=} ;;
@@ -196,6 +200,7 @@ nvme_ctrl() {
 }
 nvme_subsys() {
 	local kv nsid=1 size lbs
+	echo "$NCTRL $(printf '%s\n' "$@" | grep -c '^ns=')" >> "$WORK/nscount"
 	ctrl_props "$@"
 	DEVARGS+=(-device "nvme-subsys,id=subsys$NCTRL,nqn=gpunvme-subsys$NCTRL")
 	DEVARGS+=(-device "nvme,$CTRL_PROPS,subsys=subsys$NCTRL")
@@ -219,6 +224,7 @@ nvme_subsys() {
 . "$SCN_FILE"
 [ -z "$PLAN_OVERRIDE" ] || cp "$PLAN_OVERRIDE" "$WORK/plan"
 [ "$NCTRL" -gt 0 ] || { log "scenario declares no NVMe controller" >&2; exit 1; }
+FILEARGS+=(-f "$WORK/nscount:/etc/nscount")
 
 # ---- initramfs ------------------------------------------------------------
 T0=$(date +%s.%N)
