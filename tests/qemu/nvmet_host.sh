@@ -104,14 +104,22 @@ run_cmd "$QD" write "$URI" 2 393216 2048 52
 [ $RC -eq 0 ] || { fail "write for the guest: exit $RC"; show; }
 # the file system on ns 1
 ok extents "$URI" /models/model.safetensors && grep -q "extent" "$OUT" || fail "extents"
+t_one=$SECONDS
 ok load "$URI" /models/model.safetensors --tier cpu --verify --no-progress &&
 	grep -q "verified against the CPU path" "$OUT" || fail "load --verify (digests off)"
+t_one=$((SECONDS - t_one))
 ok load "$URI?hdgst=1&ddgst=1" /models/model.safetensors --tier cpu --verify --no-progress &&
 	grep -q "verified against the CPU path" "$OUT" || fail "load --verify (digests on)"
-# 8 clients at once
+# 8 clients at once. They share the target, so each takes about 8 times
+# as long as the lone load above (t_one, measured in this run: 10-40 s for
+# 160 MiB under TCG, more on a busy host); their limit (only a hang
+# detector) is 3 times that, and never below T.
+T8=$((t_one * 8 * 3))
+[ "$T8" -ge "$T" ] || T8=$T
+echo "nvmet: a lone load took $t_one s; 8 clients get $T8 s"
 pids=()
 for i in 1 2 3 4 5 6 7 8; do
-	timeout -k 5 "$T" "$BIN" load "$URI" /models/model.safetensors --tier cpu --verify --no-progress \
+	timeout -k 5 "$T8" "$BIN" load "$URI" /models/model.safetensors --tier cpu --verify --no-progress \
 		>"$WORK/c$i.out" 2>"$WORK/c$i.err" &
 	pids+=($!)
 done
@@ -126,24 +134,54 @@ done
 step 1
 wait_log "nvmet bench done" 800
 # the kill: loads back to back until the target goes; the one cut must
-# fail with one clear line within 20 s, and print no summary
+# fail with one clear line within 20 s of the target's death, and print no
+# summary. The death's time: a watcher notes when the guest's console says
+# it is about to drop the target ("run kill.target": the drop follows 0.3 s
+# later), polling every 0.1 s. (Was: 20 s from the start of the load that
+# was cut; one load alone takes longer than that on a busy host, so a kill
+# late in a load failed the check though the load failed at once.)
+KILLT=$WORK/kill.time
+rm -f "$KILLT"
+(
+	while ! grep -q '^QEMU-GUEST run kill.target' "$LOG" 2>/dev/null; do sleep 0.1; done
+	date +%s.%N >"$KILLT.tmp" && mv "$KILLT.tmp" "$KILLT"
+) &
+WATCH=$!
 step 2
-t_end=$((SECONDS + 120))
+# the guest notices step 2 within a few seconds (a 0.1 s poll of the
+# mailbox); loads go on while it has not dropped the target yet, and at
+# most 60 s after it did (a load must fail within 20 s of that)
+t_end=$((SECONDS + 600))
 cut=0
-while [ $SECONDS -lt $t_end ]; do
-	t0=$SECONDS
+while [ $SECONDS -lt $t_end ] && kill -0 "$GPID" 2>/dev/null; do
 	run load "$URI?timeout=3000" /models/model.safetensors --tier cpu --no-progress
+	t_fail=$(date +%s.%N)
 	if [ $RC -ne 0 ]; then
 		cut=1
 		[ $RC -eq 1 ] || fail "the cut load exited $RC, expected 1"
 		[ "$(wc -l <"$ERR")" -eq 1 ] && grep -q '^gpunvme: ' "$ERR" || { fail "the cut load's error is not one line"; show; }
-		[ $((SECONDS - t0)) -le 20 ] || fail "the cut load took $((SECONDS - t0)) s to fail"
+		# the guest dropped the target 0.3 s after it said so; wait for
+		# the watcher (a failure seen before it: the load failed first)
+		for _ in $(seq 100); do [ -s "$KILLT" ] && break; sleep 0.1; done
+		if [ -s "$KILLT" ]; then
+			took=$(awk -v a="$(cat "$KILLT")" -v b="$t_fail" 'BEGIN { printf "%.1f", b - a }')
+			awk -v t="$took" 'BEGIN { exit !(t <= 20) }' ||
+				fail "the cut load failed $took s after the guest dropped the target"
+			echo "nvmet: the cut load failed $took s after the guest announced the drop"
+		else
+			echo "nvmet: the cut load failed before the guest announced the drop"
+		fi
 		grep -q " in [0-9.]* s" "$OUT" && fail "the cut load printed a summary"
 		echo "nvmet: load cut by the target's death: $(cat "$ERR")"
 		break
 	fi
+	if [ -s "$KILLT" ] && awk -v a="$(cat "$KILLT")" -v b="$t_fail" 'BEGIN { exit !(b - a > 60) }'; then
+		break
+	fi
 done
-[ $cut -eq 1 ] || fail "no load failed within 120 s of dropping the target"
+kill "$WATCH" 2>/dev/null
+wait "$WATCH" 2>/dev/null
+[ $cut -eq 1 ] || fail "no load failed within 60 s of dropping the target"
 wait_log "nvmet target killed" 60
 
 wait "$GPID"
