@@ -68,6 +68,8 @@ _TORCH = {
     "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
     "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
 }
+# sub-byte safetensors dtypes -> bits per element (handed out as packed bytes)
+_SUB_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
 # GGUF's unquantized ggml types, as safetensors names
 _GGML_PLAIN = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64",
                "I8": "I8", "I16": "I16", "I32": "I32", "I64": "I64"}
@@ -225,6 +227,21 @@ class Volume(_gpunvme.Volume):
             return True
         except Error:
             return False
+
+
+def _path(path, what="path"):
+    """A path inside the volume: str, bytes or os.PathLike -> str or bytes.
+    The extension encodes a str as os.fsencode does (surrogateescape), so a
+    non-UTF-8 name that listdir() gave back ('caf\\udce9') finds its file."""
+    try:
+        return os.fspath(path)
+    except TypeError:
+        raise TypeError("%s must be a str, bytes or os.PathLike, not %s" % (what, type(path).__name__)) from None
+
+
+def _shown(path):
+    """a path for messages and progress labels: always a str"""
+    return os.fsdecode(path)
 
 
 def _volume(uri, nsid, partition, offset):
@@ -451,10 +468,15 @@ def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queu
         for info in sel:
             rows = _split_rows(info, len(devs))
             for k, ld in enumerate(loaders):
-                if rows is None:
+                if rows is None or not info.nbytes:
+                    # a tensor of zero bytes has nothing to read (and
+                    # select_bytes takes no empty part): its shard is a
+                    # slice of the empty whole
                     bufs = ld.select([info.index])
                     bufs.load()
                     t = _wrap(_gpunvme.Tensor(bufs, 0), info, fw)
+                    if rows is not None:
+                        t = t[rows[k][0]:rows[k][0] + rows[k][1]]
                 else:
                     first, count = rows[k]
                     row = info.nbytes // info.shape[0]
@@ -508,20 +530,18 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
         if placement not in PLACEMENTS:
             raise Error(22, "placement=%r: expected one of %s" % (placement, ", ".join(repr(p) for p in PLACEMENTS)))
         devs = _devices(device, tier)
-        if not isinstance(path, str):
-            raise TypeError("path must be a str, not %s" % type(path).__name__)
+        path = _path(path)
         vol, own = _volume(uri, nsid, partition, offset)
         try:
             model = vol.open_model(path)
             sel = _select(_index(model), tensors, path)
-            return _load_multi(model, sel, devs, placement, split_dim, fw, progress, posixpath.basename(path),
+            return _load_multi(model, sel, devs, placement, split_dim, fw, progress, posixpath.basename(_shown(path)),
                                queues, depth)
         finally:
             if own:
                 vol.close()
     t, devidx, _ = _device(device, tier)
-    if not isinstance(path, str):
-        raise TypeError("path must be a str, not %s" % type(path).__name__)
+    path = _path(path)
     vol, own = _volume(uri, nsid, partition, offset)
     try:
         model = vol.open_model(path)
@@ -529,7 +549,8 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
         sel = _select(infos, tensors, path)
         sd = StateDict()
         sd.metadata = model.metadata()
-        _fill(sd, sel, _load(model, sel, t, devidx, fw, progress, posixpath.basename(path), queues, depth))
+        _fill(sd, sel, _load(model, sel, t, devidx, fw, progress, posixpath.basename(_shown(path)), queues,
+                             depth))
         return sd
     finally:
         if own:
@@ -544,7 +565,7 @@ class _Slice:
     what it needs when the first index is an int or a slice with step 1 over
     the outermost dimension (the rows are contiguous in the file: how
     tensor-parallel loaders shard dim 0); any other index reads the whole
-    tensor and slices a copy of it."""
+    tensor and slices a copy of it. Sub-byte dtypes: _packed."""
 
     def __init__(self, f, info):
         self._f, self._info = f, info
@@ -558,10 +579,10 @@ class _Slice:
     def _rows(self, idx):
         """-> (first row, row count, the index to apply to those rows) or None"""
         info = self._info
-        if not info.shape or info.shape[0] == 0 or info.nbytes % info.shape[0]:
+        # zero bytes (a (4, 0) tensor): nothing to read, and select_bytes
+        # refuses an empty part; the whole-tensor path gives numpy's result
+        if not info.shape or info.shape[0] == 0 or not info.nbytes or info.nbytes % info.shape[0]:
             return None
-        if info.dtype not in _NP and info.dtype not in _NP_RAW and info.dtype not in _TORCH:
-            return None  # sub-byte types come back as packed bytes: no rows to cut
         first, rest = idx[0], idx[1:]
         if Ellipsis in rest:
             return None
@@ -578,9 +599,108 @@ class _Slice:
             return k, 1, (0,) + rest
         return None
 
+    def _packed(self, idx):
+        """Sub-byte dtypes (F4, F6_*) come back as their packed bytes, so an
+        index selects bytes: those of the elements it names, in row-major
+        order, as the safetensors reference slices them (slice.rs). Only ints
+        and step-1 slices, and every piece must start and end on a byte
+        boundary (whole rows of F4 [4, 6] do: 3 bytes each; a row of F6 [4, 6],
+        36 bits, does not); else gpunvme.Error, as the reference refuses it
+        (InvalidSlice::MisalignedSlice) rather than return bits of other
+        elements."""
+        info = self._info
+        bits, shape = _SUB_BITS[info.dtype], tuple(info.shape)
+        what = "get_slice(%r)[%s] of a %s tensor of shape %s" % (info.name, ", ".join(map(repr, idx)), info.dtype,
+                                                                  list(shape))
+        if Ellipsis in idx:
+            k = idx.index(Ellipsis)
+            if Ellipsis in idx[k + 1:]:
+                raise IndexError("an index can only have a single ellipsis ('...')")
+            idx = idx[:k] + (slice(None),) * max(0, len(shape) - len(idx) + 1) + idx[k + 1:]
+        if len(idx) > len(shape):
+            raise IndexError("too many indices: %d for a tensor of %d dimensions" % (len(idx), len(shape)))
+        ranges = []
+        for d, k in enumerate(idx):
+            n = shape[d]
+            if isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                if step != 1:
+                    raise Error(22, "%s: %s packs %d bits per element and comes back as packed bytes, so only "
+                                    "step-1 slices can be cut from it; load it with get_tensor() and unpack it"
+                                % (what, info.dtype, bits))
+                ranges.append((start, max(start, stop)))
+            elif isinstance(k, int) and not isinstance(k, bool):
+                j = k + n if k < 0 else k
+                if not 0 <= j < n:
+                    raise IndexError("index %d is out of bounds for dimension %d with size %d" % (k, d, n))
+                ranges.append((j, j + 1))
+            else:
+                raise Error(95, "%s: %s comes back as packed bytes; its slices take ints and step-1 slices "
+                                "only, not %r" % (what, info.dtype, k))
+        ranges += [(0, n) for n in shape[len(ranges):]]
+        # the reference's walk, in bits: innermost dimension first, each
+        # narrowed dimension repeats the pieces found inside it
+        span, pieces = bits, None
+        for d in reversed(range(len(shape))):
+            start, stop = ranges[d]
+            if pieces is None:
+                if (start, stop) != (0, shape[d]):
+                    pieces = [(start * span, stop * span)]
+            else:
+                pieces = [(a + i * span, b + i * span) for i in range(start, stop) for a, b in pieces]
+            span *= shape[d]
+        if pieces is None:
+            pieces = [(0, span)]
+        pieces = [(a, b) for a, b in pieces if b > a]
+        for a, b in pieces:
+            if a % 8 or b % 8:
+                raise Error(22, "%s: %s packs %d bits per element and comes back as packed bytes; this slice "
+                                "starts or ends inside a byte (bits %d..%d), which the safetensors reference "
+                                "refuses too (MisalignedSlice): slice whole bytes (e.g. whole rows whose bits "
+                                "are a multiple of 8), or get_tensor() and unpack the bits"
+                            % (what, info.dtype, bits, a, b))
+        merged = []
+        for a, b in pieces:
+            if merged and merged[-1][1] == a // 8:
+                merged[-1] = (merged[-1][0], b // 8)
+            else:
+                merged.append((a // 8, b // 8))
+        return merged
+
+    def _get_packed(self, idx):
+        f, info = self._f, self._info
+        pieces = self._packed(idx)
+        if not pieces:
+            if f._fw == "np":
+                import numpy as np
+                return np.empty(0, np.uint8)
+            import torch
+            # Tier 2 tensors live on the GPU, the others in host memory
+            return torch.empty(0, dtype=torch.uint8, device=f._device if f._tier == 2 else "cpu")
+        lo, hi = pieces[0][0], pieces[-1][1]
+        # only the bytes from the first piece to the last are read
+        if f._loader is None:
+            f._loader = _gpunvme.Loader(f._model, f._tier, f._devidx)
+        bufs = f._loader.select_bytes(info.index, lo, hi - lo)
+        bufs.load()
+        part = copy.copy(info)
+        part.shape, part.nbytes = (hi - lo,), hi - lo
+        t = _wrap(_gpunvme.Tensor(bufs, 0), part, f._fw)
+        if len(pieces) == 1:
+            return t
+        parts = [t[a - lo:b - lo] for a, b in pieces]
+        if f._fw == "np":
+            import numpy as np
+            return np.concatenate(parts)
+        import torch
+        return torch.cat(parts)
+
     def __getitem__(self, idx):
         if not isinstance(idx, tuple):
             idx = (idx,)
+        if self._info.dtype in _SUB_BITS:
+            self._f._check()
+            return self._get_packed(idx)
         rows = self._rows(idx) if idx else None
         if rows is None:
             t = self._f.get_tensor(self._info.name)
@@ -603,8 +723,7 @@ class safe_open:
     def __init__(self, uri, path, framework="pt", device="cpu", *, tier=None, nsid=1, partition=None, offset=None):
         self._fw = _framework(framework)
         self._tier, self._devidx, self._device = _device(device, tier)
-        if not isinstance(path, str):
-            raise TypeError("path must be a str, not %s" % type(path).__name__)
+        path = _path(path)
         self._vol, self._own = _volume(uri, nsid, partition, offset)
         try:
             self._model = self._vol.open_model(path)
@@ -612,7 +731,7 @@ class safe_open:
             if self._own:
                 self._vol.close()
             raise
-        self._path = path
+        self._path = _shown(path)
         self._infos = _index(self._model)
         self._loader = None
 
@@ -759,8 +878,7 @@ class LayerStream:
             raise TypeError("window= takes an int, not %s" % type(window).__name__)
         if not 1 <= window <= 0xffffffff:
             raise Error(22, "window=%d: the stream needs at least 1 slot (2 to read ahead)" % window)
-        if not isinstance(model_dir, str):
-            raise TypeError("model_dir must be a str, not %s" % type(model_dir).__name__)
+        model_dir = _path(model_dir, "model_dir")
         self.layers_pattern = layers
         vol, own = _volume(uri, nsid, partition, offset)
         try:

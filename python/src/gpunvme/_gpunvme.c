@@ -39,6 +39,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpunvme/extents.h"
 #include "gpunvme/gpunvme.h"
@@ -98,7 +99,10 @@ static PyObject *raise_err(int rc, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	PyObject *args = Py_BuildValue("(is)", rc < 0 ? -rc : rc, msg);
+	/* a path from the file system may be any bytes: shown as \xHH (as the
+	 * CLI shows it) rather than failing to build the error */
+	PyObject *args = Py_BuildValue("(iN)", rc < 0 ? -rc : rc,
+				       PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "backslashreplace"));
 	if (args) {
 		PyErr_SetObject(Error, args);
 		Py_DECREF(args);
@@ -127,6 +131,40 @@ static int set_device(int dev, char *err)
 	return 0;
 }
 #endif
+
+/* ---- paths ----------------------------------------------------------------------- */
+
+/*
+ * A path inside a volume: str, bytes or os.PathLike -> bytes (the caller
+ * drops the reference). str is encoded as os.fsencode() does, with
+ * surrogateescape, because listdir() decodes names that way: a non-UTF-8
+ * name it gave back as 'caf\udce9' must find the same file again.
+ */
+static int path_conv(PyObject *o, void *out)
+{
+	if (!o) /* PyArg_Parse* cleaning up after a later argument failed */
+		return PyUnicode_FSConverter(NULL, out);
+	int r = PyUnicode_FSConverter(o, out);
+	if (!r && PyErr_ExceptionMatches(PyExc_ValueError)) {
+		/* a bad value, not a bad type: gpunvme.Error like every other one */
+		PyErr_Clear();
+		raise_err(EINVAL, "a path holds a NUL byte, which no file name can: remove it");
+	}
+	return r;
+}
+
+/* The Python entry points below parse the path with path_conv and call
+ * these with its bytes, so every exit drops the bytes object in one place. */
+#define PATH_METHOD(name, impl, fmt_default)                                            \
+	static PyObject *name(Volume *v, PyObject *args)                                \
+	{                                                                               \
+		PyObject *pb = NULL;                                                    \
+		if (!PyArg_ParseTuple(args, fmt_default, path_conv, &pb))              \
+			return NULL;                                                    \
+		PyObject *r = impl(v, pb ? PyBytes_AS_STRING(pb) : "/");               \
+		Py_XDECREF(pb);                                                         \
+		return r;                                                               \
+	}
 
 /* ---- Volume -------------------------------------------------------------------- */
 
@@ -319,10 +357,9 @@ static const char *ftype_of(uint32_t mode)
 	}
 }
 
-static PyObject *Volume_stat(Volume *v, PyObject *args)
+static PyObject *vol_stat(Volume *v, const char *path)
 {
-	const char *path;
-	if (!PyArg_ParseTuple(args, "s", &path) || vol_usable(v))
+	if (vol_usable(v))
 		return NULL;
 	uint64_t ino = 0;
 	struct gpunvme_stat st;
@@ -340,6 +377,7 @@ static PyObject *Volume_stat(Volume *v, PyObject *args)
 			     (unsigned long long)st.size, "blocks", (unsigned long long)st.blocks, "mtime_sec",
 			     (long long)st.mtime_sec, "mtime_nsec", st.mtime_nsec);
 }
+PATH_METHOD(Volume_stat, vol_stat, "O&")
 
 struct dirlist {
 	char **names;
@@ -368,10 +406,9 @@ static int dir_cb(void *arg, const char *name, size_t len, uint64_t ino, int fty
 	return 0;
 }
 
-static PyObject *Volume_listdir(Volume *v, PyObject *args)
+static PyObject *vol_listdir(Volume *v, const char *path)
 {
-	const char *path = "/";
-	if (!PyArg_ParseTuple(args, "|s", &path) || vol_usable(v))
+	if (vol_usable(v))
 		return NULL;
 	struct dirlist d = { 0 };
 	char err[LASTERR_LEN];
@@ -409,16 +446,51 @@ static PyObject *Volume_listdir(Volume *v, PyObject *args)
 	free(d.names);
 	return list;
 }
+PATH_METHOD(Volume_listdir, vol_listdir, "|O&")
+
+/* An int argument of read() (absent: *out unchanged). Out of range is
+ * gpunvme.Error naming the argument, not a bare OverflowError or, worse, a
+ * silently different read: a negative offset used to give b'' and a size
+ * of -2 the whole file. */
+static int read_arg(PyObject *o, const char *name, long long min, const char *want, long long *out)
+{
+	if (!o)
+		return 0;
+	PyObject *i = PyNumber_Index(o); /* a float or str stays a TypeError */
+	if (!i)
+		return -1;
+	int ovf = 0;
+	long long x = PyLong_AsLongLongAndOverflow(i, &ovf);
+	PyObject *txt = ovf ? NULL : PyObject_Str(i);
+	Py_DECREF(i);
+	if (x == -1 && PyErr_Occurred()) {
+		Py_XDECREF(txt);
+		return -1;
+	}
+	if (ovf > 0) {
+		raise_err(ERANGE, "read(): %s is past 2**63-1, larger than any file: expected %s", name, want);
+		return -1;
+	}
+	if (ovf < 0 || x < min) {
+		const char *t = txt ? PyUnicode_AsUTF8(txt) : NULL;
+		raise_err(EINVAL, "read(): %s=%s: expected %s", name, t ? t : "(a large negative number)", want);
+		Py_XDECREF(txt);
+		return -1;
+	}
+	Py_XDECREF(txt);
+	*out = x;
+	return 0;
+}
 
 /* read(path, offset=0, size=-1) -> bytes: a small file (an index json, a
- * config) through the file system decoder */
-static PyObject *Volume_read(Volume *v, PyObject *args)
+ * config) through the file system decoder; size -1: to the end */
+static PyObject *vol_read(Volume *v, const char *path, PyObject *offo, PyObject *sizeo)
 {
-	const char *path;
-	unsigned long long off = 0;
-	long long size = -1;
-	if (!PyArg_ParseTuple(args, "s|KL", &path, &off, &size) || vol_usable(v))
+	long long offs = 0, size = -1;
+	if (read_arg(offo, "offset", 0, "a byte offset >= 0", &offs) ||
+	    read_arg(sizeo, "size", -1, "a byte count >= 0, or -1 for the rest of the file", &size) || vol_usable(v))
 		return NULL;
+	uint64_t off = (uint64_t)offs;
 	char err[LASTERR_LEN];
 	int rc;
 	uint64_t ino;
@@ -455,6 +527,17 @@ static PyObject *Volume_read(Volume *v, PyObject *args)
 	if ((uint64_t)got != n)
 		_PyBytes_Resize(&b, (Py_ssize_t)got);
 	return b;
+}
+
+static PyObject *Volume_read(Volume *v, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "path", "offset", "size", NULL };
+	PyObject *pb = NULL, *offo = NULL, *sizeo = NULL;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|OO", kwlist, path_conv, &pb, &offo, &sizeo))
+		return NULL;
+	PyObject *r = vol_read(v, PyBytes_AS_STRING(pb), offo, sizeo);
+	Py_DECREF(pb);
+	return r;
 }
 
 static PyObject *Volume_enter(Volume *v, PyObject *unused)
@@ -507,10 +590,9 @@ static int model_open(Volume *v, const char *path, Model *mo, char *err)
 	return 0;
 }
 
-static PyObject *Volume_open_model(Volume *v, PyObject *args)
+static PyObject *vol_open_model(Volume *v, const char *path)
 {
-	const char *path;
-	if (!PyArg_ParseTuple(args, "s", &path) || vol_usable(v))
+	if (vol_usable(v))
 		return NULL;
 	Model *mo = PyObject_New(Model, &ModelType);
 	if (!mo)
@@ -542,6 +624,7 @@ static PyObject *Volume_open_model(Volume *v, PyObject *args)
 	}
 	return (PyObject *)mo;
 }
+PATH_METHOD(Volume_open_model, vol_open_model, "O&")
 
 static void Model_dealloc(Model *mo)
 {
@@ -645,7 +728,7 @@ static PyObject *Model_kind(Model *mo, void *unused)
 static PyObject *Model_path(Model *mo, void *unused)
 {
 	(void)unused;
-	return PyUnicode_FromString(mo->path);
+	return str_or_bytes(mo->path);
 }
 
 /* ---- Loader -------------------------------------------------------------------- */
@@ -891,34 +974,103 @@ static PyObject *Loader_select_bytes(Loader *ld, PyObject *args)
 	return buffers_place(ld, part, part, &zero, 1);
 }
 
-#define LOAD_CHUNK (64ull << 20) /* progress granularity */
+/*
+ * A load runs in steps with the GIL taken back between them, so that Ctrl-C
+ * (PyErr_CheckSignals) and the progress callback get a turn: one call for
+ * the whole load made KeyboardInterrupt wait for its end (2 s into a 2 s
+ * load). A step is sized to take about LOAD_STEP_NS (measured, doubled or
+ * halved as it goes), between LOAD_STEP_MIN and LOAD_STEP_MAX bytes: small
+ * enough to stop promptly on a slow device, large enough that a fast one
+ * keeps its queues full (each step ends with the queues drained).
+ */
+#define LOAD_STEP_MIN (8ull << 20)
+#define LOAD_STEP_MAX (1ull << 30)
+#define LOAD_STEP_NS 100000000ull
 
-/* One locked, GIL-free step: a whole model load (chunk == NULL) or one
- * chunk of one run. */
-static int load_step(Loader *ld, struct gpunvme_model_buffers *b, const struct gpunvme_model_run *r, uint64_t o,
-		     uint64_t n, char *err)
+struct load_pos {
+	size_t k;   /* run */
+	uint64_t o; /* bytes of run k done */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* One locked, GIL-free step: about `budget` bytes from *p on, across runs;
+ * *got: bytes read. The GPU tiers queue the pieces and wait once, so the
+ * runs of one step overlap as in gpunvme_model_load. */
+static int load_step(Loader *ld, struct gpunvme_model_buffers *b, struct load_pos *p, uint64_t budget, uint64_t *got,
+		     char *err)
 {
 	int rc = 0;
 	uint16_t status = 0;
+	const bool gpu = ld->tier != GPUNVME_TIER_CPU;
+	bool queued = false;
+	*got = 0;
 	pthread_mutex_lock(loader_lock(ld));
 #ifdef GPUNVME_PY_CUDA
-	if (ld->tier != GPUNVME_TIER_CPU)
+	if (gpu)
 		rc = set_device(ld->device, err);
 #endif
-	if (!rc) {
-		rc = r ? gpunvme_load_layer(ld->l, r->off + o, n, r->dst + o, &status)
-		       : gpunvme_model_load(ld->l, b, NULL, NULL, &status);
-		if (rc)
-			snprintf(err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
+	while (!rc && p->k < b->n_runs && *got < budget) {
+		const struct gpunvme_model_run *r = &b->runs[p->k];
+		uint64_t n = r->len - p->o;
+		if (n > budget - *got) {
+			n = budget - *got;
+			/* end at a 4 KiB file offset: the next step starts on a block
+			 * boundary, so no block is read twice through the bounce buffer */
+			if (n > 4096)
+				n -= (r->off + p->o + n) % 4096;
+		}
+		if (n) {
+			rc = gpu ? gpunvme_load_layer_async(ld->l, r->off + p->o, n, r->dst + p->o, NULL, NULL)
+				 : gpunvme_load_layer(ld->l, r->off + p->o, n, r->dst + p->o, &status);
+			queued |= gpu && !rc;
+		}
+		*got += n;
+		if ((p->o += n) == r->len) {
+			p->k++;
+			p->o = 0;
+		}
 	}
-	if (ld->tier == GPUNVME_TIER_CPU)
-		gpunvme_layer_loader_release_queues(ld->l);
+	if (rc)
+		snprintf(err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
+	/* an empty load on the loader's own stream waits for what was queued
+	 * (also after a failure: the memory may be freed next) and collects
+	 * the reads' result */
+	if (queued) {
+		int rc2 = gpunvme_load_layer(ld->l, 0, 0, NULL, &status);
+		if (rc2 && !rc) {
+			rc = rc2;
+			snprintf(err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
+		}
+	}
 	pthread_mutex_unlock(loader_lock(ld));
 	return rc;
 }
 
+/* The end of a load, however it ended: the CPU tier gives its queue pairs
+ * back for other loaders (the GPU tiers keep theirs for the loader's life).
+ * Not after every step: creating them again each time took more than half
+ * of a fast load's time. */
+static void load_end(Loader *ld)
+{
+	if (ld->tier != GPUNVME_TIER_CPU)
+		return;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(loader_lock(ld));
+	gpunvme_layer_loader_release_queues(ld->l);
+	pthread_mutex_unlock(loader_lock(ld));
+	Py_END_ALLOW_THREADS
+}
+
 /* Buffers.load(progress=None): read every run; progress(done, total) is
- * called after each chunk of at most 64 MiB (bytes the runs read) */
+ * called after each step (bytes the runs read). Ctrl-C stops the load at
+ * the end of the step it arrives in: KeyboardInterrupt, the Buffers stay
+ * unloaded (no Tensor can be made of them) */
 static PyObject *Buffers_load(Buffers *bu, PyObject *args)
 {
 	PyObject *cb = Py_None;
@@ -929,32 +1081,38 @@ static PyObject *Buffers_load(Buffers *bu, PyObject *args)
 		return NULL;
 	char err[LASTERR_LEN];
 	int rc = 0;
-	if (cb == Py_None) {
+	struct load_pos p = { 0, 0 };
+	uint64_t done = 0, all = bu->b->run_bytes, budget = LOAD_STEP_MIN;
+	bu->loaded = false;
+	while (p.k < bu->b->n_runs) {
+		uint64_t got = 0, t0 = now_ns();
 		Py_BEGIN_ALLOW_THREADS
-		rc = load_step(ld, bu->b, NULL, 0, 0, err);
+		rc = load_step(ld, bu->b, &p, budget, &got, err);
 		Py_END_ALLOW_THREADS
-	} else {
-		uint64_t done = 0, all = bu->b->run_bytes;
-		for (size_t k = 0; k < bu->b->n_runs && !rc; k++) {
-			const struct gpunvme_model_run *r = &bu->b->runs[k];
-			for (uint64_t o = 0; o < r->len && !rc; o += LOAD_CHUNK) {
-				uint64_t n = r->len - o < LOAD_CHUNK ? r->len - o : LOAD_CHUNK;
-				Py_BEGIN_ALLOW_THREADS
-				rc = load_step(ld, bu->b, r, o, n, err);
-				Py_END_ALLOW_THREADS
-				if (rc)
-					break;
-				done += n;
-				PyObject *res = PyObject_CallFunction(cb, "KK", (unsigned long long)done,
-								      (unsigned long long)all);
-				if (!res)
-					return NULL;
-				Py_DECREF(res);
-			}
+		if (rc) {
+			load_end(ld);
+			return raise_err(rc, "%s", err);
 		}
+		uint64_t dt = now_ns() - t0;
+		done += got;
+		if (cb != Py_None) {
+			PyObject *res = PyObject_CallFunction(cb, "KK", (unsigned long long)done, (unsigned long long)all);
+			if (!res) {
+				load_end(ld);
+				return NULL;
+			}
+			Py_DECREF(res);
+		}
+		if (PyErr_CheckSignals()) {
+			load_end(ld);
+			return NULL;
+		}
+		if (dt < LOAD_STEP_NS / 2 && budget < LOAD_STEP_MAX)
+			budget *= 2;
+		else if (dt > 2 * LOAD_STEP_NS && budget > LOAD_STEP_MIN)
+			budget /= 2;
 	}
-	if (rc)
-		return raise_err(rc, "%s", err);
+	load_end(ld);
 	bu->loaded = true;
 	Py_RETURN_NONE;
 }
@@ -1482,7 +1640,8 @@ static PyMethodDef Volume_methods[] = {
 							    "when the last tensor loaded from it is gone." },
 	{ "stat", (PyCFunction)Volume_stat, METH_VARARGS, "stat(path) -> dict" },
 	{ "listdir", (PyCFunction)Volume_listdir, METH_VARARGS, "listdir(path='/') -> [name] (no '.' and '..')" },
-	{ "read", (PyCFunction)Volume_read, METH_VARARGS, "read(path, offset=0, size=-1) -> bytes (at most 1 GiB)" },
+	{ "read", (PyCFunction)(void (*)(void))Volume_read, METH_VARARGS | METH_KEYWORDS,
+	  "read(path, offset=0, size=-1) -> bytes (at most 1 GiB; size -1: to the end of the file)" },
 	{ "open_model", (PyCFunction)Volume_open_model, METH_VARARGS, "open_model(path) -> Model" },
 	{ "__enter__", (PyCFunction)Volume_enter, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)Volume_exit, METH_VARARGS, NULL },
