@@ -140,6 +140,9 @@ def test_non_utf8_names(latin1):
             gpunvme.load_file(vol, "/caf\udce9/gone\udcff", framework="numpy")
         assert e.value.errno == errno.ENOENT
         with pytest.raises(gpunvme.Error) as e:
+            gpunvme.load_file(vol, name_b, framework="numpy", tensors=["nope"])
+        assert e.value.errno == errno.ENOENT and str(e.value).count("m\udcff.safetensors: no tensor named 'nope'")
+        with pytest.raises(gpunvme.Error) as e:
             vol.stat("/caf\0")
         assert e.value.errno == errno.EINVAL and "NUL" in str(e.value)
         for bad in [7, None, 1.5]:

@@ -534,7 +534,7 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
         vol, own = _volume(uri, nsid, partition, offset)
         try:
             model = vol.open_model(path)
-            sel = _select(_index(model), tensors, path)
+            sel = _select(_index(model), tensors, _shown(path))
             return _load_multi(model, sel, devs, placement, split_dim, fw, progress, posixpath.basename(_shown(path)),
                                queues, depth)
         finally:
@@ -546,7 +546,7 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
     try:
         model = vol.open_model(path)
         infos = _index(model)
-        sel = _select(infos, tensors, path)
+        sel = _select(infos, tensors, _shown(path))
         sd = StateDict()
         sd.metadata = model.metadata()
         _fill(sd, sel, _load(model, sel, t, devidx, fw, progress, posixpath.basename(_shown(path)), queues,
