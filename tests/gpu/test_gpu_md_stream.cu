@@ -42,7 +42,7 @@ static int manifest_hash(const char *fx, const char *name, char *hash)
 	if (!f)
 		return -1;
 	int found = -1;
-	while (fgets(line, sizeof(line), f))
+	while (found && fgets(line, sizeof(line), f))
 		if (sscanf(line, "%64s %4095s", hash, path) == 2 && !strcmp(path, MODEL))
 			found = 0;
 	fclose(f);
