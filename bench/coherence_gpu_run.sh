@@ -11,6 +11,7 @@
 #   tcp       the GPU path over NVMe/TCP against the fake target on
 #             loopback: load --tier cpu|1 --verify, perf --gpu at QD1, QD32,
 #             4x32 128 KiB against the CPU path's perf on the same target
+#   burn:N    N busy loops from here on (CPU starvation); unburn stops them
 #   py        the Python package (pip install, CUDA) and its GPU tests:
 #             test_multi (two GPUs where there are two), test_md (the
 #             stream on every md fixture, Tier 1/2), test_stream
@@ -19,7 +20,7 @@ R=${OUT:?set OUT}
 mkdir -p "$R"
 exec > >(tee -a "$R/run.log") 2>&1
 log() { echo "[$(date -u +%T)] $*"; }
-{ git log -1 --format="%h %s" 2>/dev/null; echo "tools: $(command -v zstd mkfs.ext4 python3 | tr "\n" " ")"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; echo "cores $(nproc)"; } | tee "$R/machine.txt"
+{ git log -1 --format="%h %s" 2>/dev/null; echo "tools: $(command -v zstd mkfs.ext4 python3 | tr "\n" " ")"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; echo "cores $(nproc), kernel $(uname -r)"; } | tee "$R/machine.txt"
 B=bd/bin
 for ph in ${PHASES:-build serial}; do
 	case $ph in
@@ -95,7 +96,19 @@ for ph in ${PHASES:-build serial}; do
 		echo "pytest rc=$?: $(tail -n 1 "$R/pytest.log")"
 		grep -E "^(FAILED|ERROR)|test_two_gpus" "$R/pytest.log" | head -20
 		;;
+	burn:*)
+		# CPU starvation: N busy loops beside what runs next (the issue's
+		# failures came on a loaded machine)
+		for _ in $(seq "${ph#burn:}"); do (while :; do :; done) & BURN="$BURN $!"; done
+		log "burning ${ph#burn:} cores"
+		;;
+	unburn)
+		[ -n "$BURN" ] && kill $BURN 2>/dev/null
+		BURN=
+		log "burners stopped"
+		;;
 	*) echo "unknown phase $ph" ;;
 	esac
 done
+[ -n "$BURN" ] && kill $BURN 2>/dev/null
 log "done"
