@@ -23,11 +23,11 @@ FX=${2:?}
 WORK=${3:?}
 ROUNDS=${4:-3}
 W=$WORK/multiproc.$$
-mkdir -p "$W"
+mkdir -p "$W/t1" "$W/t2"
 trap 'rm -rf "$W"' EXIT
 JOBS=(
-	"$BIN/test_gpu_md_stream 2 $FX $W"
-	"$BIN/test_gpu_md_stream 1 $FX $W"
+	"$BIN/test_gpu_md_stream 2 $FX $W/t2"
+	"$BIN/test_gpu_md_stream 1 $FX $W/t1"
 	"$BIN/test_gpu_loader tier2_random"
 	"$BIN/test_gpu_loader tier1_random"
 	"$BIN/test_gpu_stream failed_read"
@@ -50,7 +50,7 @@ for r in $(seq "$ROUNDS"); do
 		if [ $rc -eq 77 ]; then
 			skipped=$((skipped + 1))
 		elif [ $rc -ne 0 ]; then
-			echo "FAIL round $r: ${JOBS[$k]##*/} (rc $rc):"
+			echo "FAIL round $r: ${JOBS[$k]#"$BIN"/} (rc $rc):"
 			tail -15 "$W/out.$k"
 			fails=$((fails + 1))
 		fi
