@@ -133,6 +133,16 @@ int gpunvme_load_layer_async(struct gpunvme_layer_loader *l, uint64_t off, uint6
 			     void *event);
 int gpunvme_layer_loader_check(struct gpunvme_layer_loader *l, uint16_t *status);
 /*
+ * GPU tiers: wait (bounded by the timeout) for every load queued on the
+ * loader's own stream (stream NULL) and collect the result, as a load of
+ * zero bytes does. A failure is returned, never retried: which of the
+ * queued loads failed is not known here, and retrying "nothing" would
+ * report success for bytes that never landed. After a timeout the queues
+ * are recovered first, so the caller can load its ranges again with
+ * gpunvme_load_layer (which retries). 0 at once on the CPU tier.
+ */
+int gpunvme_layer_loader_wait(struct gpunvme_layer_loader *l, uint16_t *status);
+/*
  * GPU tiers: queue on `stream`, after loads into dst: if any load of this
  * loader has failed since the last check, dst[0, len) is overwritten with
  * 0xff bytes (NaN in every floating type) before later work on the stream

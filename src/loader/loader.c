@@ -765,6 +765,23 @@ static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
 		 * decides (gpunvme_layer_loader_check) */
 		if (!rc || !sync || !retryable(rc, st) || attempt == l->o.retries)
 			break;
+		if (!len) {
+			/* An empty load only waits for the loads queued before it
+			 * and collects their result (gpunvme_layer_loader_wait):
+			 * tried again it would read nothing and report success
+			 * for reads that failed, and the caller would use bytes
+			 * that never landed. The failure goes back as it is; after
+			 * a timeout the queues are made usable first, so that the
+			 * caller can load those ranges again. */
+			if (!st) {
+				char why[256];
+				snprintf(why, sizeof(why), "%s", gpunvme_last_error());
+				int rrc = recover_queues(l);
+				gpunvme_set_error(rc, "%s%s%s", why, rrc ? "; recovering the queues failed: " : "",
+						  rrc ? gpunvme_last_error() : "");
+			}
+			break;
+		}
 		if (st) { /* an NVMe status: the queues are fine, only try again */
 			l->st.retries++;
 			continue;
@@ -892,6 +909,16 @@ int gpunvme_load_layer(struct gpunvme_layer_loader *l, uint64_t off, uint64_t le
 	if (l && l->mem)
 		return md_load(l, off, len, dst, status);
 	return run_plan(l, off, len, dst, NULL, NULL, 1, status);
+}
+
+int gpunvme_layer_loader_wait(struct gpunvme_layer_loader *l, uint16_t *status)
+{
+	if (l && !l->mem && !l->gpu) {
+		if (status)
+			*status = 0;
+		return 0; /* the CPU tier has nothing queued */
+	}
+	return gpunvme_load_layer(l, 0, 0, NULL, status);
 }
 
 int gpunvme_load_layer_async(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,

@@ -177,10 +177,19 @@ int gpunvme_model_load(struct gpunvme_layer_loader *l, struct gpunvme_model_buff
 		return rc;
 	if (!b->n_runs && event) /* nothing read: the event still completes */
 		rc = gpunvme_load_layer_async(l, 0, 0, NULL, stream, event);
-	/* nothing for the caller to wait on: an empty load on the loader's own
-	 * stream waits for the runs and collects their result */
-	if (!rc && !stream && !event)
-		rc = gpunvme_load_layer(l, 0, 0, NULL, status);
+	/* nothing for the caller to wait on: wait for the runs and collect
+	 * their result. A run that failed (a timeout under a loaded GPU or
+	 * CPU, a transient status) is not known by name, so every run is
+	 * loaded again synchronously, each with the loader's retries; the
+	 * wait itself never reports success for bytes that did not land. */
+	if (!rc && !stream && !event) {
+		rc = gpunvme_layer_loader_wait(l, status);
+		if (rc == -ETIMEDOUT || rc == -EIO) {
+			rc = 0;
+			for (size_t k = 0; k < b->n_runs && !rc; k++)
+				rc = gpunvme_load_layer(l, b->runs[k].off, b->runs[k].len, b->runs[k].dst, status);
+		}
+	}
 	return rc;
 }
 

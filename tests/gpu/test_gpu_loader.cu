@@ -17,6 +17,11 @@
  *                  match the host's
  *   faults         media error -> -EIO with the NVMe status; the loader
  *                  works again after the fault is cleared
+ *   async_wait_failures
+ *                  a media error or dropped commands among loads queued
+ *                  on the loader's own stream: the wait reports them
+ *                  (never "retried" to success); gpunvme_model_load loads
+ *                  its runs again and gets every byte
  * Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
@@ -350,6 +355,108 @@ TEST_CASE(faults)
 	       (unsigned long long)ls.retries, ls.retries == 1 ? "y" : "ies");
 	free(host);
 	gpunvme_layer_loader_destroy(l);
+	free(L.ref);
+	gpunvme_close(c);
+	return 0;
+}
+
+/* Loads queued on the loader's own stream, then one wait: a failure among
+ * them is reported by the wait and never retried away. The wait used to be
+ * an empty load with the loader's retries: after a timeout it recovered
+ * the queues, "retried" nothing and returned 0 while the queued reads had
+ * not landed (gpu.stream.window2 saw a wrong resident tensor that way with
+ * eight processes on one GPU). gpunvme_model_load with nothing to wait on
+ * loads its runs again synchronously after such a failure: right bytes. */
+TEST_CASE(async_wait_failures)
+{
+	struct gpunvme_ctrl *c;
+	struct layout L;
+	struct gpunvme_layer_loader *l;
+	if (setup("emu:ram:32M?lbads=9", 1024 * 1024, &c, &L, GPUNVME_TIER_2, &l))
+		return 1;
+	uint8_t *dst = (uint8_t *)gpunvme_layer_loader_alloc(l, 0, L.size);
+	uint8_t *host = (uint8_t *)malloc(L.size);
+	REQUIRE(dst && host);
+	/* a media error inside the queued loads: -EIO with the status */
+	struct gpunvme_emu_fault f;
+	memset(&f, 0, sizeof(f));
+	f.kind = GPUNVME_EMU_FAULT_MEDIA;
+	f.nsid = 1;
+	f.slba = L.ext[0].physical / 512;
+	f.nlb = 1;
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	uint16_t st = 0;
+	REQUIRE_OK(gpunvme_load_layer_async(l, 0, L.size / 2, dst, NULL, NULL));
+	REQUIRE_OK(gpunvme_load_layer_async(l, L.size / 2, L.size - L.size / 2, dst + L.size / 2, NULL, NULL));
+	int rc = gpunvme_layer_loader_wait(l, &st);
+	if (rc != -EIO || gpunvme_status_code(st) != (GPUNVME_SC_UNRECOVERED_READ & 0x7ff))
+		FAIL("queued loads with a media error: wait gave rc %d status 0x%x (%s)", rc, st, gpunvme_last_error());
+	gpunvme_emu_clear_faults(gpunvme_ctrl_emu(c));
+	REQUIRE_OK(gpunvme_layer_loader_wait(l, &st)); /* reported once */
+	gpunvme_layer_loader_destroy(l);
+
+	/* dropped commands: the queued reads time out; the wait says so
+	 * (after recovering the queues), and the next loads work */
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.tier = GPUNVME_TIER_2;
+	o.gpu = gpunvme_loader_gpu_backend();
+	o.queues = 2;
+	o.depth = 32;
+	o.timeout_ms = 300;
+	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, L.ext, L.n, L.size, &o, &l));
+	dst = (uint8_t *)gpunvme_layer_loader_alloc(l, 0, L.size);
+	REQUIRE(dst);
+	memset(&f, 0, sizeof(f));
+	f.kind = GPUNVME_EMU_FAULT_DROP;
+	f.sqid = GPUNVME_EMU_SQID_ANY;
+	f.count = 2;
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(gpunvme_load_layer_async(l, 0, L.size, dst, NULL, NULL));
+	rc = gpunvme_layer_loader_wait(l, &st);
+	if (rc != -ETIMEDOUT)
+		FAIL("queued loads with dropped commands: wait gave rc %d (%s), want -ETIMEDOUT", rc,
+		     gpunvme_last_error());
+	REQUIRE_CUDA(cudaMemset(dst, 0xa5, L.size));
+	REQUIRE_CUDA(cudaDeviceSynchronize()); /* the poison before the load's stream */
+	REQUIRE_OK(gpunvme_load_layer(l, 0, L.size, dst, &st));
+	REQUIRE_CUDA(cudaMemcpy(host, dst, L.size, cudaMemcpyDeviceToHost));
+	if (compare(host, L.ref, L.size, 0, "a load after the failed wait"))
+		return 1;
+	gpunvme_layer_loader_destroy(l);
+
+	/* gpunvme_model_load with nothing to wait on: dropped commands in
+	 * its runs are loaded again; every byte right */
+	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, L.ext, L.n, L.size, &o, &l));
+	struct gpunvme_model m;
+	struct gpunvme_tensor t;
+	char tname[] = "all";
+	memset(&m, 0, sizeof(m));
+	memset(&t, 0, sizeof(t));
+	t.name = tname;
+	snprintf(t.dtype, sizeof(t.dtype), "U8");
+	t.ndim = 1;
+	t.shape[0] = L.size;
+	t.offset = 0;
+	t.bytes = L.size;
+	t.ggml_type = -1;
+	m.format = GPUNVME_MODEL_SAFETENSORS;
+	m.file_size = L.size;
+	m.alignment = 1;
+	m.n_tensors = 1;
+	m.tensors = &t;
+	struct gpunvme_model_buffers *b = NULL;
+	REQUIRE_OK(gpunvme_model_buffers_alloc(l, &m, NULL, &b));
+	REQUIRE_CUDA(cudaMemset(b->ptr[0], 0xa5, L.size));
+	REQUIRE_CUDA(cudaDeviceSynchronize());
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(gpunvme_model_load(l, b, NULL, NULL, &st));
+	REQUIRE_CUDA(cudaMemcpy(host, b->ptr[0], L.size, cudaMemcpyDeviceToHost));
+	if (compare(host, L.ref, L.size, 0, "model load after dropped commands"))
+		return 1;
+	gpunvme_model_buffers_free(l, b);
+	gpunvme_layer_loader_destroy(l);
+	free(host);
 	free(L.ref);
 	gpunvme_close(c);
 	return 0;

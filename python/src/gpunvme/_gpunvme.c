@@ -1010,13 +1010,15 @@ static int load_step(Loader *ld, struct gpunvme_model_buffers *b, struct load_po
 	int rc = 0;
 	uint16_t status = 0;
 	const bool gpu = ld->tier != GPUNVME_TIER_CPU;
-	bool queued = false;
+	bool queued = false, again = false;
+	const struct load_pos start = *p;
 	*got = 0;
 	pthread_mutex_lock(loader_lock(ld));
 #ifdef GPUNVME_PY_CUDA
 	if (gpu)
 		rc = set_device(ld->device, err);
 #endif
+redo:
 	while (!rc && p->k < b->n_runs && *got < budget) {
 		const struct gpunvme_model_run *r = &b->runs[p->k];
 		uint64_t n = r->len - p->o;
@@ -1028,9 +1030,9 @@ static int load_step(Loader *ld, struct gpunvme_model_buffers *b, struct load_po
 				n -= (r->off + p->o + n) % 4096;
 		}
 		if (n) {
-			rc = gpu ? gpunvme_load_layer_async(ld->l, r->off + p->o, n, r->dst + p->o, NULL, NULL)
-				 : gpunvme_load_layer(ld->l, r->off + p->o, n, r->dst + p->o, &status);
-			queued |= gpu && !rc;
+			rc = gpu && !again ? gpunvme_load_layer_async(ld->l, r->off + p->o, n, r->dst + p->o, NULL, NULL)
+					   : gpunvme_load_layer(ld->l, r->off + p->o, n, r->dst + p->o, &status);
+			queued |= gpu && !again && !rc;
 		}
 		*got += n;
 		if ((p->o += n) == r->len) {
@@ -1040,11 +1042,20 @@ static int load_step(Loader *ld, struct gpunvme_model_buffers *b, struct load_po
 	}
 	if (rc)
 		snprintf(err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
-	/* an empty load on the loader's own stream waits for what was queued
-	 * (also after a failure: the memory may be freed next) and collects
-	 * the reads' result */
+	/* wait for what was queued (also after a failure: the memory may be
+	 * freed next) and collect the reads' result */
 	if (queued) {
-		int rc2 = gpunvme_load_layer(ld->l, 0, 0, NULL, &status);
+		queued = false;
+		int rc2 = gpunvme_layer_loader_wait(ld->l, &status);
+		if (!rc && (rc2 == -ETIMEDOUT || rc2 == -EIO)) {
+			/* which queued piece failed is not known: the step's
+			 * pieces again, one synchronous load each (with the
+			 * loader's retries; the wait recovered the queues) */
+			*p = start;
+			*got = 0;
+			again = true;
+			goto redo;
+		}
 		if (rc2 && !rc) {
 			rc = rc2;
 			snprintf(err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
