@@ -45,7 +45,11 @@ struct gpunvme_loader_opts {
 	 * does not allow: -EINVAL. */
 	uint32_t queues;
 	uint32_t depth;
-	uint32_t timeout_ms;    /* each load (default 30000) */
+	/* Each load (default 30000). The CPU path fails a load only once this
+	 * has passed and no read completed for as long either (a load that
+	 * progresses slowly on a shared, busy controller goes on); the GPU
+	 * tiers bound each command's wait by it. */
+	uint32_t timeout_ms;
 	/* A synchronous load that fails is tried again, at most this many
 	 * times (default 2), after recovering the queues: the abort step and,
 	 * if needed, a controller reset on the CPU path (gpunvme_reset: other

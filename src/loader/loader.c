@@ -589,20 +589,27 @@ static int cpu_submit(struct gpunvme_layer_loader *l, struct cpu_run *r, uint32_
 static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct load_op *ops, size_t n,
 		     uint64_t deadline, uint16_t *status)
 {
-	struct cpu_run r = { .last_ns = gpunvme_now_ns() };
+	/* The run's state lives on the heap, not on this stack: a drain that
+	 * gives up (below) leaves commands whose completions still run
+	 * cpu_done on it */
+	struct cpu_run *r = calloc(1, sizeof(*r));
 	uint32_t qi = 0;
 	int rc = 0;
 	const uint32_t ncmds = l->nqp * l->o.depth;
 	struct cpu_cmd *cmds = malloc(ncmds * sizeof(*cmds));
-	r.free = malloc(ncmds * sizeof(*r.free));
-	if (!cmds || !r.free) {
+	if (r)
+		r->free = malloc(ncmds * sizeof(*r->free));
+	if (!r || !cmds || !r->free) {
 		free(cmds);
-		free(r.free);
+		if (r)
+			free(r->free);
+		free(r);
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 	}
+	r->last_ns = gpunvme_now_ns();
 	for (uint32_t i = 0; i < ncmds; i++)
-		r.free[r.nfree++] = &cmds[i];
-	for (size_t i = 0; i < n && !rc && !r.err; i++) {
+		r->free[r->nfree++] = &cmds[i];
+	for (size_t i = 0; i < n && !rc && !r->err; i++) {
 		const struct load_op *op = &ops[i];
 		if (op->kind == LOAD_ZERO) {
 			memset(dst + op->dst_off, 0, op->len);
@@ -612,37 +619,48 @@ static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct 
 		uint64_t per = CPU_REQ_BYTES >> l->lba_shift;
 		for (uint64_t b = 0; b < op->nlb && !rc; b += per) {
 			uint64_t k = op->nlb - b < per ? op->nlb - b : per;
-			rc = cpu_submit(l, &r, &qi, buf + (b << l->lba_shift), op->slba + b, k, deadline);
+			rc = cpu_submit(l, r, &qi, buf + (b << l->lba_shift), op->slba + b, k, deadline);
 		}
 	}
 	/* drain what is in flight even after a failure: the buffers and the
 	 * command records are ours, and a queue pair that failed (device or
 	 * connection gone) has failed its commands, so polling on ends;
 	 * leaving early would let a later completion reach freed records */
-	while (r.pending) {
-		int prc = cpu_poll_all(l, &r);
+	while (r->pending) {
+		int prc = cpu_poll_all(l, r);
 		if (prc && !rc)
 			rc = prc;
-		if (cpu_stalled(l, &r, deadline, 1000000000ull * 5)) {
-			rc = gpunvme_set_error(-ETIMEDOUT, "%u reads still outstanding after the timeout", r.pending);
+		if (cpu_stalled(l, r, deadline, 1000000000ull * 5)) {
+			rc = gpunvme_set_error(-ETIMEDOUT, "%u reads still outstanding after the timeout", r->pending);
 			break;
 		}
 	}
-	if (!rc && r.err) {
-		rc = r.err;
+	if (r->pending) {
+		/* Given up with reads in flight: their completions (or the
+		 * queue pairs failing them at the reset the caller's recovery
+		 * makes) still run cpu_done on these records. They are left
+		 * allocated on purpose, a bounded leak on a path that already
+		 * failed, rather than freed under the controller's feet (a
+		 * late completion wrote into freed memory: eight NVMe/TCP
+		 * clients on a starved machine crashed so). */
+		return rc;
+	}
+	if (!rc && r->err) {
+		rc = r->err;
 		if (status)
-			*status = r.status;
-		if (rc == -EIO && r.status)
+			*status = r->status;
+		if (rc == -EIO && r->status)
 			gpunvme_set_error(-EIO, "read of LBA %llu+%llu failed: NVMe status 0x%x (%s)",
-					  (unsigned long long)r.bad_slba, (unsigned long long)r.bad_nlb, r.status,
-					  gpunvme_status_str(r.status));
+					  (unsigned long long)r->bad_slba, (unsigned long long)r->bad_nlb, r->status,
+					  gpunvme_status_str(r->status));
 		else if (rc == -ETIMEDOUT)
 			gpunvme_set_error(-ETIMEDOUT, "read of LBA %llu+%llu: no completion within the I/O "
 					  "timeout (gpunvme_opts.io_timeout_ms)",
-					  (unsigned long long)r.bad_slba, (unsigned long long)r.bad_nlb);
+					  (unsigned long long)r->bad_slba, (unsigned long long)r->bad_nlb);
 	}
 	free(cmds);
-	free(r.free);
+	free(r->free);
+	free(r);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < n; i++) {
