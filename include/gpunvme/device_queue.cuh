@@ -439,7 +439,18 @@ __device__ __forceinline__ int gpunvme_dq_slot_wait(const struct gpunvme_dev_que
  * half never borrows: our ticket is still counted in it). */
 __device__ __forceinline__ void gpunvme_dq_release(struct gpunvme_dq_pair *qp, unsigned int t)
 {
-	atomicAdd(&qp->freed[t & (qp->depth - 1)], 1u);
+	const unsigned int slot = t & (qp->depth - 1);
+	/* The slot's done word names t as taken. A waiter that found its own
+	 * completion leaves no publish behind, so a slot could keep 0 (or a
+	 * publish 65536 tickets old), and the ticket t' with (t' + 1) & 0xffff
+	 * equal to it (t' = 65535 on a fresh queue) would read it as its own
+	 * completion: success for a command that never ran. The next ticket
+	 * of the slot is t + depth, which this value never matches. Stored
+	 * before the slot counts as free (the fence; pairs with the slot wait's
+	 * load of freed[]), so no publish for t + depth can precede it. */
+	*(volatile unsigned int *)&qp->done[slot] = ((t + 1u) & 0xffffu) << 16;
+	__threadfence();
+	atomicAdd(&qp->freed[slot], 1u);
 	atomicAdd(&qp->s->tw, ~0ull);
 }
 

@@ -246,8 +246,16 @@ static int alloc_queue_memory(struct gpunvme_gpu_queues *g, uint32_t ps, struct 
 	/* per queue: the counters and three slot arrays (mark, done, freed) */
 	L->st_per = align_up(sizeof(struct gpunvme_dq_state) + (size_t)d * 3 * sizeof(unsigned), 256);
 	L->st_len = L->st_per * nq + sizeof(struct gpunvme_dq_pair) * nq;
+	/* Zeroed on the auxiliary stream, where seed_cq_words writes the CQ
+	 * words next: a cudaMemset on the legacy stream returns before it runs
+	 * and is not ordered before work on the non-blocking aux stream. With
+	 * many processes time-sharing the GPU it ran after the seed and left
+	 * every CQ word at phase 0, so the zeroed CQ entries read as new
+	 * completions of CID 0 with status 0: ticket 0's command reported
+	 * success whatever the controller said (a media error lost, data
+	 * never read; issue 30). */
 	if ((ce = cudaMalloc(&g->dev_state, L->st_len)) != cudaSuccess ||
-	    (ce = cudaMemset(g->dev_state, 0, L->st_len)) != cudaSuccess ||
+	    (ce = cudaMemsetAsync(g->dev_state, 0, L->st_len, g->aux)) != cudaSuccess ||
 	    (ce = cudaMalloc((void **)&g->dev_list_iova, (size_t)nq * d * g->lp * sizeof(uint64_t))) != cudaSuccess)
 		return cuda_err(ce, "device memory for queue state");
 	return 0;
@@ -292,7 +300,8 @@ static int create_queue_pair(struct gpunvme_gpu_queues *g, uint32_t i, const str
 
 /* The CQ phase starts at 1 (§4.6): each queue's CQ word is head 0,
  * nothing rung, phase 1, unlocked (device_queue.cuh). On the auxiliary
- * stream, which waits for no kernel (see upload_table). */
+ * stream, which waits for no kernel (see upload_table), after the state's
+ * zeroing on the same stream (alloc_queue_memory, recover). */
 static cudaError_t seed_cq_words(struct gpunvme_gpu_queues *g)
 {
 	static const unsigned long long cqw = 1ull << 1;

@@ -464,6 +464,136 @@ TEST_CASE(faults)
 	return 0;
 }
 
+/* hold the legacy stream for about `ns` (globaltimer) */
+static __global__ void k_hold(uint64_t ns)
+{
+	uint64_t t0, t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+	do
+		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	while (t - t0 < ns);
+}
+
+/* Queues created while the GPU is busy (work on the legacy stream, as when
+ * other processes' kernels time-share it): the zeroing of the queue state
+ * must not land after the CQ words' seed. It did (a legacy-stream memset
+ * against the seed on a non-blocking stream): the CQ words kept phase 0,
+ * zeroed CQ entries read as completions of CID 0 with status 0, and the
+ * first command, here a read of a media error, reported success. */
+TEST_CASE(create_while_busy)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:16M?lbads=12&workers=1");
+	if (!c)
+		return 1;
+	struct gpunvme_emu_fault f;
+	memset(&f, 0, sizeof(f));
+	f.kind = GPUNVME_EMU_FAULT_MEDIA;
+	f.nsid = 1;
+	f.slba = 5;
+	f.nlb = 1;
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	k_hold<<<1, 1>>>(SEC / 4);
+	REQUIRE_CUDA(cudaGetLastError());
+	struct gpunvme_gpu_queues *g;
+	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 1, 16, &g));
+	size_t len = 1u << 16;
+	uint8_t *buf = (uint8_t *)gpunvme_dma_alloc(c, len);
+	struct gpunvme_gpu_buf *b;
+	REQUIRE(buf);
+	REQUIRE_OK(gpunvme_gpu_buf_host(g, buf, len, &b, NULL));
+	struct range hr[2] = { { 5, 1, 0 }, { 6, 1, 4096 } }, *dr;
+	int *dst;
+	REQUIRE_CUDA(cudaMalloc(&dr, sizeof(hr)));
+	REQUIRE_CUDA(cudaMallocManaged(&dst, 2 * sizeof(int)));
+	REQUIRE_CUDA(cudaMemcpy(dr, hr, sizeof(hr), cudaMemcpyHostToDevice));
+	/* one thread: ticket 0 is the media error, ticket 1 a good read */
+	k_ranges<<<1, 1>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), dr, 1, GPUNVME_CMD_READ, dst, 5 * SEC);
+	REQUIRE_CUDA(cudaDeviceSynchronize());
+	if (dst[0] != GPUNVME_SC_UNRECOVERED_READ)
+		FAIL("the first command on queues made while the GPU was busy: status %d, want %d (media error)", dst[0],
+		     GPUNVME_SC_UNRECOVERED_READ);
+	k_ranges<<<1, 1>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), dr + 1, 1, GPUNVME_CMD_READ, dst, 5 * SEC);
+	REQUIRE_CUDA(cudaDeviceSynchronize());
+	REQUIRE_EQ(dst[0], 0);
+	cudaFree(dr);
+	cudaFree(dst);
+	gpunvme_gpu_buf_free(b);
+	gpunvme_gpu_queues_destroy(g);
+	gpunvme_close(c);
+	return 0;
+}
+
+/* One thread, one queue: more than 2^16 commands, so tickets wrap the
+ * 16-bit CID. Every completion is found by its own waiter (nothing is
+ * published), so before release marked the slot, ticket 65535 met a done
+ * word still 0 and took it as its own completion: success, no read. Each
+ * read's first bytes are checked against the namespace. */
+static __global__ void k_many(struct gpunvme_dev_queues q, struct gpunvme_dev_buf b, uint32_t n, uint32_t nsblocks,
+			      const uint8_t *buf, int *st, uint32_t *bad)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t lba = (i * 2654435761u) % nsblocks;
+		int rc = gpunvme_dev_read(&q, 0, lba, 1, &b, 0, 5 * SEC);
+		if (rc) {
+			*st = rc;
+			*bad = i;
+			return;
+		}
+		/* the namespace was filled with the LBA in every block's first
+		 * 8 bytes (fill below) */
+		if (*(const volatile uint64_t *)buf != lba + 1) {
+			*st = -1;
+			*bad = i;
+			return;
+		}
+		*(volatile uint64_t *)buf = 0;
+		__threadfence_system();
+	}
+}
+
+TEST_CASE(cid_wrap)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:4M?lbads=12&workers=1");
+	if (!c)
+		return 1;
+	size_t ns_len = 0;
+	void *nsp = NULL;
+	REQUIRE_OK(gpunvme_emu_ns_memory(gpunvme_ctrl_emu(c), 1, &nsp, &ns_len));
+	uint8_t *ns = (uint8_t *)nsp;
+	REQUIRE(ns_len >= 4096);
+	uint32_t nsblocks = (uint32_t)(ns_len / 4096);
+	for (uint32_t k = 0; k < nsblocks; k++) {
+		uint64_t v = (uint64_t)k + 1;
+		memcpy(ns + (size_t)k * 4096, &v, 8);
+	}
+	struct gpunvme_gpu_queues *g;
+	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 1, 4, &g));
+	uint8_t *buf = (uint8_t *)gpunvme_dma_alloc(c, 1u << 16);
+	REQUIRE(buf);
+	memset(buf, 0, 4096);
+	struct gpunvme_gpu_buf *b;
+	void *dbuf = NULL;
+	REQUIRE_OK(gpunvme_gpu_buf_host(g, buf, 1u << 16, &b, &dbuf));
+	int *st;
+	uint32_t *bad;
+	REQUIRE_CUDA(cudaMallocManaged(&st, sizeof(int)));
+	REQUIRE_CUDA(cudaMallocManaged(&bad, sizeof(uint32_t)));
+	*st = 0;
+	*bad = 0;
+	const uint32_t n = 65536 + 300;
+	k_many<<<1, 1>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), n, nsblocks, (const uint8_t *)dbuf, st, bad);
+	REQUIRE_CUDA(cudaDeviceSynchronize());
+	if (*st)
+		FAIL("read %u of %u: %s (%d)", *bad, n, *st == -1 ? "success without the data" : "failed", *st);
+	printf("cid_wrap: %u reads on one queue of depth 4, every one's data checked\n", n);
+	cudaFree(st);
+	cudaFree(bad);
+	gpunvme_gpu_buf_free(b);
+	gpunvme_gpu_queues_destroy(g);
+	gpunvme_close(c);
+	return 0;
+}
+
 TEST_CASE(relaunch)
 {
 	struct gpunvme_ctrl *c = open_emu("emu:ram:64M?lbads=12&workers=2");
