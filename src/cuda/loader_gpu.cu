@@ -167,7 +167,14 @@ static int lg_open(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_l
 	if ((ce = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking)) != cudaSuccess ||
 	    (ce = cudaEventCreateWithFlags(&x->bounce_free, cudaEventDisableTiming)) != cudaSuccess ||
 	    (ce = cudaMalloc((void **)&x->d_status, 2 * sizeof(int))) != cudaSuccess ||
-	    (ce = cudaMemset(x->d_status, 0, 2 * sizeof(int))) != cudaSuccess ||
+	    /* zeroed on the loader's own (empty) stream and waited for: a
+	     * cudaMemset on the legacy stream returns before it runs and is
+	     * not ordered before the read kernels on non-blocking streams;
+	     * with other contexts time-sharing the GPU it could land after
+	     * the first load recorded its failure and erase it (a media
+	     * error reported as success, issue 30) */
+	    (ce = cudaMemsetAsync(x->d_status, 0, 2 * sizeof(int), x->stream)) != cudaSuccess ||
+	    (ce = cudaStreamSynchronize(x->stream)) != cudaSuccess ||
 	    (ce = cudaHostAlloc((void **)&x->h_mark, sizeof(int), cudaHostAllocMapped)) != cudaSuccess ||
 	    (ce = cudaHostGetDevicePointer((void **)&x->d_mark, (void *)x->h_mark, 0)) != cudaSuccess) {
 		rc = lg_cuda(ce, "loader set-up");
