@@ -323,15 +323,23 @@ static int create_queue_pairs(struct gpunvme_gpu_queues *g, const struct qlayout
 	int rc = 0;
 	for (uint32_t i = 0; i < g->nq && !rc; i++)
 		rc = create_queue_pair(g, i, L, dbar, dstrd, ps, li);
-	cudaError_t ce = rc ? cudaSuccess : seed_cq_words(g);
-	if (!rc && ce == cudaSuccess)
-		ce = cudaMemcpy(g->dev_list_iova, li, nli * sizeof(uint64_t), cudaMemcpyHostToDevice);
+	/* The list pages' bus addresses and the descriptors go up on the aux
+	 * stream, after the state's zeroing and the seed, and are waited for
+	 * there: a cudaMemcpy from pageable memory may return before its DMA
+	 * lands, and only the legacy stream is ordered after it, not the
+	 * non-blocking streams the read kernels run on. */
+	struct gpunvme_dq_pair *dqp = (struct gpunvme_dq_pair *)((uint8_t *)g->dev_state + L->st_per * g->nq);
+	cudaError_t ce = cudaSuccess;
+	if (!rc) {
+		ce = cudaMemcpyAsync(g->dev_list_iova, li, nli * sizeof(uint64_t), cudaMemcpyHostToDevice, g->aux);
+		if (ce == cudaSuccess)
+			ce = cudaMemcpyAsync(dqp, g->qp_host, sizeof(*dqp) * g->nq, cudaMemcpyHostToDevice, g->aux);
+		if (ce == cudaSuccess)
+			ce = seed_cq_words(g); /* on aux too; it waits for the stream */
+	}
 	free(li);
 	if (rc)
 		return rc;
-	struct gpunvme_dq_pair *dqp = (struct gpunvme_dq_pair *)((uint8_t *)g->dev_state + L->st_per * g->nq);
-	if (ce == cudaSuccess)
-		ce = cudaMemcpy(dqp, g->qp_host, sizeof(*dqp) * g->nq, cudaMemcpyHostToDevice);
 	if (ce != cudaSuccess)
 		return cuda_err(ce, "queue descriptors");
 	g->desc.qp = dqp;
