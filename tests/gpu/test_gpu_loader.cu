@@ -38,6 +38,7 @@
 #include "layout.h"
 
 #include "../harness/check.h"
+#include "../harness/emu_faults.h"
 
 static int compare(const uint8_t *got, const uint8_t *want, uint64_t len, uint64_t off, const char *what)
 {
@@ -75,6 +76,21 @@ static int setup(const char *uri, uint64_t fsize, struct gpunvme_ctrl **c, struc
 		 enum gpunvme_tier tier, struct gpunvme_layer_loader **l)
 {
 	return setup_q(uri, fsize, c, L, tier, 0, 0, l);
+}
+
+/* A Tier 2 loader on 2 queues of 32 with a 0.3 s timeout: dropped
+ * commands time out quickly. */
+static int short_timeout_loader(struct gpunvme_ctrl *c, const struct layout *L, struct gpunvme_layer_loader **l)
+{
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.tier = GPUNVME_TIER_2;
+	o.gpu = gpunvme_loader_gpu_backend();
+	o.queues = 2;
+	o.depth = 32;
+	o.timeout_ms = 300;
+	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, L->ext, L->n, L->size, &o, l));
+	return 0;
 }
 
 TEST_CASE(tier2_random)
@@ -306,13 +322,7 @@ TEST_CASE(faults)
 		return 1;
 	uint8_t *dst = (uint8_t *)gpunvme_layer_loader_alloc(l, 0, L.size);
 	uint8_t *host = (uint8_t *)malloc(L.size);
-	struct gpunvme_emu_fault f;
-	memset(&f, 0, sizeof(f));
-	f.kind = GPUNVME_EMU_FAULT_MEDIA;
-	f.nsid = 1;
-	f.slba = L.ext[0].physical / 512;
-	f.nlb = 1;
-	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(emu_fault_media(gpunvme_ctrl_emu(c), 1, L.ext[0].physical / 512, 1));
 	uint16_t st = 0;
 	int rc = gpunvme_load_layer(l, 0, L.size, dst, &st);
 	if (rc != -EIO || gpunvme_status_code(st) != (GPUNVME_SC_UNRECOVERED_READ & 0x7ff))
@@ -328,20 +338,10 @@ TEST_CASE(faults)
 	gpunvme_layer_loader_destroy(l);
 	/* a dropped command: the wait times out, the queues are recovered in
 	 * place and the load tried again (opts.retries) */
-	struct gpunvme_loader_opts o;
-	gpunvme_loader_opts_init(&o);
-	o.tier = GPUNVME_TIER_2;
-	o.gpu = gpunvme_loader_gpu_backend();
-	o.queues = 2;
-	o.depth = 32;
-	o.timeout_ms = 300;
-	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, L.ext, L.n, L.size, &o, &l));
+	if (short_timeout_loader(c, &L, &l))
+		return 1;
 	dst = (uint8_t *)gpunvme_layer_loader_alloc(l, 0, L.size);
-	memset(&f, 0, sizeof(f));
-	f.kind = GPUNVME_EMU_FAULT_DROP;
-	f.sqid = GPUNVME_EMU_SQID_ANY;
-	f.count = 2;
-	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(emu_fault_drops(gpunvme_ctrl_emu(c), 2));
 	if ((rc = gpunvme_load_layer(l, 0, L.size, dst, &st)))
 		FAIL("load with dropped commands: %d (%s)", rc, gpunvme_last_error());
 	struct gpunvme_loader_stats ls;
@@ -378,13 +378,7 @@ TEST_CASE(async_wait_failures)
 	uint8_t *host = (uint8_t *)malloc(L.size);
 	REQUIRE(dst && host);
 	/* a media error inside the queued loads: -EIO with the status */
-	struct gpunvme_emu_fault f;
-	memset(&f, 0, sizeof(f));
-	f.kind = GPUNVME_EMU_FAULT_MEDIA;
-	f.nsid = 1;
-	f.slba = L.ext[0].physical / 512;
-	f.nlb = 1;
-	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(emu_fault_media(gpunvme_ctrl_emu(c), 1, L.ext[0].physical / 512, 1));
 	uint16_t st = 0;
 	REQUIRE_OK(gpunvme_load_layer_async(l, 0, L.size / 2, dst, NULL, NULL));
 	REQUIRE_OK(gpunvme_load_layer_async(l, L.size / 2, L.size - L.size / 2, dst + L.size / 2, NULL, NULL));
@@ -397,21 +391,11 @@ TEST_CASE(async_wait_failures)
 
 	/* dropped commands: the queued reads time out; the wait says so
 	 * (after recovering the queues), and the next loads work */
-	struct gpunvme_loader_opts o;
-	gpunvme_loader_opts_init(&o);
-	o.tier = GPUNVME_TIER_2;
-	o.gpu = gpunvme_loader_gpu_backend();
-	o.queues = 2;
-	o.depth = 32;
-	o.timeout_ms = 300;
-	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, L.ext, L.n, L.size, &o, &l));
+	if (short_timeout_loader(c, &L, &l))
+		return 1;
 	dst = (uint8_t *)gpunvme_layer_loader_alloc(l, 0, L.size);
 	REQUIRE(dst);
-	memset(&f, 0, sizeof(f));
-	f.kind = GPUNVME_EMU_FAULT_DROP;
-	f.sqid = GPUNVME_EMU_SQID_ANY;
-	f.count = 2;
-	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(emu_fault_drops(gpunvme_ctrl_emu(c), 2));
 	REQUIRE_OK(gpunvme_load_layer_async(l, 0, L.size, dst, NULL, NULL));
 	rc = gpunvme_layer_loader_wait(l, &st);
 	if (rc != -ETIMEDOUT)
@@ -427,7 +411,8 @@ TEST_CASE(async_wait_failures)
 
 	/* gpunvme_model_load with nothing to wait on: dropped commands in
 	 * its runs are loaded again; every byte right */
-	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, L.ext, L.n, L.size, &o, &l));
+	if (short_timeout_loader(c, &L, &l))
+		return 1;
 	struct gpunvme_model m;
 	struct gpunvme_tensor t;
 	char tname[] = "all";
@@ -449,7 +434,7 @@ TEST_CASE(async_wait_failures)
 	REQUIRE_OK(gpunvme_model_buffers_alloc(l, &m, NULL, &b));
 	REQUIRE_CUDA(cudaMemset(b->ptr[0], 0xa5, L.size));
 	REQUIRE_CUDA(cudaDeviceSynchronize());
-	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(emu_fault_drops(gpunvme_ctrl_emu(c), 2));
 	REQUIRE_OK(gpunvme_model_load(l, b, NULL, NULL, &st));
 	REQUIRE_CUDA(cudaMemcpy(host, b->ptr[0], L.size, cudaMemcpyDeviceToHost));
 	if (compare(host, L.ref, L.size, 0, "model load after dropped commands"))

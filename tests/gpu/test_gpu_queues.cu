@@ -32,6 +32,7 @@
 #include "gpunvme/gpunvme.h"
 
 #include "../harness/check.h"
+#include "../harness/emu_faults.h"
 
 static const uint64_t SEC = 1000000000ull;
 
@@ -410,13 +411,7 @@ TEST_CASE(faults)
 	uint8_t *buf = (uint8_t *)gpunvme_dma_alloc(c, len);
 	struct gpunvme_gpu_buf *b;
 	REQUIRE_OK(gpunvme_gpu_buf_host(g, buf, len, &b, NULL));
-	struct gpunvme_emu_fault f;
-	memset(&f, 0, sizeof(f));
-	f.kind = GPUNVME_EMU_FAULT_MEDIA;
-	f.nsid = 1;
-	f.slba = 77;
-	f.nlb = 1;
-	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(emu_fault_media(gpunvme_ctrl_emu(c), 1, 77, 1));
 	struct range hr[64];
 	for (int i = 0; i < 64; i++) {
 		hr[i].slba = 64 + (uint64_t)i;
@@ -438,11 +433,7 @@ TEST_CASE(faults)
 	printf("faults: media error on LBA 77 seen by thread 13 as status 0x%x, the others succeed\n",
 	       GPUNVME_SC_UNRECOVERED_READ);
 	gpunvme_emu_clear_faults(gpunvme_ctrl_emu(c));
-	memset(&f, 0, sizeof(f));
-	f.kind = GPUNVME_EMU_FAULT_DROP;
-	f.sqid = GPUNVME_EMU_SQID_ANY;
-	f.count = 1;
-	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(emu_fault_drops(gpunvme_ctrl_emu(c), 1));
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	k_ranges<<<1, 8>>>(*gpunvme_gpu_queues_desc(g), *gpunvme_gpu_buf_desc(b), dr, 8, GPUNVME_CMD_READ, dst, SEC / 4);
@@ -485,13 +476,7 @@ TEST_CASE(create_while_busy)
 	struct gpunvme_ctrl *c = open_emu("emu:ram:16M?lbads=12&workers=1");
 	if (!c)
 		return 1;
-	struct gpunvme_emu_fault f;
-	memset(&f, 0, sizeof(f));
-	f.kind = GPUNVME_EMU_FAULT_MEDIA;
-	f.nsid = 1;
-	f.slba = 5;
-	f.nlb = 1;
-	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	REQUIRE_OK(emu_fault_media(gpunvme_ctrl_emu(c), 1, 5, 1));
 	k_hold<<<1, 1>>>(SEC / 4);
 	REQUIRE_CUDA(cudaGetLastError());
 	struct gpunvme_gpu_queues *g;
