@@ -204,3 +204,10 @@ def models(tmp_path_factory):
     m.single_data = single_data
     m.split_t = sp_t
     return m
+
+
+def tiny_llama_cfg(transformers):
+    """the tiny Llama the stream_decoder tests save and stream (4 layers)"""
+    return transformers.LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                    tie_word_embeddings=False)

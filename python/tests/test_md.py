@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gpunvme
-from conftest import make_image, rand_bytes, st_bytes
+from conftest import make_image, rand_bytes, st_bytes, tiny_llama_cfg
 
 MKRAID0 = Path(__file__).resolve().parents[2] / "bench" / "md_mkraid0.py"
 
@@ -153,9 +153,7 @@ def test_md_stream_decoder(tmp_path, device):
     if device == "cuda" and (not gpunvme.cuda_available() or not torch.cuda.is_available()):
         pytest.skip("no CUDA backend or no GPU")
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                   tie_word_embeddings=False)
+    cfg = tiny_llama_cfg(transformers)
     d = tmp_path / "tiny"
     transformers.LlamaForCausalLM(cfg).eval().save_pretrained(str(d), max_shard_size="40KB", safe_serialization=True)
     uri = make_image(tmp_path, {"/tiny/" + p.name: p.read_bytes() for p in d.iterdir()})

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gpunvme
-from conftest import make_image, rand_bytes, st_bytes
+from conftest import make_image, rand_bytes, st_bytes, tiny_llama_cfg
 
 
 def raw(a):
@@ -167,9 +167,7 @@ def test_stream_decoder_llama(tmp_path, device, tier):
         pytest.skip("no CUDA backend or no GPU")
     from safetensors.torch import save_file  # noqa: F401 (save_pretrained needs it)
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                   tie_word_embeddings=False)
+    cfg = tiny_llama_cfg(transformers)
     ref = transformers.LlamaForCausalLM(cfg).eval()
     root = tmp_path / "root"
     ref.save_pretrained(str(root / "tiny"), max_shard_size="40KB", safe_serialization=True)
