@@ -548,6 +548,51 @@ TEST_CASE(file_persistence)
 	return 0;
 }
 
+/* A 1 MiB image file filled with pattern `seed` (kept in *img) behind
+ * namespace 1 (512-byte blocks), the flags as set_flags leaves them, and
+ * the controller up. On failure everything made is undone. */
+struct img_ns {
+	char path[64];
+	int fd;
+	size_t len;
+	uint8_t *img;
+};
+
+static int img_ns_up(struct img_ns *x, const char *tmpl, uint32_t seed, int snapshot, int read_only,
+		     struct gpunvme_emu_config *cfg, struct h_ctrl **c)
+{
+	snprintf(x->path, sizeof(x->path), "%s", tmpl);
+	x->len = 1u << 20;
+	x->fd = mkstemp(x->path);
+	REQUIRE(x->fd >= 0);
+	x->img = malloc(x->len);
+	REQUIRE(x->img != NULL);
+	h_fill(x->img, x->len, seed);
+	REQUIRE(pwrite(x->fd, x->img, x->len, 0) == (ssize_t)x->len);
+	h_cfg(cfg);
+	cfg->ns[0].backing = GPUNVME_EMU_BACK_FILE;
+	cfg->ns[0].size = 0;
+	cfg->ns[0].lba_shift = 9;
+	cfg->ns[0].snapshot = snapshot;
+	cfg->ns[0].read_only = read_only;
+	snprintf(cfg->ns[0].path, sizeof(cfg->ns[0].path), "%s", x->path);
+	int rc = h_ctrl_up(c, cfg);
+	if (rc) {
+		unlink(x->path);
+		close(x->fd);
+		free(x->img);
+		REQUIRE_OK(rc);
+	}
+	return 0;
+}
+
+static void img_ns_done(struct img_ns *x)
+{
+	unlink(x->path);
+	close(x->fd);
+	free(x->img);
+}
+
 /* snapshot=1: the image is served from a RAM copy; writes never reach the
  * file, a missing file fails creation, and a partial last block is refused */
 TEST_CASE(file_snapshot)
@@ -556,27 +601,12 @@ TEST_CASE(file_snapshot)
 	struct h_ctrl *c;
 	struct h_qp q;
 	struct gpunvme_cqe e;
-	char path[] = "/tmp/gpunvme-emu-snap-XXXXXX";
-	int fd = mkstemp(path);
-	REQUIRE(fd >= 0);
-	const size_t fsz = 1u << 20;
-	uint8_t *img = malloc(fsz);
-	REQUIRE(img != NULL);
-	h_fill(img, fsz, 0x5a5);
-	REQUIRE(pwrite(fd, img, fsz, 0) == (ssize_t)fsz);
-	h_cfg(&cfg);
-	cfg.ns[0].backing = GPUNVME_EMU_BACK_FILE;
-	cfg.ns[0].size = 0;
-	cfg.ns[0].lba_shift = 9;
-	cfg.ns[0].snapshot = 1;
-	snprintf(cfg.ns[0].path, sizeof(cfg.ns[0].path), "%s", path);
-	int rc = h_ctrl_up(&c, &cfg);
-	if (rc) {
-		unlink(path);
-		close(fd);
-		free(img);
-		REQUIRE_OK(rc);
-	}
+	struct img_ns x;
+	if (img_ns_up(&x, "/tmp/gpunvme-emu-snap-XXXXXX", 0x5a5, 1, 0, &cfg, &c))
+		return 1;
+	const int fd = x.fd;
+	const size_t fsz = x.len;
+	const uint8_t *img = x.img;
 	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	int r = read_cmp(&q, 1, 512, 100, 256, img + 100 * 512);
 	struct h_buf w = h_alloc(&c->arena, 4096, H_PAGE);
@@ -592,9 +622,7 @@ TEST_CASE(file_snapshot)
 	REQUIRE(ftruncate(fd, (off_t)fsz + 100) == 0);
 	struct gpunvme_emu *emu = NULL;
 	int prc = gpunvme_emu_create(&cfg, &emu);
-	unlink(path);
-	close(fd);
-	free(img);
+	img_ns_done(&x);
 	if (r)
 		return r;
 	REQUIRE(untouched, "snapshot=1 wrote to the image file");
@@ -616,28 +644,14 @@ TEST_CASE(file_read_only)
 	struct h_ctrl *c;
 	struct h_qp q;
 	struct gpunvme_cqe e;
-	char path[] = "/tmp/gpunvme-emu-ro-XXXXXX";
-	int fd = mkstemp(path);
-	REQUIRE(fd >= 0);
-	const size_t fsz = 1u << 20;
-	uint8_t *img = malloc(fsz), *after = malloc(fsz);
-	REQUIRE(img != NULL && after != NULL);
-	h_fill(img, fsz, 0x70);
-	REQUIRE(pwrite(fd, img, fsz, 0) == (ssize_t)fsz);
-	h_cfg(&cfg);
-	cfg.ns[0].backing = GPUNVME_EMU_BACK_FILE;
-	cfg.ns[0].size = 0;
-	cfg.ns[0].lba_shift = 9;
-	cfg.ns[0].read_only = 1;
-	snprintf(cfg.ns[0].path, sizeof(cfg.ns[0].path), "%s", path);
-	int rc = h_ctrl_up(&c, &cfg);
-	if (rc) {
-		unlink(path);
-		close(fd);
-		free(img);
-		free(after);
-		REQUIRE_OK(rc);
-	}
+	struct img_ns x;
+	if (img_ns_up(&x, "/tmp/gpunvme-emu-ro-XXXXXX", 0x70, 0, 1, &cfg, &c))
+		return 1;
+	const int fd = x.fd;
+	const size_t fsz = x.len;
+	const uint8_t *img = x.img;
+	uint8_t *after = malloc(fsz);
+	REQUIRE(after != NULL);
 	int r = 0;
 	REQUIRE_OK(h_qp_create(c, &q, 1, 16));
 	r = read_cmp(&q, 1, 512, 100, 256, img + 100 * 512);
@@ -670,9 +684,7 @@ TEST_CASE(file_read_only)
 	cfg.ns[0].size = 2 * fsz;
 	struct gpunvme_emu *emu = NULL;
 	int grc = gpunvme_emu_create(&cfg, &emu);
-	unlink(path);
-	close(fd);
-	free(img);
+	img_ns_done(&x);
 	free(after);
 	if (r)
 		return r;
