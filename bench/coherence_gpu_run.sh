@@ -46,7 +46,9 @@ for ph in ${PHASES:-build serial}; do
 			rc=$?
 			res=$(grep -E "tests passed" "$R/ctest-${ph%%:*}-$i.log")
 			log "${ph%%:*} run $i: rc $rc, $res, $(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1-3 /proc/loadavg)"
-			if [ $rc -eq 0 ]; then
+			# a run counts only when ctest says every test passed (a
+			# missing build directory must not read as a pass)
+			if [ $rc -eq 0 ] && [[ $res == *"100% tests passed"* ]]; then
 				pass=$((pass + 1))
 				rm -f "$R/ctest-${ph%%:*}-$i.log"
 			else

@@ -46,6 +46,7 @@ struct gpunvme_gpu_queues {
 	cudaStream_t lane_stream[MAX_LANES];
 	struct gpunvme_emu_gpu_ops ops;
 	bool batch_refused;              /* cudaMemcpyBatchAsync refused once: copy piece by piece */
+	bool lane_timeout_said;          /* a lane copy timed out: said once on stderr */
 };
 
 struct gpunvme_gpu_buf {
@@ -171,14 +172,50 @@ static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_co
 	return 0;
 }
 
+/*
+ * A bounded wait for a stream: cudaStreamSynchronize has no deadline, and a
+ * copy held up behind another process's work on a shared GPU, or behind a
+ * context that faulted, would hold the emulator's worker (and with it every
+ * queue it serves) or a recovery for ever. Spins briefly (a lane's copies
+ * usually finish within microseconds, and a sleep would add to the emulated
+ * latency), then sleeps in 50 us steps. Returns cudaErrorNotReady when the
+ * deadline passed with the work still queued.
+ */
+#define STREAM_WAIT_NS 10000000000ull /* 10 s: far beyond any copy the emulator issues */
+
+static cudaError_t stream_wait(cudaStream_t s, uint64_t timeout_ns)
+{
+	const uint64_t t0 = gpunvme_now_ns();
+	unsigned spins = 0;
+	cudaError_t e;
+	while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
+		if (gpunvme_now_ns() - t0 > timeout_ns)
+			return cudaErrorNotReady;
+		if (++spins > 1000)
+			usleep(50);
+	}
+	return e;
+}
+
 static int lane_sync(void *ctx, unsigned lane)
 {
 	struct gpunvme_gpu_queues *g = (struct gpunvme_gpu_queues *)ctx;
 	if (lane >= g->lanes)
 		return -EINVAL;
 	uint64_t t0 = gpunvme_now_ns();
-	cudaError_t e = cudaStreamSynchronize(g->lane_stream[lane]);
+	cudaError_t e = stream_wait(g->lane_stream[lane], STREAM_WAIT_NS);
 	lane_trace("sync", lane, 0, t0);
+	if (e == cudaErrorNotReady) {
+		/* the commands fail with a data transfer error; say why once */
+		if (!g->lane_timeout_said) {
+			g->lane_timeout_said = true;
+			fprintf(stderr, "gpunvme: the emulator's copies to GPU memory did not finish within %llu s (a "
+					"stalled or faulted GPU context, or another process holding the GPU); their "
+					"commands fail with a data transfer error\n",
+				STREAM_WAIT_NS / 1000000000ull);
+		}
+		return -ETIMEDOUT;
+	}
 	return e == cudaSuccess ? 0 : -EIO;
 }
 
@@ -308,7 +345,7 @@ static cudaError_t seed_cq_words(struct gpunvme_gpu_queues *g)
 	cudaError_t ce = cudaSuccess;
 	for (uint32_t i = 0; i < g->nq && ce == cudaSuccess; i++)
 		ce = cudaMemcpyAsync(&g->qp_host[i].s->cqw, &cqw, sizeof(cqw), cudaMemcpyHostToDevice, g->aux);
-	return ce == cudaSuccess ? cudaStreamSynchronize(g->aux) : ce;
+	return ce == cudaSuccess ? stream_wait(g->aux, STREAM_WAIT_NS) : ce;
 }
 
 /* Every queue pair, then what the device needs of them: seeded CQ words,
@@ -364,6 +401,12 @@ static void setup_lanes(struct gpunvme_gpu_queues *g)
 	g->ops.sync = lane_sync;
 	g->ops.ctx = g;
 	g->ops.copy_batch = lane_copy_batch;
+	/* GPUNVME_COPY_BATCH=0: the emulator's copies one by one (no
+	 * cudaMemcpyBatchAsync), for telling a batch-path problem from others
+	 * (bench/soak_diag.sh); read once here, off the data path */
+	const char *cb = getenv("GPUNVME_COPY_BATCH");
+	if (cb && !strcmp(cb, "0"))
+		g->batch_refused = true;
 }
 
 int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq, uint32_t depth,
@@ -568,9 +611,18 @@ int gpunvme_gpu_queues_recover(struct gpunvme_gpu_queues *g, unsigned flags, str
 		r = &tmp;
 	memset(r, 0, sizeof(*r));
 	const uint64_t t0 = gpunvme_now_ns();
-	/* Tier 2 on the emulator: copies it queued must land before we look */
-	for (unsigned i = 0; i < g->lanes; i++)
-		cudaStreamSynchronize(g->lane_stream[i]);
+	/* Tier 2 on the emulator: copies it queued must land before we look
+	 * (bounded: a copy that never lands leaves nothing to recover into) */
+	for (unsigned i = 0; i < g->lanes; i++) {
+		cudaError_t ce = stream_wait(g->lane_stream[i], STREAM_WAIT_NS);
+		if (ce == cudaErrorNotReady)
+			return gpunvme_set_error(-ETIMEDOUT, "GPU queues: the emulator's copies to GPU memory did not "
+							     "finish within %llu s; the GPU is not making progress "
+							     "(check nvidia-smi and the kernel log for Xid errors)",
+						 STREAM_WAIT_NS / 1000000000ull);
+		if (ce != cudaSuccess)
+			return cuda_err(ce, "waiting for the emulator's copies to GPU memory");
+	}
 	uint32_t csts = host_csts(g);
 	if (csts == 0xffffffffu)
 		return gpunvme_set_error(-ENODEV, "GPU queues: device gone (registers read all ones); close it and "

@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,6 +102,28 @@ static struct {
 	unsigned long late_writes, resolved;
 	uint64_t longest_recovery_us;
 } S;
+
+/* Where the main thread is, for the watchdog: every host wait below is
+ * meant to be bounded, and one that is not must name itself rather than
+ * leave a silent process for ctest to kill. */
+static const char *volatile phase = "setup";
+static volatile unsigned long cur_round;
+
+static void *watchdog(void *arg)
+{
+	const unsigned limit = *(const unsigned *)arg;
+	sleep(limit);
+	fprintf(stderr, "soak_gpu: WATCHDOG: still running %u s after the start, in round %lu at \"%s\"\n", limit,
+		cur_round, phase);
+	/* every thread's name and where the kernel has it waiting (the
+	 * emulator's workers, CUDA's, ours) */
+	fflush(stderr);
+	if (system("for t in /proc/$PPID/task/*; do echo \"  thread $(cat $t/comm): $(cat $t/wchan 2>/dev/null)\"; "
+		   "head -4 $t/stack 2>/dev/null | sed 's/^/    /'; done >&2") != 0)
+		fprintf(stderr, "soak_gpu: (no thread list)\n");
+	fflush(stderr);
+	_exit(3);
+}
 
 static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void report(const char *fmt, ...)
@@ -199,7 +222,10 @@ struct soak {
 	/* the round's media fault */
 	uint64_t m_slba, m_nlb;
 	bool m_writes;
+	enum fault prev_fault;           /* the previous round's, for reports */
 };
+
+static enum fault last_fault;
 
 static enum fault pick_fault(uint64_t *rng)
 {
@@ -266,6 +292,7 @@ static bool verify_cells(struct soak *k, uint32_t c0, uint32_t c1, const char *w
 {
 	for (uint32_t cell = c0; cell < c1; cell++) {
 		uint16_t status = 0;
+		phase = "verify: CPU read";
 		int rc = gpunvme_read_sync(k->qp, 1, k->vbuf, (uint64_t)cell * CELL, CELL, &status);
 		if (rc) {
 			report("verify read of cell %u: %d status 0x%x (%s)", cell, rc, status, gpunvme_last_error());
@@ -281,6 +308,7 @@ static bool recover(struct soak *k, enum fault f)
 {
 	uint64_t t0 = now_us();
 	struct gpunvme_gpu_health h;
+	phase = "recover: gpunvme_gpu_queues_check";
 	int rc = gpunvme_gpu_queues_check(k->g, &h);
 	if (f == F_REMOVE) {
 		if (rc != -ENODEV) {
@@ -290,6 +318,7 @@ static bool recover(struct soak *k, enum fault f)
 		struct gpunvme_emu_fault e;
 		memset(&e, 0, sizeof(e));
 		e.kind = GPUNVME_EMU_FAULT_RETURN;
+		phase = "recover: inject return";
 		if (gpunvme_emu_inject(k->emu, &e)) {
 			report("the device did not come back");
 			return false;
@@ -299,6 +328,7 @@ static bool recover(struct soak *k, enum fault f)
 		 * after every command finished: recover all the same */
 	}
 	struct gpunvme_gpu_recovery r;
+	phase = "recover: gpunvme_gpu_queues_recover";
 	if ((rc = gpunvme_gpu_queues_recover(k->g, 0, &r))) {
 		report("RECOVERY FAILED after %s: %d (%s)", fname[f], rc, gpunvme_last_error());
 		return false;
@@ -313,6 +343,7 @@ static bool recover(struct soak *k, enum fault f)
 	if (us > S.longest_recovery_us)
 		S.longest_recovery_us = us;
 	/* nothing may land after the recovery: poison, wait, look */
+	phase = "recover: poison and look";
 	memset(k->rhost, 0xa5, k->blen);
 	/* in place before the wait (the legacy stream's own work only: a
 	 * late copy still queued must stay visible) */
@@ -371,9 +402,12 @@ static bool round_run(struct soak *k, uint64_t *rng)
 	/* on the kernel's stream: cudaMemcpy from pageable memory may return
 	 * before its copy lands, and the legacy stream it uses does not order
 	 * the non-blocking k->s (the host buffer is staged before return) */
+	cur_round = S.rounds;
+	phase = "round: upload";
 	if (cudaMemcpyAsync(k->dc, k->hc, n * sizeof(*k->dc), cudaMemcpyHostToDevice, k->s) != cudaSuccess)
 		return false;
 	const enum fault f = pick_fault(rng);
+	last_fault = f;
 	S.faults[f]++;
 	if (f == F_MEDIA && inject(k, f, rng)) /* before: it must be there for the judgement */
 		return false;
@@ -387,12 +421,14 @@ static bool round_run(struct soak *k, uint64_t *rng)
 	if (cudaGetLastError() != cudaSuccess)
 		return false;
 	/* the other faults strike while commands are in flight */
+	phase = "round: inject";
 	if (f != F_NONE && f != F_MEDIA) {
 		sleep_us(rnd(rng) % 3000);
 		if (inject(k, f, rng))
 			return false;
 	}
 	/* bounded wait for the kernel: every device wait ends at its deadline */
+	phase = "round: kernel";
 	cudaError_t ce;
 	while ((ce = cudaStreamQuery(k->s)) == cudaErrorNotReady) {
 		if (now_us() - t0 > TMO_NS / 1000 * 4 + HANG_SLACK_MS * 1000ull) {
@@ -404,15 +440,23 @@ static bool round_run(struct soak *k, uint64_t *rng)
 		sleep_us(200);
 	}
 	if (ce != cudaSuccess) {
-		report("kernel: %s", cudaGetErrorString(ce));
+		/* what the round was doing, for the post-mortem (a sticky
+		 * error ends the run: nothing after it can be trusted) */
+		report("kernel: %s (round %lu, %s kernel, tier %d, fault %s, %.1f ms after the launch)",
+		       cudaGetErrorString(ce), S.rounds, lanes ? "warp-batch" : "thread", tier2 ? 2 : 1, fname[f],
+		       (double)(now_us() - t0) / 1000.0);
 		return false;
 	}
+	const double kernel_ms = (double)(now_us() - t0) / 1000.0;
 	S.rounds++;
 	S.commands += n;
+	phase = "round: copy back";
 	if (tier2 && cudaMemcpy(k->back, k->rvram, k->blen, cudaMemcpyDeviceToHost) != cudaSuccess)
 		return false;
+	phase = "round: judge";
 	const uint8_t *rd = tier2 ? k->back : k->rhost;
 	bool any_fail = false;
+	unsigned nfail = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct cmd *m = &k->hc[i];
 		int st = k->st[i];
@@ -434,6 +478,7 @@ static bool round_run(struct soak *k, uint64_t *rng)
 			continue;
 		}
 		any_fail = true;
+		nfail++;
 		if (!explained(k, f, m, st)) {
 			S.unexplained++;
 			if (S.unexplained <= 20)
@@ -454,9 +499,16 @@ static bool round_run(struct soak *k, uint64_t *rng)
 		return resolve_uncertain(k, false);
 	}
 	if (f == F_NONE) {
-		if (any_fail)
-			return true; /* counted as unexplained above */
-		return true;
+		if (!any_fail)
+			return true;
+		/* counted as unexplained above; say what the round was, then
+		 * recover as after a fault, so one stall does not turn every
+		 * later round into failures of a broken queue */
+		report("round %lu (no fault; the previous round's was %s): %u of %u commands failed, the %s kernel "
+		       "took %.1f ms, tier %d",
+		       S.rounds - 1, fname[k->prev_fault], nfail, n, lanes ? "warp-batch" : "thread", kernel_ms,
+		       tier2 ? 2 : 1);
+		return recover(k, f) && resolve_uncertain(k, true);
 	}
 	/* DROP, SLOW, CFS, REMOVE: recover, whatever the kernel saw (the
 	 * fault may have struck after the last command) */
@@ -528,8 +580,17 @@ int main(int argc, char **argv)
 	uint64_t rng = seed;
 	const uint64_t end = now_us() + (uint64_t)seconds * 1000000u;
 	bool ok = true;
-	while (ok && now_us() < end)
+	/* the watchdog: the run plus room for a last round's recovery and the
+	 * final verification, far inside ctest's timeout */
+	static unsigned limit;
+	limit = seconds + 60;
+	pthread_t wd;
+	if (pthread_create(&wd, NULL, watchdog, &limit) == 0)
+		pthread_detach(wd);
+	while (ok && now_us() < end) {
 		ok = round_run(&k, &rng);
+		k.prev_fault = last_fault;
+	}
 	/* at the end every block, on the CPU path */
 	if (ok)
 		ok = verify_cells(&k, 0, NCELLS, "final");
