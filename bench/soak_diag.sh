@@ -22,8 +22,8 @@ seed=${SEED0:-1} fails=0 runs=0
 while [ $(($(date +%s) + 45)) -lt "$end" ]; do
 	# AB=1: alternate the emulator's batched copies off and on, seed by
 	# seed (GPUNVME_COPY_BATCH), to see whether the failures follow them
-	cb=1
-	[ "${AB:-0}" = 1 ] && [ $((seed % 2)) = 0 ] && cb=0
+	cb=${GPUNVME_COPY_BATCH:-0}
+	[ "${AB:-0}" = 1 ] && cb=$((seed % 2))
 	GPUNVME_COPY_BATCH=$cb timeout 150 bd/bin/soak_gpu --seconds 40 --seed "$seed" >"$R/soak.tmp" 2>&1
 	rc=$?
 	runs=$((runs + 1))
