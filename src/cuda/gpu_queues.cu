@@ -407,7 +407,7 @@ static void setup_lanes(struct gpunvme_gpu_queues *g)
 	 * (PBENTRY: a bad pushbuffer entry) on one of our channels, seen as
 	 * "unspecified launch failure" (3 runs), and once a Tier 2 read that
 	 * returned success with a torn block; with copies one by one, 0 of 5
-	 * runs failed (bench/results/coherence-2026-11-27, runs 8-10). Until
+	 * runs failed (bench/results/coherence-2026-11-27, runs 8-11). Until
 	 * that is understood, correctness over the batch's speed (md arrays:
 	 * 45.8 GB/s batched, 33.5 one by one). Read once here, off the data
 	 * path. */
