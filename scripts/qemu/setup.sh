@@ -136,11 +136,11 @@ pkg_of_meta() {
 FLAVOUR=cloud-amd64
 [ "$GENERIC" -eq 0 ] || FLAVOUR=amd64
 META=linux-image-${SERIES:+$SERIES-}$FLAVOUR
-KPKG=$(pkg_of_meta $META || true)
+KPKG=$(pkg_of_meta "$META" || true)
 if [ -z "$KPKG" ]; then
 	log "apt-cache knows no $META; running apt-get update"
 	$SUDO apt-get update >/dev/null || true
-	KPKG=$(pkg_of_meta $META || true)
+	KPKG=$(pkg_of_meta "$META" || true)
 fi
 [ -n "$KPKG" ] || { log "cannot find the kernel package $META depends on" >&2; exit 1; }
 KVER=${KPKG#linux-image-}
