@@ -8,6 +8,7 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 20
 QEMU_CACHE ?= build/qemu-cache
 QEMU_KMOD_CACHE ?= build/qemu-cache-kmod
+QEMU_KMOD_CACHE_6_12 ?= build/qemu-cache-kmod-6.12
 KDIR ?= /lib/modules/$(shell uname -r)/build
 CMAKE ?= cmake
 CTEST ?= ctest
@@ -48,14 +49,16 @@ test-tsan:
 # (intel-iommu) and uio_pci_generic. The guest kernel is cached by
 # scripts/qemu/setup.sh (CI runs it with network); without it they skip.
 # The kernel-module tests (label kmod, also qemu) boot Debian's generic
-# kernel, cached with its headers by setup.sh --generic.
+# kernels 6.1 and 6.12, cached with their headers by setup.sh --generic.
 test-qemu: build
 	-scripts/qemu/setup.sh --no-install $(QEMU_CACHE)
 	-scripts/qemu/setup.sh --no-install --generic $(QEMU_KMOD_CACHE)
+	-scripts/qemu/setup.sh --no-install --generic --kernel 6.12 $(QEMU_KMOD_CACHE_6_12)
 	cd build && $(CTEST) --output-on-failure -j $(JOBS) -L qemu
 
 test-kmod: build
 	-scripts/qemu/setup.sh --no-install --generic $(QEMU_KMOD_CACHE)
+	-scripts/qemu/setup.sh --no-install --generic --kernel 6.12 $(QEMU_KMOD_CACHE_6_12)
 	cd build && $(CTEST) --output-on-failure -L kmod
 
 # The kernel module for the running kernel (KDIR=... for other headers);

@@ -745,6 +745,18 @@ static const struct file_operations gnv_fops = {
 
 /* ---- PCI driver ----------------------------------------------------------- */
 
+static struct pci_driver gnv_driver;
+
+/* driver_override names this driver (Kbuild: GNV_DEV_DRIVER_OVERRIDE). */
+static bool gnv_requested(struct pci_dev *pdev)
+{
+#ifdef GNV_DEV_DRIVER_OVERRIDE
+	return device_match_driver_override(&pdev->dev, &gnv_driver.driver) > 0;
+#else
+	return pdev->driver_override && !strcmp(pdev->driver_override, KBUILD_MODNAME);
+#endif
+}
+
 static int gnv_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct gnv_ctrl *c;
@@ -753,7 +765,7 @@ static int gnv_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	/* Only when asked: driver_override names this driver (the id table
 	 * below matches every NVMe controller, which would otherwise race
 	 * the nvme driver for the boot disk). */
-	if (!pdev->driver_override || strcmp(pdev->driver_override, KBUILD_MODNAME))
+	if (!gnv_requested(pdev))
 		return -ENODEV;
 	c = kzalloc(sizeof(*c), GFP_KERNEL);
 	if (!c)

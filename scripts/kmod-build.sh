@@ -19,6 +19,14 @@ if [ ! -f "$KDIR/Makefile" ]; then
 	exit 77
 fi
 KDIR=$(cd "$KDIR" && pwd)
+# Headers that ship vmlinux with CONFIG_DEBUG_INFO_BTF_MODULES (Debian's
+# 6.12) make Kbuild run pahole on the module
+if [ -f "$KDIR/vmlinux" ] && grep -qs '^CONFIG_DEBUG_INFO_BTF_MODULES=y' "$KDIR/.config" &&
+	! command -v pahole >/dev/null 2>&1; then
+	echo "kmod-build: the headers at $KDIR generate module BTF with pahole: install it (apt-get install pahole; scripts/qemu/setup.sh --generic does)" >&2
+	[ "${GPUNVME_QEMU_REQUIRED:-0}" = 1 ] && exit 1
+	exit 77
+fi
 REL=$(cat "$KDIR/include/config/kernel.release" 2>/dev/null || basename "$KDIR")
 OUT=${2:-$ROOT/build/kmod-$REL}
 mkdir -p "$OUT"

@@ -12,7 +12,15 @@
 #   headers (linux-headers-*-amd64, -common, linux-kbuild-*) unpacked so that
 #   out-of-tree modules build against them (CACHE_DIR/kdir).
 #
-# Usage: scripts/qemu/setup.sh [--update] [--no-install] [--generic] CACHE_DIR
+#   --kernel SERIES picks another of Debian 12's kernel series than the
+#   release's own (6.1): e.g. 6.12, which bookworm-security carries
+#   (linux-image-6.12-amd64, linux-headers-6.12.*+deb12-amd64 with -common
+#   and linux-kbuild-6.12.*+deb12; built with gcc-12 like 6.1's). One cache
+#   per series: scripts/qemu/setup.sh --generic --kernel 6.12
+#   build/qemu-cache-kmod-6.12.
+#
+# Usage: scripts/qemu/setup.sh [--update] [--no-install] [--generic]
+#                              [--kernel SERIES] CACHE_DIR
 #   CACHE_DIR     e.g. build/qemu-cache; afterwards it holds
 #                   vmlinuz        the guest kernel
 #                   modules/       its /lib/modules/<version> (with modules.dep)
@@ -22,6 +30,10 @@
 #   --update      fetch the newest kernel even when one is already cached
 #   --no-install  never run apt-get install (only download into the cache)
 #   --generic     the generic kernel and its headers (for tests/qemu kmod_*)
+#   --kernel S    the kernel series S (6.12 ...: the meta-package
+#                 linux-image-S-amd64, or -cloud-amd64 without --generic);
+#                 default the release's (linux-image-amd64: 6.1). A cache
+#                 holding another series is refused (replaced with --update).
 #
 # Idempotent: with a complete cache it does nothing and needs no network.
 # Exit status: 0 ready, 1 failure.
@@ -30,19 +42,29 @@ set -euo pipefail
 UPDATE=0
 INSTALL=1
 GENERIC=0
+SERIES=
 CACHE=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--update) UPDATE=1 ;;
 	--no-install) INSTALL=0 ;;
 	--generic) GENERIC=1 ;;
-	-h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+	--kernel)
+		[ $# -ge 2 ] || { echo "setup.sh: --kernel needs a series (6.12)" >&2; exit 1; }
+		SERIES=$2
+		shift
+		;;
+	-h|--help) sed -n '2,38p' "$0"; exit 0 ;;
 	-*) echo "setup.sh: unknown option $1" >&2; exit 1 ;;
 	*) CACHE=$1 ;;
 	esac
 	shift
 done
-[ -n "$CACHE" ] || { echo "usage: $0 [--update] [--no-install] CACHE_DIR" >&2; exit 1; }
+[ -n "$CACHE" ] || { echo "usage: $0 [--update] [--no-install] [--generic] [--kernel SERIES] CACHE_DIR" >&2; exit 1; }
+case $SERIES in
+'' | [0-9]*.[0-9]*) ;;
+*) echo "setup.sh: --kernel $SERIES: want a series such as 6.12" >&2; exit 1 ;;
+esac
 mkdir -p "$CACHE"
 CACHE=$(cd "$CACHE" && pwd)
 
@@ -63,6 +85,9 @@ if [ "$GENERIC" -eq 1 ]; then
 	# Kbuild for out-of-tree modules: Debian's headers name gcc-12
 	command -v make >/dev/null 2>&1 || need+=(make)
 	command -v gcc-12 >/dev/null 2>&1 || need+=(gcc-12)
+	# 6.12's headers carry vmlinux (BTF base): Kbuild runs pahole on
+	# every module (linux-kbuild-6.12 depends on it; 6.1's skip BTF)
+	command -v pahole >/dev/null 2>&1 || need+=(pahole)
 fi
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$INSTALL" -eq 1 ]; then
@@ -90,6 +115,13 @@ repoint_headers() {
 	[ -s "$mk" ] && sed -i "s|^include .*/usr/src/|include $CACHE/headers/usr/src/|" "$mk"
 	return 0
 }
+# A cache of another series is someone else's (the 6.1 cache given with
+# --kernel 6.12): refused, not overwritten, unless --update says so.
+if [ -n "$SERIES" ] && [ -s "$CACHE/kernel.version" ] && [ "$UPDATE" -eq 0 ] &&
+	! grep -q "^${SERIES//./\\.}\\." "$CACHE/kernel.version"; then
+	log "$CACHE holds kernel $(cat "$CACHE/kernel.version"), not series $SERIES: give another directory (or --update to replace it)" >&2
+	exit 1
+fi
 if complete && [ "$UPDATE" -eq 0 ]; then
 	[ "$GENERIC" -eq 0 ] || repoint_headers
 	log "cache complete: kernel $(cat "$CACHE/kernel.version") in $CACHE"
@@ -101,13 +133,14 @@ pkg_of_meta() {
 	apt-cache depends "$1" 2>/dev/null |
 		awk '/^ *Depends: linux-image-[0-9]/ { print $2; exit }'
 }
-META=linux-image-cloud-amd64
-[ "$GENERIC" -eq 0 ] || META=linux-image-amd64
-KPKG=$(pkg_of_meta $META || true)
+FLAVOUR=cloud-amd64
+[ "$GENERIC" -eq 0 ] || FLAVOUR=amd64
+META=linux-image-${SERIES:+$SERIES-}$FLAVOUR
+KPKG=$(pkg_of_meta "$META" || true)
 if [ -z "$KPKG" ]; then
 	log "apt-cache knows no $META; running apt-get update"
 	$SUDO apt-get update >/dev/null || true
-	KPKG=$(pkg_of_meta $META || true)
+	KPKG=$(pkg_of_meta "$META" || true)
 fi
 [ -n "$KPKG" ] || { log "cannot find the kernel package $META depends on" >&2; exit 1; }
 KVER=${KPKG#linux-image-}

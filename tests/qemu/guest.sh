@@ -38,6 +38,15 @@
 #   kmd5 NAME DEV OFFSET BYTES   print QEMU-DATA NAME md5=... of a region
 #   dmesg_grep NAME REGEX        check: the kernel log (since boot) matches REGEX
 #   dmesg [REGEX]                print (matching) kernel log lines
+#   dmesg_clean NAME             check: the kernel log (since boot) holds no
+#                                kernel report (oops, BUG, WARN, KFENCE, slub
+#                                or page-poison corruption, lockdep, RCU
+#                                stall, hung task, general protection fault,
+#                                refcount_t, list corruption, UBSAN: $KREPORT)
+#                                and the kernel is not tainted by one (bad
+#                                page, died, warning, soft lockup, machine
+#                                check, forced unload: $KTAINT_BAD); the
+#                                reports found are printed
 # Kernel messages of level warning and worse logged during a step are printed
 # after it as "kernel: ..." lines; the console itself is kept quiet.
 #   stop_on_fail                 end the plan here if any check failed
@@ -94,6 +103,12 @@ echo 1 > /proc/sys/kernel/printk
 dmesg -c -r > /tmp/kmsg.boot 2>/dev/null
 : > /tmp/kmsg.log
 kmsg_all() { cat /tmp/kmsg.boot /tmp/kmsg.log | sed 's/^<[0-9]*>//'; }
+# The kernel's own report headers (an ERE over "[ time] text" lines), and the
+# taint bits only a report sets: R forced unload 8, M machine check 16, B bad
+# page 32 (slub_debug and page_poison findings), D died 128, W warning 512,
+# L soft lockup 16384 (O out-of-tree and E unsigned are the module's own).
+KREPORT='cut here \]|(WARNING|INFO): (CPU:|possible |inconsistent |suspicious |bad unlock|held lock|lock held|nested lock|Nested lock|task .* blocked)|BUG: |kernel BUG at|\] BUG [^ ]+ \(|Oops: |general protection fault|KFENCE: |UBSAN: |refcount_t: |pagealloc: (memory corruption|single bit error)|list_(add|del) corruption|Bad page (state|map)|rcu: INFO: |stack[- ](protector|guard|end)|Call Trace:|Kernel panic'
+KTAINT_BAD=17080
 
 # ---- discovery ----------------------------------------------------------
 NCTRL=0
@@ -287,6 +302,17 @@ run_plan_line() {
 			report "$n" PASS 0
 		else
 			report "$n" FAIL 1
+		fi ;;
+	dmesg_clean)
+		kmsg_flush
+		t=$(cat /proc/sys/kernel/tainted 2>/dev/null || echo 0)
+		n=$(kmsg_all | grep -cE "$KREPORT")
+		echo "QEMU-DATA $1 reports=$n tainted=$t"
+		if [ "$n" -eq 0 ] && [ $((t & KTAINT_BAD)) -eq 0 ]; then
+			report "$1" PASS 0
+		else
+			kmsg_all | grep -E -A 12 "$KREPORT" | head -n 80 | sed 's/^/kernel: /'
+			report "$1" FAIL 1
 		fi ;;
 	dmesg)
 		kmsg_flush

@@ -12,6 +12,38 @@ memory 1G
 # a kernel oops ends the run at once instead of at the time limit
 # (no_timer_check, once here, is on every scenario's command line: run.sh)
 append oops=panic
+# The kernel's debugging that Debian's kernels allow from the command line,
+# so that a fault in the module is seen (docs/hardware.md lists what each of
+# Debian 12's kernels has; neither has lockdep, KASAN or DMA-API debugging):
+#   slub_debug=FZP   slab sanity checks, red zones and poisoning
+#                    (CONFIG_SLUB_DEBUG): overruns and use after free of
+#                    kmalloc'ed memory are reported at free / validation
+#   page_poison=1    freed pages are poisoned and checked when handed out
+#                    again (CONFIG_PAGE_POISONING): a write into a page after
+#                    it was freed (the controller's DMA into an unpinned
+#                    page) is reported "pagealloc: memory corruption"; it
+#                    takes precedence over init_on_free, which is left off
+#   kfence.sample_interval=1  KFENCE (6.12's config has it, sample
+#                    interval 0: off unless given): one allocation per ms
+#                    placed between guard pages
+#   panic_on_warn=1  a WARN (and a KFENCE report) ends the run there
+#   panic_print=0x20 the panic replays the whole kernel log on the console
+#                    (guest.sh keeps the console at emergencies only)
+# and, at the end of each scenario, kmod_check_dmesg (below).
+KCONFIG=$CACHE/kernel/boot/config-$(cat "$CACHE/kernel.version" 2>/dev/null)
+kconfig_has() { [ ! -f "$KCONFIG" ] || grep -qs "^$1=y" "$KCONFIG"; } # unknown config: assume yes
+kconfig_has CONFIG_SLUB_DEBUG && append slub_debug=FZP
+kconfig_has CONFIG_PAGE_POISONING && append page_poison=1
+[ -f "$KCONFIG" ] && grep -qs '^CONFIG_KFENCE=y' "$KCONFIG" && append kfence.sample_interval=1
+append panic_on_warn=1 panic_print=0x20
+# kmod_check_dmesg [NAME]: the oracle every kmod scenario (and the raw-ioctl
+# fuzzer) ends with: a check (default name kmod.dmesg-clean) that the guest's
+# kernel log since boot has no kernel report (oops, BUG, WARN, KFENCE, slub /
+# page-poison corruption, lockdep, RCU stall, hung task, general protection
+# fault, refcount_t, list corruption) and no taint that one leaves: the plan
+# command dmesg_clean of tests/qemu/guest.sh. Call it after the scenario's
+# last plan step.
+kmod_check_dmesg() { plan <<<"dmesg_clean ${1:-kmod.dmesg-clean}"; }
 modules vgem
 guest_file "$GPUNVME_KMOD_KO:/lib/modules/extra/gpunvme.ko"
 ivshmem 4M

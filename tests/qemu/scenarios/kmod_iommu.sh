@@ -12,3 +12,4 @@ run drv.kmod.a.iommu-fault qemu_driver iommu-fault kmod:$BDF0
 dmesg_grep drv.kmod.a.dmar-fault-logged 'DMAR: .*[Ff]ault'
 dmesg_grep kmod.iommu-translates 'gpunvme .*IOMMU translating'
 PLAN
+kmod_check_dmesg

@@ -9,3 +9,4 @@ machine none
 plan <<'PLAN'
 dmesg_grep kmod.no-iommu 'gpunvme .*IOMMU off or passthrough'
 PLAN
+kmod_check_dmesg
