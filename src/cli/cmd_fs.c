@@ -572,7 +572,7 @@ static int do_extents(const struct fs_opts *o, struct cli_fs *h)
 		return cli_lib_err(rc, "extents of %s on the md members", o->path);
 	}
 	print_extents(o, o->path, gpunvme_fs_type(h->fs), NULL, gpunvme_fs_block_size(h->fs), st.size,
-		      h->dev.lba_size, x, n, h->md, pieces, np);
+		      h->dev->lba_size, x, n, h->md, pieces, np);
 	free(pieces);
 	free(x);
 	return 0;

@@ -323,13 +323,13 @@ static int start_loader(struct load_ctx *x)
 				       "--verify reads the file back on a second I/O queue pair while tier %s holds its own; "
 				       "the controller granted %u (use --tier cpu, or leave out --verify)",
 				       tier_str(x->tier), ci.nr_io_queues);
-		gpunvme_blkdev_release(&x->f.dev);
+		gpunvme_blkdev_release(x->f.dev);
 	}
 	int rc;
 	if (x->f.md) {
 		/* an md array: a loader per member, on the member's controller;
 		 * the file system readers give their queue pairs back first */
-		gpunvme_blkdev_release(&x->f.dev);
+		gpunvme_blkdev_release(x->f.dev);
 		rc = gpunvme_layer_loader_init_md(x->f.md->c, x->f.md->nsid, x->f.md->md, x->set->ext, x->set->n_ext,
 						  x->set->size, &lo, &x->l);
 	} else {

@@ -709,81 +709,39 @@ void cj_finish(struct cli_json *j)
 
 void cli_fs_close(struct cli_fs *h)
 {
-	gpunvme_fs_close(h->fs);
-	if (h->md) {
-		gpunvme_md_volume_close(h->md);
-	} else {
-		if (h->have_dev)
-			gpunvme_blkdev_close(&h->dev);
-		if (h->c)
-			gpunvme_close(h->c);
-	}
+	gpunvme_volume_close(h->vol);
 	memset(h, 0, sizeof(*h));
-}
-
-/* "md:A;B;...": every member's controller (one per distinct URI text),
- * namespace reader and superblock; the array as h->dev. */
-static int md_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *opts, uint32_t nsid)
-{
-	int rc = check_md_uri(uri);
-	if (rc)
-		return rc;
-	if ((rc = gpunvme_md_open(uri, opts, nsid, &h->md)))
-		return cli_lib_err(rc, "md array");
-	h->dev = h->md->array;
-	h->c = h->md->c[0];
-	return 0;
 }
 
 int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *opts, const char *image,
 		uint32_t nsid, uint64_t offset, uint32_t partno)
 {
-	int rc;
 	memset(h, 0, sizeof(*h));
-	if (image) {
-		if ((rc = gpunvme_blkdev_open_file(image, &h->dev)))
-			return cli_lib_err(rc, "cannot open image");
-	} else if (cli_is_md(uri)) {
-		if ((rc = md_open(h, uri, opts, nsid))) {
-			cli_fs_close(h);
-			return rc;
-		}
-	} else {
-		struct gpunvme_ns_info ni;
-		if ((rc = cli_open(uri, opts, &h->c)) || (rc = cli_ns(h->c, nsid, &ni))) {
-			cli_fs_close(h);
-			return rc;
-		}
-		if ((rc = gpunvme_blkdev_open_ns(h->c, nsid, &h->dev))) {
-			cli_fs_close(h);
-			return cli_lib_err(rc, "namespace %u", nsid);
-		}
+	/* the grammar first: a typo is a usage error (exit 2), not a failure
+	 * to open */
+	int rc = image ? 0 : cli_check_uri(uri);
+	if (rc)
+		return rc;
+	struct gpunvme_volume_opts o;
+	gpunvme_volume_opts_init(&o);
+	o.ctrl = opts;
+	o.nsid = nsid;
+	o.offset = offset == CLI_FS_LOCATE ? GPUNVME_VOLUME_LOCATE : offset;
+	o.partition = partno;
+	if ((rc = gpunvme_volume_open(uri, image, &o, &h->vol))) {
+		/* an offset past the end is the user's number: a usage error */
+		if (rc == -ERANGE && offset != CLI_FS_LOCATE)
+			return cli_err(EXIT_USAGE, "--%s", gpunvme_last_error());
+		if (partno && strstr(gpunvme_last_error(), "choose another partition"))
+			return cli_err(EXIT_RUNTIME, "%s with --partition N", gpunvme_last_error());
+		return cli_err(EXIT_RUNTIME, "%s", *gpunvme_last_error() ? gpunvme_last_error() : strerror(-rc));
 	}
-	h->have_dev = true;
-	if (offset == CLI_FS_LOCATE) {
-		if ((rc = gpunvme_fs_locate(&h->dev, partno, &offset))) {
-			cli_fs_close(h);
-			return cli_lib_err(rc, "%s", image ? image : uri);
-		}
-		/* the table was read from its backup: worth knowing, not fatal */
-		if (!strncmp(gpunvme_last_error(), "note: ", 6))
-			fprintf(stderr, "gpunvme: %s\n", gpunvme_last_error());
-	}
-	if (offset > h->dev.size) {
-		uint64_t size = h->dev.size;
-		cli_fs_close(h);
-		return cli_err(EXIT_USAGE, "--offset %" PRIu64 " is past the end of the device (%" PRIu64 " bytes)",
-			       offset, size);
-	}
-	if ((rc = gpunvme_fs_open(&h->dev, offset, &h->fs))) {
-		cli_fs_close(h);
-		/* the partition asked for is where the user must look: name it
-		 * and where it starts, not only the device */
-		if (partno)
-			return cli_err(EXIT_RUNTIME, "%s: partition %" PRIu32 " (at byte %" PRIu64 "): %s; choose another "
-				       "with --partition N", image ? image : uri, partno, offset,
-				       *gpunvme_last_error() ? gpunvme_last_error() : strerror(-rc));
-		return cli_lib_err(rc, "%s", image ? image : uri);
-	}
+	/* the table was read from its backup: worth knowing, not fatal */
+	if (!strncmp(gpunvme_last_error(), "note: ", 6))
+		fprintf(stderr, "gpunvme: %s\n", gpunvme_last_error());
+	h->dev = gpunvme_volume_blkdev(h->vol);
+	h->fs = gpunvme_volume_fs(h->vol);
+	h->md = gpunvme_volume_md(h->vol);
+	h->c = h->md ? h->md->c[0] : gpunvme_volume_ctrl(h->vol, 0);
 	return 0;
 }

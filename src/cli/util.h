@@ -20,6 +20,7 @@
 #include "gpunvme/extents.h"
 #include "gpunvme/gpunvme.h"
 #include "gpunvme/md.h"
+#include "gpunvme/volume.h"
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
@@ -91,10 +92,12 @@ int cli_check_range(const struct gpunvme_ns_info *ni, uint64_t slba, uint64_t nl
  * of namespace nsid of the controller at uri (opened with opts, may be
  * NULL): `ls`, `stat`, `extents`, `cat` and `load` all start here. 0 or an
  * exit code (message printed, nothing left open). */
+/* A volume opened for a command (gpunvme_volume_open, volume.h) and the
+ * parts the commands use, borrowed from it. */
 struct cli_fs {
+	struct gpunvme_volume *vol;
 	struct gpunvme_ctrl *c;     /* NULL for an image; an md array: member 0's */
-	struct gpunvme_blkdev dev;
-	bool have_dev;
+	struct gpunvme_blkdev *dev; /* namespace, array or image */
 	struct gpunvme_fs *fs;
 	struct gpunvme_md_volume *md; /* an md array ("md:URI;URI..."), else NULL */
 };

@@ -365,7 +365,7 @@ f.seek(446); f.write(e(2048, 32768) + e(34816, 16384)); f.seek(510); f.write(b"\
 	ok load "emu:$WORK/ln-mbr.img" /m.safetensors --partition 1 --tier cpu --no-progress
 	bad 1 "partition 2 (at byte 17825792): no file system found" load "emu:$WORK/ln-mbr.img" /m.safetensors \
 		--partition 2 --tier cpu --no-progress
-	bad 1 "choose another with --partition N" load "emu:$WORK/ln-mbr.img" /m.safetensors --partition 2 --no-progress
+	bad 1 "choose another partition with --partition N" load "emu:$WORK/ln-mbr.img" /m.safetensors --partition 2 --no-progress
 	bad 1 "partition 2 (at byte 17825792)" ls "emu:$WORK/ln-mbr.img" / --partition 2
 	bad 2 "--tensors ''" load "emu:$img" /m.safetensors --tensors=
 	ok load "emu:$img" /m.safetensors --tier cpu --no-progress && expect_out "GB/s"

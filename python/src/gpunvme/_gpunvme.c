@@ -44,6 +44,7 @@
 #include "gpunvme/extents.h"
 #include "gpunvme/gpunvme.h"
 #include "gpunvme/md.h"
+#include "gpunvme/volume.h"
 #include "gpunvme/loader.h"
 #include "gpunvme/model.h"
 #include "gpunvme/modelset.h"
@@ -170,9 +171,8 @@ static int path_conv(PyObject *o, void *out)
 
 typedef struct {
 	PyObject_HEAD
+	struct gpunvme_volume *vol; /* gpunvme_volume_open: the parts below are its */
 	struct gpunvme_ctrl *c;
-	struct gpunvme_blkdev dev;
-	bool have_dev;
 	struct gpunvme_fs *fs;
 	pthread_mutex_t lock;
 	bool lock_init;
@@ -187,19 +187,10 @@ static PyTypeObject VolumeType;
 
 static void vol_release(Volume *v)
 {
-	if (v->fs)
-		gpunvme_fs_close(v->fs);
-	if (v->md) {
-		gpunvme_md_volume_close(v->md); /* its readers and controllers */
-		v->md = NULL;
-	} else {
-		if (v->have_dev)
-			gpunvme_blkdev_close(&v->dev);
-		if (v->c)
-			gpunvme_close(v->c);
-	}
+	gpunvme_volume_close(v->vol); /* an array's readers and controllers too */
+	v->vol = NULL;
+	v->md = NULL;
 	v->fs = NULL;
-	v->have_dev = false;
 	v->c = NULL;
 }
 
@@ -238,57 +229,32 @@ static int Volume_init(Volume *v, PyObject *args, PyObject *kw)
 	}
 	char err[LASTERR_LEN] = "";
 	int rc = 0;
-	const char *what = "";
-	uint64_t devsize = 0;
 	Py_BEGIN_ALLOW_THREADS
 	struct gpunvme_opts o;
 	gpunvme_opts_init(&o);
 	/* loaders take up to 8 queue pairs each, the file system reader one;
 	 * the controller grants what it has */
 	o.nr_io_queues = 64;
-	struct gpunvme_ns_info ni;
-	if (gpunvme_md_uri(uri)) {
-		/* an md array: every member's controller, reader, superblock */
-		if ((rc = gpunvme_md_open(uri, &o, nsid, &v->md))) {
-			what = "md array";
-		} else {
-			v->c = v->md->c[0];
-			v->dev = v->md->array;
-		}
-	} else if ((rc = gpunvme_open(uri, &o, &v->c))) {
-		what = "cannot open the controller";
-	} else if ((rc = gpunvme_ns_info(v->c, nsid, &ni))) {
-		what = "namespace";
-	} else if ((rc = gpunvme_blkdev_open_ns(v->c, nsid, &v->dev))) {
-		what = "namespace";
-	}
-	if (!rc) {
-		v->have_dev = true;
-		devsize = v->dev.size;
-		uint64_t at = (uint64_t)offset;
-		if (offset >= 0 && at >= devsize) {
-			rc = -EINVAL;
-			what = "offset";
-		} else if (offset < 0 && (rc = gpunvme_fs_locate(&v->dev, partition, &at))) {
-			what = "file system";
-		} else if ((rc = gpunvme_fs_open(&v->dev, at, &v->fs))) {
-			what = "file system";
-		}
-	}
-	if (rc)
+	struct gpunvme_volume_opts vo;
+	gpunvme_volume_opts_init(&vo);
+	vo.ctrl = &o;
+	vo.nsid = nsid;
+	vo.offset = offset < 0 ? GPUNVME_VOLUME_LOCATE : (uint64_t)offset;
+	vo.partition = partition;
+	if ((rc = gpunvme_volume_open(uri, NULL, &vo, &v->vol))) {
 		save_err(err);
-	if (rc)
-		vol_release(v);
+	} else {
+		v->fs = gpunvme_volume_fs(v->vol);
+		v->md = gpunvme_volume_md(v->vol);
+		/* an array's c is member 0's (the loader takes the array) */
+		v->c = v->md ? v->md->c[0] : gpunvme_volume_ctrl(v->vol, 0);
+	}
 	Py_END_ALLOW_THREADS
 	if (!rc)
 		return 0;
-	if (!strcmp(what, "offset"))
-		raise_err(rc, "%s: offset=%lld is past the end of namespace %u (%" PRIu64 " bytes)", uri, offset, nsid,
-			  devsize);
-	else if (!strcmp(what, "namespace"))
-		raise_err(rc, "%s: namespace %u: %s", uri, nsid, err);
-	else
-		raise_err(rc, "%s: %s", uri, err);
+	/* the volume's message names the step (controller, namespace N, md
+	 * array, offset, partition N at byte B, file system) */
+	raise_err(rc == -ERANGE ? -EINVAL : rc, "%s: %s", uri, err);
 	return -1;
 }
 
