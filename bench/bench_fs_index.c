@@ -3,7 +3,7 @@
  * bench_fs_index: how long indexing a whole file system takes through the
  * on-disk decoders: walk every directory from the root, stat every inode and
  * fetch every regular file's extents (what a loader does before it hands a
- * file-offset -> LBA table to the GPU). Results: bench/results/fs_index.md.
+ * file-offset -> LBA table to the GPU). Results: bench/results/fs-index-2026-11-22/README.md.
  *
  *   bench_fs_index IMAGE            image file, pread (gpunvme_blkdev_open_file)
  *   bench_fs_index emu:IMAGE        through the driver (gpunvme_blkdev_open_ns)

@@ -1,3 +1,11 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
+# Where a gpunvme.load_pretrained call's time goes (issue 13,
+# bench/results/python-2026-11-25, "Where a call's time goes"): an 8 GiB
+# gpunvme-mkmodel safetensors model in an ext4 image served from RAM by the
+# emulator, bench/hf_models.py breakdown with 24 queues and with the default,
+# then the CLI's `gpunvme load` of the same model twice for comparison.
+# On a CUDA machine with torch: OUT=DIR bash bench/py_breakdown_run.sh
 set -uo pipefail
 export CMAKE_CUDA_ARCHITECTURES=90 GPUNVME_CUDA=ON
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > $OUT/cmake.log 2>&1 && cmake --build build -j 16 --target gpunvme-cli gpunvme-mkmodel >> $OUT/cmake.log 2>&1 &
