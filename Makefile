@@ -32,6 +32,7 @@ test: lint test-asan test-tsan fuzz test-gpu test-qemu test-python
 # No include cycles between src/ folders (scripts/lint-includes.sh).
 lint:
 	scripts/lint-includes.sh
+	bench/check_links.sh
 
 test-asan:
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGPUNVME_SANITIZE=address,undefined

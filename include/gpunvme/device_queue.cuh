@@ -85,7 +85,7 @@ __device__ __forceinline__ void gpunvme_dq_fence_acquire(void)
  * QD1 (the NVMe steps alone, bench_gpu_qd1 on an H100), so the first rounds
  * only poll; after that, exponential __nanosleep keeps tens of thousands of
  * waiting threads off the memory system. Callers start with *ns = 32. Tried
- * on the H100 and dropped (bench/results/gpu_iops.md notes): pausing on
+ * on the H100 and dropped (bench/results/gpu-2026-11-22/gpu_iops.md notes): pausing on
  * %globaltimer instead of sleeping (throughput 58 -> 25 M IOPS: spinning
  * warps take the issue slots of working ones), a 256-round polling phase
  * (64 -> 46 M IOPS). */
