@@ -681,18 +681,21 @@ static long gnv_ioctl_map(struct gnv_ctrl *c, void __user *uarg)
 	handle = m->handle;
 	list_add_tail(&m->node, &c->maps);
 	mutex_unlock(&c->lock);
-	/* m may be unmapped by another thread from here on: only handle is used */
-	if (copy_to_user(u64_to_user_ptr(a.table), table, t.want * sizeof(*table))) {
+	/*
+	 * m may be unmapped by another thread from here on: only handle is
+	 * used. A caller that cannot be told the table or the handle (the
+	 * table or the argument is not writable) gets nothing: the mapping is
+	 * undone, so a failed MAP never leaves pages pinned until close.
+	 */
+	a.handle = handle;
+	if (copy_to_user(u64_to_user_ptr(a.table), table, t.want * sizeof(*table)) ||
+	    copy_to_user(uarg, &a, sizeof(a))) {
 		mutex_lock(&c->lock);
 		if (!c->removed)
 			gnv_unmap_locked(c, handle);
 		mutex_unlock(&c->lock);
 		rc = -EFAULT;
-		goto out;
 	}
-	a.handle = handle;
-	if (copy_to_user(uarg, &a, sizeof(a)))
-		rc = -EFAULT; /* the mapping stays until UNMAP or close */
 out:
 	kvfree(table);
 	return rc;
