@@ -1006,6 +1006,8 @@ static void *thr_main(void *arg)
 			int rc = kunmap(fd, h);
 			if (rc && rc != -ENOENT && rc != -EBADF)
 				FAILF("thread unmap: %s", strerror(-rc));
+			if (rc == -EBADF)
+				break; /* this thread closed its fd: the handle stays for the others */
 			pthread_mutex_lock(&pool_lock);
 			for (unsigned i = 0; i < npool; i++)
 				if (pool[i] == h) {
@@ -1064,11 +1066,16 @@ static void op_threads(struct fz *f, unsigned nthreads, unsigned ms)
 	}
 	for (unsigned i = 0; i < nthreads; i++)
 		pthread_join(th[i], NULL);
+	unsigned gone = 0;
 	for (unsigned i = 0; i < npool; i++) {
 		int rc = kunmap(f->fd, pool[i]);
 		if (rc && rc != -ENOENT)
 			FAILF("unmap a thread's handle %u: %s", pool[i], strerror(-rc));
+		gone += rc == -ENOENT;
 	}
+	if (getenv("KMOD_FUZZ_DEBUG"))
+		printf("kmod_fuzz: threads: %u handles in the pool, %u already gone, max handle %u\n", npool, gone,
+		       atomic_load(&g_maxh));
 	npool = 0;
 	f->nv.ready = 0; /* a thread may have disabled the controller */
 }
