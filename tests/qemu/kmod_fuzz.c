@@ -1665,7 +1665,7 @@ static int cmd_two_openers(void)
 
 /* As nobody (no CAP_IPC_LOCK) with RLIMIT_MEMLOCK at 256 KiB: single pages
  * map until the limit, then ENOMEM; nothing leaks: unmapping and exiting
- * give everything back. */
+ * give everything back. A peer-BAR map as nobody: EPERM. */
 static int cmd_memlock(void)
 {
 	int fd = dev_open();
@@ -1718,13 +1718,20 @@ static int cmd_memlock(void)
 		for (int i = 0; i < n / 2; i++)
 			if (kmap(fd, GPUNVME_KMOD_USER, -1, (uintptr_t)(mem + i * PG), PG, tbl, &h[i]))
 				code |= 16;
+		/* another device's BAR is /dev/mem's power: CAP_SYS_RAWIO only */
+		struct gpunvme_kmod_map pm = { .kind = GPUNVME_KMOD_PEER, .len = PG, .bar = 2 };
+		memcpy(pm.peer, "0000:00:10.0", 12);
+		pm.table = (uintptr_t)tbl;
+		pm.table_entries = 1;
+		if (ioctl(fd, GPUNVME_KMOD_MAP, &pm) == 0 || errno != EPERM)
+			code |= 32;
 		_exit(code); /* with 64 pages mapped: the maps stay on the file */
 	}
 	int st = 0;
 	waitpid(pid, &st, 0);
 	CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	       "memlock exhaustion as nobody: 64 pages then ENOMEM, counts exact, freed pages reusable (status 0x%x: 1 "
-	       "count, 2 accounting, 4 big map, 8 unmap accounting, 16 remap)",
+	       "count, 2 accounting, 4 big map, 8 unmap accounting, 16 remap, 32 peer map allowed)",
 	       st);
 	int64_t p1 = kpinned(fd);
 	CHECKF(p1 == p0 + 64 * PG, "the dead child's maps stay on the shared file: pinned %" PRId64, p1);
