@@ -374,7 +374,8 @@ static int gnv_pin_user(struct gnv_map *m, struct gpunvme_kmod_map *a)
 	m->mm = current->mm;
 	m->locked = n;
 	mmgrab(m->mm);
-	m->pages = kvmalloc_array(n, sizeof(*m->pages), GFP_KERNEL);
+	/* sized by the caller: a failure is its error, not a kernel warning */
+	m->pages = kvmalloc_array(n, sizeof(*m->pages), GFP_KERNEL | __GFP_NOWARN);
 	if (!m->pages)
 		return -ENOMEM;
 	while (done < (long)n) {
@@ -633,7 +634,7 @@ static long gnv_ioctl_map(struct gnv_ctrl *c, void __user *uarg)
 	if (!m)
 		return -ENOMEM;
 	/* as large as the page array of a USER map; copied out unlocked */
-	table = kvmalloc_array(a.len / GPUNVME_KMOD_PAGE, sizeof(*table), GFP_KERNEL);
+	table = kvmalloc_array(a.len / GPUNVME_KMOD_PAGE, sizeof(*table), GFP_KERNEL | __GFP_NOWARN);
 	if (!table) {
 		kfree(m);
 		return -ENOMEM;
