@@ -48,6 +48,8 @@ WORK=$BUILD/tests/qemu/work/kmod_fuzz_long_$MODE
 KO=$BUILD/tests/qemu/kmod-guest
 "$ROOT/scripts/kmod-build.sh" "$CACHE/kdir" "$KO"
 mkdir -p "$OUT"
+# the sources the guest runs: taken now, the tree may move on during the run
+REV=$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- kmod tests/qemu include || echo ' (+ local changes)')
 T0=$(date +%s)
 set +e
 # the guest's limit: the fuzz time, the rest of the plan (some 3 minutes
@@ -69,7 +71,7 @@ VERDICT=FAIL
 	echo
 	echo "\`bench/kmod_fuzz_run.sh -m $MODE -s $SECS\` on $(uname -n) ($(nproc) cores), guest kernel"
 	echo "$(cat "$CACHE/kernel.version" 2>/dev/null || echo '?') under QEMU TCG, module from commit"
-	echo "$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet -- kmod tests/qemu || echo ' (+ local changes)')."
+	echo "$REV."
 	echo
 	echo "| | |"
 	echo "| --- | --- |"
@@ -79,7 +81,7 @@ VERDICT=FAIL
 	for t in kmod.fuzz kmod.fuzz.after-selftest kmod.hostile.no-dmar-fault kmod.kernel-log-clean; do
 		echo "| $t | $(grep -m1 "^QEMU-TEST $t " "$LOG" | awk '{print $3}') |"
 	done
-	echo "| DMAR faults (before, after the hostile section) | $(grep -m1 'DMAR faults:' "$LOG" | sed 's/^DMAR faults: //') |"
+	echo "| DMAR faults (before, after the hostile section) | $(grep -m1 '^DMAR faults:' "$LOG" | sed 's/^DMAR faults: //') |"
 	echo
 	echo "The oracle: the fuzzer's own checks (errnos, the returned tables, guarded"
 	echo "reads, \`pinned\` and VmLck back to their start after close), the kernel log"
