@@ -56,6 +56,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <linux/dma-buf.h>
+
 #include "gpunvme/kmod.h"
 #include "gpunvme/nvme.h"
 #include "probe_common.h"
@@ -482,6 +484,7 @@ struct fz {
 	const char *peer;
 	int vgem_fd;          /* a dma-buf, or -1 */
 	size_t vgem_len;
+	uint8_t *vgem_va;     /* its CPU mapping, or NULL */
 	uint8_t *arena;       /* ARENA_PAGES of anonymous memory, then PROT_NONE */
 	uint8_t *ro;          /* a read-only page */
 	uint8_t *none;        /* PROT_NONE pages: unmapped for the kernel's purposes */
@@ -1129,6 +1132,61 @@ static void op_reads(struct fz *f)
 	guarded_free(&g);
 }
 
+static void vgem_sync(struct fz *f, uint64_t flags)
+{
+	struct dma_buf_sync sy = { .flags = flags | DMA_BUF_SYNC_RW };
+	ioctl(f->vgem_fd, DMA_BUF_IOCTL_SYNC, &sy);
+}
+
+/* Reads into a window of the vgem dma-buf mapped at a page offset: the
+ * window's pages get the data, every other page of the buffer keeps its
+ * poison (the module's offset into the exporter's scatterlist is exact). */
+static void op_reads_dmabuf(struct fz *f)
+{
+	struct nv *n = &f->nv;
+	if (!f->vgem_va || (!n->ready && nv_up(n)))
+		return;
+	uint32_t pages = (uint32_t)(f->vgem_len / PG);
+	uint32_t off = (uint32_t)rndn(&f->r, pages);
+	uint32_t len = 1 + (uint32_t)rndn(&f->r, pages - off < 16 ? pages - off : 16);
+	uint64_t tbl[16];
+	uint32_t h;
+	vgem_sync(f, DMA_BUF_SYNC_START);
+	memset(f->vgem_va, POISON, f->vgem_len);
+	vgem_sync(f, DMA_BUF_SYNC_END);
+	int rc = kmap(f->fd, GPUNVME_KMOD_DMABUF, f->vgem_fd, (uint64_t)off * PG, (uint64_t)len * PG, tbl, &h);
+	if (rc) {
+		FAILF("DMABUF map of pages %u+%u of the vgem buffer: %s", off, len, strerror(-rc));
+		return;
+	}
+	uint64_t disk = FZ_DISK_OFF + rndn(&f->r, (FZ_DISK_LEN - len * PG) / PG) * PG;
+	for (uint32_t i = 0; i < len; i++)
+		nv_read_async(n, disk + (uint64_t)i * PG, PG, &tbl[i], i);
+	for (uint32_t i = 0; i < len; i++) {
+		uint32_t st = nv_reap(n, 10000);
+		if (st) {
+			FAILF("read into the vgem window: %s", probe_status_str(st));
+			n->ready = 0;
+			break;
+		}
+	}
+	f->reads += len;
+	kunmap(f->fd, h);
+	vgem_sync(f, DMA_BUF_SYNC_START);
+	size_t bad_out = 0, bad_in = 0;
+	for (size_t i = 0; i < f->vgem_len; i++) {
+		size_t pg = i / PG;
+		if (pg >= off && pg < off + len)
+			bad_in += f->vgem_va[i] != pat_byte(disk + i - (size_t)off * PG);
+		else
+			bad_out += f->vgem_va[i] != POISON;
+	}
+	vgem_sync(f, DMA_BUF_SYNC_END);
+	if (bad_in || bad_out)
+		FAILF("vgem window pages %u+%u: %zu bytes outside changed, %zu inside differ from the pattern", off, len,
+		      bad_out, bad_in);
+}
+
 /* Close with mappings held (and BAR0 mapped): the release drops them all;
  * pinned and VmLck back to the start. */
 static void op_close_reopen(struct fz *f, long vmlck0)
@@ -1240,6 +1298,10 @@ static int fz_setup(struct fz *f)
 		return -1;
 	f->vgem_len = 64 * PG;
 	f->vgem_fd = vgem_dmabuf(f->vgem_len);
+	if (f->vgem_fd >= 0) {
+		void *v = mmap(NULL, f->vgem_len, PROT_READ | PROT_WRITE, MAP_SHARED, f->vgem_fd, 0);
+		f->vgem_va = v == MAP_FAILED ? NULL : v;
+	}
 	return 0;
 }
 
@@ -1294,8 +1356,10 @@ static int cmd_fuzz(unsigned seconds, uint64_t seed, unsigned nthreads, const ch
 			op_badioctl(&f);
 		else if (op < 760)
 			op_info(&f);
-		else if (op < 850)
+		else if (op < 830)
 			op_reads(&f);
+		else if (op < 850)
+			op_reads_dmabuf(&f);
 		else if (op < 900)
 			op_mmap(&f);
 		else if (op < 915) {
