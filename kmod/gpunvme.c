@@ -10,6 +10,18 @@
  * Teardown rule: when the last reference to the open file goes (close,
  * munmap of BAR0, process death), the controller is disabled and bus
  * mastering cleared BEFORE any page is unmapped or unpinned.
+ *
+ * Unmap rule: the module cannot see the queues (they live in the owner's
+ * memory), so it cannot know whether a command still targets a mapping.
+ * GPUNVME_KMOD_UNMAP while the controller may still process commands
+ * retires the mapping instead: its handle is gone at once, but its pages
+ * stay pinned and mapped for the device until the controller is next seen
+ * stopped (reset by the owner, GPUNVME_KMOD_DISABLE, close, unbind).
+ *
+ * Locking: c->lock is never held across a wait the caller controls (a page
+ * fault on the caller's memory may block in userfaultfd or FUSE for ever):
+ * user pages are pinned and the address table copied out without it, so
+ * an unbind or another thread is never stuck behind such a fault.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -185,8 +197,9 @@ struct gnv_ctrl {
 	bool busy;         /* one opener at a time */
 	bool removed;
 	struct list_head maps;
+	struct list_head retired; /* unmapped while the controller ran */
 	u32 next_handle;
-	u64 pinned;        /* bytes of host memory pinned by USER maps */
+	u64 pinned;        /* bytes of host memory pinned by USER maps, retired too */
 };
 
 static bool gnv_iommu_translates(struct pci_dev *pdev)
@@ -241,10 +254,11 @@ master:
 
 /* ---- address tables ------------------------------------------------------- */
 
-/* Append the 4 KiB pages of [dma, dma + len) to the user table at *pos,
- * skipping the first *skip bytes of the whole mapping. */
+/* Append the 4 KiB pages of [dma, dma + len) to the table at *pos,
+ * skipping the first *skip bytes of the whole mapping. The table is a
+ * kernel buffer, copied to the caller after c->lock is dropped. */
 struct gnv_table_out {
-	u64 __user *table;
+	u64 *table;
 	u64 pos;    /* entries written */
 	u64 want;   /* entries wanted */
 	u64 skip;   /* bytes still to skip */
@@ -263,9 +277,7 @@ static int gnv_emit(struct gnv_table_out *t, dma_addr_t dma, u64 len)
 			t->skip -= GPUNVME_KMOD_PAGE;
 			continue;
 		}
-		if (put_user(a, t->table + t->pos))
-			return -EFAULT;
-		t->pos++;
+		t->table[t->pos++] = a;
 	}
 	return 0;
 }
@@ -306,7 +318,8 @@ static void gnv_unmap_one(struct gnv_map *m)
 			account_locked_vm(m->mm, m->locked, false);
 			mmdrop(m->mm);
 		}
-		m->c->pinned -= m->pinned;
+		if (m->pinned) /* 0 unless counted, under c->lock */
+			m->c->pinned -= m->pinned;
 		break;
 	case GPUNVME_KMOD_DMABUF:
 		if (m->dsgt) {
@@ -340,24 +353,29 @@ static void gnv_unmap_one(struct gnv_map *m)
 	kfree(m);
 }
 
-static int gnv_map_user(struct gnv_ctrl *c, struct gnv_map *m, struct gpunvme_kmod_map *a,
-			struct gnv_table_out *t)
+/*
+ * Pin the caller's pages, without c->lock: faulting them in may wait as long
+ * as the caller likes (userfaultfd, FUSE). Charged to RLIMIT_MEMLOCK unless
+ * CAP_IPC_LOCK (account_locked_vm).
+ */
+static int gnv_pin_user(struct gnv_map *m, struct gpunvme_kmod_map *a)
 {
 	unsigned long n = a->len >> PAGE_SHIFT;
 	long got, done = 0;
-	int rc;
+	int rc = 0;
 
 	if (a->addr & (PAGE_SIZE - 1) || a->len & (PAGE_SIZE - 1))
 		return -EINVAL;
-	if (pin_limit_mb && c->pinned + a->len > (u64)pin_limit_mb << 20)
+	if (pin_limit_mb && a->len > (u64)pin_limit_mb << 20)
 		return -ENOMEM;
-	rc = account_locked_vm(current->mm, n, true); /* RLIMIT_MEMLOCK unless CAP_IPC_LOCK */
+	rc = account_locked_vm(current->mm, n, true);
 	if (rc)
 		return rc;
 	m->mm = current->mm;
 	m->locked = n;
 	mmgrab(m->mm);
-	m->pages = kvmalloc_array(n, sizeof(*m->pages), GFP_KERNEL);
+	/* sized by the caller: a failure is its error, not a kernel warning */
+	m->pages = kvmalloc_array(n, sizeof(*m->pages), GFP_KERNEL | __GFP_NOWARN);
 	if (!m->pages)
 		return -ENOMEM;
 	while (done < (long)n) {
@@ -370,6 +388,10 @@ static int gnv_map_user(struct gnv_ctrl *c, struct gnv_map *m, struct gpunvme_km
 			break;
 		}
 		done += got;
+		if (fatal_signal_pending(current)) {
+			rc = -EINTR;
+			break;
+		}
 	}
 	if (done < (long)n) {
 		unpin_user_pages(m->pages, done);
@@ -378,9 +400,20 @@ static int gnv_map_user(struct gnv_ctrl *c, struct gnv_map *m, struct gpunvme_km
 		return rc;
 	}
 	m->npages = n;
+	return 0;
+}
+
+/* The pinned pages for the device; c->lock held. */
+static int gnv_map_user(struct gnv_ctrl *c, struct gnv_map *m, struct gpunvme_kmod_map *a,
+			struct gnv_table_out *t)
+{
+	int rc;
+
+	if (pin_limit_mb && c->pinned + a->len > (u64)pin_limit_mb << 20)
+		return -ENOMEM;
 	m->pinned = a->len;
 	c->pinned += a->len;
-	rc = sg_alloc_table_from_pages(&m->sgt, m->pages, n, 0, a->len, GFP_KERNEL);
+	rc = sg_alloc_table_from_pages(&m->sgt, m->pages, m->npages, 0, a->len, GFP_KERNEL);
 	if (rc)
 		return rc;
 	rc = dma_map_sgtable(&c->pdev->dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
@@ -522,11 +555,67 @@ static int gnv_map_nvp2p(struct gnv_ctrl *c, struct gnv_map *m, struct gpunvme_k
 	return t->pos == t->want ? 0 : -EINVAL;
 }
 
+/*
+ * Whether the controller can be processing commands: false when bus
+ * mastering is off (no memory requests at all, PCIe base 6.0, 7.5.1.1.3)
+ * or when CC.EN=0 and CSTS.RDY=0 (reset complete: every queue deleted and
+ * every command aborted, NVMe base 2.0, 3.7.2). A controller that reads
+ * all ones is gone or broken: not trusted to be idle. c->lock held.
+ */
+static bool gnv_running(struct gnv_ctrl *c)
+{
+	u16 cmd = 0;
+	u32 cc, csts;
+
+	pci_read_config_word(c->pdev, PCI_COMMAND, &cmd);
+	if (!(cmd & PCI_COMMAND_MASTER))
+		return false;
+	cc = readl(c->bar0 + NVME_REG_CC);
+	csts = readl(c->bar0 + NVME_REG_CSTS);
+	return cc == ~0u || (cc & 1) || (csts & 1);
+}
+
+/* Release the retired mappings; only when no command can reach them. */
+static void gnv_reap(struct gnv_ctrl *c, bool stopped)
+{
+	struct gnv_map *m, *tmp;
+
+	if (list_empty(&c->retired) || (!stopped && gnv_running(c)))
+		return;
+	list_for_each_entry_safe(m, tmp, &c->retired, node) {
+		list_del(&m->node);
+		gnv_unmap_one(m);
+	}
+}
+
+/* Take mapping @handle off the list: retired if the controller may still
+ * use it, released now otherwise. c->lock held. */
+static int gnv_unmap_locked(struct gnv_ctrl *c, u32 handle)
+{
+	struct gnv_map *m;
+
+	list_for_each_entry(m, &c->maps, node) {
+		if (m->handle != handle)
+			continue;
+		list_del(&m->node);
+		if (gnv_running(c)) {
+			list_add_tail(&m->node, &c->retired);
+		} else {
+			gnv_unmap_one(m);
+			gnv_reap(c, true);
+		}
+		return 0;
+	}
+	return -ENOENT;
+}
+
 static long gnv_ioctl_map(struct gnv_ctrl *c, void __user *uarg)
 {
 	struct gpunvme_kmod_map a;
 	struct gnv_table_out t;
 	struct gnv_map *m;
+	u64 *table;
+	u32 handle;
 	int rc;
 
 	if (copy_from_user(&a, uarg, sizeof(a)))
@@ -544,76 +633,97 @@ static long gnv_ioctl_map(struct gnv_ctrl *c, void __user *uarg)
 	m = kzalloc(sizeof(*m), GFP_KERNEL);
 	if (!m)
 		return -ENOMEM;
+	/* as large as the page array of a USER map; copied out unlocked */
+	table = kvmalloc_array(a.len / GPUNVME_KMOD_PAGE, sizeof(*table), GFP_KERNEL | __GFP_NOWARN);
+	if (!table) {
+		kfree(m);
+		return -ENOMEM;
+	}
 	m->c = c;
 	m->kind = a.kind;
 	m->len = a.len;
-	t = (struct gnv_table_out){ u64_to_user_ptr(a.table), 0, a.len / GPUNVME_KMOD_PAGE, 0 };
+	t = (struct gnv_table_out){ table, 0, a.len / GPUNVME_KMOD_PAGE, 0 };
 
+	if (a.kind == GPUNVME_KMOD_USER) {
+		rc = gnv_pin_user(m, &a);
+		if (rc) {
+			gnv_unmap_one(m); /* nothing mapped for the device yet */
+			goto out;
+		}
+	}
 	mutex_lock(&c->lock);
-	switch (a.kind) {
-	case GPUNVME_KMOD_USER:
-		rc = gnv_map_user(c, m, &a, &t);
-		break;
-	case GPUNVME_KMOD_DMABUF:
-		rc = gnv_map_dmabuf(c, m, &a, &t);
-		break;
-	case GPUNVME_KMOD_PEER:
-		rc = gnv_map_peer(c, m, &a, &t);
-		break;
-	default:
-		rc = gnv_map_nvp2p(c, m, &a, &t);
-		break;
+	if (c->removed) {
+		rc = -ENODEV;
+	} else {
+		gnv_reap(c, false);
+		switch (a.kind) {
+		case GPUNVME_KMOD_USER:
+			rc = gnv_map_user(c, m, &a, &t);
+			break;
+		case GPUNVME_KMOD_DMABUF:
+			rc = gnv_map_dmabuf(c, m, &a, &t);
+			break;
+		case GPUNVME_KMOD_PEER:
+			rc = gnv_map_peer(c, m, &a, &t);
+			break;
+		default:
+			rc = gnv_map_nvp2p(c, m, &a, &t);
+			break;
+		}
 	}
 	if (rc) {
 		gnv_unmap_one(m);
 		mutex_unlock(&c->lock);
-		return rc;
+		goto out;
 	}
 	m->handle = ++c->next_handle;
 	if (!m->handle)
 		m->handle = ++c->next_handle;
+	handle = m->handle;
 	list_add_tail(&m->node, &c->maps);
-	a.handle = m->handle;
 	mutex_unlock(&c->lock);
-	if (copy_to_user(uarg, &a, sizeof(a)))
-		return -EFAULT; /* the mapping stays until UNMAP or close */
-	return 0;
+	/*
+	 * m may be unmapped by another thread from here on: only handle is
+	 * used. A caller that cannot be told the table or the handle (the
+	 * table or the argument is not writable) gets nothing: the mapping is
+	 * undone, so a failed MAP never leaves pages pinned until close.
+	 */
+	a.handle = handle;
+	if (copy_to_user(u64_to_user_ptr(a.table), table, t.want * sizeof(*table)) ||
+	    copy_to_user(uarg, &a, sizeof(a))) {
+		mutex_lock(&c->lock);
+		if (!c->removed)
+			gnv_unmap_locked(c, handle);
+		mutex_unlock(&c->lock);
+		rc = -EFAULT;
+	}
+out:
+	kvfree(table);
+	return rc;
 }
 
 static long gnv_ioctl_unmap(struct gnv_ctrl *c, u32 handle)
 {
-	struct gnv_map *m;
+	int rc;
 
 	mutex_lock(&c->lock);
-	list_for_each_entry(m, &c->maps, node) {
-		if (m->handle == handle) {
-			list_del(&m->node);
-			gnv_unmap_one(m);
-			mutex_unlock(&c->lock);
-			return 0;
-		}
-	}
+	rc = c->removed ? -ENODEV : gnv_unmap_locked(c, handle);
 	mutex_unlock(&c->lock);
-	return -ENOENT;
+	return rc;
 }
 
 static long gnv_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 {
 	struct gnv_ctrl *c = f->private_data;
 	void __user *uarg = (void __user *)arg;
-	bool gone;
+	long rc = 0;
 
-	mutex_lock(&c->lock);
-	gone = c->removed; /* unbound while open: BAR0 is unmapped */
-	mutex_unlock(&c->lock);
-	if (gone)
-		return -ENODEV;
-
+	/* Each command checks c->removed under c->lock: once gnv_remove has
+	 * run, BAR0 is unmapped and the device may be gone. */
 	switch (cmd) {
 	case GPUNVME_KMOD_INFO: {
 		struct gpunvme_kmod_info info = {
 			.version = GPUNVME_KMOD_VERSION,
-			.iommu = gnv_iommu_translates(c->pdev),
 			.bar0_len = c->bar0_len,
 			.max_map = (u64)max_map_mb << 20,
 			.pin_limit = (u64)pin_limit_mb << 20,
@@ -625,8 +735,16 @@ static long gnv_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 			__symbol_put("nvidia_p2p_get_pages");
 		}
 		mutex_lock(&c->lock);
-		info.pinned = c->pinned;
+		if (c->removed) {
+			rc = -ENODEV;
+		} else {
+			gnv_reap(c, false);
+			info.iommu = gnv_iommu_translates(c->pdev);
+			info.pinned = c->pinned;
+		}
 		mutex_unlock(&c->lock);
+		if (rc)
+			return rc;
 		return copy_to_user(uarg, &info, sizeof(info)) ? -EFAULT : 0;
 	}
 	case GPUNVME_KMOD_MAP:
@@ -639,9 +757,16 @@ static long gnv_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		return gnv_ioctl_unmap(c, h);
 	}
 	case GPUNVME_KMOD_DISABLE:
-		gnv_disable(c);
-		pci_set_master(c->pdev);
-		return 0;
+		mutex_lock(&c->lock);
+		if (c->removed) {
+			rc = -ENODEV;
+		} else {
+			gnv_disable(c);
+			gnv_reap(c, true); /* bus mastering is off here */
+			pci_set_master(c->pdev);
+		}
+		mutex_unlock(&c->lock);
+		return rc;
 	}
 	return -ENOTTY;
 }
@@ -651,7 +776,11 @@ static int gnv_mmap(struct file *f, struct vm_area_struct *vma)
 	struct gnv_ctrl *c = f->private_data;
 	unsigned long len = vma->vm_end - vma->vm_start;
 
-	if (c->removed)
+	/* Unlocked (this runs under mmap_lock; c->lock is taken before it
+	 * elsewhere): an unbind racing this call can zap before the new vma is
+	 * linked, leaving it mapped until munmap; it still holds the file, so
+	 * the controller is never handed to another opener meanwhile. */
+	if (READ_ONCE(c->removed))
 		return -ENODEV;
 	if (vma->vm_pgoff || len > PAGE_ALIGN(c->bar0_len))
 		return -EINVAL;
@@ -685,25 +814,31 @@ static int gnv_open(struct inode *inode, struct file *f)
 
 	mutex_lock(&gnv_ctrls_lock);
 	c = gnv_ctrls[iminor(inode)];
-	if (!c || c->removed) {
+	if (!c) {
 		rc = -ENODEV;
 	} else {
+		/* gnv_remove clears the slot (under gnv_ctrls_lock) before it
+		 * sets c->removed: c is not removed while this holds both. */
 		mutex_lock(&c->lock);
-		if (c->busy)
+		if (c->busy) {
 			rc = -EBUSY; /* two drivers on one controller corrupt each other's queues */
-		else
+		} else {
 			c->busy = true;
+			/* c->pdev outlives an unbind while the file is open */
+			pci_dev_get(c->pdev);
+			pci_set_master(c->pdev);
+			c->mapping = inode->i_mapping;
+		}
 		mutex_unlock(&c->lock);
 	}
 	mutex_unlock(&gnv_ctrls_lock);
 	if (rc)
 		return rc;
-	pci_set_master(c->pdev);
-	c->mapping = inode->i_mapping;
 	f->private_data = c;
 	return 0;
 }
 
+/* Disable, then drop every mapping, retired ones too. c->lock held. */
 static void gnv_teardown(struct gnv_ctrl *c)
 {
 	struct gnv_map *m, *tmp;
@@ -711,6 +846,7 @@ static void gnv_teardown(struct gnv_ctrl *c)
 	/* Disable first: unmapping or unpinning while the controller may still
 	 * DMA would let writes land in pages the kernel hands to others. */
 	gnv_disable(c);
+	gnv_reap(c, true);
 	list_for_each_entry_safe(m, tmp, &c->maps, node) {
 		list_del(&m->node);
 		gnv_unmap_one(m);
@@ -720,7 +856,7 @@ static void gnv_teardown(struct gnv_ctrl *c)
 static int gnv_release(struct inode *inode, struct file *f)
 {
 	struct gnv_ctrl *c = f->private_data;
-
+	struct pci_dev *pdev = c->pdev;
 	bool gone;
 
 	mutex_lock(&c->lock);
@@ -728,9 +864,12 @@ static int gnv_release(struct inode *inode, struct file *f)
 	if (!gone)
 		gnv_teardown(c); /* else gnv_remove did it */
 	c->busy = false;
+	c->mapping = NULL;
 	mutex_unlock(&c->lock);
+	/* gnv_remove saw busy and left c to this file */
 	if (gone)
 		kfree(c);
+	pci_dev_put(pdev);
 	return 0;
 }
 
@@ -773,6 +912,7 @@ static int gnv_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	c->pdev = pdev;
 	mutex_init(&c->lock);
 	INIT_LIST_HEAD(&c->maps);
+	INIT_LIST_HEAD(&c->retired);
 	rc = pci_enable_device_mem(pdev);
 	if (rc)
 		goto free;
@@ -844,30 +984,35 @@ free:
 static void gnv_remove(struct pci_dev *pdev)
 {
 	struct gnv_ctrl *c = pci_get_drvdata(pdev);
+	void __iomem *bar0 = c->bar0;
+	int minor = c->minor;
+	bool busy;
 
-	device_destroy(gnv_class, MKDEV(MAJOR(gnv_devt), c->minor));
+	device_destroy(gnv_class, MKDEV(MAJOR(gnv_devt), minor));
 	mutex_lock(&gnv_ctrls_lock);
-	gnv_ctrls[c->minor] = NULL;
+	gnv_ctrls[minor] = NULL;
 	mutex_unlock(&gnv_ctrls_lock);
 	cdev_del(c->cdev);
 	/* An open file keeps the module (cdev owner), so the driver is only
-	 * unbound through sysfs while open: stop the device, drop mappings,
-	 * take BAR0 away from the process (a later access gets SIGBUS). */
+	 * unbound through sysfs (or the device removed) while open: stop the
+	 * device, drop mappings, take BAR0 away from the process (a later
+	 * access gets SIGBUS). Once c->removed is set and c->lock dropped, an
+	 * open file's gnv_release frees c: c is not touched after. */
 	mutex_lock(&c->lock);
 	c->removed = true;
-	if (c->busy) {
+	busy = c->busy;
+	if (busy) {
 		gnv_teardown(c);
 		if (c->mapping)
 			unmap_mapping_range(c->mapping, 0, 0, 1);
 	}
 	mutex_unlock(&c->lock);
-	pci_iounmap(pdev, c->bar0);
+	pci_iounmap(pdev, bar0);
 	pci_release_mem_regions(pdev);
 	pci_disable_device(pdev);
-	ida_free(&gnv_minors, c->minor);
-	if (!c->busy)
+	ida_free(&gnv_minors, minor);
+	if (!busy)
 		kfree(c);
-	/* else: leaked deliberately, the open file still points at it */
 }
 
 static const struct pci_device_id gnv_ids[] = {

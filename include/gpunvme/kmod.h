@@ -43,7 +43,8 @@ enum gpunvme_kmod_kind {
  * 4 KiB. On success `handle` names the mapping and table[0 .. len/4096)
  * holds the bus address of every 4 KiB page, in order. table_entries is the
  * table's capacity in; -ENOSPC when it is too small (table_entries then
- * says how many are needed).
+ * says how many are needed). A MAP that fails leaves nothing mapped, also
+ * when only writing the table or the handle back failed (-EFAULT).
  */
 struct gpunvme_kmod_map {
 	__u32 kind;             /* enum gpunvme_kmod_kind */
@@ -60,6 +61,16 @@ struct gpunvme_kmod_map {
 #define GPUNVME_KMOD_IOC 'N'
 #define GPUNVME_KMOD_INFO _IOR(GPUNVME_KMOD_IOC, 0xc0, struct gpunvme_kmod_info)
 #define GPUNVME_KMOD_MAP _IOWR(GPUNVME_KMOD_IOC, 0xc1, struct gpunvme_kmod_map)
+/*
+ * Undo a mapping. The module cannot see the queues, so while the controller
+ * may still process commands (bus mastering on, and CC.EN or CSTS.RDY 1)
+ * the mapping is retired rather than released: the handle is gone at once,
+ * the pages stay pinned, mapped for the device and counted in `pinned` (and
+ * the owner's memlock) until the controller is next seen stopped: the
+ * owner's reset (CC.EN=0 and CSTS.RDY=0, seen by the next ioctl),
+ * GPUNVME_KMOD_DISABLE, close or unbind. A command still in flight then
+ * lands in memory nobody else has been given.
+ */
 #define GPUNVME_KMOD_UNMAP _IOW(GPUNVME_KMOD_IOC, 0xc2, __u32)
 /* Disable the controller now (CC.EN=0, bounded wait for RDY=0), as close
  * does; the mappings stay. For tests and for a driver that resets. */

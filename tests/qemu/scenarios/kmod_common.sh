@@ -118,3 +118,5 @@ print("PASS host.load: %d tensors of /models/small.safetensors loaded over %s ma
       (len(want), d.get("uri")))
 PY
 HOST
+# shellcheck source=kmod_hostile.sh
+. "$(dirname "${BASH_SOURCE[0]}")/kmod_hostile.sh"
