@@ -89,6 +89,17 @@ int gpunvme_layer_loader_init(struct gpunvme_ctrl *c, uint32_t nsid, const struc
 int gpunvme_layer_loader_init_md(struct gpunvme_ctrl *const *ctrls, const uint32_t *nsids, const struct gpunvme_md *md,
 				 const struct gpunvme_extent *ext, size_t n, uint64_t file_size,
 				 const struct gpunvme_loader_opts *opts, struct gpunvme_layer_loader **out);
+/*
+ * The loader for a file of a volume (volume.h): on an md array one loader
+ * per member (gpunvme_layer_loader_init_md), else on the volume's
+ * controller and namespace. ext are the file's extents as the volume's
+ * file system gives them (partition offset included). An image file opened
+ * without a controller cannot be loaded: -EOPNOTSUPP.
+ */
+struct gpunvme_volume;
+int gpunvme_layer_loader_init_volume(struct gpunvme_volume *v, const struct gpunvme_extent *ext, size_t n,
+				     uint64_t file_size, const struct gpunvme_loader_opts *opts,
+				     struct gpunvme_layer_loader **out);
 void gpunvme_layer_loader_destroy(struct gpunvme_layer_loader *l);
 enum gpunvme_tier gpunvme_layer_loader_tier(const struct gpunvme_layer_loader *l);
 /* Give the loader's I/O queues back to the controller (no load may be in

@@ -126,6 +126,12 @@ int gpunvme_layer_stream_open_md(struct gpunvme_ctrl *const *ctrls, const uint32
 				 const struct gpunvme_md *md, const struct gpunvme_model *m,
 				 const struct gpunvme_extent *ext, size_t n, uint64_t file_size,
 				 const struct gpunvme_stream_opts *opts, struct gpunvme_layer_stream **out);
+/* The stream over a file of a volume (volume.h): member by member on an md
+ * array, like the loader (gpunvme_layer_loader_init_volume). */
+struct gpunvme_volume;
+int gpunvme_layer_stream_open_volume(struct gpunvme_volume *v, const struct gpunvme_model *m,
+				     const struct gpunvme_extent *ext, size_t n, uint64_t file_size,
+				     const struct gpunvme_stream_opts *opts, struct gpunvme_layer_stream **out);
 void gpunvme_layer_stream_close(struct gpunvme_layer_stream *s);
 
 uint32_t gpunvme_layer_stream_layers(const struct gpunvme_layer_stream *s);

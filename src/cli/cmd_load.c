@@ -325,16 +325,8 @@ static int start_loader(struct load_ctx *x)
 				       tier_str(x->tier), ci.nr_io_queues);
 		gpunvme_blkdev_release(x->f.dev);
 	}
-	int rc;
-	if (x->f.md) {
-		/* an md array: a loader per member, on the member's controller;
-		 * the file system readers give their queue pairs back first */
-		gpunvme_blkdev_release(x->f.dev);
-		rc = gpunvme_layer_loader_init_md(x->f.md->c, x->f.md->nsid, x->f.md->md, x->set->ext, x->set->n_ext,
-						  x->set->size, &lo, &x->l);
-	} else {
-		rc = gpunvme_layer_loader_init(x->f.c, x->o.nsid, x->set->ext, x->set->n_ext, x->set->size, &lo, &x->l);
-	}
+	/* an md array: a loader per member, on the member's controller */
+	int rc = gpunvme_layer_loader_init_volume(x->f.vol, x->set->ext, x->set->n_ext, x->set->size, &lo, &x->l);
 	if (rc)
 		return cli_lib_err(rc, "layer loader");
 	/* tensors grouped into runs of nearby file bytes, each in loader memory

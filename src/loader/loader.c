@@ -15,6 +15,7 @@
 #include "base/base.h"
 #include "gpunvme/extents.h"
 #include "gpunvme/loader.h"
+#include "gpunvme/volume.h"
 #include "loader/loader_plan.h"
 
 /* Largest single direct op of a plan: keeps nlb in 32 bits for any block
@@ -1077,4 +1078,23 @@ int gpunvme_layer_loader_init_md(struct gpunvme_ctrl *const *ctrls, const uint32
 	l->gpu = l->mem[0]->gpu;
 	*out = l;
 	return 0;
+}
+
+int gpunvme_layer_loader_init_volume(struct gpunvme_volume *v, const struct gpunvme_extent *ext, size_t n,
+				     uint64_t file_size, const struct gpunvme_loader_opts *opts,
+				     struct gpunvme_layer_loader **out)
+{
+	if (!v)
+		return gpunvme_set_error(-EINVAL, "layer loader: no volume");
+	struct gpunvme_md_volume *md = gpunvme_volume_md(v);
+	/* the file system's readers give their queue pairs back first: the
+	 * loader takes its own on the same controllers */
+	gpunvme_blkdev_release(gpunvme_volume_blkdev(v));
+	if (md)
+		return gpunvme_layer_loader_init_md(md->c, md->nsid, md->md, ext, n, file_size, opts, out);
+	struct gpunvme_ctrl *c = gpunvme_volume_ctrl(v, 0);
+	if (!c)
+		return gpunvme_set_error(-EOPNOTSUPP, "an image file read without a controller cannot be loaded by "
+						      "the driver: open it as emu:PATH");
+	return gpunvme_layer_loader_init(c, gpunvme_volume_nsid(v), ext, n, file_size, opts, out);
 }

@@ -14,6 +14,7 @@
 #include "gpunvme/loader.h"
 #include "gpunvme/model.h"
 #include "gpunvme/stream.h"
+#include "gpunvme/volume.h"
 #include "loader/loader_plan.h"
 
 /* Timing pairs kept until their events complete: enough for many layers in
@@ -796,4 +797,21 @@ int gpunvme_layer_stream_stats(struct gpunvme_layer_stream *s, struct gpunvme_st
 	s->st.overlap = ov < 0 ? 0 : ov > 1 ? 1 : ov;
 	*st = s->st;
 	return rc;
+}
+
+int gpunvme_layer_stream_open_volume(struct gpunvme_volume *v, const struct gpunvme_model *m,
+				     const struct gpunvme_extent *ext, size_t n, uint64_t file_size,
+				     const struct gpunvme_stream_opts *opts, struct gpunvme_layer_stream **out)
+{
+	if (!v)
+		return gpunvme_set_error(-EINVAL, "layer stream: no volume");
+	struct gpunvme_md_volume *md = gpunvme_volume_md(v);
+	gpunvme_blkdev_release(gpunvme_volume_blkdev(v));
+	if (md)
+		return gpunvme_layer_stream_open_md(md->c, md->nsid, md->md, m, ext, n, file_size, opts, out);
+	struct gpunvme_ctrl *c = gpunvme_volume_ctrl(v, 0);
+	if (!c)
+		return gpunvme_set_error(-EOPNOTSUPP, "an image file read without a controller cannot be streamed by "
+						      "the driver: open it as emu:PATH");
+	return gpunvme_layer_stream_open(c, gpunvme_volume_nsid(v), m, ext, n, file_size, opts, out);
 }

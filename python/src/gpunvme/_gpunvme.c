@@ -759,11 +759,8 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	}
 #endif
 	if (!rc) {
-		if (v->md) /* one loader per member, each on its own controller */
-			rc = gpunvme_layer_loader_init_md(v->md->c, v->md->nsid, v->md->md, mo->ext, mo->n_ext, mo->size, &o,
-							  &ld->l);
-		else
-			rc = gpunvme_layer_loader_init(v->c, v->nsid, mo->ext, mo->n_ext, mo->size, &o, &ld->l);
+		/* an array: one loader per member, each on its own controller */
+		rc = gpunvme_layer_loader_init_volume(v->vol, mo->ext, mo->n_ext, mo->size, &o, &ld->l);
 		if (rc)
 			snprintf(err, LASTERR_LEN, "%s: layer loader (tier %d): %s", mo->path, tier, gpunvme_last_error());
 		/* the CPU tier takes its queues again at its next load: idle
@@ -1362,11 +1359,8 @@ static PyObject *Stream_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 #endif
 	if (!rc) {
 		Volume *v = mo->vol;
-		if (v->md) /* every member read from its own controller, as the loader does */
-			rc = gpunvme_layer_stream_open_md(v->md->c, v->md->nsid, v->md->md, mo->m, mo->ext, mo->n_ext,
-							  mo->size, &o, &st->s);
-		else
-			rc = gpunvme_layer_stream_open(v->c, v->nsid, mo->m, mo->ext, mo->n_ext, mo->size, &o, &st->s);
+		/* an array: every member read from its own controller */
+		rc = gpunvme_layer_stream_open_volume(v->vol, mo->m, mo->ext, mo->n_ext, mo->size, &o, &st->s);
 		if (rc) {
 			snprintf(err, LASTERR_LEN, "%s: layer stream: %s", mo->path, gpunvme_last_error());
 		} else {
