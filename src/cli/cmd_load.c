@@ -254,11 +254,6 @@ static bool gpu_usable(void)
 #endif
 }
 
-static const char *tier_str(enum gpunvme_tier t)
-{
-	return t == GPUNVME_TIER_2 ? "2" : t == GPUNVME_TIER_1 ? "1" : "cpu";
-}
-
 static int start_loader(struct load_ctx *x)
 {
 	struct gpunvme_loader_opts lo;
@@ -274,14 +269,12 @@ static int start_loader(struct load_ctx *x)
 	size_t ncs = x->f.md ? x->f.md->n : 1;
 	enum gpunvme_tier req = x->o.tier < 0 ? GPUNVME_TIER_AUTO : (enum gpunvme_tier)x->o.tier;
 	int prc = gpunvme_tier_choose(cs, ncs, gpu, req, &x->tier);
-	if (prc == -EOPNOTSUPP && !gpu && req != GPUNVME_TIER_CPU)
-		return cli_err(EXIT_RUNTIME, "--tier %s: %s (%s)", gpunvme_tier_str(req), gpunvme_last_error(),
-#ifdef GPUNVME_HAVE_CUDA
-			       "no CUDA GPU is usable here"
-#else
-			       "this build has no CUDA support"
+#ifndef GPUNVME_HAVE_CUDA
+	/* "none is usable" would send the user looking for a GPU */
+	if (prc == -EOPNOTSUPP && req != GPUNVME_TIER_CPU)
+		return cli_err(EXIT_RUNTIME, "--tier %s: %s (this build has no CUDA support)", gpunvme_tier_str(req),
+			       gpunvme_last_error());
 #endif
-		);
 	if (prc)
 		return cli_err(EXIT_RUNTIME, "--tier %s: %s", gpunvme_tier_str(req), gpunvme_last_error());
 	FILE *n;
@@ -319,7 +312,7 @@ static int start_loader(struct load_ctx *x)
 			return cli_err(EXIT_RUNTIME,
 				       "--verify reads the file back on a second I/O queue pair while tier %s holds its own; "
 				       "the controller granted %u (use --tier cpu, or leave out --verify)",
-				       tier_str(x->tier), ci.nr_io_queues);
+				       gpunvme_tier_str(x->tier), ci.nr_io_queues);
 		gpunvme_blkdev_release(&x->f.dev);
 	}
 	int rc;
@@ -554,7 +547,7 @@ static void print_json(struct load_ctx *x)
 	cj_str(&j, "layout", x->set->kind);
 	cj_u64(&j, "files", x->set->n_files);
 	cj_str(&j, "fs", gpunvme_fs_type(x->f.fs));
-	cj_str(&j, "tier", tier_str(x->tier));
+	cj_str(&j, "tier", gpunvme_tier_str(x->tier));
 	cj_u64(&j, "bytes", x->b->bytes);
 	cj_u64(&j, "bytes_read", x->moved);
 	cj_dbl(&j, "seconds", x->secs);
@@ -625,7 +618,7 @@ static void print_table(struct load_ctx *x)
 	printf("%s: %zu of %zu tensors, %s (", gpunvme_model_format_name(x->m->format), x->b->n_tensors,
 	       x->m->n_tensors, cli_human_bytes(x->b->bytes, hb, sizeof(hb)));
 	cli_put_name(stdout, x->o.path, strlen(x->o.path));
-	printf(") in %.3f s, %.2f GB/s, tier %s; %s by DMA into place, %s bounced%s\n", x->secs, x->secs > 0 ? (double)x->moved / x->secs / 1e9 : 0, tier_str(x->tier),
+	printf(") in %.3f s, %.2f GB/s, tier %s; %s by DMA into place, %s bounced%s\n", x->secs, x->secs > 0 ? (double)x->moved / x->secs / 1e9 : 0, gpunvme_tier_str(x->tier),
 	       cli_human_bytes(st.direct_bytes, hd, sizeof(hd)), cli_human_bytes(st.bounced_bytes, hbn, sizeof(hbn)),
 	       x->o.verify ? "; verified against the CPU path" : "");
 }
