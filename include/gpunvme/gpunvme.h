@@ -78,7 +78,35 @@ struct gpunvme_ctrl_info {
 	uint64_t max_xfer;          /* bytes per command (MDTS), 0 = no limit */
 	uint32_t nr_io_queues;      /* granted by Set Features Number of Queues */
 	bool vwc;
+	uint32_t caps;              /* GPUNVME_CAP_*: what its transport can do (appended: ABI) */
 };
+
+/*
+ * Capabilities of a controller's transport, filled at open by the bus that
+ * reached it, so that nothing above the transports compares their names.
+ * The tier policy (tier.h) and the GPU data path decide from these alone.
+ */
+/* The controller can DMA into GPU memory (Tier 2): the emulator through the
+ * GPU's copy engine, the kmod: bus through dma-buf / nvidia_p2p bus
+ * addresses. Not vfio:/uio: (no GPU bus addresses) nor tcp:// (no DMA). */
+#define GPUNVME_CAP_DEVMEM_DMA    (1u << 0)
+/* GPU threads can submit and reap its I/O queues (Tiers 1 and 2). */
+#define GPUNVME_CAP_GPU_QUEUES    (1u << 1)
+/* Doorbells are device MMIO (a PCIe BAR): the GPU maps them as I/O memory
+ * (cudaHostRegisterIoMemory). Without it they are host memory (the
+ * emulator's registers, the NVMe/TCP proxy's page). */
+#define GPUNVME_CAP_DOORBELL_MMIO (1u << 2)
+/* CSTS is memory the GPU may read while it waits (the emulator's); a real
+ * BAR read from the GPU may not complete on every root complex. */
+#define GPUNVME_CAP_CSTS_GPU      (1u << 3)
+/* Deep queues pay (PCIe). Without it (NVMe/TCP: each entry may hold a
+ * buffer at the target) the loader's default depth stays shallow. */
+#define GPUNVME_CAP_DEEP_QUEUES   (1u << 4)
+#define GPUNVME_CAP_ALL           0x1fu
+
+/* Names of the bits in caps, comma separated ("devmem-dma,gpu-queues,...";
+ * "none" for 0) into buf (len bytes, always terminated). Returns buf. */
+const char *gpunvme_caps_str(uint32_t caps, char *buf, size_t len);
 
 int gpunvme_ctrl_info(struct gpunvme_ctrl *c, struct gpunvme_ctrl_info *info);
 const struct gpunvme_id_ctrl *gpunvme_ctrl_identify(struct gpunvme_ctrl *c);

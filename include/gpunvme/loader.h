@@ -24,20 +24,20 @@
 #include "gpunvme/gpunvme.h"
 #include "gpunvme/md.h"
 #include "gpunvme/model.h"
+#include "gpunvme/tier.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum gpunvme_tier {
-	GPUNVME_TIER_CPU = 0,   /* host DMA memory, commands from CPU threads */
-	GPUNVME_TIER_1 = 1,     /* pinned host memory, commands from GPU threads */
-	GPUNVME_TIER_2 = 2,     /* GPU memory, commands from GPU threads */
-};
-
 struct gpunvme_loader_gpu_ops; /* gpu.h: gpunvme_loader_gpu_backend() */
 
 struct gpunvme_loader_opts {
+	/* GPUNVME_TIER_AUTO: the tier policy picks (tier.h: with the CUDA
+	 * backend in opts.gpu, Tier 2 or 1 by the controllers' capabilities;
+	 * without, the CPU tier). An explicit GPU tier the controllers cannot
+	 * do is -EOPNOTSUPP naming the tier to use. gpunvme_layer_loader_tier()
+	 * says which runs. */
 	enum gpunvme_tier tier;
 	/* 0 = fit to the controller: 8 queue pairs at most, as many as are
 	 * free (gpunvme_io_queues_free); 256 entries at most, CAP.MQES + 1.

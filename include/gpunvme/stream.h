@@ -22,11 +22,14 @@
  * "gpu wait <layer> <start> <end>" (the consumer's stream waiting for
  * them), "host acquire|release <layer> <enter> <return>" (the calls).
  *
- * Tiers: Tier 2 (GPU memory, GPU-initiated reads; when it cannot be set up,
- * e.g. real hardware without GPU bus addresses, the stream falls back to
- * Tier 1 unless opts.no_fallback), Tier 1 (pinned host memory, GPU-initiated
- * reads), and the CPU tier (host DMA memory, no GPU): the CPU tier reads a
- * layer inside acquire (no read-ahead; stall = read time).
+ * Tiers: Tier 2 (GPU memory, GPU-initiated reads), Tier 1 (pinned host
+ * memory, GPU-initiated reads), and the CPU tier (host DMA memory, no GPU):
+ * the CPU tier reads a layer inside acquire (no read-ahead; stall = read
+ * time). opts.loader.tier = GPUNVME_TIER_AUTO lets the tier policy pick
+ * from the controllers' capabilities (tier.h); an explicit tier they cannot
+ * do is refused with the reason. There is no fallback of the stream's own:
+ * a tier that was chosen and then fails to set up (e.g. not enough GPU
+ * memory) is an error.
  */
 #ifndef GPUNVME_STREAM_H
 #define GPUNVME_STREAM_H
@@ -60,7 +63,7 @@ struct gpunvme_stream_opts {
 	const char *resident;
 	uint32_t window;                    /* K slots, >= 1; more than the layers: the layers */
 	struct gpunvme_loader_opts loader;  /* tier, queues, depth, timeout, GPU backend */
-	int no_fallback;                    /* 1: Tier 2 failing to set up is an error */
+	int no_fallback;                    /* ignored (ABI): nothing falls back, tier.h decides */
 	/* 1: acquire waits on the host (bounded) until the layer's reads are
 	 * done, so the consumer's stream never holds a wait on a read in
 	 * flight; reads still run ahead. For the emulator's Tier 2 when its
@@ -83,7 +86,7 @@ struct gpunvme_stream_layer {
 
 struct gpunvme_stream_stats {
 	enum gpunvme_tier tier;   /* the tier in use (after any fallback) */
-	int fell_back;            /* 1: Tier 2 was asked for, Tier 1 runs */
+	int fell_back;            /* always 0 (ABI): the tier policy decides at open */
 	uint32_t layers, window;
 	uint64_t slot_bytes;      /* one slot (largest layer, placed) */
 	uint64_t memory_bytes;    /* tier memory held: slots + resident tensors */

@@ -40,6 +40,9 @@ struct gpunvme_devmem {
 
 struct gpunvme_bus_ops {
 	const char *name;
+	/* GPUNVME_CAP_*: what a controller behind this bus can do; the
+	 * controller takes them at open (gpunvme_ctrl_info's caps). */
+	uint32_t caps;
 	/* Open the device named by addr (the URI without "scheme:"). On
 	 * failure: -errno and a message via gpunvme_set_error(). */
 	int (*open)(struct gpunvme_bus *b, const char *addr, const struct gpunvme_opts *opts);

@@ -266,6 +266,8 @@ static int emu_unmap_device(struct gpunvme_bus *b, uint64_t iova)
 
 const struct gpunvme_bus_ops gpunvme_bus_emu = {
 	.name = "emu",
+	/* registers are host memory, GPU memory is reached by the copy engine */
+	.caps = GPUNVME_CAP_DEVMEM_DMA | GPUNVME_CAP_GPU_QUEUES | GPUNVME_CAP_CSTS_GPU | GPUNVME_CAP_DEEP_QUEUES,
 	.open = emu_open,
 	.close = emu_close,
 	.dma_alloc = emu_dma_alloc,

@@ -452,6 +452,8 @@ static int kmod_device_table(struct gpunvme_bus *b, uint64_t iova, const uint64_
 
 const struct gpunvme_bus_ops gpunvme_bus_kmod = {
 	.name = "kmod",
+	/* GPU pages through the module (dma-buf, nvidia_p2p) */
+	.caps = GPUNVME_CAP_DEVMEM_DMA | GPUNVME_CAP_GPU_QUEUES | GPUNVME_CAP_DOORBELL_MMIO | GPUNVME_CAP_DEEP_QUEUES,
 	.open = kmod_open,
 	.close = kmod_close,
 	.dma_alloc = kmod_dma_alloc,

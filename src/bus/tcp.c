@@ -66,6 +66,9 @@ static size_t tcp_contig(struct gpunvme_bus *b, void *handle)
 
 const struct gpunvme_bus_ops gpunvme_bus_tcp = {
 	.name = "tcp",
+	/* doorbells are a host page the CPU proxies read; few requests per
+	 * connection (nvmet-tcp keeps a buffer per entry); no DMA at all */
+	.caps = GPUNVME_CAP_GPU_QUEUES,
 	.open = tcp_open,
 	.close = tcp_close,
 	.dma_alloc = tcp_dma_alloc,

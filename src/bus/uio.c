@@ -391,6 +391,8 @@ static int uio_set_master(struct gpunvme_bus *b, bool on)
 
 const struct gpunvme_bus_ops gpunvme_bus_uio = {
 	.name = "uio",
+	/* no bus addresses for GPU pages: the GPU path is Tier 1 */
+	.caps = GPUNVME_CAP_GPU_QUEUES | GPUNVME_CAP_DOORBELL_MMIO | GPUNVME_CAP_DEEP_QUEUES,
 	.open = uio_open,
 	.close = uio_close,
 	.dma_alloc = uio_dma_alloc,

@@ -700,6 +700,8 @@ static int vfio_set_master(struct gpunvme_bus *b, bool on)
 
 const struct gpunvme_bus_ops gpunvme_bus_vfio = {
 	.name = "vfio",
+	/* no bus addresses for GPU pages: the GPU path is Tier 1 */
+	.caps = GPUNVME_CAP_GPU_QUEUES | GPUNVME_CAP_DOORBELL_MMIO | GPUNVME_CAP_DEEP_QUEUES,
 	.open = vfio_open,
 	.close = vfio_close,
 	.dma_alloc = vfio_dma_alloc,

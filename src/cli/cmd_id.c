@@ -231,6 +231,8 @@ int cmd_id_ctrl(int argc, char **argv)
 		cj_u64(&j, "page_size", info.page_size);
 		cj_u64(&j, "max_xfer", info.max_xfer);
 		cj_u64(&j, "nr_io_queues", info.nr_io_queues);
+		char cb[96];
+		cj_str(&j, "caps", gpunvme_caps_str(info.caps, cb, sizeof(cb)));
 		cj_obj_end(&j);
 		cj_obj_end(&j);
 		cj_finish(&j);
@@ -280,6 +282,8 @@ int cmd_id_ctrl(int argc, char **argv)
 		printf("driver    : %s, %u I/O queue pairs granted, %u entries max, max transfer %s\n",
 		       info.transport, info.nr_io_queues, info.mqes,
 		       info.max_xfer ? cli_human_bytes(info.max_xfer, h, sizeof(h)) : "unlimited");
+		char cb[96];
+		printf("caps      : %s\n", gpunvme_caps_str(info.caps, cb, sizeof(cb)));
 	}
 	gpunvme_close(c);
 	return 0;

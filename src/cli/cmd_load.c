@@ -28,6 +28,7 @@
 #include "gpunvme/model.h"
 #include "gpunvme/modelset.h"
 #include "gpunvme/sha256.h"
+#include "gpunvme/tier.h"
 #include "util.h"
 
 /*
@@ -253,11 +254,6 @@ static bool gpu_usable(void)
 #endif
 }
 
-static const char *tier_str(enum gpunvme_tier t)
-{
-	return t == GPUNVME_TIER_2 ? "2" : t == GPUNVME_TIER_1 ? "1" : "cpu";
-}
-
 static int start_loader(struct load_ctx *x)
 {
 	struct gpunvme_loader_opts lo;
@@ -267,46 +263,40 @@ static int start_loader(struct load_ctx *x)
 	if (x->o.depth)
 		lo.depth = x->o.depth;
 	bool gpu = gpu_usable();
-	if (x->o.tier < 0) {
-		x->tier = gpu ? GPUNVME_TIER_2 : GPUNVME_TIER_CPU;
-		/* a real controller reaches GPU memory only through the
-		 * gpunvme kernel module (kmod:, dma-buf / nvidia_p2p); on
-		 * vfio:/uio: pinned host memory read by the GPU (Tier 1) is the
-		 * GPU path */
+	/* the library's one tier policy (tier.h), over every member of an md
+	 * array: the same answer Python and the layer stream get */
+	struct gpunvme_ctrl *const *cs = x->f.md ? x->f.md->c : &x->f.c;
+	size_t ncs = x->f.md ? x->f.md->n : 1;
+	enum gpunvme_tier req = x->o.tier < 0 ? GPUNVME_TIER_AUTO : (enum gpunvme_tier)x->o.tier;
+	int prc = gpunvme_tier_choose(cs, ncs, gpu, req, &x->tier);
+#ifndef GPUNVME_HAVE_CUDA
+	/* "none is usable" would send the user looking for a GPU */
+	if (prc == -EOPNOTSUPP && req != GPUNVME_TIER_CPU)
+		return cli_err(EXIT_RUNTIME, "--tier %s: %s (this build has no CUDA support)", gpunvme_tier_str(req),
+			       gpunvme_last_error());
+#endif
+	if (prc)
+		return cli_err(EXIT_RUNTIME, "--tier %s: %s", gpunvme_tier_str(req), gpunvme_last_error());
+	FILE *n;
+	if (req == GPUNVME_TIER_AUTO && x->tier == GPUNVME_TIER_1 && (n = note_begin(x))) {
+		char cb[96];
 		struct gpunvme_ctrl_info ci;
-		FILE *n;
-		if (gpu && gpunvme_ctrl_info(x->f.c, &ci) == 0 && strcmp(ci.transport, "emu") != 0 &&
-		    strcmp(ci.transport, "kmod") != 0) {
-			x->tier = GPUNVME_TIER_1;
-			n = note_begin(x);
-			if (n && !strcmp(ci.transport, "tcp"))
-				fprintf(n, "%s: over NVMe/TCP data lands in pinned host memory the "
-						"GPU reads (tier 1), forwarded by a CPU proxy per queue\n", x->o.uri);
-			else if (n)
-				fprintf(n, "%s: GPU memory is a DMA target on real controllers only "
-						"through the gpunvme kernel module (kmod:BDF): loading into pinned host memory "
-						"the GPU reads (tier 1)\n", x->o.uri);
-		}
-		if (!gpu && (n = note_begin(x)))
-			fprintf(n, "no CUDA GPU %s: loading into host memory through the CPU data path\n",
-#ifdef GPUNVME_HAVE_CUDA
-				"is usable here"
-#else
-				"support in this build"
-#endif
-			);
-	} else {
-		x->tier = (enum gpunvme_tier)x->o.tier;
-		if (x->tier != GPUNVME_TIER_CPU && !gpu)
-			return cli_err(EXIT_RUNTIME, "--tier %s needs a CUDA GPU, and %s (use --tier cpu)",
-				       tier_str(x->tier),
-#ifdef GPUNVME_HAVE_CUDA
-				       "none is usable here"
-#else
-				       "this build has no CUDA support"
-#endif
-			);
+		uint32_t caps = GPUNVME_CAP_ALL;
+		for (size_t i = 0; i < ncs; i++)
+			if (gpunvme_ctrl_info(cs[i], &ci) == 0)
+				caps &= ci.caps;
+		fprintf(n, "%s: cannot DMA into GPU memory (capabilities: %s): loading into pinned host memory the GPU "
+			   "reads (tier 1); GPU memory as a DMA target needs emu: or the gpunvme kernel module "
+			   "(kmod:BDF)\n", x->o.uri, gpunvme_caps_str(caps, cb, sizeof(cb)));
 	}
+	if (req == GPUNVME_TIER_AUTO && !gpu && (n = note_begin(x)))
+		fprintf(n, "no CUDA GPU %s: loading into host memory through the CPU data path\n",
+#ifdef GPUNVME_HAVE_CUDA
+			"is usable here"
+#else
+			"support in this build"
+#endif
+		);
 	lo.tier = x->tier;
 #ifdef GPUNVME_HAVE_CUDA
 	lo.gpu = gpunvme_loader_gpu_backend();
@@ -322,7 +312,7 @@ static int start_loader(struct load_ctx *x)
 			return cli_err(EXIT_RUNTIME,
 				       "--verify reads the file back on a second I/O queue pair while tier %s holds its own; "
 				       "the controller granted %u (use --tier cpu, or leave out --verify)",
-				       tier_str(x->tier), ci.nr_io_queues);
+				       gpunvme_tier_str(x->tier), ci.nr_io_queues);
 		gpunvme_blkdev_release(x->f.dev);
 	}
 	/* an md array: a loader per member, on the member's controller */
@@ -549,7 +539,7 @@ static void print_json(struct load_ctx *x)
 	cj_str(&j, "layout", x->set->kind);
 	cj_u64(&j, "files", x->set->n_files);
 	cj_str(&j, "fs", gpunvme_fs_type(x->f.fs));
-	cj_str(&j, "tier", tier_str(x->tier));
+	cj_str(&j, "tier", gpunvme_tier_str(x->tier));
 	cj_u64(&j, "bytes", x->b->bytes);
 	cj_u64(&j, "bytes_read", x->moved);
 	cj_dbl(&j, "seconds", x->secs);
@@ -620,7 +610,7 @@ static void print_table(struct load_ctx *x)
 	printf("%s: %zu of %zu tensors, %s (", gpunvme_model_format_name(x->m->format), x->b->n_tensors,
 	       x->m->n_tensors, cli_human_bytes(x->b->bytes, hb, sizeof(hb)));
 	cli_put_name(stdout, x->o.path, strlen(x->o.path));
-	printf(") in %.3f s, %.2f GB/s, tier %s; %s by DMA into place, %s bounced%s\n", x->secs, x->secs > 0 ? (double)x->moved / x->secs / 1e9 : 0, tier_str(x->tier),
+	printf(") in %.3f s, %.2f GB/s, tier %s; %s by DMA into place, %s bounced%s\n", x->secs, x->secs > 0 ? (double)x->moved / x->secs / 1e9 : 0, gpunvme_tier_str(x->tier),
 	       cli_human_bytes(st.direct_bytes, hd, sizeof(hd)), cli_human_bytes(st.bounced_bytes, hbn, sizeof(hbn)),
 	       x->o.verify ? "; verified against the CPU path" : "");
 }

@@ -430,6 +430,7 @@ int gpunvme_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvm
 		free(c);
 		return rc;
 	}
+	c->caps = c->bus.ops->caps;
 	if (!strncmp(uri, "tcp:", 4)) {
 		if ((rc = open_fabric(c, uri)))
 			goto fail;
@@ -640,6 +641,26 @@ int gpunvme_reset(struct gpunvme_ctrl *c)
 	return rc;
 }
 
+const char *gpunvme_caps_str(uint32_t caps, char *buf, size_t len)
+{
+	static const char *const names[] = { "devmem-dma", "gpu-queues", "doorbell-mmio", "csts-gpu", "deep-queues" };
+	if (!buf || !len)
+		return buf;
+	size_t o = 0;
+	buf[0] = 0;
+	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (!(caps & (1u << i)))
+			continue;
+		int w = snprintf(buf + o, len - o, "%s%s", o ? "," : "", names[i]);
+		if (w < 0 || (size_t)w >= len - o)
+			return buf; /* truncated: still terminated */
+		o += (size_t)w;
+	}
+	if (!o)
+		snprintf(buf, len, "none");
+	return buf;
+}
+
 /* Identify's ASCII fields are space padded, not terminated (§5.15.2.2):
  * copy into dst (n + 1 bytes) without the padding. */
 static void copy_trimmed(char *dst, const char *src, size_t n)
@@ -669,6 +690,7 @@ int gpunvme_ctrl_info(struct gpunvme_ctrl *c, struct gpunvme_ctrl_info *info)
 	info->max_xfer = c->mdts_bytes;
 	info->nr_io_queues = c->nr_io_queues;
 	info->vwc = c->id.vwc & GPUNVME_VWC_PRESENT;
+	info->caps = c->caps;
 	return 0;
 }
 

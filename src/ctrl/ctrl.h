@@ -39,6 +39,7 @@ struct gpunvme_ctrl {
 	struct nvmf_proxy **fab_px;
 	struct nvmf_proxy_ns **fab_ns;   /* each proxy's namespace table */
 	struct gpunvme_opts opts;
+	uint32_t caps;           /* GPUNVME_CAP_*, from the bus at open */
 	uint64_t cap;
 	uint32_t vs;
 	uint32_t dstrd;

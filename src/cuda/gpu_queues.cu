@@ -233,7 +233,7 @@ static int map_bar(struct gpunvme_gpu_queues *g, const struct gpunvme_ctrl_info 
 {
 	g->bar = gpunvme_ctrl_doorbells(g->c, &g->bar_len);
 	unsigned flags = cudaHostRegisterMapped;
-	if (strcmp(ci->transport, "emu") != 0 && strcmp(ci->transport, "tcp") != 0)
+	if (ci->caps & GPUNVME_CAP_DOORBELL_MMIO)
 		flags |= cudaHostRegisterIoMemory; /* MMIO: uncached, PCIe writes */
 	cudaError_t ce = cudaHostRegister((void *)g->bar, g->bar_len, flags);
 	if (ce == cudaSuccess)
@@ -472,9 +472,9 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 	g->desc.max_blocks = ni.max_blocks;
 	g->desc.nsze = ni.nsze;
 	g->desc.page_size = ps;
-	/* the emulator's CSTS is memory the GPU can read; a real BAR read
-	 * from the GPU may not complete on every root complex (seed 004) */
-	g->desc.csts = strcmp(ci.transport, "emu") == 0 ? (const volatile uint32_t *)(dbar + GPUNVME_REG_CSTS) : NULL;
+	/* only where CSTS is memory the GPU can read (the emulator's): a real
+	 * BAR read from the GPU may not complete on every root complex (seed 004) */
+	g->desc.csts = ci.caps & GPUNVME_CAP_CSTS_GPU ? (const volatile uint32_t *)(dbar + GPUNVME_REG_CSTS) : NULL;
 	setup_lanes(g);
 	*out = g;
 	return 0;

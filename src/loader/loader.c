@@ -31,7 +31,7 @@
  * queues or entries than this add nothing the emulator or one SSD shows. */
 #define AUTO_QUEUES 8
 #define AUTO_DEPTH 256
-#define AUTO_DEPTH_TCP 8
+#define AUTO_DEPTH_SHALLOW 8
 #define MAX_ALLOCS_GROW 16
 
 struct loader_alloc {
@@ -97,10 +97,11 @@ static int fit_queues(struct gpunvme_layer_loader *l)
 					 "all %u I/O queue pairs the controller granted are in use: the loader needs one "
 					 "(destroy a queue pair first, or open the controller asking for more: opts.nr_io_queues)",
 					 ci.nr_io_queues);
-	/* NVMe/TCP: few requests per connection; each may be a whole tensor
-	 * split into many commands, and a deep queue of them only piles up
-	 * buffers at the target (nvmet-tcp keeps them per entry) */
-	uint32_t auto_depth = !strcmp(ci.transport, "tcp") ? AUTO_DEPTH_TCP : AUTO_DEPTH;
+	/* Without deep queues (NVMe/TCP): few requests per connection; each
+	 * may be a whole tensor split into many commands, and a deep queue of
+	 * them only piles up buffers at the target (nvmet-tcp keeps them per
+	 * entry) */
+	uint32_t auto_depth = ci.caps & GPUNVME_CAP_DEEP_QUEUES ? AUTO_DEPTH : AUTO_DEPTH_SHALLOW;
 	if (!l->o.depth)
 		l->o.depth = ci.mqes < auto_depth ? ci.mqes : auto_depth;
 	else if (l->o.depth < 2 || l->o.depth > ci.mqes)
@@ -144,6 +145,16 @@ static int check_extents(const struct gpunvme_extent *ext, size_t n, uint64_t de
 	return 0;
 }
 
+/* The tier policy (tier.h) on o->tier: AUTO becomes a tier; an explicit
+ * GPU tier is checked against the controllers' capabilities only, so that
+ * a missing CUDA backend keeps its own message below (which names the
+ * library to link). */
+static int resolve_tier(struct gpunvme_ctrl *const *ctrls, size_t n, struct gpunvme_loader_opts *o)
+{
+	const bool gpu = o->tier != GPUNVME_TIER_AUTO || o->gpu;
+	return gpunvme_tier_choose(ctrls, n, gpu, o->tier, &o->tier);
+}
+
 int gpunvme_layer_loader_init(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_extent *ext, size_t n,
 			      uint64_t file_size, const struct gpunvme_loader_opts *opts,
 			      struct gpunvme_layer_loader **out)
@@ -168,6 +179,10 @@ int gpunvme_layer_loader_init(struct gpunvme_ctrl *c, uint32_t nsid, const struc
 		l->o = *opts;
 	else
 		gpunvme_loader_opts_init(&l->o);
+	if ((rc = resolve_tier(&c, 1, &l->o))) {
+		free(l);
+		return rc;
+	}
 	if (!l->o.timeout_ms)
 		l->o.timeout_ms = 30000;
 	l->ext = malloc((n ? n : 1) * sizeof(*ext));
@@ -1052,7 +1067,8 @@ int gpunvme_layer_loader_init_md(struct gpunvme_ctrl *const *ctrls, const uint32
 	else
 		gpunvme_loader_opts_init(&l->o);
 	l->file_size = file_size;
-	int rc = 0;
+	/* one tier for the whole array: the members' capabilities together */
+	int rc = resolve_tier(ctrls, mi.n_members, &l->o);
 	for (uint32_t k = 0; k < mi.n_members && !rc; k++) {
 		struct gpunvme_extent *me = NULL;
 		size_t nme = 0;

@@ -52,8 +52,8 @@ struct tpair {
 	uint32_t layer;
 };
 
-/* Where the file's bytes are, during open (setup may run twice: Tier 2,
- * then the Tier 1 fallback): one namespace, or an md array's members. */
+/* Where the file's bytes are, during open: one namespace, or an md
+ * array's members. */
 struct source {
 	struct gpunvme_ctrl *c;
 	uint32_t nsid;
@@ -67,7 +67,7 @@ struct gpunvme_layer_stream {
 	struct gpunvme_layer_loader *l;
 	const struct gpunvme_loader_gpu_ops *gpu;  /* NULL: CPU tier */
 	enum gpunvme_tier tier;
-	int fell_back;
+	int fell_back;       /* always 0: the tier policy decides once (tier.h) */
 	int sync_reads;
 	uint32_t nl, k;
 	struct slayer *layers;
@@ -489,8 +489,9 @@ static int setup(struct gpunvme_layer_stream *s, const struct source *src, const
 			 : gpunvme_layer_loader_init(src->c, src->nsid, ext, n, file_size, lo, &s->l);
 	if (rc)
 		return rc;
-	s->tier = lo->tier;
-	s->gpu = lo->tier == GPUNVME_TIER_CPU ? NULL : lo->gpu;
+	/* the loader applied the tier policy (an AUTO request became a tier) */
+	s->tier = gpunvme_layer_loader_tier(s->l);
+	s->gpu = s->tier == GPUNVME_TIER_CPU ? NULL : lo->gpu;
 	s->timeout_ns = (uint64_t)(lo->timeout_ms ? lo->timeout_ms : 30000) * 1000000ull;
 	s->slots = calloc(s->k, sizeof(*s->slots));
 	if (!s->slots)
@@ -505,7 +506,7 @@ static int setup(struct gpunvme_layer_stream *s, const struct source *src, const
 		if (!sl->mem)
 			return gpunvme_set_error(-ENOMEM, "cannot allocate slot %u of %u (%llu bytes each, %s): %s", k,
 						 s->k, (unsigned long long)s->slot_bytes,
-						 lo->tier == GPUNVME_TIER_2 ? "GPU memory" : "host DMA memory",
+						 s->tier == GPUNVME_TIER_2 ? "GPU memory" : "host DMA memory",
 						 gpunvme_last_error());
 		if (!sl->ptr)
 			return gpunvme_set_error(-ENOMEM, "out of memory");
@@ -572,18 +573,6 @@ static int stream_open(const struct source *src, const struct gpunvme_model *m, 
 		s->k = opts->window < s->nl ? opts->window : s->nl;
 		struct gpunvme_loader_opts lo = opts->loader;
 		rc = setup(s, src, ext, n, file_size, &lo, res_idx, n_res);
-		if (rc && lo.tier == GPUNVME_TIER_2 && !opts->no_fallback && rc != -EINVAL && rc != -ENOENT) {
-			/* Tier 2 cannot be set up (no GPU bus addresses: a real
-			 * controller not on the kmod: bus; or not enough GPU
-			 * memory): pinned host memory
-			 * the GPU reads, with the same GPU-initiated reads */
-			teardown(s);
-			memset(&s->st, 0, sizeof(s->st));
-			s->ring_head = s->ring_len = 0;
-			lo.tier = GPUNVME_TIER_1;
-			rc = setup(s, src, ext, n, file_size, &lo, res_idx, n_res);
-			s->fell_back = !rc;
-		}
 	}
 	free(res_idx);
 	if (rc) {

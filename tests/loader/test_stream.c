@@ -430,8 +430,18 @@ TEST_CASE(errors)
 	o.no_fallback = 1;
 	REQUIRE_EQ(gpunvme_layer_stream_open(c, 1, fm.m, fm.ext, fm.n, fm.size, &o, &s), -ENOTSUP);
 	REQUIRE(strstr(gpunvme_last_error(), "CUDA backend"), "%s", gpunvme_last_error());
-	o.no_fallback = 0; /* Tier 1 fails the same way: the error is Tier 1's */
+	o.no_fallback = 0; /* ignored: the stream has no fallback of its own (tier.h decides) */
 	REQUIRE_EQ(gpunvme_layer_stream_open(c, 1, fm.m, fm.ext, fm.n, fm.size, &o, &s), -ENOTSUP);
+	REQUIRE(strstr(gpunvme_last_error(), "Tier 2"), "%s", gpunvme_last_error());
+	/* AUTO without the CUDA backend: the policy picks the CPU tier */
+	o.loader.tier = GPUNVME_TIER_AUTO;
+	REQUIRE_OK(gpunvme_layer_stream_open(c, 1, fm.m, fm.ext, fm.n, fm.size, &o, &s));
+	struct gpunvme_stream_stats ss;
+	REQUIRE_OK(gpunvme_layer_stream_stats(s, &ss));
+	CHECK_EQ(ss.tier, GPUNVME_TIER_CPU);
+	CHECK_EQ(ss.fell_back, 0);
+	gpunvme_layer_stream_close(s);
+	s = NULL;
 	o.loader.tier = GPUNVME_TIER_CPU;
 
 	/* acquire / release misuse */

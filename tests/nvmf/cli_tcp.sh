@@ -100,6 +100,12 @@ group_load() {
 	ok load "$URI" /model.safetensors --tier cpu --verify --no-progress && expect_out "verified against the CPU path"
 	ok load "$URI?hdgst=1&ddgst=1" /model.safetensors --tier cpu --verify --no-progress &&
 		expect_out "verified against the CPU path"
+	# the tier policy: NVMe/TCP cannot DMA into GPU memory, so tier 2 is
+	# refused for the volume (before any GPU is looked for: the same here
+	# and on the GPU machine), naming the fix; id-ctrl shows why
+	bad 1 "needs a controller that can DMA into GPU memory" load "$URI" /model.safetensors --tier 2 --no-progress &&
+		{ grep -q "and tcp:.* cannot: use " "$ERR" || { fail "the refusal names no controller or fix"; show; }; }
+	ok id-ctrl "$URI" && expect_out "caps      : gpu-queues"
 	# 8 clients at once, each its own association; all must verify
 	local pids=() i
 	for i in $(seq 8); do

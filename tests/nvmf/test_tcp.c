@@ -18,6 +18,7 @@
 #include "gpunvme/fabrics.h"
 #include "gpunvme/gpunvme.h"
 #include "gpunvme/queue.h"
+#include "gpunvme/tier.h"
 #include "nvmf/nvmf.h"
 #include "nvmf/pdu.h"
 
@@ -149,6 +150,39 @@ TEST_CASE(good_path_success_flag_cpda)
 	 * 32 bytes (CPDA 7); small MAXH2CDATA */
 	struct ft_config cfg = { .use_success_flag = true, .cpda = 7, .maxh2cdata = 4096, .c2h_chunk = 4096 };
 	return good_path("ddgst=1", &cfg);
+}
+
+/* NVMe/TCP's capabilities and the tier policy: no DMA into GPU memory (tier
+ * 2 refused, naming the controller), GPU queues through the CPU proxies
+ * (AUTO with a GPU: tier 1), shallow queues; with an emulator in an array
+ * the intersection decides. */
+TEST_CASE(caps_and_tier)
+{
+	REQUIRE(start(NULL) == 0);
+	struct gpunvme_ctrl *c = NULL, *e = NULL;
+	REQUIRE_OK(open_ctrl("", &c));
+	struct gpunvme_ctrl_info ci;
+	REQUIRE_OK(gpunvme_ctrl_info(c, &ci));
+	CHECK_EQ(ci.caps, GPUNVME_CAP_GPU_QUEUES);
+	enum gpunvme_tier t;
+	CHECK_OK(gpunvme_tier_choose(&c, 1, true, GPUNVME_TIER_AUTO, &t));
+	CHECK_EQ(t, GPUNVME_TIER_1);
+	CHECK_EQ(gpunvme_tier_choose(&c, 1, true, GPUNVME_TIER_2, &t), -EOPNOTSUPP);
+	CHECK_LAST_ERROR("tier 2 (GPU memory) needs a controller that can DMA into GPU memory");
+	CHECK_LAST_ERROR("tcp:");
+	CHECK_LAST_ERROR("use tier 1");
+	REQUIRE_OK(gpunvme_open("emu:ram:16M", NULL, &e));
+	struct gpunvme_ctrl *both[2] = { e, c };
+	CHECK_OK(gpunvme_tier_choose(both, 2, true, GPUNVME_TIER_AUTO, &t));
+	CHECK_EQ(t, GPUNVME_TIER_1);
+	CHECK_OK(gpunvme_tier_choose(both, 1, true, GPUNVME_TIER_AUTO, &t));
+	CHECK_EQ(t, GPUNVME_TIER_2);
+	CHECK_EQ(gpunvme_tier_choose(both, 2, true, GPUNVME_TIER_2, &t), -EOPNOTSUPP);
+	CHECK_LAST_ERROR("tcp:"); /* the member that cannot, not the emulator */
+	gpunvme_close(e);
+	gpunvme_close(c);
+	ft_stop(T);
+	return 0;
 }
 
 TEST_CASE(discover)

@@ -46,7 +46,7 @@ for _k, _v in _CUDA_ENV.items():
 from . import _gpunvme
 from ._gpunvme import Error, HAVE_CUDA
 
-__all__ = ["Error", "Volume", "load_file", "safe_open", "load_pretrained", "StateDict", "HAVE_CUDA", "cuda_available",
+__all__ = ["Error", "TIER_AUTO", "Volume", "load_file", "safe_open", "load_pretrained", "StateDict", "HAVE_CUDA", "cuda_available",
            "stream", "LayerStream", "stream_decoder"]
 
 # ---- dtypes -------------------------------------------------------------------
@@ -90,6 +90,18 @@ def _framework(fw):
     return fw
 
 
+TIER_AUTO = -1
+
+
+def _tier(vol, tier):
+    """The library's one tier policy (the same as gpunvme load's and the
+    layer stream's) for a GPU device on vol: TIER_AUTO -> 2 or 1 by the
+    controllers' capabilities; an explicit tier they cannot do raises Error
+    (EOPNOTSUPP) saying why and which tier to use. The CPU tier is always
+    possible."""
+    return tier if tier == 0 else vol.tier_choose(tier)
+
+
 def _device(device, tier):
     """-> (tier number, cuda device index, canonical device string)"""
     if device is None:
@@ -129,7 +141,9 @@ def _device(device, tier):
                         % device)
         if tier == 0:
             raise Error(22, "tier=\"cpu\" with device=%r: give device=\"cpu\"" % device)
-        return (2 if tier is None else tier), idx, "cuda:%d" % idx
+        # no tier: the library's tier policy picks, once the volume is open
+        # (_tier): 2 where its controllers can DMA into GPU memory, else 1
+        return (TIER_AUTO if tier is None else tier), idx, "cuda:%d" % idx
     raise Error(22, "device=%r: expected \"cpu\", \"cuda\" or \"cuda:N\"" % (device,))
 
 
@@ -533,6 +547,7 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
         path = _path(path)
         vol, own = _volume(uri, nsid, partition, offset)
         try:
+            devs = [(_tier(vol, t), idx, name) for t, idx, name in devs]
             model = vol.open_model(path)
             sel = _select(_index(model), tensors, _shown(path))
             return _load_multi(model, sel, devs, placement, split_dim, fw, progress, posixpath.basename(_shown(path)),
@@ -544,6 +559,7 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
     path = _path(path)
     vol, own = _volume(uri, nsid, partition, offset)
     try:
+        t = _tier(vol, t)
         model = vol.open_model(path)
         infos = _index(model)
         sel = _select(infos, tensors, _shown(path))
@@ -726,6 +742,7 @@ class safe_open:
         path = _path(path)
         self._vol, self._own = _volume(uri, nsid, partition, offset)
         try:
+            self._tier = _tier(self._vol, self._tier)
             self._model = self._vol.open_model(path)
         except BaseException:
             if self._own:
@@ -882,6 +899,7 @@ class LayerStream:
         self.layers_pattern = layers
         vol, own = _volume(uri, nsid, partition, offset)
         try:
+            t = _tier(vol, t)
             model = vol.open_model(model_dir)
             self._infos = [_Info(i, x, model.format) for i, x in enumerate(model.tensors())]
             self._s = _gpunvme.Stream(model, layers, resident, window, t, devidx, q, d, bool(no_fallback),
@@ -985,7 +1003,7 @@ def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, 
     import torch
     s = LayerStream(uri, model_dir, layers=layers, window=window, device=device, **kw)
     dev = torch.device(s.device)
-    # Tier 1 (a fallback on hardware without GPU bus addresses) gives CPU
+    # Tier 1 (the policy's choice where the volume cannot DMA into GPU memory) gives CPU
     # tensors in pinned memory: copied on the current stream, in order
     copy = s.tier == 1
     prefix = layers.split("{i}")[0]

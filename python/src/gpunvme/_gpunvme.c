@@ -50,6 +50,7 @@
 #include "gpunvme/modelset.h"
 #include "gpunvme/part.h"
 #include "gpunvme/stream.h"
+#include "gpunvme/tier.h"
 
 #ifdef GPUNVME_PY_CUDA
 #include <cuda_runtime_api.h>
@@ -506,6 +507,35 @@ static PyObject *Volume_read(Volume *v, PyObject *args, PyObject *kw)
 	return r;
 }
 
+/* tier_choose(tier) -> tier: the library's one tier policy (tier.h) for
+ * this volume's controllers (an md array's members together), asked for a
+ * GPU device: -1 (auto) becomes 2 or 1 by their capabilities; an explicit
+ * tier they cannot do raises Error(EOPNOTSUPP) naming the tier to use. */
+static PyObject *Volume_tier_choose(Volume *v, PyObject *args)
+{
+	int tier;
+	if (!PyArg_ParseTuple(args, "i", &tier))
+		return NULL;
+	if (vol_usable(v))
+		return NULL;
+	char err[LASTERR_LEN];
+	enum gpunvme_tier t = GPUNVME_TIER_CPU;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&v->lock);
+	struct gpunvme_ctrl *const *cs = v->md ? v->md->c : &v->c;
+	size_t n = v->md ? v->md->n : 1;
+	/* a GPU device was asked for: Python checked the build has CUDA */
+	rc = gpunvme_tier_choose(cs, n, true, (enum gpunvme_tier)tier, &t);
+	if (rc)
+		snprintf(err, LASTERR_LEN, "%s: %s", v->uri ? v->uri : "?", gpunvme_last_error());
+	pthread_mutex_unlock(&v->lock);
+	Py_END_ALLOW_THREADS
+	if (rc)
+		return raise_err(rc, "%s", err);
+	return PyLong_FromLong((long)t);
+}
+
 static PyObject *Volume_enter(Volume *v, PyObject *unused)
 {
 	(void)unused;
@@ -725,8 +755,9 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!i|iII", kwlist, &ModelType, &mo, &tier, &device, &queues,
 					 &depth))
 		return NULL;
-	if (tier < 0 || tier > 2)
-		return raise_err(EINVAL, "tier %d: expected 0 (CPU), 1 (pinned host memory) or 2 (GPU memory)", tier);
+	if (tier < GPUNVME_TIER_AUTO || tier > 2)
+		return raise_err(EINVAL, "tier %d: expected -1 (auto: the tier policy), 0 (CPU), 1 (pinned host memory) "
+				 "or 2 (GPU memory)", tier);
 	if (vol_usable(mo->vol))
 		return NULL;
 #ifndef GPUNVME_PY_CUDA
@@ -765,7 +796,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 			snprintf(err, LASTERR_LEN, "%s: layer loader (tier %d): %s", mo->path, tier, gpunvme_last_error());
 		/* the CPU tier takes its queues again at its next load: idle
 		 * loaders (a safe_open between reads) leave them to others */
-		else if (tier == GPUNVME_TIER_CPU)
+		else if ((ld->tier = (int)gpunvme_layer_loader_tier(ld->l)) == GPUNVME_TIER_CPU)
 			gpunvme_layer_loader_release_queues(ld->l);
 	}
 	pthread_mutex_unlock(&v->lock);
@@ -1320,8 +1351,9 @@ static PyObject *Stream_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!szIi|iIIpp", kwlist, &ModelType, &mo, &layers, &resident,
 					 &window, &tier, &device, &queues, &depth, &no_fallback, &sync_reads))
 		return NULL;
-	if (tier < 0 || tier > 2)
-		return raise_err(EINVAL, "tier %d: expected 0 (CPU), 1 (pinned host memory) or 2 (GPU memory)", tier);
+	if (tier < GPUNVME_TIER_AUTO || tier > 2)
+		return raise_err(EINVAL, "tier %d: expected -1 (auto: the tier policy), 0 (CPU), 1 (pinned host memory) "
+				 "or 2 (GPU memory)", tier);
 	if (vol_usable(mo->vol))
 		return NULL;
 #ifndef GPUNVME_PY_CUDA
@@ -1619,6 +1651,9 @@ static PyMethodDef Volume_methods[] = {
 	{ "read", (PyCFunction)(void (*)(void))Volume_read, METH_VARARGS | METH_KEYWORDS,
 	  "read(path, offset=0, size=-1) -> bytes (at most 1 GiB; size -1: to the end of the file)" },
 	{ "open_model", (PyCFunction)Volume_open_model, METH_VARARGS, "open_model(path) -> Model" },
+	{ "tier_choose", (PyCFunction)Volume_tier_choose, METH_VARARGS,
+	  "tier_choose(tier) -> tier: the tier policy for a GPU device (-1: auto -> 2 or 1 by the controllers' "
+	  "capabilities); an explicit tier they cannot do raises gpunvme.Error naming the one to use" },
 	{ "__enter__", (PyCFunction)Volume_enter, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)Volume_exit, METH_VARARGS, NULL },
 	{ NULL, NULL, 0, NULL },
