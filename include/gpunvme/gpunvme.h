@@ -54,6 +54,13 @@ void gpunvme_opts_init(struct gpunvme_opts *o);
  * Resets the controller, brings it up, identifies it and every active
  * namespace, and negotiates the number of I/O queues. opts may be NULL.
  */
+/*
+ * The URI grammar alone, without opening anything: emu:SPEC (the spec
+ * parsed), vfio:|uio:|kmod:|pci:BDF, tcp://HOST[:PORT]/SUBNQN, md:URI;URI...
+ * (every member). 0, or -EINVAL with gpunvme_last_error() naming what is
+ * wrong and the expected form. gpunvme_open checks it first.
+ */
+int gpunvme_uri_check(const char *uri);
 int gpunvme_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_ctrl **out);
 
 /* Delete the I/O queues the library created, shut the controller down

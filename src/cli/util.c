@@ -218,134 +218,17 @@ const char *cli_one_uri(int argc, char **argv)
 
 /* ---- URIs ------------------------------------------------------------------ */
 
-/* DDDD:BB:DD.F or BB:DD.F, hex, device <= 1f, function <= 7. */
-static bool bdf_ok(const char *s)
-{
-	unsigned dom = 0, bus, dev, fn;
-	int n = 0;
-	size_t len = strlen(s);
-	for (size_t i = 0; i < len; i++)
-		if (!isxdigit((unsigned char)s[i]) && s[i] != ':' && s[i] != '.')
-			return false;
-	if (sscanf(s, "%4x:%2x:%2x.%1x%n", &dom, &bus, &dev, &fn, &n) == 4 && (size_t)n == len &&
-	    len == 12) {
-		/* full form */
-	} else if (sscanf(s, "%2x:%2x.%1x%n", &bus, &dev, &fn, &n) == 3 && (size_t)n == len &&
-		   len == 7) {
-		/* short form */
-	} else {
-		return false;
-	}
-	return dev <= 0x1f && fn <= 7;
-}
-
 bool cli_is_md(const char *uri)
 {
 	return uri && !strncmp(uri, "md:", 3);
 }
 
-/* One md member "URI[#N]": the controller URI (into buf) and namespace. */
-static int md_member_split(const char *m, size_t len, char *buf, size_t cap, uint32_t *nsid, uint32_t def_nsid)
-{
-	const char *hash = memchr(m, '#', len);
-	size_t ul = hash ? (size_t)(hash - m) : len;
-	*nsid = def_nsid;
-	if (hash) {
-		char num[16];
-		size_t nl = len - ul - 1;
-		uint64_t v;
-		if (nl == 0 || nl >= sizeof(num))
-			return cli_usage_err("md member '%.*s': expected a namespace number after '#'", (int)len, m);
-		memcpy(num, hash + 1, nl);
-		num[nl] = 0;
-		if (cli_parse_u64(num, false, &v) || v == 0 || v > 0xfffffffeu)
-			return cli_usage_err("md member '%.*s': '%s' is not a namespace number", (int)len, m, num);
-		*nsid = (uint32_t)v;
-	}
-	if (ul == 0)
-		return cli_usage_err("md member '%.*s' has no device URI before '#'", (int)len, m);
-	if (ul >= cap)
-		return cli_usage_err("md member URI too long (%zu bytes)", ul);
-	memcpy(buf, m, ul);
-	buf[ul] = 0;
-	return 0;
-}
-
-static int check_md_uri(const char *uri)
-{
-	const char *p = uri + 3;
-	size_t n = 0;
-	if (!*p)
-		return cli_usage_err("missing members after 'md:' (e.g. 'md:emu:/a.img;emu:/b.img')");
-	for (;;) {
-		const char *semi = strchr(p, ';');
-		size_t len = semi ? (size_t)(semi - p) : strlen(p);
-		char buf[4096];
-		uint32_t ns;
-		if (len == 0)
-			return cli_usage_err("empty member in '%s' (members are separated by one ';')", uri);
-		int rc = md_member_split(p, len, buf, sizeof(buf), &ns, 1);
-		if (rc)
-			return rc;
-		if (cli_is_md(buf))
-			return cli_usage_err("md member '%s' is itself an md array (nested arrays are not supported)", buf);
-		if ((rc = cli_check_uri(buf)))
-			return rc;
-		if (++n > GPUNVME_MD_MAX_MEMBERS)
-			return cli_usage_err("more than %d md members", GPUNVME_MD_MAX_MEMBERS);
-		if (!semi)
-			break;
-		p = semi + 1;
-	}
-	return 0;
-}
-
 int cli_check_uri(const char *uri)
 {
-	if (cli_is_md(uri))
-		return check_md_uri(uri);
-	const char *colon = strchr(uri, ':');
-	if (!*uri)
-		return cli_usage_err("empty device URI (expected emu:SPEC, vfio:BDF, uio:BDF, pci:BDF or "
-				     "tcp://HOST:PORT/SUBNQN)");
-	/* NVMe/TCP: the library checks the rest and names what is wrong */
-	if (!strncmp(uri, "tcp:", 4)) {
-		if (strncmp(uri, "tcp://", 6) || !uri[6])
-			return cli_usage_err("'%s': expected tcp://HOST[:PORT]/SUBNQN (subsystems: gpunvme discover "
-					     "tcp://HOST)", uri);
-		return 0;
-	}
-	if (!colon)
-		return cli_usage_err("'%s' is not a device URI: expected emu:SPEC, vfio:BDF, uio:BDF, "
-				     "pci:BDF or md:URI;URI... (e.g. emu:ram:64M, vfio:0000:01:00.0)",
-				     uri);
-	size_t sl = (size_t)(colon - uri);
-	const char *rest = colon + 1;
-	if (sl == 3 && !strncmp(uri, "emu", 3)) {
-		if (!*rest)
-			return cli_usage_err("missing emulator spec after 'emu:' (e.g. emu:ram:64M, "
-					     "emu:/path/disk.img)");
-		struct gpunvme_emu_config cfg;
-		const char *err = NULL;
-		if (gpunvme_emu_config_parse(&cfg, rest, &err))
-			return cli_usage_err("bad emulator spec '%s': %s", rest,
-					     err ? err : "invalid");
-		return 0;
-	}
-	if ((sl == 4 && !strncmp(uri, "vfio", 4)) || (sl == 3 && !strncmp(uri, "uio", 3)) ||
-	    (sl == 4 && !strncmp(uri, "kmod", 4)) || (sl == 3 && !strncmp(uri, "pci", 3))) {
-		if (!*rest)
-			return cli_usage_err("missing PCI address after '%.*s:' (expected DDDD:BB:DD.F, "
-					     "e.g. %.*s:0000:01:00.0; 'gpunvme list' shows them)",
-					     (int)sl, uri, (int)sl, uri);
-		if (!bdf_ok(rest))
-			return cli_usage_err("malformed PCI address '%s' (expected DDDD:BB:DD.F in hex, "
-					     "e.g. 0000:01:00.0)",
-					     rest);
-		return 0;
-	}
-	return cli_usage_err("unknown bus '%.*s' in '%s' (expected emu:, vfio:, uio:, kmod:, pci:, md: or tcp://)", (int)sl,
-			     uri, uri);
+	/* the library's grammar (gpunvme_uri_check); a typo is a usage error */
+	if (gpunvme_uri_check(uri))
+		return cli_usage_err("%s", gpunvme_last_error());
+	return 0;
 }
 
 int cli_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_ctrl **out)

@@ -80,6 +80,9 @@ static int each_member(const char *uri, uint32_t def_nsid,
 		}
 		if ((rc = member_split(p, len, buf, MEMBER_MAX, &ns, def_nsid)))
 			break;
+		/* the member's own grammar, before anything is opened */
+		if ((rc = gpunvme_uri_check(buf)))
+			break;
 		if (fn && (rc = fn(arg, i, p, len, buf, ns)))
 			break;
 		if (!semi)

@@ -256,7 +256,7 @@ static void check_bus_errors(void)
 	CHECK_EQ(gpunvme_bus_open("pci:0000:05:00.0", &o, &b), -ENOENT);
 	CHECK_LAST_ERROR("kmod:0000:05:00.0");
 	CHECK_EQ(gpunvme_bus_open("kmod:", &o, &b), -EINVAL);
-	CHECK_LAST_ERROR("missing device");
+	CHECK_LAST_ERROR("missing PCI address after 'kmod:'");
 }
 
 static void check_enable_master(void)

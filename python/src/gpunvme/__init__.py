@@ -226,11 +226,14 @@ class Volume(_gpunvme.Volume):
             raise Error(22, "nsid=%r: expected a namespace id 1..4294967294" % (nsid,))
         if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int) or offset < 0):
             raise Error(22, "offset=%r: expected a byte offset >= 0" % (offset,))
-        if ":" not in uri:
-            hint = " (an image file: emu:%s)" % uri if os.path.exists(uri) else ""
-            raise Error(22, "%r is not a device URI: expected emu:SPEC, vfio:BDF, uio:BDF or pci:BDF%s"
-                        % (uri, hint))
-        super().__init__(uri, nsid, -1 if offset is None else offset, partition or 0)
+        try:
+            # the URI grammar is the library's (gpunvme_uri_check)
+            super().__init__(uri, nsid, -1 if offset is None else offset, partition or 0)
+        except Error as e:
+            # a path given where a URI belongs: say how to name it
+            if ":" not in uri and os.path.exists(uri) and e.args and e.args[0] == 22:
+                raise Error(22, "%s (an image file: emu:%s)" % (e.args[-1], uri)) from None
+            raise
 
     def __repr__(self):
         return "<gpunvme.Volume %s%s>" % (self.uri, " closed" if self.closed else "")
