@@ -241,6 +241,7 @@ MATRIX = {}
 
 
 def pytest_terminal_summary(terminalreporter):
+    """the matrix as one grid per tier: pass, FAIL, or a refusal's number"""
     if not MATRIX:
         return
     tr = terminalreporter
@@ -249,6 +250,36 @@ def pytest_terminal_summary(terminalreporter):
         counts[r[0]] = counts.get(r[0], 0) + 1
     tr.write_sep("=", "combination matrix (issue 31): %d cells: %s" % (
         len(MATRIX), ", ".join("%d %s" % (n, k) for k, n in sorted(counts.items()))))
-    w = max(len("%s | %s | %s" % k) for k in MATRIX)
-    for k, (res, why) in MATRIX.items():
-        tr.write_line(("%-" + str(w) + "s  %-7s %s") % ("%s | %s | %s" % k, res, why))
+    entries, volumes, tiers = [], [], []
+    for e, v, t in MATRIX:
+        for lst, x in ((entries, e), (volumes, v), (tiers, t)):
+            if x not in lst:
+                lst.append(x)
+    reasons = []
+    w0 = max(len(e) for e in entries)
+    ws = [max(len(v), 8) for v in volumes]
+    for t in tiers:
+        tr.write_line("")
+        tr.write_line("tier %-*s  %s" % (w0 - 5, t, "  ".join(v.ljust(w) for v, w in zip(volumes, ws))))
+        for e in entries:
+            row = []
+            for v, w in zip(volumes, ws):
+                res, why = MATRIX.get((e, v, t), ("-", ""))
+                if res == "refused":
+                    if why not in reasons:
+                        reasons.append(why)
+                    txt = "ref %d" % (reasons.index(why) + 1)
+                else:
+                    txt = {"passed": "pass", "FAILED": "FAIL"}.get(res, res)
+                row.append(txt.ljust(w))
+            tr.write_line("%-*s  %s" % (w0, e, "  ".join(row)))
+    tr.write_line("")
+    tr.write_line("refused, with the reason (each checked against the expected one):")
+    for k, why in enumerate(reasons):
+        n = sum(1 for r in MATRIX.values() if r == ("refused", why))
+        tr.write_line("  ref %d (%d cells): %s" % (k + 1, n, why))
+    bad = [(k, why) for k, (res, why) in MATRIX.items() if res == "FAILED"]
+    if bad:
+        tr.write_line("failed:")
+        for k, why in bad:
+            tr.write_line("  %s | %s | %s: %s" % (k + (why,)))

@@ -173,6 +173,9 @@ int main(int argc, char **argv)
 		o.layers = "model.layers.{i}.";
 		o.window = w;
 		o.no_fallback = 1;
+		/* the emulator's Tier 2 copy lanes may share hardware queues with
+		 * the consumer (docs/loader.md, Limits): acquire waits on the host */
+		o.sync_reads = tier != 0;
 		o.loader.tier = (enum gpunvme_tier)tier;
 		o.loader.queues = 2;
 		o.loader.depth = 32;
