@@ -108,15 +108,16 @@ def make_image(tmp_path, files, name="img.ext4"):
     return "emu:" + str(img)
 
 
-def gpt_disk(tmp_path, fs_img, parts):
+def gpt_disk(tmp_path, fs_img, parts, first=2048):
     """a disk image with a GPT made by sfdisk; fs_img copied into each
-    partition index listed in `parts` (1-based), the others left empty"""
+    partition index listed in `parts` (1-based), the others left empty;
+    the first partition starts at sector `first` (512 B)"""
     if not shutil.which("sfdisk"):
         pytest.skip("sfdisk (util-linux fdisk) is not installed")
     size = os.path.getsize(fs_img)
     sectors = size // 512
     disk = tmp_path / "disk.img"
-    starts = [2048 + k * (sectors + 2048) for k in range(2)]
+    starts = [first + k * (sectors + 2048) for k in range(2)]
     with open(disk, "wb") as f:
         f.truncate((starts[-1] + sectors + 2048) * 512)
     table = "label: gpt\n" + "".join("start=%d, size=%d\n" % (s, sectors) for s in starts)

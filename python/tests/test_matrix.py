@@ -6,8 +6,9 @@ Entry points: the CLI's `cat` and `load --verify --json` (per-tensor sha256),
 `load_file`, `safe_open` (`get_tensor` and `get_slice`), `load_pretrained`,
 `Volume.read`, the C layer stream (tests/matrix/matrix_stream.c) and Python's
 `stream`. Volumes: an emulated controller on an ext4 image file, the same
-image served from RAM (`?snapshot=1`: a RAM copy of the image), a GPT disk
-whose file system is in its second partition (found by the library), the
+image served from RAM (`?snapshot=1`: a RAM copy of the image; with 4 KiB
+LBAs), a GPT disk whose file system is in its second partition (found by the
+library; the partition starts 1.5 KiB past a 4 KiB boundary), the
 committed mdadm RAID0 and linear fixtures (tests/md/fixtures), NVMe/TCP to the
 suite's fake target (gpunvme-fake-target on loopback) and QEMU's controller
 (its cells run in the QEMU suite). Tiers: the CPU tier, Tier 1 and Tier 2.
@@ -222,9 +223,14 @@ def volumes(source):
         v.tiny = tiny
         return v
     vols["emu file"] = plain("emu:%s" % img)
-    vols["emu RAM"] = plain("emu:%s?snapshot=1" % img)
+    # a RAM copy of the image, served with 4 KiB LBAs
+    vols["emu RAM"] = plain("emu:%s?snapshot=1&lbads=12" % img)
+    # the file system in partition 2 of 2 (partition 1 empty), at a start
+    # 1.5 KiB past a 4 KiB boundary: file blocks are not 4 KiB-aligned LBAs
     (w / "gpt").mkdir()
-    vols["GPT partition"] = plain(gpt_disk(w / "gpt", str(img), [2])[0])
+    uri, starts = gpt_disk(w / "gpt", str(img), [2], first=2051)
+    assert starts[1] % 8 == 3
+    vols["GPT partition"] = plain(uri)
     vols["md RAID0"] = _md_volume(w, "r0-v12-c64-ext4")
     vols["md linear"] = _md_volume(w, "linear-v12-ext4")
     # the fake target on loopback, serving a copy of the image
