@@ -81,9 +81,22 @@ except ImportError:
 CUDA_PY = gpunvme.cuda_available()
 GPU_REASON = None if CUDA_PY else (
     "no GPU: built without CUDA" if not gpunvme.HAVE_CUDA else "no GPU: no CUDA device visible")
+
+
+def _gpu_present():
+    """a CUDA GPU on this machine, whatever the builds (nvidia-smi -L)"""
+    try:
+        r = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and r.stdout.startswith(b"GPU")
+
+
+GPU_PRESENT = _gpu_present()
 # GPUNVME_MATRIX_GPU=1 (the GPU machine, tests/matrix/gpu_matrix.sh): the
 # GPU cells must run; a missing GPU, CUDA build or torch fails them
 MUST_GPU = os.environ.get("GPUNVME_MATRIX_GPU") == "1"
+NATIVE = {"cli cat", "cli load --verify", "C layer stream"}  # programs: no Python framework
 
 
 def expect(entry, volume, tier):
@@ -91,29 +104,28 @@ def expect(entry, volume, tier):
     refusal's reason must match"""
     if volume == "QEMU vfio":
         return "runs in the QEMU suite"
-    if tier == "cpu" and entry == "transformers":
-        if TORCH is None or TRANSFORMERS is None:
-            return r"needs torch\+transformers"
-        if volume.startswith("md "):
-            return "the md fixtures hold no transformers model"
-    if tier == "cpu":
-        return None
-    if entry in CPU_ONLY:
+    if tier != "cpu" and entry in CPU_ONLY:
         return "no tier: %s reads on the CPU" % entry
     if entry == "transformers" and (TORCH is None or TRANSFORMERS is None):
         return r"needs torch\+transformers"
     if entry == "transformers" and volume.startswith("md "):
         return "the md fixtures hold no transformers model"
-    if GPU_REASON and not MUST_GPU:
-        # the product's own refusal of a GPU tier in a build without CUDA,
-        # or this test's without a GPU
-        return {"cli load --verify": "needs a CUDA GPU|no GPU|no CUDA",
-                "C layer stream": "built without CUDA|no GPU"}.get(
-                    entry, "built without CUDA|no GPU|GPUNVME_CUDA=ON")
-    if TORCH is None and entry not in ("cli load --verify", "C layer stream") and not MUST_GPU:
-        return "needs torch"
+    if tier == "cpu":
+        return None
+    if not MUST_GPU:
+        # the programs (the CLI, matrix_stream) refuse a GPU tier
+        # themselves: built without CUDA, or no GPU
+        if entry in NATIVE and not GPU_PRESENT:
+            return {"cli load --verify": "needs a CUDA GPU"}.get(entry, "built without CUDA|no GPU")
+        # the Python entry points: the extension's refusal when it was
+        # built without CUDA, else this test's when no GPU is usable
+        if entry not in NATIVE and GPU_REASON:
+            return "built without CUDA" if not gpunvme.HAVE_CUDA else "no GPU"
+        if entry not in NATIVE and TORCH is None:
+            return "needs torch"
     if volume == "NVMe/TCP" and tier == "tier2":
-        # docs/nvme-tcp.md: no bus address for GPU memory over TCP
+        # no bus addresses for GPU memory over TCP (docs/nvme-tcp.md):
+        # the control plane's refusal (gpunvme_ctrl_map_device)
         return "bus address"
     return None
 
@@ -436,9 +448,6 @@ CELLS = {"cli cat": cell_cli_cat, "cli load --verify": cell_cli_load, "load_file
 
 
 # ---- the matrix ---------------------------------------------------------------------
-
-NATIVE = {"cli cat", "cli load --verify", "C layer stream"}  # need no Python framework
-
 
 def _run_cell(volumes, entry, volume, tier):
     """returns when the cell ran and passed; raises Refused, or the failure"""
