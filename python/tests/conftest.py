@@ -271,7 +271,7 @@ def pytest_terminal_summary(terminalreporter):
                         reasons.append(why)
                     txt = "ref %d" % (reasons.index(why) + 1)
                 else:
-                    txt = {"passed": "pass", "FAILED": "FAIL"}.get(res, res)
+                    txt = {"passed": "pass", "FAILED": "FAIL", "xfail": "XFAIL"}.get(res, res)
                 row.append(txt.ljust(w))
             tr.write_line("%-*s  %s" % (w0, e, "  ".join(row)))
     tr.write_line("")
@@ -279,8 +279,9 @@ def pytest_terminal_summary(terminalreporter):
     for k, why in enumerate(reasons):
         n = sum(1 for r in MATRIX.values() if r == ("refused", why))
         tr.write_line("  ref %d (%d cells): %s" % (k + 1, n, why))
-    bad = [(k, why) for k, (res, why) in MATRIX.items() if res == "FAILED"]
-    if bad:
-        tr.write_line("failed:")
-        for k, why in bad:
-            tr.write_line("  %s | %s | %s: %s" % (k + (why,)))
+    for res, title in (("xfail", "failing through a known bug (KNOWN_BUGS):"), ("FAILED", "failed:")):
+        bad = [(k, why) for k, (r, why) in MATRIX.items() if r == res]
+        if bad:
+            tr.write_line(title)
+            for k, why in bad:
+                tr.write_line("  %s | %s | %s: %s" % (k + (why,)))

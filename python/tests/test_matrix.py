@@ -34,6 +34,7 @@ directory (default: build/ at the top of the repository).
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -97,6 +98,12 @@ GPU_PRESENT = _gpu_present()
 # GPU cells must run; a missing GPU, CUDA build or torch fails them
 MUST_GPU = os.environ.get("GPUNVME_MATRIX_GPU") == "1"
 NATIVE = {"cli cat", "cli load --verify", "C layer stream"}  # programs: no Python framework
+
+# Cells that fail through a known product bug: (entry, volume, tier) -> the
+# bug (issue number and one line). Such a cell is an xfail in the table; once
+# it passes it fails ("XPASS") until its entry here is removed. Empty: no
+# cell fails on the CPU machine (2026-11-27).
+KNOWN_BUGS = {}
 
 
 def expect(entry, volume, tier):
@@ -475,7 +482,6 @@ def _run_cell(volumes, entry, volume, tier):
 @pytest.mark.parametrize("volume", VOLUMES)
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_cell(volumes, entry, volume, tier):
-    import re
     want = expect(entry, volume, tier)
     key = (entry, volume, tier)
     try:
@@ -491,9 +497,19 @@ def test_cell(volumes, entry, volume, tier):
         reason = re.sub(r"^\[Errno \d+\] ", "", reason).split(": rebuild it")[0]
         MATRIX[key] = ("refused", reason if len(reason) < 110 else reason[:107] + "...")
         return
+    except Exception as e:
+        msg = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        if key in KNOWN_BUGS:
+            MATRIX[key] = ("xfail", "%s (%s)" % (KNOWN_BUGS[key], msg))
+            pytest.xfail("%s: %s" % (KNOWN_BUGS[key], msg))
+        MATRIX[key] = ("FAILED", msg)
+        raise
     except BaseException as e:
         MATRIX[key] = ("FAILED", "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
         raise
+    if key in KNOWN_BUGS:
+        MATRIX[key] = ("FAILED", "XPASS: passes, remove it from KNOWN_BUGS: %s" % KNOWN_BUGS[key])
+        pytest.fail("%s x %s x %s passes: remove it from KNOWN_BUGS" % key)
     if want is not None:
         MATRIX[key] = ("FAILED", "ran, expected a refusal matching /%s/" % want)
         pytest.fail("%s x %s x %s: ran, expected a refusal matching /%s/" % (key + (want,)))
