@@ -4,8 +4,6 @@ bytes the test wrote; ownership; errors."""
 import errno
 import gc
 import os
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
