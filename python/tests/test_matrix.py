@@ -9,7 +9,8 @@ Entry points: the CLI's `cat` and `load --verify --json` (per-tensor sha256),
 image served from RAM (`?snapshot=1`: a RAM copy of the image; with 4 KiB
 LBAs), a GPT disk whose file system is in its second partition (found by the
 library; the partition starts 1.5 KiB past a 4 KiB boundary), the
-committed mdadm RAID0 and linear fixtures (tests/md/fixtures), NVMe/TCP to the
+committed mdadm RAID0 and linear fixtures (tests/md/fixtures), a RAID0 of 4
+members striped from the image (bench/md_mkraid0.py), NVMe/TCP to the
 suite's fake target (gpunvme-fake-target on loopback) and QEMU's controller
 (its cells run in the QEMU suite). Tiers: the CPU tier, Tier 1 and Tier 2.
 
@@ -38,6 +39,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +57,8 @@ NQN = "nqn.2026-11.io.gpunvme:fake"
 
 ENTRIES = ["cli cat", "cli load --verify", "load_file", "safe_open", "load_pretrained", "transformers",
            "Volume.read", "C layer stream", "py stream"]
-VOLUMES = ["emu file", "emu RAM", "GPT partition", "md RAID0", "md linear", "NVMe/TCP", "QEMU vfio"]
+VOLUMES = ["emu file", "emu RAM", "GPT partition", "md RAID0", "md linear", "md RAID0 x4", "NVMe/TCP", "QEMU vfio"]
+MD_FIXTURE = {"md RAID0", "md linear"}  # the committed mdadm fixtures
 TIERS = ["cpu", "tier1", "tier2"]
 CPU_ONLY = {"cli cat", "Volume.read"}  # no tier: the CPU reads the file system
 
@@ -115,7 +118,7 @@ def expect(entry, volume, tier):
         return "no tier: %s reads on the CPU" % entry
     if entry == "transformers" and (TORCH is None or TRANSFORMERS is None):
         return r"needs torch\+transformers"
-    if entry == "transformers" and volume.startswith("md "):
+    if entry == "transformers" and volume in MD_FIXTURE:
         return "the md fixtures hold no transformers model"
     if tier == "cpu":
         return None
@@ -252,6 +255,13 @@ def volumes(source):
     vols["GPT partition"] = plain(uri)
     vols["md RAID0"] = _md_volume(w, "r0-v12-c64-ext4")
     vols["md linear"] = _md_volume(w, "linear-v12-ext4")
+    # the image itself striped over 4 members, 16 KiB chunks (as mdadm lays
+    # out a RAID0 with 1.2 metadata: bench/md_mkraid0.py), members reversed:
+    # the source model has several layers, the fixtures' one
+    (w / "r0x4").mkdir()
+    subprocess.run([sys.executable, str(REPO / "bench" / "md_mkraid0.py"), str(img), "4", "16", str(w / "r0x4" / "m")],
+                   check=True, stdout=subprocess.DEVNULL)
+    vols["md RAID0 x4"] = plain("md:" + ";".join("emu:%s" % (w / "r0x4" / ("m%d.img" % k)) for k in (3, 2, 1, 0)))
     # the fake target on loopback, serving a copy of the image
     timg = w / "tcp.ext4"
     shutil.copyfile(img, timg)
@@ -466,7 +476,7 @@ def _run_cell(volumes, entry, volume, tier):
         raise Refused("no tier: %s reads on the CPU" % entry)
     if entry == "transformers" and (TORCH is None or TRANSFORMERS is None):
         raise Refused("needs torch+transformers")
-    if entry == "transformers" and volume.startswith("md "):
+    if entry == "transformers" and volume in MD_FIXTURE:
         raise Refused("the md fixtures hold no transformers model")
     if tier != "cpu" and entry not in NATIVE:
         # without the CUDA backend the Python entry points refuse the GPU
