@@ -4,7 +4,8 @@ every tier, each cell comparing every byte it reads with the source files.
 
 Entry points: the CLI's `cat` and `load --verify --json` (per-tensor sha256),
 `load_file`, `safe_open` (`get_tensor` and `get_slice`), `load_pretrained`,
-`Volume.read`, the C layer stream (tests/matrix/matrix_stream.c) and Python's
+`transformers` (load_pretrained of a tiny Llama into LlamaForCausalLM; needs
+torch and transformers), `Volume.read`, the C layer stream (tests/matrix/matrix_stream.c) and Python's
 `stream`. Volumes: an emulated controller on an ext4 image file, the same
 image served from RAM (`?snapshot=1`: a RAM copy of the image; with 4 KiB
 LBAs), a GPT disk whose file system is in its second partition (found by the
@@ -20,17 +21,21 @@ fixtures the model the fixture script wrote with gpunvme-mkmodel, written
 again here and checked against the fixture's sha256 manifest.
 
 A cell that cannot run is a refusal with a reason, and the reason is checked
-against the one this table expects (EXPECT below): the product's own
+against the one this table expects (expect() below): the product's own
 refusal where there is one (a GPU tier without CUDA, Tier 2 over TCP), else a
 reason of the test's. So no cell vanishes: a cell expected to run that is
 refused fails, as does one refused for another reason, or one that runs
-where a refusal was expected. The table (cells run, refused with reason,
-failed) is printed at the end of the pytest run (conftest.py).
+where a refusal was expected. A cell failing through a known product bug
+is listed in KNOWN_BUGS (an xfail naming the bug). The table (cells run,
+refused with reason, failed) is printed at the end of the pytest run
+(conftest.py).
 
 The same test runs the GPU cells on a GPU machine: gpunvme built with
 GPUNVME_CUDA=ON, torch with CUDA, the tree built with CUDA (build/bin/
-matrix_stream links the CUDA backend). GPUNVME_BUILD names the CMake build
-directory (default: build/ at the top of the repository).
+matrix_stream links the CUDA backend); `ctest -L gpu` runs it so
+(gpu.matrix, tests/matrix/gpu_matrix.sh, GPUNVME_MATRIX_GPU=1: every GPU
+cell must run). GPUNVME_BUILD names the CMake build directory (default:
+build/ at the top of the repository).
 """
 import hashlib
 import json
