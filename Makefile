@@ -75,10 +75,14 @@ python:
 	$(PYTHON3) -m venv --system-site-packages $(PYVENV)
 	$(PYVENV)/bin/pip install --no-build-isolation --no-index ./python
 
-test-python: python
+# The combination matrix (python/tests/test_matrix.py) runs the CLI and
+# build/bin/matrix_stream too: the build comes first.
+test-python: build python
 	$(PYVENV)/bin/python -m pytest -q python/tests
 
-test-gpu: build
+# gpu.matrix (tests/matrix/gpu_matrix.sh) runs the combination matrix's GPU
+# cells through the venv of `make python`
+test-gpu: build python
 	cd build && $(CTEST) --output-on-failure -L gpu
 
 fuzz-build:

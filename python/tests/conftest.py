@@ -108,6 +108,28 @@ def make_image(tmp_path, files, name="img.ext4"):
     return "emu:" + str(img)
 
 
+def gpt_disk(tmp_path, fs_img, parts, first=2048):
+    """a disk image with a GPT made by sfdisk; fs_img copied into each
+    partition index listed in `parts` (1-based), the others left empty;
+    the first partition starts at sector `first` (512 B)"""
+    if not shutil.which("sfdisk"):
+        pytest.skip("sfdisk (util-linux fdisk) is not installed")
+    size = os.path.getsize(fs_img)
+    sectors = size // 512
+    disk = tmp_path / "disk.img"
+    starts = [first + k * (sectors + 2048) for k in range(2)]
+    with open(disk, "wb") as f:
+        f.truncate((starts[-1] + sectors + 2048) * 512)
+    table = "label: gpt\n" + "".join("start=%d, size=%d\n" % (s, sectors) for s in starts)
+    subprocess.run(["sfdisk", "-q", str(disk)], input=table.encode(), check=True, stdout=subprocess.DEVNULL)
+    data = open(fs_img, "rb").read()
+    with open(disk, "r+b") as f:
+        for p in parts:
+            f.seek(starts[p - 1] * 512)
+            f.write(data)
+    return "emu:" + str(disk), starts
+
+
 NP_OF = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "I16": np.int16, "U16": np.uint16, "F16": np.float16,
          "I32": np.int32, "U32": np.uint32, "F32": np.float32, "F64": np.float64, "I64": np.int64,
          "U64": np.uint64, "C64": np.complex64, "BF16": np.uint16, "F8_E4M3": np.uint8, "F8_E5M2": np.uint8,
@@ -211,3 +233,55 @@ def tiny_llama_cfg(transformers):
     return transformers.LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                     tie_word_embeddings=False)
+
+
+# ---- the combination matrix (test_matrix.py) ----------------------------------------
+
+# (entry, volume, tier) -> ("passed" | "refused" | "FAILED", reason or error)
+MATRIX = {}
+
+
+def pytest_terminal_summary(terminalreporter):
+    """the matrix as one grid per tier: pass, FAIL, or a refusal's number"""
+    if not MATRIX:
+        return
+    tr = terminalreporter
+    counts = {}
+    for r in MATRIX.values():
+        counts[r[0]] = counts.get(r[0], 0) + 1
+    tr.write_sep("=", "combination matrix (issue 31): %d cells: %s" % (
+        len(MATRIX), ", ".join("%d %s" % (n, k) for k, n in sorted(counts.items()))))
+    entries, volumes, tiers = [], [], []
+    for e, v, t in MATRIX:
+        for lst, x in ((entries, e), (volumes, v), (tiers, t)):
+            if x not in lst:
+                lst.append(x)
+    reasons = []
+    w0 = max(len(e) for e in entries)
+    ws = [max(len(v), 8) for v in volumes]
+    for t in tiers:
+        tr.write_line("")
+        tr.write_line("tier %-*s  %s" % (w0 - 5, t, "  ".join(v.ljust(w) for v, w in zip(volumes, ws))))
+        for e in entries:
+            row = []
+            for v, w in zip(volumes, ws):
+                res, why = MATRIX.get((e, v, t), ("-", ""))
+                if res == "refused":
+                    if why not in reasons:
+                        reasons.append(why)
+                    txt = "ref %d" % (reasons.index(why) + 1)
+                else:
+                    txt = {"passed": "pass", "FAILED": "FAIL", "xfail": "XFAIL"}.get(res, res)
+                row.append(txt.ljust(w))
+            tr.write_line("%-*s  %s" % (w0, e, "  ".join(row)))
+    tr.write_line("")
+    tr.write_line("refused, with the reason (each checked against the expected one):")
+    for k, why in enumerate(reasons):
+        n = sum(1 for r in MATRIX.values() if r == ("refused", why))
+        tr.write_line("  ref %d (%d cells): %s" % (k + 1, n, why))
+    for res, title in (("xfail", "failing through a known bug (KNOWN_BUGS):"), ("FAILED", "failed:")):
+        bad = [(k, why) for k, (r, why) in MATRIX.items() if r == res]
+        if bad:
+            tr.write_line(title)
+            for k, why in bad:
+                tr.write_line("  %s | %s | %s: %s" % (k + (why,)))

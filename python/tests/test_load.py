@@ -4,14 +4,12 @@ bytes the test wrote; ownership; errors."""
 import errno
 import gc
 import os
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
 import gpunvme
-from conftest import NP_OF, ST_BITS, make_image, rand_bytes, st_bytes
+from conftest import gpt_disk as _gpt_disk, NP_OF, ST_BITS, make_image, rand_bytes, st_bytes
 
 
 def raw(a):
@@ -353,27 +351,6 @@ def test_torch_missing_is_an_error(models):
     with pytest.raises(gpunvme.Error) as e:
         gpunvme.load_file(models.uri, "/m/every.safetensors")
     assert "torch" in e.value.strerror
-
-
-def _gpt_disk(tmp_path, fs_img, parts):
-    """a disk image with a GPT made by sfdisk; fs_img copied into each
-    partition index listed in `parts` (1-based), the others left empty"""
-    if not shutil.which("sfdisk"):
-        pytest.skip("sfdisk (util-linux fdisk) is not installed")
-    size = os.path.getsize(fs_img)
-    sectors = size // 512
-    disk = tmp_path / "disk.img"
-    starts = [2048 + k * (sectors + 2048) for k in range(2)]
-    with open(disk, "wb") as f:
-        f.truncate((starts[-1] + sectors + 2048) * 512)
-    table = "label: gpt\n" + "".join("start=%d, size=%d\n" % (s, sectors) for s in starts)
-    subprocess.run(["sfdisk", "-q", str(disk)], input=table.encode(), check=True, stdout=subprocess.DEVNULL)
-    data = open(fs_img, "rb").read()
-    with open(disk, "r+b") as f:
-        for p in parts:
-            f.seek(starts[p - 1] * 512)
-            f.write(data)
-    return "emu:" + str(disk), starts
 
 
 def test_partitioned_disk(tmp_path):
