@@ -2,11 +2,11 @@
 /*
  * matrix_stream URI PATH REF [cpu|1|2]: the "C layer stream" entry point of
  * the combination matrix (python/tests/test_matrix.py). Opens the volume at
- * URI as a library user does -- an md array (gpunvme_md_open) or a controller
+ * URI as a library user does (gpunvme_volume_open) -- an md array or a controller
  * and namespace 1, the file system found at byte 0 or in the one partition
  * holding one (gpunvme_fs_locate) -- finds PATH's extents and streams the
- * safetensors model there through the layer stream (gpunvme_layer_stream_open,
- * or _open_md on an array), windows 1-3, two passes each; every byte of every
+ * safetensors model there through the layer stream
+ * (gpunvme_layer_stream_open_volume: member by member on an array), windows 1-3, two passes each; every byte of every
  * resident and layer tensor is compared with REF, the source file on the
  * host. Tiers 1 and 2 need the CUDA backend (built when CUDA is on) and a GPU.
  * Exit status: 0 every byte equal, 1 a difference or an error (on stderr),
@@ -25,6 +25,7 @@
 #include "gpunvme/model.h"
 #include "gpunvme/part.h"
 #include "gpunvme/stream.h"
+#include "gpunvme/volume.h"
 
 #ifdef GPUNVME_MATRIX_CUDA
 #include <cuda_runtime_api.h>
@@ -121,29 +122,23 @@ int main(int argc, char **argv)
 	struct gpunvme_opts go;
 	gpunvme_opts_init(&go);
 	go.nr_io_queues = 16;
-	struct gpunvme_md_volume *v = NULL;
-	struct gpunvme_ctrl *c = NULL;
-	struct gpunvme_blkdev dev;
-	struct gpunvme_blkdev *d = NULL;
+	/* the volume, as every reader opens one (volume.h): an md array's
+	 * members or one controller, the namespace, the file system */
+	struct gpunvme_volume_opts vo;
+	gpunvme_volume_opts_init(&vo);
+	vo.ctrl = &go;
+	struct gpunvme_volume *vol = NULL;
 	struct gpunvme_fs *fs = NULL;
-	uint64_t at = 0, ino = 0;
+	uint64_t ino = 0;
 	struct gpunvme_stat st;
 	struct gpunvme_extent *ext = NULL;
 	size_t n = 0;
 	const char *what = "open";
-	int rc;
-	if (gpunvme_md_uri(uri)) {
-		if (!(rc = gpunvme_md_open(uri, &go, 1, &v)))
-			d = &v->array;
-	} else if (!(rc = gpunvme_open(uri, &go, &c))) {
-		what = "namespace 1";
-		if (!(rc = gpunvme_blkdev_open_ns(c, 1, &dev)))
-			d = &dev;
-	}
-	if (!rc)
-		what = "file system";
-	if (!rc && !(rc = gpunvme_fs_locate(d, 0, &at)) && !(rc = gpunvme_fs_open(d, at, &fs)))
+	int rc = gpunvme_volume_open(uri, NULL, &vo, &vol);
+	if (!rc) {
+		fs = gpunvme_volume_fs(vol);
 		what = path;
+	}
 	if (!rc && !(rc = gpunvme_fs_lookup(fs, path, &ino)) && !(rc = gpunvme_fs_stat(fs, ino, &st)))
 		rc = gpunvme_fs_extents(fs, ino, &ext, &n);
 	if (rc) {
@@ -164,8 +159,6 @@ int main(int argc, char **argv)
 	for (size_t t = 0; t < m->n_tensors; t++)
 		most = m->tensors[t].bytes > most ? m->tensors[t].bytes : most;
 	host = malloc(most ? most : 1);
-	/* the file system reader's queue pair goes back to the stream's loaders */
-	gpunvme_blkdev_release(d);
 	int bad = 0;
 	for (uint32_t w = 1; w <= 3 && !bad; w++) {
 		struct gpunvme_stream_opts o;
@@ -184,8 +177,7 @@ int main(int argc, char **argv)
 			o.loader.gpu = gpunvme_loader_gpu_backend();
 #endif
 		struct gpunvme_layer_stream *s = NULL;
-		rc = v ? gpunvme_layer_stream_open_md(v->c, v->nsid, v->md, m, ext, n, st.size, &o, &s)
-		       : gpunvme_layer_stream_open(c, 1, m, ext, n, st.size, &o, &s);
+		rc = gpunvme_layer_stream_open_volume(vol, m, ext, n, st.size, &o, &s);
 		if (rc) {
 			fprintf(stderr, "matrix_stream: %s: stream window %u: %s\n", uri, w, gpunvme_last_error());
 			bad = 1;
@@ -231,12 +223,6 @@ int main(int argc, char **argv)
 	free(ext);
 	free(host);
 	free(ref);
-	gpunvme_fs_close(fs);
-	if (v)
-		gpunvme_md_volume_close(v);
-	else {
-		gpunvme_blkdev_close(&dev);
-		gpunvme_close(c);
-	}
+	gpunvme_volume_close(vol);
 	return bad;
 }
