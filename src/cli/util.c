@@ -248,27 +248,10 @@ int cli_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_ct
 
 int cli_ns(struct gpunvme_ctrl *c, uint32_t nsid, struct gpunvme_ns_info *ni)
 {
-	int rc = gpunvme_ns_info(c, nsid, ni);
-	if (rc == 0)
-		return 0;
-	char lib[256];
-	snprintf(lib, sizeof(lib), "%s", gpunvme_last_error());
-	uint32_t ids[64];
-	int n = gpunvme_ns_list(c, ids, 64);
-	char list[256] = "none";
-	if (n > 0) {
-		size_t off = 0;
-		for (int i = 0; i < n && i < 64 && off < sizeof(list) - 16; i++)
-			off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%u", i ? ", " : "",
-						ids[i]);
-		if (n > 64)
-			snprintf(list + off, sizeof(list) - off, ", ...");
-	}
-	if (lib[0] && strstr(lib, "active"))
-		return cli_err(EXIT_RUNTIME, "--nsid %u: %s", nsid, lib);
-	if (lib[0])
-		return cli_err(EXIT_RUNTIME, "--nsid %u: %s (active namespaces: %s)", nsid, lib, list);
-	return cli_err(EXIT_RUNTIME, "namespace %u is not an active namespace (active: %s)", nsid, list);
+	/* the library's message names the active namespaces */
+	if (gpunvme_ns_info(c, nsid, ni))
+		return cli_err(EXIT_RUNTIME, "--nsid %u: %s", nsid, gpunvme_last_error());
+	return 0;
 }
 
 int cli_check_range(const struct gpunvme_ns_info *ni, uint64_t slba, uint64_t nlb)

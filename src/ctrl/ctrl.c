@@ -717,9 +717,16 @@ int gpunvme_ns_list(struct gpunvme_ctrl *c, uint32_t *nsids, uint32_t max)
 int gpunvme_ns_info(struct gpunvme_ctrl *c, uint32_t nsid, struct gpunvme_ns_info *info)
 {
 	struct gpunvme_ns *ns = find_ns(c, nsid);
-	if (!ns)
-		return gpunvme_set_error(-ENOENT, "namespace %u does not exist (active: %u namespace%s%s)", nsid,
-					 c->nns, c->nns == 1 ? "" : "s", c->nns ? ", starting at 1" : "");
+	if (!ns) {
+		/* the user typed a number: name the ones there are */
+		char list[160] = "none";
+		size_t off = 0;
+		for (uint32_t i = 0; i < c->nns && off < sizeof(list) - 24; i++)
+			off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%u", i ? ", " : "", c->ns[i].info.nsid);
+		if (off >= sizeof(list) - 24 && c->nns)
+			snprintf(list + off, sizeof(list) - off, ", ...");
+		return gpunvme_set_error(-ENOENT, "namespace %u is not an active namespace (active: %s)", nsid, list);
+	}
 	*info = ns->info;
 	return 0;
 }

@@ -39,29 +39,6 @@ static void last_error_copy(char *buf, size_t len)
 	snprintf(buf, len, "%s", gpunvme_last_error());
 }
 
-/* A namespace that is not there: say which ones are (the user typed a
- * number; the fix is one of these). */
-static int ns_missing(struct gpunvme_ctrl *c, int rc, uint32_t nsid)
-{
-	char lib[256];
-	last_error_copy(lib, sizeof(lib));
-	uint32_t ids[64];
-	int n = gpunvme_ns_list(c, ids, 64);
-	char list[256] = "none";
-	if (n > 0) {
-		size_t off = 0;
-		for (int i = 0; i < n && i < 64 && off < sizeof(list) - 16; i++)
-			off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%u", i ? ", " : "", ids[i]);
-		if (n > 64)
-			snprintf(list + off, sizeof(list) - off, ", ...");
-	}
-	if (lib[0] && strstr(lib, "active"))
-		return gpunvme_set_error(rc, "namespace %u: %s", nsid, lib);
-	if (lib[0])
-		return gpunvme_set_error(rc, "namespace %u: %s (active namespaces: %s)", nsid, lib, list);
-	return gpunvme_set_error(rc, "namespace %u is not an active namespace (active: %s)", nsid, list);
-}
-
 static int open_device(struct gpunvme_volume *v, const char *uri, const char *image,
 		       const struct gpunvme_volume_opts *o)
 {
@@ -90,7 +67,7 @@ static int open_device(struct gpunvme_volume *v, const char *uri, const char *im
 	}
 	struct gpunvme_ns_info ni;
 	if ((rc = gpunvme_ns_info(v->c, o->nsid, &ni)))
-		return ns_missing(v->c, rc, o->nsid);
+		return rc; /* its message names the active namespaces */
 	if ((rc = gpunvme_blkdev_open_ns(v->c, o->nsid, &v->dev))) {
 		last_error_copy(lib, sizeof(lib));
 		return gpunvme_set_error(rc, "namespace %u: %s", o->nsid, lib[0] ? lib : strerror(-rc));
