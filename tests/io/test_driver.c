@@ -297,11 +297,11 @@ TEST_CASE(bad_uris)
 		const char *uri, *msg;
 		int rc;
 	} t[] = {
-		{ "", "no device URI", -EINVAL },
+		{ "", "empty device URI", -EINVAL },
 		{ "foo:bar", "unknown bus", -EINVAL },
 		{ "ram:1G", "unknown bus", -EINVAL },
 		{ "nvme0", "not a device URI", -EINVAL },
-		{ "vfio:", "missing device", -EINVAL },
+		{ "vfio:", "missing PCI address", -EINVAL },
 		{ "emu:", "", -EINVAL },
 		{ "emu:ram:0", "size", -EINVAL },
 		{ "emu:ram:12Q", "size", -EINVAL },
@@ -309,7 +309,7 @@ TEST_CASE(bad_uris)
 		{ "emu:ram:1M?bogus=1", "unknown emulator option 'bogus'", -EINVAL },
 		{ "emu:/nonexistent/dir/img", "cannot open", -ENOENT },
 		{ "emu:ram:1000", "not a whole number of 512-byte blocks", -EINVAL },
-		{ "pci:zz:00.0", "not a PCI address", -EINVAL },
+		{ "pci:zz:00.0", "malformed PCI address", -EINVAL },
 		{ "pci:0000:ff:1f.7", "no such PCI device", -ENODEV },
 	};
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
