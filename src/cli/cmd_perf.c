@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpunvme/tier.h"
 #include "util.h"
 
 #include "perf_hist.h"
@@ -938,6 +939,16 @@ int cmd_perf(int argc, char **argv)
 	struct worker *ws = NULL;
 	uint32_t nw = 0, qdepth = 0;
 	bool started = false, gpu_stuck = false;
+	if (o.gpu) {
+		/* the one tier policy (tier.h) judges the controller first: a
+		 * tier it cannot do is refused with the reason, before the GPU
+		 * is looked for (the same answer on every machine) */
+		enum gpunvme_tier chosen;
+		if (gpunvme_tier_choose(&ctrl, 1, true, (enum gpunvme_tier)o.tier, &chosen)) {
+			rc = cli_err(EXIT_RUNTIME, "--tier %u: %s", o.tier, gpunvme_last_error());
+			goto out;
+		}
+	}
 	if ((rc = check_device(&p, ctrl, o.gpu, &qdepth)))
 		goto out;
 	if (o.gpu) {

@@ -105,6 +105,10 @@ group_load() {
 	# and on the GPU machine), naming the fix; id-ctrl shows why
 	bad 1 "needs a controller that can DMA into GPU memory" load "$URI" /model.safetensors --tier 2 --no-progress &&
 		{ grep -q "and tcp:.* cannot: use " "$ERR" || { fail "the refusal names no controller or fix"; show; }; }
+	# perf --gpu asks the same policy; a machine without a GPU hears that
+	# first (docs/cli.md), one with a GPU the policy's refusal
+	BAD_GREP=-E bad 1 "needs a controller that can DMA into GPU memory|no CUDA GPU" \
+		perf "$URI" -q 4 -o 4K -w randread -t 1 --gpu --tier 2
 	ok id-ctrl "$URI" && expect_out "caps      : gpu-queues"
 	# 8 clients at once, each its own association; all must verify
 	local pids=() i
