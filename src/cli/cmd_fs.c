@@ -28,10 +28,7 @@ struct fs_opts {
 	const char *image;   /* --image FILE */
 	const char *path;    /* path inside the file system */
 	const char *fiemap;  /* extents --fiemap FILE */
-	uint32_t nsid;
-	uint64_t offset;     /* --offset: the file system's byte offset on the device */
-	bool have_offset;
-	uint32_t partition;  /* --partition N, 0 = automatic */
+	struct cli_volume_opts vol; /* --nsid, --partition, --offset */
 	bool json, longfmt;
 };
 
@@ -67,12 +64,7 @@ static void help(int cmd)
 	};
 	printf("%s", use[cmd]);
 	printf("\n"
-	       "  -n, --nsid N         namespace (default 1)\n"
-	       "      --partition N    the file system in partition N of the GPT or MBR table\n"
-	       "                       (numbered as Linux does: MBR logical partitions from 5)\n"
-	       "      --offset BYTES   byte offset of the file system on the namespace or image\n"
-	       "                       (K/M/G suffixes). Without either: byte 0 when a file\n"
-	       "                       system starts there, else the one partition holding one\n"
+	       CLI_VOLUME_HELP
 	       "      --image FILE     read an image file (or block device) directly instead\n"
 	       "                       of a namespace through the driver; no URI then\n"
 	       "%s%s"
@@ -91,10 +83,7 @@ static void help(int cmd)
 static int parse(int argc, char **argv, struct fs_opts *o)
 {
 	static const struct option lo[] = {
-		{"nsid", required_argument, NULL, 'n'},
-		{"namespace-id", required_argument, NULL, 'n'},
-		{"offset", required_argument, NULL, 'O'},
-		{"partition", required_argument, NULL, 'P'},
+		CLI_VOLUME_LONGOPTS,
 		{"image", required_argument, NULL, 'I'},
 		{"fiemap", required_argument, NULL, 'F'},
 		{"long", no_argument, NULL, 'l'},
@@ -105,20 +94,12 @@ static int parse(int argc, char **argv, struct fs_opts *o)
 	};
 	int c, rc;
 	while ((c = cli_getopt(argc, argv, "n:ljo:h", lo)) != -1) {
+		if (cli_volume_opt(c, optarg, &o->vol, &rc)) {
+			if (rc)
+				return rc;
+			continue;
+		}
 		switch (c) {
-		case 'n':
-			if ((rc = cli_opt_u32("--nsid", optarg, false, 1, 0xfffffffe, &o->nsid)))
-				return rc;
-			break;
-		case 'O':
-			if ((rc = cli_opt_u64("--offset", optarg, true, 0, UINT64_MAX - 1, &o->offset)))
-				return rc;
-			o->have_offset = true;
-			break;
-		case 'P':
-			if ((rc = cli_opt_u32("--partition", optarg, false, 1, 1u << 20, &o->partition)))
-				return rc;
-			break;
 		case 'I': o->image = optarg; break;
 		case 'F':
 			if (o->cmd != FS_EXTENTS)
@@ -170,8 +151,8 @@ static int parse(int argc, char **argv, struct fs_opts *o)
 		if ((rc = cli_check_uri(o->uri)))
 			return rc;
 	}
-	if (o->have_offset && o->partition)
-		return cli_usage_err("--offset and --partition both say where the file system is: give one");
+	if ((rc = cli_volume_check(&o->vol)))
+		return rc;
 	if (npos > 1)
 		return cli_usage_err("unexpected argument '%s' (one PATH)", pos[1]);
 	if (npos == 1)
@@ -659,14 +640,15 @@ static int do_cat(const struct fs_opts *o, struct cli_fs *h)
 
 static int run(int cmd, int argc, char **argv)
 {
-	struct fs_opts o = { .cmd = cmd, .nsid = 1 };
+	struct fs_opts o = { .cmd = cmd };
+	cli_volume_opts_init(&o.vol);
 	int rc = parse(argc, argv, &o);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if (o.fiemap)
 		return do_fiemap(&o);
 	struct cli_fs h;
-	if ((rc = cli_fs_open(&h, o.uri, NULL, o.image, o.nsid, o.have_offset ? o.offset : CLI_FS_LOCATE, o.partition)))
+	if ((rc = cli_fs_open(&h, o.uri, NULL, o.image, &o.vol)))
 		return rc;
 	switch (cmd) {
 	case FS_LS: rc = do_ls(&o, &h); break;

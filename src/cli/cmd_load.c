@@ -49,10 +49,8 @@
 
 struct load_opts {
 	const char *uri, *path, *tensors;
-	uint32_t nsid, queues, depth;
-	uint64_t offset;
-	bool have_offset;
-	uint32_t partition;         /* --partition N, 0 = automatic */
+	uint32_t queues, depth;
+	struct cli_volume_opts vol; /* --nsid, --partition, --offset */
 	int tier;                   /* -1 auto */
 	bool verify, json, progress;
 };
@@ -108,22 +106,18 @@ static void help(void)
 	       "model.safetensors.index.json and its shards), an index file, or any shard of a\n"
 	       "llama.cpp split GGUF (...-00001-of-00003.gguf: every shard is loaded).\n"
 	       "\n"
-	       "  -n, --nsid N          namespace (default 1)\n"
-	       "      --partition N     the file system in partition N (GPT or MBR; MBR logical\n"
-	       "                        partitions from 5)\n"
-	       "      --offset BYTES    the file system's byte offset on the namespace (default:\n"
-	       "                        byte 0 when a file system starts there, else the one\n"
-	       "                        partition holding one)\n"
-	       "  -t, --tensors GLOBS   only tensors matching a pattern (* ? [..]; comma list)\n"
-	       "      --tier T          2: GPU memory, 1: pinned host memory (GPU-initiated I/O),\n"
-	       "                        cpu: host memory through the CPU data path\n"
-	       "                        (default: 2 when a GPU is usable, else cpu)\n"
-	       "  -q, --queues N        queue pairs (default: up to 8, as many as the controller has free)\n"
-	       "  -d, --depth N         entries per queue (default: up to 256, as CAP.MQES allows)\n"
-	       "      --verify          re-read every tensor through the CPU path and compare\n"
-	       "  -j, --json            JSON with each tensor's sha256 (of the loaded bytes)\n"
-	       "      --no-progress     no progress bar (it is shown only on a terminal)\n"
-	       "  -h, --help            this text\n"
+	       CLI_VOLUME_HELP
+	       "  -t, --tensors GLOBS  only tensors matching a pattern (* ? [..]; comma list)\n"
+	       "      --tier T         2: GPU memory, 1: pinned host memory (GPU-initiated I/O),\n"
+	       "                       cpu: host memory through the CPU data path\n"
+	       "                       (default: the tier policy: 2 where the controller can DMA\n"
+	       "                       into GPU memory, else 1; cpu without a GPU)\n"
+	       "  -q, --queues N       queue pairs (default: up to 8, as many as the controller has free)\n"
+	       "  -d, --depth N        entries per queue (default: up to 256, as CAP.MQES allows)\n"
+	       "      --verify         re-read every tensor through the CPU path and compare\n"
+	       "  -j, --json           JSON with each tensor's sha256 (of the loaded bytes)\n"
+	       "      --no-progress    no progress bar (it is shown only on a terminal)\n"
+	       "  -h, --help           this text\n"
 	       "\n"
 	       "example: gpunvme load emu:/tmp/ext4.img /models/model.safetensors --verify\n");
 }
@@ -131,9 +125,7 @@ static void help(void)
 static int parse(int argc, char **argv, struct load_opts *o)
 {
 	static const struct option lo[] = {
-		{"nsid", required_argument, NULL, 'n'},
-		{"offset", required_argument, NULL, 'O'},
-		{"partition", required_argument, NULL, 'p' + 256},
+		CLI_VOLUME_LONGOPTS,
 		{"tensors", required_argument, NULL, 't'},
 		{"tier", required_argument, NULL, 'T'},
 		{"queues", required_argument, NULL, 'q'},
@@ -146,20 +138,12 @@ static int parse(int argc, char **argv, struct load_opts *o)
 	};
 	int c, rc;
 	while ((c = cli_getopt(argc, argv, "n:t:q:d:jh", lo)) != -1) {
+		if (cli_volume_opt(c, optarg, &o->vol, &rc)) {
+			if (rc)
+				return rc;
+			continue;
+		}
 		switch (c) {
-		case 'n':
-			if ((rc = cli_opt_u32("--nsid", optarg, false, 1, 0xfffffffe, &o->nsid)))
-				return rc;
-			break;
-		case 'O':
-			if ((rc = cli_opt_u64("--offset", optarg, true, 0, UINT64_MAX - 1, &o->offset)))
-				return rc;
-			o->have_offset = true;
-			break;
-		case 'p' + 256:
-			if ((rc = cli_opt_u32("--partition", optarg, false, 1, 1u << 20, &o->partition)))
-				return rc;
-			break;
 		case 't':
 			if (!*optarg)
 				return cli_usage_err("--tensors '': give one or more patterns, e.g. 'blk.0.*,token_embd*'");
@@ -197,8 +181,8 @@ static int parse(int argc, char **argv, struct load_opts *o)
 		return cli_usage_err("missing PATH (the model file or directory in the file system, e.g. /models/m.safetensors)");
 	if (npos > 2)
 		return cli_usage_err("unexpected argument '%s'", argv[optind + 2]);
-	if (o->have_offset && o->partition)
-		return cli_usage_err("--offset and --partition both say where the file system is: give one");
+	if ((rc = cli_volume_check(&o->vol)))
+		return rc;
 	o->uri = argv[optind];
 	o->path = argv[optind + 1];
 	struct stat sb;
@@ -219,8 +203,7 @@ static int open_file(struct load_ctx *x)
 	uint32_t want = (o->queues ? o->queues : 8) + 1;
 	if (go.nr_io_queues < want)
 		go.nr_io_queues = want;
-	if ((rc = cli_fs_open(&x->f, o->uri, &go, NULL, o->nsid, o->have_offset ? o->offset : CLI_FS_LOCATE,
-			      o->partition)))
+	if ((rc = cli_fs_open(&x->f, o->uri, &go, NULL, &o->vol)))
 		return rc;
 	if ((rc = gpunvme_model_set_open(x->f.fs, o->path, &x->set))) {
 		if (rc == -ENOENT || rc == -ENOTDIR)
@@ -630,7 +613,7 @@ int cmd_load(int argc, char **argv)
 {
 	struct load_ctx x;
 	memset(&x, 0, sizeof(x));
-	x.o.nsid = 1;
+	cli_volume_opts_init(&x.o.vol);
 	x.o.tier = -1;
 	x.o.progress = true;
 	int rc = parse(argc, argv, &x.o);

@@ -579,9 +579,42 @@ void cli_fs_close(struct cli_fs *h)
 	memset(h, 0, sizeof(*h));
 }
 
-int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *opts, const char *image,
-		uint32_t nsid, uint64_t offset, uint32_t partno)
+void cli_volume_opts_init(struct cli_volume_opts *v)
 {
+	memset(v, 0, sizeof(*v));
+	v->nsid = 1;
+}
+
+bool cli_volume_opt(int c, const char *arg, struct cli_volume_opts *v, int *rc)
+{
+	switch (c) {
+	case 'n':
+		*rc = cli_opt_u32("--nsid", arg, false, 1, 0xfffffffe, &v->nsid);
+		return true;
+	case CLI_OPT_OFFSET:
+		*rc = cli_opt_u64("--offset", arg, true, 0, UINT64_MAX - 1, &v->offset);
+		v->have_offset = true;
+		return true;
+	case CLI_OPT_PARTITION:
+		*rc = cli_opt_u32("--partition", arg, false, 1, 1u << 20, &v->partition);
+		return true;
+	default:
+		return false;
+	}
+}
+
+int cli_volume_check(const struct cli_volume_opts *v)
+{
+	if (v->have_offset && v->partition)
+		return cli_usage_err("--offset and --partition both say where the file system is: give one");
+	return 0;
+}
+
+int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *opts, const char *image,
+		const struct cli_volume_opts *v)
+{
+	const uint32_t nsid = v->nsid, partno = v->partition;
+	const uint64_t offset = v->have_offset ? v->offset : GPUNVME_VOLUME_LOCATE;
 	memset(h, 0, sizeof(*h));
 	/* the grammar first: a typo is a usage error (exit 2), not a failure
 	 * to open */
@@ -592,11 +625,11 @@ int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *op
 	gpunvme_volume_opts_init(&o);
 	o.ctrl = opts;
 	o.nsid = nsid;
-	o.offset = offset == CLI_FS_LOCATE ? GPUNVME_VOLUME_LOCATE : offset;
+	o.offset = offset;
 	o.partition = partno;
 	if ((rc = gpunvme_volume_open(uri, image, &o, &h->vol))) {
 		/* an offset past the end is the user's number: a usage error */
-		if (rc == -ERANGE && offset != CLI_FS_LOCATE)
+		if (rc == -ERANGE && v->have_offset)
 			return cli_err(EXIT_USAGE, "--%s", gpunvme_last_error());
 		if (partno && strstr(gpunvme_last_error(), "choose another partition"))
 			return cli_err(EXIT_RUNTIME, "%s with --partition N", gpunvme_last_error());

@@ -101,12 +101,41 @@ struct cli_fs {
 	struct gpunvme_fs *fs;
 	struct gpunvme_md_volume *md; /* an md array ("md:URI;URI..."), else NULL */
 };
-/* offset CLI_FS_LOCATE: find the file system (gpunvme_fs_locate), in
- * partition `partno` (1-based) or, with 0, at byte 0 or in the one
- * partition holding one. */
-#define CLI_FS_LOCATE UINT64_MAX
+/*
+ * Where a command's files are: the volume options every file command takes
+ * (ls, stat, extents, cat, load), parsed in one place. Without --offset or
+ * --partition the file system is found at byte 0 or in the one partition
+ * holding one.
+ */
+struct cli_volume_opts {
+	uint32_t nsid;      /* --nsid N (default 1) */
+	uint32_t partition; /* --partition N, 0 = automatic */
+	uint64_t offset;    /* --offset BYTES, with have_offset */
+	bool have_offset;
+};
+#define CLI_OPT_OFFSET 0x300
+#define CLI_OPT_PARTITION 0x301
+#define CLI_VOLUME_LONGOPTS                                                   \
+	{ "nsid", required_argument, NULL, 'n' },                             \
+	{ "namespace-id", required_argument, NULL, 'n' },                     \
+	{ "offset", required_argument, NULL, CLI_OPT_OFFSET },                \
+	{ "partition", required_argument, NULL, CLI_OPT_PARTITION }
+#define CLI_VOLUME_HELP                                                                     \
+	"  -n, --nsid N         namespace (default 1)\n"                                    \
+	"      --partition N    the file system in partition N of the GPT or MBR table\n"   \
+	"                       (numbered as Linux does: MBR logical partitions from 5)\n" \
+	"      --offset BYTES   byte offset of the file system on the namespace or image\n" \
+	"                       (K/M/G suffixes). Without either: byte 0 when a file\n"     \
+	"                       system starts there, else the one partition holding one\n"
+void cli_volume_opts_init(struct cli_volume_opts *v);
+/* Option c (from cli_getopt) if it is a volume option: true, and *rc is 0
+ * or the usage error's exit code. */
+bool cli_volume_opt(int c, const char *arg, struct cli_volume_opts *v, int *rc);
+/* After parsing: options that contradict each other (a usage error). */
+int cli_volume_check(const struct cli_volume_opts *v);
+/* The volume at uri (or the image file) as v says. */
 int cli_fs_open(struct cli_fs *h, const char *uri, const struct gpunvme_opts *opts, const char *image,
-		uint32_t nsid, uint64_t offset, uint32_t partno);
+		const struct cli_volume_opts *v);
 void cli_fs_close(struct cli_fs *h);
 
 /* ---- time ---------------------------------------------------------------- */
