@@ -38,6 +38,7 @@
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/overflow.h>
 #include <linux/pci.h>
 #include <linux/scatterlist.h>
 #include <linux/sched/signal.h>
@@ -362,10 +363,19 @@ static int gnv_pin_user(struct gnv_map *m, struct gpunvme_kmod_map *a)
 {
 	unsigned long n = a->len >> PAGE_SHIFT;
 	long got, done = 0;
+	u64 end;
 	int rc = 0;
 
 	if (a->addr & (PAGE_SIZE - 1) || a->len & (PAGE_SIZE - 1))
 		return -EINVAL;
+	/*
+	 * Refused here, before anything is charged or pinned: a range that
+	 * wraps or reaches past the user address space. GUP's own answer
+	 * differs between kernels (6.12: -EOVERFLOW for a wrapping range).
+	 */
+	if (check_add_overflow(a->addr, a->len, &end) ||
+	    !access_ok(u64_to_user_ptr(a->addr), a->len))
+		return -EFAULT;
 	if (pin_limit_mb && a->len > (u64)pin_limit_mb << 20)
 		return -ENOMEM;
 	rc = account_locked_vm(current->mm, n, true);

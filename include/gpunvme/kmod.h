@@ -43,8 +43,11 @@ enum gpunvme_kmod_kind {
  * 4 KiB. On success `handle` names the mapping and table[0 .. len/4096)
  * holds the bus address of every 4 KiB page, in order. table_entries is the
  * table's capacity in; -ENOSPC when it is too small (table_entries then
- * says how many are needed). A MAP that fails leaves nothing mapped, also
- * when only writing the table or the handle back failed (-EFAULT).
+ * says how many are needed). USER: -EINVAL when addr is not page aligned,
+ * -EFAULT when [addr, addr + len) wraps or is not all user address space
+ * (checked before anything is pinned, on every kernel). A MAP that fails
+ * leaves nothing mapped, also when only writing the table or the handle
+ * back failed (-EFAULT).
  */
 struct gpunvme_kmod_map {
 	__u32 kind;             /* enum gpunvme_kmod_kind */

@@ -1096,6 +1096,8 @@ static void op_reads(struct fz *f)
 		FAILF("guarded buffer of %u pages: %s", npages, strerror(-rc));
 		return;
 	}
+	/* noiommu: the table is the pinned pages' physical addresses */
+	check_table_user(f, (uintptr_t)(g.base + GUARD_PAGES * PG), (uint64_t)npages * PG, (const uint8_t *)g.tbl);
 	uint64_t off = FZ_DISK_OFF + rndn(&f->r, (FZ_DISK_LEN - npages * PG) / PG) * PG;
 	/* the whole buffer in one command, or a page per command */
 	int per_page = chance(&f->r, 50);
@@ -1126,7 +1128,15 @@ static void op_reads(struct fz *f)
 		}
 	}
 	f->reads += cmds;
-	guarded_check(&g, off, "guarded read");
+	if (guarded_check(&g, off, "guarded read") && !f->iommu) {
+		/* where are the pages now, and did the queue memory move? */
+		check_table_user(f, (uintptr_t)(g.base + GUARD_PAGES * PG), (uint64_t)npages * PG, (const uint8_t *)g.tbl);
+		uint64_t q = probe_virt_to_phys(n->mem);
+		printf("kmod_fuzz: guarded read failed: buffer page 0 at 0x%" PRIx64 " (table 0x%" PRIx64
+		       "), queue memory at 0x%" PRIx64 " (iova 0x%" PRIx64 "), %s\n",
+		       probe_virt_to_phys(g.base + GUARD_PAGES * PG), g.tbl[0], q, n->p.iova,
+		       per_page ? "a page per command" : "one command");
+	}
 	if (!early)
 		kunmap(f->fd, g.handle);
 	guarded_free(&g);
@@ -1334,6 +1344,22 @@ static int cmd_fuzz(unsigned seconds, uint64_t seed, unsigned nthreads, const ch
 	printf("kmod_fuzz: module: IOMMU %s, BAR0 %llu bytes, max_map %llu, pin_limit %llu, pinned %llu, VmLck %ld kB\n",
 	       in.iommu ? "translating" : "off", (unsigned long long)in.bar0_len, (unsigned long long)in.max_map,
 	       (unsigned long long)in.pin_limit, (unsigned long long)in.pinned, vmlck0);
+	/* USER ranges that wrap or leave the user address space: EFAULT
+	 * from the module itself, before any pin, on every kernel (6.12's
+	 * GUP alone says EOVERFLOW for a wrapping range) */
+	static const uint64_t wrap[][2] = {
+		{ 0xfffffffffffff000ull, 0x1000 }, { 0xfffffffffffff000ull, 0x3000 },
+		{ 0xffffffffffffe000ull, 0x2000 }, { 0xffff800000000000ull, 0x1000 },
+		{ 0x00007ffffffff000ull, 0x2000 }, { 0x1000, 0xfffffffffffff000ull },
+	};
+	for (size_t i = 0; i < sizeof(wrap) / sizeof(wrap[0]); i++) {
+		uint32_t h;
+		int rc = kmap(f.fd, GPUNVME_KMOD_USER, -1, wrap[i][0], wrap[i][1], f.table, &h);
+		/* len past max_map (the last) is EINVAL before the range is looked at */
+		int want = wrap[i][1] > in.max_map ? -EINVAL : -EFAULT;
+		if (rc != want)
+			FAILF("USER map of 0x%" PRIx64 "+0x%" PRIx64 ": %d, want %d", wrap[i][0], wrap[i][1], rc, want);
+	}
 	f.nv.fd = f.fd;
 	if (nv_map_bar(&f.nv)) {
 		FAILF("mmap BAR0: %s", strerror(errno));
