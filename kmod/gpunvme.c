@@ -8,8 +8,8 @@
  * scripts/kmod-bind.sh). Interface: include/gpunvme/kmod.h.
  *
  * Teardown rule: when the last reference to the open file goes (close,
- * munmap of BAR0, process death), the controller is disabled and bus
- * mastering cleared BEFORE any page is unmapped or unpinned.
+ * munmap of BAR0, process death), bus mastering is cleared and the
+ * controller disabled BEFORE any page is unmapped or unpinned.
  *
  * Unmap rule: the module cannot see the queues (they live in the owner's
  * memory), so it cannot know whether a command still targets a mapping.
@@ -211,13 +211,20 @@ static bool gnv_iommu_translates(struct pci_dev *pdev)
 }
 
 /*
- * Stop the controller's DMA: CC.EN=0, then wait for CSTS.RDY=0 (NVMe base
- * spec 2.0, 3.7.2: a controller that reports RDY=0 after EN=0 has stopped
- * processing commands and posting data), at most CAP.TO (units of 500 ms,
- * 3.1.4.1) and at most disable_timeout_ms. Bus mastering is cleared after
- * in any case: with it off the function issues no memory requests at all
- * (PCIe base 6.0, 7.5.1.1.3), which is the guarantee that matters when a
- * controller never reports RDY=0.
+ * Stop the controller's DMA. Bus mastering is cleared first: from then on
+ * the function issues no memory requests at all (PCIe base 6.0, 7.5.1.1.3),
+ * so it fetches no further command and writes nowhere, whatever it does
+ * with the reset. Then CC.EN=0 and a wait for CSTS.RDY=0 (NVMe base spec
+ * 2.0, 3.7.2: every queue deleted, every command aborted), at most CAP.TO
+ * (units of 500 ms, 3.1.4.1) and at most disable_timeout_ms, so that
+ * nothing the controller had fetched is still pending when bus mastering
+ * comes back (the next open, GPUNVME_KMOD_DISABLE). vfio-pci stops a
+ * function in the same order.
+ *
+ * The other order (reset first) leaves a window on QEMU 7.2's emulated
+ * controller: a command fetched while its reset drains the block layer is
+ * queued there, runs after CSTS.RDY=0 and writes its data then, after the
+ * pages were unpinned (kmod.unbind-inflight, 6.12 guests).
  */
 static void gnv_disable(struct gnv_ctrl *c)
 {
@@ -225,10 +232,11 @@ static void gnv_disable(struct gnv_ctrl *c)
 	u64 cap;
 	unsigned long to_ms, deadline;
 
+	pci_clear_master(c->pdev);
 	cc = readl(c->bar0 + NVME_REG_CC);
 	if (cc == ~0u) {
-		dev_warn(&c->pdev->dev, "controller reads all ones (removed?): clearing bus mastering\n");
-		goto master;
+		dev_warn(&c->pdev->dev, "controller reads all ones (removed?): bus mastering cleared\n");
+		return;
 	}
 	cap = lo_hi_readq(c->bar0 + NVME_REG_CAP);
 	to_ms = ((cap >> 24) & 0xff) * 500;
@@ -243,14 +251,12 @@ static void gnv_disable(struct gnv_ctrl *c)
 		if (csts == ~0u || !(csts & 1))
 			break;
 		if (time_after(jiffies, deadline)) {
-			dev_warn(&c->pdev->dev, "CSTS.RDY still 1 %lu ms after CC.EN=0: clearing bus mastering\n",
+			dev_warn(&c->pdev->dev, "CSTS.RDY still 1 %lu ms after CC.EN=0: bus mastering stays off\n",
 				 to_ms);
 			break;
 		}
 		usleep_range(1000, 2000);
 	}
-master:
-	pci_clear_master(c->pdev);
 }
 
 /* ---- address tables ------------------------------------------------------- */

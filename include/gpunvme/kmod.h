@@ -7,8 +7,8 @@
  *
  * The file descriptor owns the controller: one opener at a time; bus
  * mastering is on while it is open; BAR0 is mmap()ed at offset 0. Closing it
- * (or the process dying) disables the controller (CC.EN=0, waits for
- * CSTS.RDY=0, then clears bus mastering) before any mapping below is undone,
+ * (or the process dying) stops the controller (clears bus mastering, then
+ * CC.EN=0 and a wait for CSTS.RDY=0) before any mapping below is undone,
  * so no DMA lands in memory the kernel has taken back.
  */
 #ifndef GPUNVME_KMOD_H
@@ -75,8 +75,8 @@ struct gpunvme_kmod_map {
  * lands in memory nobody else has been given.
  */
 #define GPUNVME_KMOD_UNMAP _IOW(GPUNVME_KMOD_IOC, 0xc2, __u32)
-/* Disable the controller now (CC.EN=0, bounded wait for RDY=0), as close
- * does; the mappings stay. For tests and for a driver that resets. */
+/* Disable the controller now (bus mastering off, CC.EN=0, bounded wait for
+ * RDY=0, bus mastering back on), as close does; the mappings stay. For tests and for a driver that resets. */
 #define GPUNVME_KMOD_DISABLE _IO(GPUNVME_KMOD_IOC, 0xc3)
 
 #endif

@@ -1123,6 +1123,10 @@ static void op_reads(struct fz *f)
 		uint32_t st = nv_reap(n, 10000);
 		if (st) {
 			FAILF("read into the guarded buffer: %s", probe_status_str(st));
+			printf("kmod_fuzz: CC 0x%x CSTS 0x%x, %u outstanding, CQ head %u phase %u status 0x%x, command %u of %u\n",
+			       (unsigned)bar_read(f->bar, 0x14), (unsigned)bar_read(f->bar, 0x1c), n->outstanding,
+			       n->p.ioq.head, n->p.ioq.phase,
+			       ((volatile struct gpunvme_cqe *)(n->p.mem + n->p.ioq.cq_off))[n->p.ioq.head].status, i, cmds);
 			n->ready = 0;
 			break;
 		}
@@ -1523,6 +1527,8 @@ static int cmd_gone_inflight(int remove)
 {
 	size_t blen = 32 * PG;
 	uint8_t *buf = mmap(NULL, blen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	/* the owner's counters, for the report: submitted, completed */
+	volatile uint64_t *cnt = mmap(NULL, PG, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	int pfd[2], qfd[2];
 	if (buf == MAP_FAILED || pipe(pfd) || pipe(qfd))
 		return 1;
@@ -1562,7 +1568,9 @@ static int cmd_gone_inflight(int remove)
 				if (poll(&pq, 1, 0) == 1)
 					break;
 				/* completions stop with the removal: bounded */
-				nv_reap(&n, 50);
+				cnt[0] = k;
+				if (nv_reap(&n, 50) != PROBE_TIMEOUT)
+					cnt[1]++;
 			}
 		}
 		if (poll(&pq, 1, 60000) != 1 || read(qfd[0], &go, 1) != 1)
@@ -1609,10 +1617,32 @@ static int cmd_gone_inflight(int remove)
 		       pci_command(g_bdf));
 	/* nothing lands after the removal returned */
 	memset(buf, POISON, blen);
+	uint64_t phys0[32];
+	for (size_t i = 0; i < blen / PG; i++)
+		phys0[i] = probe_virt_to_phys(buf + i * PG);
+	uint64_t tp = now_ms(), c0 = cnt[0], c1 = cnt[1];
 	sleep_ms(2000);
+	printf("owner: %" PRIu64 " reads submitted, %" PRIu64 " completed at the poison; %" PRIu64 ", %" PRIu64
+	       " 2 s later\n", c0, c1, cnt[0], cnt[1]);
 	size_t bad = 0;
 	for (size_t i = 0; i < blen; i++)
 		bad += buf[i] != POISON;
+	/* which pages, where they are, what landed (DMA of disk data, or
+	 * anything else) */
+	for (size_t i = 0; bad && i < blen / PG; i++) {
+		size_t nb = 0, first = PG;
+		for (size_t j = 0; j < PG; j++)
+			if (buf[i * PG + j] != POISON) {
+				nb++;
+				if (first == PG)
+					first = j;
+			}
+		if (nb)
+			printf("page %zu: %zu bytes changed from byte %zu (0x%02x 0x%02x 0x%02x 0x%02x), at 0x%" PRIx64
+			       " when poisoned, 0x%" PRIx64 " now, %" PRIu64 " ms after the poison\n",
+			       i, nb, first, buf[i * PG + first], buf[i * PG + first + 1 < blen ? i * PG + first + 1 : 0],
+			       buf[i * PG + 8], buf[i * PG + 100], phys0[i], probe_virt_to_phys(buf + i * PG), now_ms() - tp);
+	}
 	CHECKF(bad == 0, "the owner's buffer, poisoned after the removal, unchanged 2 s later (%zu bytes changed)", bad);
 	if (write(qfd[1], "g", 1) != 1)
 		FAILF("tell the owner");
