@@ -8,8 +8,8 @@
  * scripts/kmod-bind.sh). Interface: include/gpunvme/kmod.h.
  *
  * Teardown rule: when the last reference to the open file goes (close,
- * munmap of BAR0, process death), the controller is disabled and bus
- * mastering cleared BEFORE any page is unmapped or unpinned.
+ * munmap of BAR0, process death), bus mastering is cleared and the
+ * controller disabled BEFORE any page is unmapped or unpinned.
  *
  * Unmap rule: the module cannot see the queues (they live in the owner's
  * memory), so it cannot know whether a command still targets a mapping.
@@ -38,6 +38,7 @@
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/overflow.h>
 #include <linux/pci.h>
 #include <linux/scatterlist.h>
 #include <linux/sched/signal.h>
@@ -210,13 +211,20 @@ static bool gnv_iommu_translates(struct pci_dev *pdev)
 }
 
 /*
- * Stop the controller's DMA: CC.EN=0, then wait for CSTS.RDY=0 (NVMe base
- * spec 2.0, 3.7.2: a controller that reports RDY=0 after EN=0 has stopped
- * processing commands and posting data), at most CAP.TO (units of 500 ms,
- * 3.1.4.1) and at most disable_timeout_ms. Bus mastering is cleared after
- * in any case: with it off the function issues no memory requests at all
- * (PCIe base 6.0, 7.5.1.1.3), which is the guarantee that matters when a
- * controller never reports RDY=0.
+ * Stop the controller's DMA. Bus mastering is cleared first: from then on
+ * the function issues no memory requests at all (PCIe base 6.0, 7.5.1.1.3),
+ * so it fetches no further command and writes nowhere, whatever it does
+ * with the reset. Then CC.EN=0 and a wait for CSTS.RDY=0 (NVMe base spec
+ * 2.0, 3.7.2: every queue deleted, every command aborted), at most CAP.TO
+ * (units of 500 ms, 3.1.4.1) and at most disable_timeout_ms, so that
+ * nothing the controller had fetched is still pending when bus mastering
+ * comes back (the next open, GPUNVME_KMOD_DISABLE). vfio-pci stops a
+ * function in the same order.
+ *
+ * The other order (reset first) leaves a window on QEMU 7.2's emulated
+ * controller: a command fetched while its reset drains the block layer is
+ * queued there, runs after CSTS.RDY=0 and writes its data then, after the
+ * pages were unpinned (kmod.unbind-inflight, 6.12 guests).
  */
 static void gnv_disable(struct gnv_ctrl *c)
 {
@@ -224,10 +232,11 @@ static void gnv_disable(struct gnv_ctrl *c)
 	u64 cap;
 	unsigned long to_ms, deadline;
 
+	pci_clear_master(c->pdev);
 	cc = readl(c->bar0 + NVME_REG_CC);
 	if (cc == ~0u) {
-		dev_warn(&c->pdev->dev, "controller reads all ones (removed?): clearing bus mastering\n");
-		goto master;
+		dev_warn(&c->pdev->dev, "controller reads all ones (removed?): bus mastering cleared\n");
+		return;
 	}
 	cap = lo_hi_readq(c->bar0 + NVME_REG_CAP);
 	to_ms = ((cap >> 24) & 0xff) * 500;
@@ -242,14 +251,12 @@ static void gnv_disable(struct gnv_ctrl *c)
 		if (csts == ~0u || !(csts & 1))
 			break;
 		if (time_after(jiffies, deadline)) {
-			dev_warn(&c->pdev->dev, "CSTS.RDY still 1 %lu ms after CC.EN=0: clearing bus mastering\n",
+			dev_warn(&c->pdev->dev, "CSTS.RDY still 1 %lu ms after CC.EN=0: bus mastering stays off\n",
 				 to_ms);
 			break;
 		}
 		usleep_range(1000, 2000);
 	}
-master:
-	pci_clear_master(c->pdev);
 }
 
 /* ---- address tables ------------------------------------------------------- */
@@ -362,10 +369,19 @@ static int gnv_pin_user(struct gnv_map *m, struct gpunvme_kmod_map *a)
 {
 	unsigned long n = a->len >> PAGE_SHIFT;
 	long got, done = 0;
+	u64 end;
 	int rc = 0;
 
 	if (a->addr & (PAGE_SIZE - 1) || a->len & (PAGE_SIZE - 1))
 		return -EINVAL;
+	/*
+	 * Refused here, before anything is charged or pinned: a range that
+	 * wraps or reaches past the user address space. GUP's own answer
+	 * differs between kernels (6.12: -EOVERFLOW for a wrapping range).
+	 */
+	if (check_add_overflow(a->addr, a->len, &end) ||
+	    !access_ok(u64_to_user_ptr(a->addr), a->len))
+		return -EFAULT;
 	if (pin_limit_mb && a->len > (u64)pin_limit_mb << 20)
 		return -ENOMEM;
 	rc = account_locked_vm(current->mm, n, true);

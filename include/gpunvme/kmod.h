@@ -7,8 +7,8 @@
  *
  * The file descriptor owns the controller: one opener at a time; bus
  * mastering is on while it is open; BAR0 is mmap()ed at offset 0. Closing it
- * (or the process dying) disables the controller (CC.EN=0, waits for
- * CSTS.RDY=0, then clears bus mastering) before any mapping below is undone,
+ * (or the process dying) stops the controller (clears bus mastering, then
+ * CC.EN=0 and a wait for CSTS.RDY=0) before any mapping below is undone,
  * so no DMA lands in memory the kernel has taken back.
  */
 #ifndef GPUNVME_KMOD_H
@@ -43,8 +43,11 @@ enum gpunvme_kmod_kind {
  * 4 KiB. On success `handle` names the mapping and table[0 .. len/4096)
  * holds the bus address of every 4 KiB page, in order. table_entries is the
  * table's capacity in; -ENOSPC when it is too small (table_entries then
- * says how many are needed). A MAP that fails leaves nothing mapped, also
- * when only writing the table or the handle back failed (-EFAULT).
+ * says how many are needed). USER: -EINVAL when addr is not page aligned,
+ * -EFAULT when [addr, addr + len) wraps or is not all user address space
+ * (checked before anything is pinned, on every kernel). A MAP that fails
+ * leaves nothing mapped, also when only writing the table or the handle
+ * back failed (-EFAULT).
  */
 struct gpunvme_kmod_map {
 	__u32 kind;             /* enum gpunvme_kmod_kind */
@@ -72,8 +75,8 @@ struct gpunvme_kmod_map {
  * lands in memory nobody else has been given.
  */
 #define GPUNVME_KMOD_UNMAP _IOW(GPUNVME_KMOD_IOC, 0xc2, __u32)
-/* Disable the controller now (CC.EN=0, bounded wait for RDY=0), as close
- * does; the mappings stay. For tests and for a driver that resets. */
+/* Disable the controller now (bus mastering off, CC.EN=0, bounded wait for
+ * RDY=0, bus mastering back on), as close does; the mappings stay. For tests and for a driver that resets. */
 #define GPUNVME_KMOD_DISABLE _IO(GPUNVME_KMOD_IOC, 0xc3)
 
 #endif

@@ -1096,6 +1096,8 @@ static void op_reads(struct fz *f)
 		FAILF("guarded buffer of %u pages: %s", npages, strerror(-rc));
 		return;
 	}
+	/* noiommu: the table is the pinned pages' physical addresses */
+	check_table_user(f, (uintptr_t)(g.base + GUARD_PAGES * PG), (uint64_t)npages * PG, (const uint8_t *)g.tbl);
 	uint64_t off = FZ_DISK_OFF + rndn(&f->r, (FZ_DISK_LEN - npages * PG) / PG) * PG;
 	/* the whole buffer in one command, or a page per command */
 	int per_page = chance(&f->r, 50);
@@ -1121,12 +1123,24 @@ static void op_reads(struct fz *f)
 		uint32_t st = nv_reap(n, 10000);
 		if (st) {
 			FAILF("read into the guarded buffer: %s", probe_status_str(st));
+			printf("kmod_fuzz: CC 0x%x CSTS 0x%x, %u outstanding, CQ head %u phase %u status 0x%x, command %u of %u\n",
+			       (unsigned)bar_read(f->bar, 0x14), (unsigned)bar_read(f->bar, 0x1c), n->outstanding,
+			       n->p.ioq.head, n->p.ioq.phase,
+			       ((volatile struct gpunvme_cqe *)(n->p.mem + n->p.ioq.cq_off))[n->p.ioq.head].status, i, cmds);
 			n->ready = 0;
 			break;
 		}
 	}
 	f->reads += cmds;
-	guarded_check(&g, off, "guarded read");
+	if (guarded_check(&g, off, "guarded read") && !f->iommu) {
+		/* where are the pages now, and did the queue memory move? */
+		check_table_user(f, (uintptr_t)(g.base + GUARD_PAGES * PG), (uint64_t)npages * PG, (const uint8_t *)g.tbl);
+		uint64_t q = probe_virt_to_phys(n->mem);
+		printf("kmod_fuzz: guarded read failed: buffer page 0 at 0x%" PRIx64 " (table 0x%" PRIx64
+		       "), queue memory at 0x%" PRIx64 " (iova 0x%" PRIx64 "), %s\n",
+		       probe_virt_to_phys(g.base + GUARD_PAGES * PG), g.tbl[0], q, n->p.iova,
+		       per_page ? "a page per command" : "one command");
+	}
 	if (!early)
 		kunmap(f->fd, g.handle);
 	guarded_free(&g);
@@ -1334,6 +1348,22 @@ static int cmd_fuzz(unsigned seconds, uint64_t seed, unsigned nthreads, const ch
 	printf("kmod_fuzz: module: IOMMU %s, BAR0 %llu bytes, max_map %llu, pin_limit %llu, pinned %llu, VmLck %ld kB\n",
 	       in.iommu ? "translating" : "off", (unsigned long long)in.bar0_len, (unsigned long long)in.max_map,
 	       (unsigned long long)in.pin_limit, (unsigned long long)in.pinned, vmlck0);
+	/* USER ranges that wrap or leave the user address space: EFAULT
+	 * from the module itself, before any pin, on every kernel (6.12's
+	 * GUP alone says EOVERFLOW for a wrapping range) */
+	static const uint64_t wrap[][2] = {
+		{ 0xfffffffffffff000ull, 0x1000 }, { 0xfffffffffffff000ull, 0x3000 },
+		{ 0xffffffffffffe000ull, 0x2000 }, { 0xffff800000000000ull, 0x1000 },
+		{ 0x00007ffffffff000ull, 0x2000 }, { 0x1000, 0xfffffffffffff000ull },
+	};
+	for (size_t i = 0; i < sizeof(wrap) / sizeof(wrap[0]); i++) {
+		uint32_t h;
+		int rc = kmap(f.fd, GPUNVME_KMOD_USER, -1, wrap[i][0], wrap[i][1], f.table, &h);
+		/* len past max_map (the last) is EINVAL before the range is looked at */
+		int want = wrap[i][1] > in.max_map ? -EINVAL : -EFAULT;
+		if (rc != want)
+			FAILF("USER map of 0x%" PRIx64 "+0x%" PRIx64 ": %d, want %d", wrap[i][0], wrap[i][1], rc, want);
+	}
 	f.nv.fd = f.fd;
 	if (nv_map_bar(&f.nv)) {
 		FAILF("mmap BAR0: %s", strerror(errno));
@@ -1497,6 +1527,8 @@ static int cmd_gone_inflight(int remove)
 {
 	size_t blen = 32 * PG;
 	uint8_t *buf = mmap(NULL, blen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	/* the owner's counters, for the report: submitted, completed */
+	volatile uint64_t *cnt = mmap(NULL, PG, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	int pfd[2], qfd[2];
 	if (buf == MAP_FAILED || pipe(pfd) || pipe(qfd))
 		return 1;
@@ -1536,7 +1568,9 @@ static int cmd_gone_inflight(int remove)
 				if (poll(&pq, 1, 0) == 1)
 					break;
 				/* completions stop with the removal: bounded */
-				nv_reap(&n, 50);
+				cnt[0] = k;
+				if (nv_reap(&n, 50) != PROBE_TIMEOUT)
+					cnt[1]++;
 			}
 		}
 		if (poll(&pq, 1, 60000) != 1 || read(qfd[0], &go, 1) != 1)
@@ -1583,10 +1617,32 @@ static int cmd_gone_inflight(int remove)
 		       pci_command(g_bdf));
 	/* nothing lands after the removal returned */
 	memset(buf, POISON, blen);
+	uint64_t phys0[32];
+	for (size_t i = 0; i < blen / PG; i++)
+		phys0[i] = probe_virt_to_phys(buf + i * PG);
+	uint64_t tp = now_ms(), c0 = cnt[0], c1 = cnt[1];
 	sleep_ms(2000);
+	printf("owner: %" PRIu64 " reads submitted, %" PRIu64 " completed at the poison; %" PRIu64 ", %" PRIu64
+	       " 2 s later\n", c0, c1, cnt[0], cnt[1]);
 	size_t bad = 0;
 	for (size_t i = 0; i < blen; i++)
 		bad += buf[i] != POISON;
+	/* which pages, where they are, what landed (DMA of disk data, or
+	 * anything else) */
+	for (size_t i = 0; bad && i < blen / PG; i++) {
+		size_t nb = 0, first = PG;
+		for (size_t j = 0; j < PG; j++)
+			if (buf[i * PG + j] != POISON) {
+				nb++;
+				if (first == PG)
+					first = j;
+			}
+		if (nb)
+			printf("page %zu: %zu bytes changed from byte %zu (0x%02x 0x%02x 0x%02x 0x%02x), at 0x%" PRIx64
+			       " when poisoned, 0x%" PRIx64 " now, %" PRIu64 " ms after the poison\n",
+			       i, nb, first, buf[i * PG + first], buf[i * PG + first + 1 < blen ? i * PG + first + 1 : 0],
+			       buf[i * PG + 8], buf[i * PG + 100], phys0[i], probe_virt_to_phys(buf + i * PG), now_ms() - tp);
+	}
 	CHECKF(bad == 0, "the owner's buffer, poisoned after the removal, unchanged 2 s later (%zu bytes changed)", bad);
 	if (write(qfd[1], "g", 1) != 1)
 		FAILF("tell the owner");
