@@ -1,0 +1,150 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""gpunvme: several GPUs: placing tensors (layers, size, split) and loading each device's share."""
+import copy
+import re
+
+from . import _gpunvme
+from ._gpunvme import Error
+from ._parse import _NP, _NP_RAW, _device, _wrap
+from ._loading import StateDict, _fill, _load, _queue_opts
+
+
+# ---- several GPUs ---------------------------------------------------------------------------
+
+PLACEMENTS = ("layers", "size", "split")
+_LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks|blk|layer|block)\.(\d+)\.")
+
+
+def _layer_of(name):
+    m = _LAYER_RE.search(name)
+    return int(m.group(1)) if m else None
+
+
+def _place(infos, ndev, placement):
+    """-> [device index per info] ("layers", "size") for infos in file order.
+
+    layers: the transformer blocks (names with layers.N. / blk.N. / h.N. ...)
+            in contiguous ranges, cut where the bytes so far pass k/ndev of
+            the blocks' bytes; tensors before the first block (embeddings)
+            on the first device, the others (final norm, lm_head) on the last.
+    size:   largest tensor first onto the device with the fewest bytes so far
+            (round-robin by size; ties to the lowest index)."""
+    if ndev < 1:
+        raise Error(22, "no devices")
+    if placement == "size":
+        load = [0] * ndev
+        out = [0] * len(infos)
+        for i in sorted(range(len(infos)), key=lambda i: (-infos[i].nbytes, i)):
+            d = min(range(ndev), key=lambda k: (load[k], k))
+            out[i] = d
+            load[d] += infos[i].nbytes
+        return out
+    if placement == "layers":
+        layers = sorted({l for l in (_layer_of(i.name) for i in infos) if l is not None})
+        per = {}
+        for i in infos:
+            l = _layer_of(i.name)
+            if l is not None:
+                per[l] = per.get(l, 0) + i.nbytes
+        total = sum(per.values())
+        dev_of, acc = {}, 0
+        for l in layers:
+            # the device whose share the middle of this layer falls in
+            mid = acc + per[l] / 2.0
+            dev_of[l] = min(ndev - 1, int(mid * ndev / total)) if total else 0
+            acc += per[l]
+        # file position of the first block's first tensor: what precedes it
+        # (embeddings) goes with the first blocks, what follows with the last
+        first_pos = min((k for k, i in enumerate(infos) if _layer_of(i.name) is not None), default=None)
+        out = []
+        for k, i in enumerate(infos):
+            l = _layer_of(i.name)
+            if l is not None:
+                out.append(dev_of[l])
+            elif first_pos is not None and k < first_pos:
+                out.append(0)
+            else:
+                out.append(ndev - 1 if layers else 0)
+        return out
+    raise Error(22, "placement=%r: expected one of %s" % (placement, ", ".join(repr(p) for p in PLACEMENTS)))
+
+
+def _split_rows(info, ndev):
+    """split: [(first row, rows)] per device along dimension 0 (rows are
+    contiguous in the file, so each GPU reads only its own rows); a tensor
+    with fewer rows than devices, no dimensions or rows of sub-byte types
+    goes whole to every device."""
+    n = info.shape[0] if info.shape else 0
+    if n < ndev or info.nbytes % n or (info.dtype not in _NP and info.dtype not in _NP_RAW):
+        return None
+    return [(k * n // ndev, (k + 1) * n // ndev - k * n // ndev) for k in range(ndev)]
+
+
+def _devices(device, tier):
+    """device=[...] -> [(tier, cuda index, name)], distinct GPUs"""
+    if not device:
+        raise Error(22, "device=[]: give at least one device")
+    out = [_device(d, tier) for d in device]
+    names = [o[2] for o in out]
+    if len(set(names)) != len(names):
+        raise Error(22, "device=%r: a device is listed twice" % (list(device),))
+    if any(o[2] == "cpu" for o in out) and len(out) > 1:
+        raise Error(22, "device=%r: several devices are GPUs (\"cuda:N\"); \"cpu\" is one device" % (list(device),))
+    return out
+
+
+def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queues, depth):
+    """sel loaded onto several devices, each device its own Loader (its own
+    queues on every controller of the volume), no tensor staged on another
+    GPU first. -> StateDict (layers, size) or [StateDict per device] (split)."""
+    if placement == "split":
+        if split_dim != 0:
+            raise Error(95, "split_dim=%r: only dimension 0 (rows, contiguous in the file) is split so far"
+                        % (split_dim,))
+        q, d = _queue_opts(queues, depth)
+        out = []
+        for t, idx, _ in devs:
+            sd = StateDict()
+            sd.metadata = model.metadata()
+            out.append(sd)
+        loaders = [_gpunvme.Loader(model, t, idx, q, d) for t, idx, _ in devs]
+        for info in sel:
+            rows = _split_rows(info, len(devs))
+            for k, ld in enumerate(loaders):
+                if rows is None or not info.nbytes:
+                    # a tensor of zero bytes has nothing to read (and
+                    # select_bytes takes no empty part): its shard is a
+                    # slice of the empty whole
+                    bufs = ld.select([info.index])
+                    bufs.load()
+                    t = _wrap(_gpunvme.Tensor(bufs, 0), info, fw)
+                    if rows is not None:
+                        t = t[rows[k][0]:rows[k][0] + rows[k][1]]
+                else:
+                    first, count = rows[k]
+                    row = info.nbytes // info.shape[0]
+                    bufs = ld.select_bytes(info.index, first * row, count * row)
+                    bufs.load()
+                    part = copy.copy(info)
+                    part.shape = (count,) + tuple(info.shape[1:])
+                    part.nbytes = count * row
+                    t = _wrap(_gpunvme.Tensor(bufs, 0), part, fw)
+                out[k][info.name] = t
+                out[k].dtypes[info.name] = info.file_dtype
+                if info.ggml_type >= 0:
+                    out[k].ggml_types[info.name] = info.file_dtype
+        return out
+    where = _place(sel, len(devs), placement)
+    sd = StateDict()
+    sd.metadata = model.metadata()
+    got = {}
+    for k, (t, idx, name) in enumerate(devs):
+        mine = [info for info, w in zip(sel, where) if w == k]
+        if mine:
+            for info, ten in zip(mine, _load(model, mine, t, idx, fw, progress, "%s -> %s" % (desc, name),
+                                              queues, depth)):
+                got[info.name] = ten
+    # the file's order, as load_file with one device
+    _fill(sd, sel, [got[i.name] for i in sel])
+    sd.placement = {i.name: devs[w][2] for i, w in zip(sel, where)}
+    return sd
