@@ -58,6 +58,7 @@
 
 #include <linux/dma-buf.h>
 
+#include "drm_uapi.h"
 #include "gpunvme/kmod.h"
 #include "gpunvme/nvme.h"
 #include "probe_common.h"
@@ -1237,28 +1238,7 @@ static void op_close_reopen(struct fz *f, long vmlck0)
 	}
 }
 
-/* a vgem dumb buffer as a dma-buf (DRM UAPI spelled out: Debian 12 ships no
- * drm/ headers; layouts of include/uapi/drm/drm.h and drm_mode.h) */
-struct t_drm_version {
-	int major, minor, patch;
-	size_t name_len;
-	char *name;
-	size_t date_len;
-	char *date;
-	size_t desc_len;
-	char *desc;
-};
-struct t_drm_create_dumb {
-	uint32_t height, width, bpp, flags, handle, pitch;
-	uint64_t size;
-};
-struct t_drm_prime_handle {
-	uint32_t handle, flags;
-	int32_t fd;
-};
-#define T_DRM_IOCTL_VERSION _IOWR('d', 0x00, struct t_drm_version)
-#define T_DRM_IOCTL_PRIME_HANDLE_TO_FD _IOWR('d', 0x2d, struct t_drm_prime_handle)
-#define T_DRM_IOCTL_MODE_CREATE_DUMB _IOWR('d', 0xB2, struct t_drm_create_dumb)
+/* a vgem dumb buffer as a dma-buf (drm_uapi.h) */
 
 static int vgem_dmabuf(size_t len)
 {

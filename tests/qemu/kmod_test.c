@@ -41,32 +41,10 @@
 
 #include <linux/dma-buf.h>
 
+#include "drm_uapi.h"
 #include "../harness/check.h"
 #include "gpunvme/gpunvme.h"
 
-/* DRM UAPI (include/uapi/drm/drm.h, drm_mode.h): Debian 12's
- * linux-libc-dev ships no drm/ headers, so the four structures used here
- * are spelled out with the kernel's layout. */
-struct t_drm_version {
-	int major, minor, patch;
-	size_t name_len;
-	char *name;
-	size_t date_len;
-	char *date;
-	size_t desc_len;
-	char *desc;
-};
-struct t_drm_create_dumb {
-	uint32_t height, width, bpp, flags, handle, pitch;
-	uint64_t size;
-};
-struct t_drm_prime_handle {
-	uint32_t handle, flags;
-	int32_t fd;
-};
-#define T_DRM_IOCTL_VERSION _IOWR('d', 0x00, struct t_drm_version)
-#define T_DRM_IOCTL_PRIME_HANDLE_TO_FD _IOWR('d', 0x2d, struct t_drm_prime_handle)
-#define T_DRM_IOCTL_MODE_CREATE_DUMB _IOWR('d', 0xB2, struct t_drm_create_dumb)
 
 /* The pattern of tests/qemu/qemu_driver.c: byte i of a run seeded by seed. */
 static void pattern(uint8_t *p, size_t n, uint64_t start, uint32_t seed)
