@@ -12,6 +12,9 @@
 #             loopback: load --tier cpu|1 --verify, perf --gpu at QD1, QD32,
 #             4x32 128 KiB against the CPU path's perf on the same target
 #   burn:N    N busy loops from here on (CPU starvation); unburn stops them
+#   venv      bd/pyvenv: the Python package built with CUDA for sm_90 (the
+#             python gpu.matrix runs); the system python behind a link when
+#             the venv module is missing
 #   py        the Python package (pip install, CUDA) and its GPU tests:
 #             test_multi (two GPUs where there are two), test_md (the
 #             stream on every md fixture, Tier 1/2), test_stream
@@ -87,6 +90,17 @@ for ph in ${PHASES:-build serial}; do
 		kill $FT 2>/dev/null
 		wait $FT 2>/dev/null
 		rm -rf "$W"
+		;;
+	venv)
+		log "python venv for gpu.matrix"
+		export CMAKE_CUDA_ARCHITECTURES=90 GPUNVME_CUDA=ON
+		if python3 -m venv --system-site-packages bd/pyvenv >"$R/venv.log" 2>&1; then
+			bd/pyvenv/bin/pip install --no-build-isolation --no-deps --no-index ./python >>"$R/venv.log" 2>&1
+		else
+			python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python >>"$R/venv.log" 2>&1 &&
+				mkdir -p bd/pyvenv/bin && ln -sf "$(command -v python3)" bd/pyvenv/bin/python
+		fi || { echo "VENV FAILED"; tail -30 "$R/venv.log"; }
+		bd/pyvenv/bin/python -c 'import gpunvme, torch; print("gpunvme", gpunvme.__file__, "cuda", torch.cuda.is_available())'
 		;;
 	py)
 		log "python: pip install (CUDA) and the GPU tests"
