@@ -12,9 +12,8 @@
 #             loopback: load --tier cpu|1 --verify, perf --gpu at QD1, QD32,
 #             4x32 128 KiB against the CPU path's perf on the same target
 #   burn:N    N busy loops from here on (CPU starvation); unburn stops them
-#   venv      bd/pyvenv: the Python package built with CUDA for sm_90 (the
-#             python gpu.matrix runs); the system python behind a link when
-#             the venv module is missing
+#   venv      bd/pyvenv/bin/python for gpu.matrix: the machine's python3
+#             with the Python package built with CUDA for sm_90
 #   py        the Python package (pip install, CUDA) and its GPU tests:
 #             test_multi (two GPUs where there are two), test_md (the
 #             stream on every md fixture, Tier 1/2), test_stream
@@ -92,15 +91,15 @@ for ph in ${PHASES:-build serial}; do
 		rm -rf "$W"
 		;;
 	venv)
-		log "python venv for gpu.matrix"
+		# bd/pyvenv/bin/python is the machine's python3 (its venv has torch
+		# and pytest; a venv made on top of it would not see them), with
+		# this tree's package installed into it
+		log "python for gpu.matrix"
 		export CMAKE_CUDA_ARCHITECTURES=90 GPUNVME_CUDA=ON
-		if python3 -m venv --system-site-packages bd/pyvenv >"$R/venv.log" 2>&1; then
-			bd/pyvenv/bin/pip install --no-build-isolation --no-deps --no-index ./python >>"$R/venv.log" 2>&1
-		else
-			python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python >>"$R/venv.log" 2>&1 &&
-				mkdir -p bd/pyvenv/bin && ln -sf "$(command -v python3)" bd/pyvenv/bin/python
-		fi || { echo "VENV FAILED"; tail -30 "$R/venv.log"; }
-		bd/pyvenv/bin/python -c 'import gpunvme, torch; print("gpunvme", gpunvme.__file__, "cuda", torch.cuda.is_available())'
+		python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python >"$R/venv.log" 2>&1 ||
+			{ echo "PIP FAILED"; tail -30 "$R/venv.log"; }
+		mkdir -p bd/pyvenv/bin && ln -sf "$(command -v python3)" bd/pyvenv/bin/python
+		bd/pyvenv/bin/python -c 'import gpunvme, torch, pytest; print("gpunvme", gpunvme.__file__, "cuda", torch.cuda.is_available())'
 		;;
 	py)
 		log "python: pip install (CUDA) and the GPU tests"

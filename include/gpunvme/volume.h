@@ -78,6 +78,12 @@ size_t gpunvme_volume_nctrl(const struct gpunvme_volume *v);
 struct gpunvme_ctrl *gpunvme_volume_ctrl(struct gpunvme_volume *v, size_t i);
 /* The namespace id given at open. */
 uint32_t gpunvme_volume_nsid(const struct gpunvme_volume *v);
+/* Before a reader that takes its own queue pairs (the loader, the layer
+ * stream): the file system's reader gives its queue pairs back, but only
+ * when a controller of the volume has none left free. Otherwise it keeps
+ * them, so that it can still read (e.g. load --verify) while a GPU tier
+ * holds every queue it was given. It takes them again when next used. */
+void gpunvme_volume_make_room(struct gpunvme_volume *v);
 
 #ifdef __cplusplus
 }

@@ -285,9 +285,10 @@ static int start_loader(struct load_ctx *x)
 	lo.gpu = gpunvme_loader_gpu_backend();
 #endif
 	/* The file system reader holds one queue pair. A controller that
-	 * granted no other: the reader gives its one to the loader, and gets
-	 * it back for --verify once the loads are done (the CPU tier can hand
-	 * its queues back; the GPU tiers keep theirs). */
+	 * granted no other: the reader gives its one to the loader
+	 * (gpunvme_volume_make_room, in the loader's init), and gets it back
+	 * for --verify once the loads are done (the CPU tier can hand its
+	 * queues back; the GPU tiers keep theirs). */
 	if (gpunvme_io_queues_free(x->f.c) == 0) {
 		struct gpunvme_ctrl_info ci;
 		gpunvme_ctrl_info(x->f.c, &ci);
@@ -296,7 +297,6 @@ static int start_loader(struct load_ctx *x)
 				       "--verify reads the file back on a second I/O queue pair while tier %s holds its own; "
 				       "the controller granted %u (use --tier cpu, or leave out --verify)",
 				       gpunvme_tier_str(x->tier), ci.nr_io_queues);
-		gpunvme_blkdev_release(x->f.dev);
 	}
 	/* an md array: a loader per member, on the member's controller */
 	int rc = gpunvme_layer_loader_init_volume(x->f.vol, x->set->ext, x->set->n_ext, x->set->size, &lo, &x->l);

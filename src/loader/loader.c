@@ -1103,9 +1103,8 @@ int gpunvme_layer_loader_init_volume(struct gpunvme_volume *v, const struct gpun
 	if (!v)
 		return gpunvme_set_error(-EINVAL, "layer loader: no volume");
 	struct gpunvme_md_volume *md = gpunvme_volume_md(v);
-	/* the file system's readers give their queue pairs back first: the
-	 * loader takes its own on the same controllers */
-	gpunvme_blkdev_release(gpunvme_volume_blkdev(v));
+	/* the loader takes its own queue pairs on the same controllers */
+	gpunvme_volume_make_room(v);
 	if (md)
 		return gpunvme_layer_loader_init_md(md->c, md->nsid, md->md, ext, n, file_size, opts, out);
 	struct gpunvme_ctrl *c = gpunvme_volume_ctrl(v, 0);

@@ -795,7 +795,7 @@ int gpunvme_layer_stream_open_volume(struct gpunvme_volume *v, const struct gpun
 	if (!v)
 		return gpunvme_set_error(-EINVAL, "layer stream: no volume");
 	struct gpunvme_md_volume *md = gpunvme_volume_md(v);
-	gpunvme_blkdev_release(gpunvme_volume_blkdev(v));
+	gpunvme_volume_make_room(v);
 	if (md)
 		return gpunvme_layer_stream_open_md(md->c, md->nsid, md->md, m, ext, n, file_size, opts, out);
 	struct gpunvme_ctrl *c = gpunvme_volume_ctrl(v, 0);

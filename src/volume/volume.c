@@ -166,6 +166,15 @@ struct gpunvme_blkdev *gpunvme_volume_blkdev(struct gpunvme_volume *v)
 	return v->md ? &v->md->array : &v->dev;
 }
 
+void gpunvme_volume_make_room(struct gpunvme_volume *v)
+{
+	for (size_t i = 0; i < gpunvme_volume_nctrl(v); i++)
+		if (gpunvme_io_queues_free(gpunvme_volume_ctrl(v, i)) == 0) {
+			gpunvme_blkdev_release(gpunvme_volume_blkdev(v));
+			return;
+		}
+}
+
 struct gpunvme_fs *gpunvme_volume_fs(struct gpunvme_volume *v)
 {
 	return v->fs;

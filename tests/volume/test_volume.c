@@ -14,6 +14,11 @@
  *   no_fs          o.fs = false: the device alone
  *   md_array       a committed mdadm RAID0 fixture: the array, its members'
  *                  controllers, and a file read across members
+ *   make_room      a loader opened on the volume leaves the file system's
+ *                  reader its queue pair when the controller has another
+ *                  (the reader still reads: load --verify at Tier 1 over
+ *                  NVMe/TCP needed that), and takes it only when there is
+ *                  none (the reader then reads again once it is given back)
  * Images are made here with mkfs.ext4 -d (skipped without it); the md case
  * needs the zstd command.
  */
@@ -304,6 +309,65 @@ TEST_CASE(md_array)
 	CHECK(st.size > 3u * 65536u);
 	gpunvme_volume_close(v);
 	return 0;
+}
+
+/* A CPU-tier loader on hello.txt's extents, the controller granting nq
+ * I/O queue pairs. */
+static int open_loader(unsigned nq, struct gpunvme_volume **v, struct gpunvme_layer_loader **l)
+{
+	char img[600], uri[700];
+	snprintf(img, sizeof(img), "%s/room%u.img", work, nq);
+	REQUIRE(make_ext4(img, 8) == 0);
+	snprintf(uri, sizeof(uri), "emu:%s", img);
+	struct gpunvme_opts co;
+	gpunvme_opts_init(&co);
+	co.nr_io_queues = nq;
+	struct gpunvme_volume_opts vo;
+	gpunvme_volume_opts_init(&vo);
+	vo.ctrl = &co;
+	REQUIRE_OK(gpunvme_volume_open(uri, NULL, &vo, v));
+	struct gpunvme_fs *fs = gpunvme_volume_fs(*v);
+	uint64_t ino;
+	REQUIRE_OK(gpunvme_fs_lookup(fs, "/hello.txt", &ino));
+	struct gpunvme_extent *ext = NULL;
+	size_t n = 0;
+	REQUIRE_OK(gpunvme_fs_extents(fs, ino, &ext, &n));
+	struct gpunvme_loader_opts lo;
+	gpunvme_loader_opts_init(&lo);
+	lo.tier = GPUNVME_TIER_CPU;
+	int rc = gpunvme_layer_loader_init_volume(*v, ext, n, sizeof(CONTENT) - 1, &lo, l);
+	free(ext);
+	REQUIRE_OK(rc);
+	return 0;
+}
+
+TEST_CASE(make_room)
+{
+	int rc = setup();
+	if (rc)
+		return rc;
+	struct gpunvme_volume *v;
+	struct gpunvme_layer_loader *l;
+	/* two granted: the loader takes the free one, the reader keeps its own */
+	REQUIRE_OK(open_loader(2, &v, &l));
+	CHECK_EQ(gpunvme_io_queues_free(gpunvme_volume_ctrl(v, 0)), 0);
+	rc = check_hello(v);
+	gpunvme_layer_loader_destroy(l);
+	gpunvme_volume_close(v);
+	REQUIRE_OK(rc);
+	/* one granted: the reader gives it to the loader, reads again once
+	 * the loader hands its queues back */
+	REQUIRE_OK(open_loader(1, &v, &l));
+	CHECK_EQ(gpunvme_io_queues_free(gpunvme_volume_ctrl(v, 0)), 0);
+	char buf[512];
+	struct gpunvme_blkdev *dev = gpunvme_volume_blkdev(v);
+	/* a window the file system never read (the reader caches those) */
+	CHECK_EQ(dev->read(dev->ctx, 6u << 20, buf, sizeof(buf)), -EBUSY);
+	REQUIRE_OK(gpunvme_layer_loader_release_queues(l));
+	rc = check_hello(v);
+	gpunvme_layer_loader_destroy(l);
+	gpunvme_volume_close(v);
+	return rc;
 }
 
 int main(int argc, char **argv)
