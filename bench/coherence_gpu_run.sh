@@ -3,7 +3,9 @@
 # Issue 30 on the GPU machine: where features meet.
 #   OUT=/dir PHASES="build serial j4:3 tcp py" bash bench/coherence_gpu_run.sh
 # Phases (in the order given):
-#   build     Release, sm_90, into bd/ (kept between calls on a warm machine)
+#   build     Release, sm_90, into $BD (default bd/; kept between calls on a
+#             warm machine; one per GPU when several loops run at once, as
+#             tests write under their build directory)
 #   serial    ctest -L gpu, one test at a time (the baseline: all pass alone)
 #   j4:N      ctest -L gpu -j4, N runs in a row; each run's result, load
 #             average and, on failure, the failed tests' output under $OUT
@@ -23,18 +25,19 @@ mkdir -p "$R"
 exec > >(tee -a "$R/run.log") 2>&1
 log() { echo "[$(date -u +%T)] $*"; }
 { git log -1 --format="%h %s" 2>/dev/null; echo "tools: $(command -v zstd mkfs.ext4 python3 | tr "\n" " ")"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; echo "cores $(nproc), kernel $(uname -r)"; } | tee "$R/machine.txt"
-B=bd/bin
+BD=${BD:-bd}
+B=$BD/bin
 for ph in ${PHASES:-build serial}; do
 	case $ph in
 	build)
 		log "build"
-		cmake -S . -B bd -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$R/cmake.log" 2>&1 &&
-			cmake --build bd -j"$(nproc)" >"$R/build.log" 2>&1 || { echo "BUILD FAILED"; tail -40 "$R/build.log"; exit 1; }
+		cmake -S . -B "$BD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$R/cmake.log" 2>&1 &&
+			cmake --build "$BD" -j"$(nproc)" >"$R/build.log" 2>&1 || { echo "BUILD FAILED"; tail -40 "$R/build.log"; exit 1; }
 		log "built"
 		;;
 	serial)
 		log "ctest -L gpu (serial)"
-		(cd bd && timeout 500 ctest -L gpu --output-on-failure >"$R/ctest-serial.log" 2>&1)
+		(cd "$BD" && timeout 500 ctest -L gpu --output-on-failure >"$R/ctest-serial.log" 2>&1)
 		grep -E "tests passed|\*\*\*|Total Test time" "$R/ctest-serial.log"
 		;;
 	j4:* | mp:*)
@@ -44,7 +47,7 @@ for ph in ${PHASES:-build serial}; do
 		pass=0
 		for i in $(seq "$n"); do
 			t0=$(date +%s)
-			(cd bd && timeout 400 ctest "${sel[@]}" --output-on-failure >"$R/ctest-${ph%%:*}-$i.log" 2>&1)
+			(cd "$BD" && timeout 400 ctest "${sel[@]}" --output-on-failure >"$R/ctest-${ph%%:*}-$i.log" 2>&1)
 			rc=$?
 			res=$(grep -E "tests passed" "$R/ctest-${ph%%:*}-$i.log")
 			log "${ph%%:*} run $i: rc $rc, $res, $(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -91,15 +94,18 @@ for ph in ${PHASES:-build serial}; do
 		rm -rf "$W"
 		;;
 	venv)
-		# bd/pyvenv/bin/python is the machine's python3 (its venv has torch
-		# and pytest; a venv made on top of it would not see them), with
-		# this tree's package installed into it
+		# $BD/pyvenv/bin/python runs the machine's python3 (its venv has
+		# torch and pytest; a venv made on top of it, or a link to its
+		# python from elsewhere, would not see them), with this tree's
+		# package installed into it (PIP=0: already installed)
 		log "python for gpu.matrix"
 		export CMAKE_CUDA_ARCHITECTURES=90 GPUNVME_CUDA=ON
-		python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python >"$R/venv.log" 2>&1 ||
-			{ echo "PIP FAILED"; tail -30 "$R/venv.log"; }
-		mkdir -p bd/pyvenv/bin && ln -sf "$(command -v python3)" bd/pyvenv/bin/python
-		bd/pyvenv/bin/python -c 'import gpunvme, torch, pytest; print("gpunvme", gpunvme.__file__, "cuda", torch.cuda.is_available())'
+		[ "${PIP:-1}" = 0 ] || python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python \
+			>"$R/venv.log" 2>&1 || { echo "PIP FAILED"; tail -30 "$R/venv.log"; }
+		mkdir -p "$BD/pyvenv/bin"
+		printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" >"$BD/pyvenv/bin/python"
+		chmod +x "$BD/pyvenv/bin/python"
+		(cd /tmp && "$OLDPWD/$BD/pyvenv/bin/python" -c 'import gpunvme, torch, pytest; print("gpunvme", gpunvme.__file__, "cuda", torch.cuda.is_available())')
 		;;
 	py)
 		log "python: pip install (CUDA) and the GPU tests"
