@@ -7,7 +7,8 @@
 #             warm machine; one per GPU when several loops run at once, as
 #             tests write under their build directory)
 #   serial    ctest -L gpu, one test at a time (the baseline: all pass alone)
-#   j4:N      ctest -L gpu -j4, N runs in a row; each run's result, load
+#   j4:N      ctest -L gpu -j4, N runs in a row (none started after
+#             DEADLINE - RUN_S, epoch seconds, when set); each run's result, load
 #             average and, on failure, the failed tests' output under $OUT
 #   mp:N      the multi-process test alone (gpu.multiproc), N runs
 #   tcp       the GPU path over NVMe/TCP against the fake target on
@@ -47,6 +48,11 @@ for ph in ${PHASES:-build serial}; do
 		pass=0
 		for i in $(seq "$n"); do
 			t0=$(date +%s)
+			# DEADLINE (epoch s): no run is started that could not end by then
+			if [ -n "${DEADLINE:-}" ] && [ $((t0 + ${RUN_S:-120})) -gt "$DEADLINE" ]; then
+				log "${ph%%:*}: deadline: $((i - 1)) runs started"
+				break
+			fi
 			(cd "$BD" && timeout 400 ctest "${sel[@]}" --output-on-failure >"$R/ctest-${ph%%:*}-$i.log" 2>&1)
 			rc=$?
 			res=$(grep -E "tests passed" "$R/ctest-${ph%%:*}-$i.log")
