@@ -12,6 +12,11 @@ REPO=${1:?usage: gpu_matrix.sh REPO BUILD [PYTHON]}
 BUILD=${2:?}
 PY=${3:-$BUILD/pyvenv/bin/python}
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU' || { echo "no CUDA GPU: skipped"; exit 77; }
+# the cells' volumes are made with these; without one every cell would
+# skip and only the completeness check would say so
+for t in mkfs.ext4 sfdisk zstd; do
+	command -v $t >/dev/null 2>&1 || { echo "FAIL: no $t on PATH: the matrix's volumes are made with it (e2fsprogs, util-linux fdisk, zstd)"; exit 1; }
+done
 [ -x "$PY" ] || { echo "FAIL: no $PY: make python (GPUNVME_CUDA=ON), or pass a python that has gpunvme and torch"; exit 1; }
 cd "$REPO/python/tests" || exit 1
 GPUNVME_MATRIX_GPU=1 GPUNVME_BUILD=$BUILD exec "$PY" -m pytest -q -p no:cacheprovider test_matrix.py
