@@ -979,7 +979,7 @@ static void *thr_main(void *arg)
 		case 1: {
 			/* everybody maps the same first pages of the arena */
 			uint32_t pages = 1 + (uint32_t)rndn(&r, 16);
-			uint32_t h;
+			uint32_t h = 0; /* set by kmap on success; gcc -O3 cannot tell */
 			int rc = kmap(fd, GPUNVME_KMOD_USER, -1, (uintptr_t)f->arena + rndn(&r, 4) * PG, (uint64_t)pages * PG,
 				      tbl, &h);
 			if (rc == 0) {
@@ -1165,7 +1165,7 @@ static void op_reads_dmabuf(struct fz *f)
 	uint32_t off = (uint32_t)rndn(&f->r, pages);
 	uint32_t len = 1 + (uint32_t)rndn(&f->r, pages - off < 16 ? pages - off : 16);
 	uint64_t tbl[16];
-	uint32_t h;
+	uint32_t h = 0; /* set by kmap on success; gcc -O3 cannot tell */
 	vgem_sync(f, DMA_BUF_SYNC_START);
 	memset(f->vgem_va, POISON, f->vgem_len);
 	vgem_sync(f, DMA_BUF_SYNC_END);
