@@ -2,8 +2,9 @@
 """gpunvme: load safetensors/GGUF tensors from an NVMe namespace (no mount).
 
 The extension is built from this repository's C sources: CMake builds the
-library targets (libgpunvme, and libgpunvme_cuda when CUDA is on) as static,
-position-independent archives, and they are linked into the extension.
+library targets (libgpunvme, and libgpunvme_cuda with the emulator's copy
+engine libgpunvme_emu_cuda when CUDA is on) as static, position-independent
+archives, and they are linked into the extension.
 
     python3 -m venv --system-site-packages v
     v/bin/pip install --no-build-isolation ./python
@@ -68,16 +69,21 @@ class CMakeBuildExt(build_ext):
                 if k:
                     conf[k] = v
         have_cuda = conf.get("cuda") == "1"
-        targets = ["gpunvme"] + (["gpunvme_cuda"] if have_cuda else [])
+        targets = ["gpunvme"] + (["gpunvme_cuda", "gpunvme_emu_cuda"] if have_cuda else [])
         jobs = str(os.cpu_count() or 2)
         try:
             subprocess.check_call(["cmake", "--build", bdir, "-j", jobs, "--target"] + targets)
         except subprocess.CalledProcessError as e:
             sys.exit("gpunvme: building the library failed (%s); see the output above" % e)
         lib = os.path.join(bdir, "lib")
-        # static archives: the CUDA backend first, it uses the core library
-        ext.extra_objects = ([os.path.join(lib, "libgpunvme_cuda.a")] if have_cuda else []) + \
+        # static archives: the CUDA backend first, it uses the core library.
+        # The emulator's copy engine is referred to only weakly (by the emu:
+        # bus), so it is pulled in by name, as CMake's gpunvme_emu_cuda does
+        ext.extra_objects = ([os.path.join(lib, "libgpunvme_cuda.a"),
+                              os.path.join(lib, "libgpunvme_emu_cuda.a")] if have_cuda else []) + \
             [os.path.join(lib, "libgpunvme.a")]
+        if have_cuda:
+            ext.extra_link_args = ["-Wl,--undefined=gpunvme_emu_cuda_engine"]
         ext.include_dirs = [os.path.join(REPO, "include")]
         ext.libraries = ["pthread", "m"]
         if have_cuda:

@@ -17,25 +17,54 @@
 
 struct gpunvme_bus;
 struct gpunvme_emu;
-struct gpunvme_emu_gpu_ops;
 
 /*
  * Device (GPU) memory [addr, addr + len) the controller is to DMA to and
  * from. How a bus reaches it is its own business: the emulator moves the
- * bytes itself with the GPU's copy engine (through `copy`); a bus for real
- * hardware needs the bus addresses of the GPU's pages (the kernel-module
- * bus, from the memory's dma-buf).
+ * bytes itself with the GPU's copy engine (through `engine`, see
+ * struct gpunvme_devmem_engine_ops); a bus for real hardware needs the bus
+ * addresses of the GPU's pages (the kernel-module bus, from the memory's
+ * dma-buf).
  */
 struct gpunvme_devmem {
 	uint64_t addr;                           /* device virtual address */
 	size_t len;
-	const struct gpunvme_emu_gpu_ops *copy;  /* for a controller that copies */
+	void *engine;                            /* the bus's engine (attach below), for a bus with one */
 	/* The same memory as a dma-buf (CUDA's export), [addr, addr + len) at
 	 * dmabuf_off in it: how the kmod: bus reaches it. Without one the kmod:
 	 * bus tries NVIDIA's legacy nvidia_p2p pages for addr. */
 	int has_dmabuf;
 	int dmabuf_fd;
 	uint64_t dmabuf_off;
+};
+
+/*
+ * A device-memory DMA engine: for a bus whose controller does not master
+ * the bus into device memory but has the bytes moved for it (the emulator:
+ * the GPU's copy engine, src/emu_cuda). The GPU side of such a bus provides
+ * it; the GPU data path only calls these hooks, where the bus has them
+ * (gpunvme_ctrl_devmem_*, ctrl_gpu.h). Absent (NULL) on every bus whose
+ * controller reaches device memory by bus addresses, and in builds without
+ * the GPU side.
+ */
+struct gpunvme_devmem_engine_ops {
+	/* An engine for one user (a GPU queue set) in the calling thread's
+	 * GPU context: *engine goes into struct gpunvme_devmem's engine of
+	 * every range that user maps. 0, or -errno with a message. */
+	int (*attach)(struct gpunvme_bus *b, void **engine);
+	/* A bounded wait for every copy the engine has queued (a recovery
+	 * looks at device state only after it): 0, or -ETIMEDOUT / -EIO with
+	 * the reason (gpunvme_set_error). */
+	int (*sync)(void *engine);
+	/* Free it: streams and all; nothing mapped with it may be used any
+	 * more. NULL does nothing. */
+	void (*detach)(void *engine);
+	/* Pin the host memory behind namespace nsid that the engine copies
+	 * from, so that its copies run at full speed. Best effort: *pinned is
+	 * NULL when nothing was pinned (kept: a range pinned already, left
+	 * alone); else unpin(*pinned) undoes it. */
+	void (*pin_backing)(struct gpunvme_bus *b, uint32_t nsid, const void *kept, void **pinned,
+			    void (**unpin)(void *p));
 };
 
 struct gpunvme_bus_ops {
@@ -90,6 +119,8 @@ struct gpunvme_bus_ops {
 	/* The bus address of every 4 KiB page of a map_device mapping (named
 	 * by its *iova); NULL when map_device ranges are contiguous. */
 	int (*device_table)(struct gpunvme_bus *b, uint64_t iova, const uint64_t **table, size_t *n);
+	/* The device-memory DMA engine (above), NULL when the bus has none. */
+	const struct gpunvme_devmem_engine_ops *devmem_engine;
 };
 
 struct gpunvme_bus {
@@ -107,7 +138,7 @@ extern const struct gpunvme_bus_ops gpunvme_bus_kmod;
 extern const struct gpunvme_bus_ops gpunvme_bus_tcp;
 
 /* The emulator behind an emu: bus, NULL for other buses (tests inject
- * faults through it; the GPU path sizes its copy lanes by it). */
+ * faults through it; its copy engine, src/emu_cuda, sizes its lanes by it). */
 struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b);
 
 /* Parse a URI, open the matching bus. */

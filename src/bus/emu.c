@@ -172,8 +172,23 @@ static size_t emu_contig(struct gpunvme_bus *b, void *handle)
 	return ((struct emu_dma *)handle)->len;
 }
 
+/*
+ * The emulator's device-memory DMA engine: the GPU's copy engine, one
+ * stream per emulator lane (src/emu_cuda/copy_engine.cu). Its handle, in
+ * struct gpunvme_devmem's engine, is a struct gpunvme_emu_gpu_ops. Weak:
+ * only programs that link the GPU data path (gpunvme_cuda, which links
+ * gpunvme_emu_cuda) have it; elsewhere (no CUDA, the static guest programs)
+ * it is NULL and the bus has no engine.
+ */
+extern const struct gpunvme_devmem_engine_ops gpunvme_emu_cuda_engine __attribute__((weak));
+
+static const struct gpunvme_emu_gpu_ops *devmem_copy(const struct gpunvme_devmem *m)
+{
+	return (const struct gpunvme_emu_gpu_ops *)m->engine;
+}
+
 /* GPU memory in the emulator's address table: data moves with the copy
- * engine through m->copy. */
+ * engine through m->engine. */
 static int emu_map_pages(struct emu_bus *eb, const struct gpunvme_devmem *m, uint64_t *iova)
 {
 	if (m->addr & 4095)
@@ -189,7 +204,8 @@ static int emu_map_pages(struct emu_bus *eb, const struct gpunvme_devmem *m, uin
 	uint64_t base = __atomic_fetch_add(&eb->next_iova, 2 * 4096 * (uint64_t)n + 4096, __ATOMIC_RELAXED);
 	for (size_t k = 0; k < n; k++) {
 		d->table[k] = base + 2 * 4096 * (uint64_t)k;
-		int rc = gpunvme_emu_dma_map_gpu(eb->emu, d->table[k], m->addr + 4096 * (uint64_t)k, 4096, m->copy);
+		int rc = gpunvme_emu_dma_map_gpu(eb->emu, d->table[k], m->addr + 4096 * (uint64_t)k, 4096,
+						 devmem_copy(m));
 		if (rc) {
 			while (k--)
 				gpunvme_emu_dma_unmap(eb->emu, d->table[k]);
@@ -241,7 +257,7 @@ static int emu_map_device(struct gpunvme_bus *b, const struct gpunvme_devmem *m,
 	uint64_t lo = m->addr & 4095;
 	uint64_t span = ((lo + m->len + 4095) & ~(uint64_t)4095) + 4096; /* + a guard page */
 	uint64_t a = __atomic_fetch_add(&eb->next_iova, span, __ATOMIC_RELAXED) + lo;
-	int rc = gpunvme_emu_dma_map_gpu(eb->emu, a, m->addr, m->len, m->copy);
+	int rc = gpunvme_emu_dma_map_gpu(eb->emu, a, m->addr, m->len, devmem_copy(m));
 	if (rc)
 		return gpunvme_set_error(rc, "emulator: cannot map GPU memory: %s", strerror(-rc));
 	*iova = a;
@@ -277,6 +293,7 @@ const struct gpunvme_bus_ops gpunvme_bus_emu = {
 	.map_device = emu_map_device,
 	.unmap_device = emu_unmap_device,
 	.device_table = emu_device_table,
+	.devmem_engine = &gpunvme_emu_cuda_engine,
 };
 
 struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b)

@@ -2,8 +2,9 @@
 /*
  * The emulator behind a controller opened on an emu: URI. Not public API:
  * a user's program drives any controller the same way. Tests inject faults
- * and read counters through it, benchmarks read the namespace memory, and
- * the GPU path sizes its copy lanes by it. C linkage for the CUDA side.
+ * and read counters through it, benchmarks read the namespace memory (the
+ * GPU data path does not use it: the emulator's copy engine, src/emu_cuda,
+ * reaches it through the bus). C linkage for the CUDA side.
  */
 #ifndef GPUNVME_CTRL_EMU_H
 #define GPUNVME_CTRL_EMU_H

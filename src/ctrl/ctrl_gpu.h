@@ -41,12 +41,34 @@ int gpunvme_ctrl_unmap_device(struct gpunvme_ctrl *c, uint64_t iova);
 int gpunvme_ctrl_device_table(struct gpunvme_ctrl *c, uint64_t iova, const uint64_t **table, size_t *n);
 
 /*
+ * The bus's device-memory DMA engine (bus.h, struct
+ * gpunvme_devmem_engine_ops), for a controller that has device memory's
+ * bytes moved for it rather than mastering the bus into it. Implemented in
+ * src/ctrl/devmem.c; each is a no-op (attach: 0 with *engine NULL) where
+ * the bus has no engine.
+ *  - attach: an engine for one GPU queue set, in the calling thread's GPU
+ *    context; *engine goes into struct gpunvme_devmem's engine.
+ *  - sync: a bounded wait for every copy it queued (-ETIMEDOUT, -EIO with
+ *    the reason).
+ *  - detach: frees it.
+ *  - pin: pins the host memory behind namespace nsid that the engine copies
+ *    from, unless the controller keeps it pinned already
+ *    (gpunvme_ctrl_kept_pin); best effort: *pinned NULL when nothing was
+ *    pinned, else unpin(*pinned) undoes it.
+ */
+int gpunvme_ctrl_devmem_attach(struct gpunvme_ctrl *c, void **engine);
+int gpunvme_ctrl_devmem_sync(struct gpunvme_ctrl *c, void *engine);
+void gpunvme_ctrl_devmem_detach(struct gpunvme_ctrl *c, void *engine);
+void gpunvme_ctrl_devmem_pin(struct gpunvme_ctrl *c, uint32_t nsid, void **pinned, void (**unpin)(void *p));
+
+/*
  * One host range the GPU side keeps pinned as long as the controller lives:
- * the emulator namespace the copy engine reads for emulated Tier 2. Pinning
- * it costs ~40 ms per GiB (0.34 s for 9 GiB on an H200), so it is done once
- * per controller, not once per loader. unpin(p) runs at gpunvme_close(),
- * before the bus (and the emulator's memory) goes. -EBUSY when another
- * range is kept already (callers then pin for their own lifetime).
+ * what gpunvme_ctrl_devmem_pin pinned (the emulator namespace its copy
+ * engine reads for emulated Tier 2). Pinning it costs ~40 ms per GiB (0.34 s
+ * for 9 GiB on an H200), so it is done once per controller, not once per
+ * loader. unpin(p) runs at gpunvme_close(), before the bus (and the
+ * emulator's memory) goes. -EBUSY when another range is kept already
+ * (callers then pin for their own lifetime).
  */
 int gpunvme_ctrl_keep_pinned(struct gpunvme_ctrl *c, void *p, void (*unpin)(void *p));
 /* The range kept, or NULL. */

@@ -3,8 +3,9 @@
  * Host side of the GPU data path: queue pairs the GPU drives (created
  * through the control plane, memory in host pinned pages mapped into the
  * GPU), BAR0 mapped for the GPU, buffer registration (Tier 1 host memory,
- * Tier 2 GPU memory: through the emulator's copy engine, or on the kmod:
- * bus exported as a dma-buf, else pinned with nvidia_p2p, and mapped by the
+ * Tier 2 GPU memory: through the bus's device-memory DMA engine where it
+ * has one (ctrl_gpu.h, gpunvme_ctrl_devmem_*), or on the kmod: bus
+ * exported as a dma-buf, else pinned with nvidia_p2p, and mapped by the
  * kernel module), and an asynchronous read on a CUDA stream.
  */
 #include <cuda.h>
@@ -16,13 +17,9 @@
 #include <unistd.h>
 
 #include "gpunvme/device.cuh"
-#include "gpunvme/emu.h"
 #include "gpunvme/gpu.h"
 #include "base/base.h"
-#include "ctrl/ctrl_emu.h"
 #include "ctrl/ctrl_gpu.h"
-
-#define MAX_LANES 257
 
 struct gpunvme_gpu_queues {
 	struct gpunvme_ctrl *c;
@@ -39,14 +36,11 @@ struct gpunvme_gpu_queues {
 	volatile void *bar;
 	size_t bar_len;
 	bool bar_registered;
-	unsigned lanes;
-	void *ns_pinned;                 /* the emulator namespace's memory, when we pinned it */
-	bool ns_pin_tried;
+	void *engine;                    /* the bus's device-memory DMA engine, NULL when it has none */
+	void *pinned;                    /* the engine's backing memory, when we pinned it */
+	void (*unpin)(void *p);          /* ... and how to unpin it */
+	bool pin_tried;
 	cudaStream_t aux;                /* buffer tables: a stream that waits for no one */
-	cudaStream_t lane_stream[MAX_LANES];
-	struct gpunvme_emu_gpu_ops ops;
-	bool batch_refused;              /* cudaMemcpyBatchAsync refused once: copy piece by piece */
-	bool lane_timeout_said;          /* a lane copy timed out: said once on stderr */
 };
 
 struct gpunvme_gpu_buf {
@@ -66,12 +60,14 @@ static int cuda_err(cudaError_t e, const char *what)
 }
 
 /*
- * Read kernels wait for the emulator's copies, which are CUDA calls from
- * the emulator's threads; nothing those calls queue behind may wait for the
- * read kernels, or both sides wait until the commands time out:
+ * Read kernels may wait for a device-memory DMA engine's copies (bus.h),
+ * which are CUDA calls from the controller's own threads; nothing those
+ * calls queue behind may wait for the read kernels, or both sides wait
+ * until the commands time out:
  *  - CUDA multiplexes streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
- *    queues (8 by default): a copy lane sharing a queue with a bounce copy
- *    that follows a read kernel waits for that kernel. Ask for 32.
+ *    queues (8 by default): an engine's copy stream sharing a queue with a
+ *    bounce copy that follows a read kernel waits for that kernel. Ask for
+ *    32.
  *  - Lazy module loading (the default since CUDA 12) loads a module at its
  *    first launch and may wait for running kernels meanwhile: a second
  *    stream's first kernel launch during a read deadlocked double-buffered
@@ -85,103 +81,16 @@ __attribute__((constructor)) static void gpunvme_cuda_env(void)
 	setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 }
 
-/* ---- GPU memory for the emulator: copies on one stream per emulator lane ---- */
-
-/* GPUNVME_LANE_TRACE=1: a lane call that took over 200 ms is reported (a
- * copy held up behind work that waits for the read kernels, docs/loader.md
- * Limits); the environment is read only then, off the fast path. */
-static void lane_trace(const char *what, unsigned lane, size_t len, uint64_t t0)
-{
-	uint64_t dt = gpunvme_now_ns() - t0;
-	if (dt > 200000000ull && getenv("GPUNVME_LANE_TRACE"))
-		fprintf(stderr, "LANE_TRACE %s lane %u len %zu took %.3f s\n", what, lane, len, (double)dt / 1e9);
-}
-
-static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu)
-{
-	struct gpunvme_gpu_queues *g = (struct gpunvme_gpu_queues *)ctx;
-	if (lane >= g->lanes)
-		return -EINVAL;
-	uint64_t t0 = gpunvme_now_ns();
-	cudaError_t e = to_gpu ? cudaMemcpyAsync((void *)dev, host, len, cudaMemcpyHostToDevice, g->lane_stream[lane])
-			       : cudaMemcpyAsync(host, (void *)dev, len, cudaMemcpyDeviceToHost, g->lane_stream[lane]);
-	lane_trace("copy", lane, len, t0);
-	return e == cudaSuccess ? 0 : -EIO;
-}
-
 /*
- * A worker's burst of copies in one call. With one cudaMemcpyAsync per
- * piece, the calls held four emulated controllers' 512 KiB commands to
- * ~65 k/s (33.5 GB/s; 45.8 batched, and one controller 42 -> 54 GB/s:
- * bench/results/md-raid0-2026-11-25). cudaMemcpyBatchAsync (CUDA 12.8)
- * takes them all at once; its copies run in stream order after earlier
- * work on the lane and in any order among themselves, which the emulator
- * allows (emu.h). Where the runtime lacks it, or refuses a batch, the
- * pieces go one by one.
+ * A bounded wait for a stream: cudaStreamSynchronize has no deadline, and
+ * work held up behind another process's work on a shared GPU, or behind a
+ * context that faulted, would hold the queues' set-up or recovery for ever.
+ * Spins briefly (the auxiliary stream's small copies usually finish within
+ * microseconds), then sleeps in 50 us steps. Returns cudaErrorNotReady when
+ * the deadline passed with the work still queued. (A device-memory DMA
+ * engine keeps its own bounded waits for its copies.)
  */
-#define LANE_BATCH 128 /* pieces per call: the emulator's batch (EMU_BATCH_MAX) */
-
-static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_copy *v, unsigned n)
-{
-	struct gpunvme_gpu_queues *g = (struct gpunvme_gpu_queues *)ctx;
-	if (lane >= g->lanes)
-		return -EINVAL;
-#if CUDART_VERSION >= 12080
-	while (n > 1 && !g->batch_refused) {
-		unsigned k = n < LANE_BATCH ? n : LANE_BATCH;
-		void *dst[LANE_BATCH];
-		const void *src[LANE_BATCH];
-		size_t len[LANE_BATCH], idx = 0, total = 0;
-		for (unsigned i = 0; i < k; i++) {
-			dst[i] = v[i].to_gpu ? (void *)(uintptr_t)v[i].dev_addr : v[i].host;
-			src[i] = v[i].to_gpu ? (const void *)v[i].host : (const void *)(uintptr_t)v[i].dev_addr;
-			len[i] = v[i].len;
-			total += v[i].len;
-		}
-		struct cudaMemcpyAttributes at;
-		memset(&at, 0, sizeof(at));
-		at.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-		uint64_t t0 = gpunvme_now_ns();
-#if CUDART_VERSION >= 13000
-		cudaError_t e = cudaMemcpyBatchAsync(dst, src, len, k, &at, &idx, 1, g->lane_stream[lane]);
-#else
-		size_t fail = 0;
-		cudaError_t e = cudaMemcpyBatchAsync(dst, src, len, k, &at, &idx, 1, &fail, g->lane_stream[lane]);
-#endif
-		lane_trace("batch", lane, total, t0);
-		if (e != cudaSuccess) {
-			/* refused (e.g. a host piece the runtime will not
-			 * batch): these pieces one by one, and no more batches
-			 * on this queue set. Should part of the group have
-			 * been queued after all, its pieces move the same
-			 * bytes to the same place twice, on the same stream:
-			 * harmless */
-			cudaGetLastError();
-			g->batch_refused = true;
-			break;
-		}
-		v += k;
-		n -= k;
-	}
-#endif
-	for (unsigned i = 0; i < n; i++) {
-		int rc = lane_copy(ctx, lane, v[i].dev_addr, v[i].host, v[i].len, v[i].to_gpu);
-		if (rc)
-			return rc;
-	}
-	return 0;
-}
-
-/*
- * A bounded wait for a stream: cudaStreamSynchronize has no deadline, and a
- * copy held up behind another process's work on a shared GPU, or behind a
- * context that faulted, would hold the emulator's worker (and with it every
- * queue it serves) or a recovery for ever. Spins briefly (a lane's copies
- * usually finish within microseconds, and a sleep would add to the emulated
- * latency), then sleeps in 50 us steps. Returns cudaErrorNotReady when the
- * deadline passed with the work still queued.
- */
-#define STREAM_WAIT_NS 10000000000ull /* 10 s: far beyond any copy the emulator issues */
+#define STREAM_WAIT_NS 10000000000ull /* 10 s: far beyond any copy on the auxiliary stream */
 
 static cudaError_t stream_wait(cudaStream_t s, uint64_t timeout_ns)
 {
@@ -197,28 +106,6 @@ static cudaError_t stream_wait(cudaStream_t s, uint64_t timeout_ns)
 	return e;
 }
 
-static int lane_sync(void *ctx, unsigned lane)
-{
-	struct gpunvme_gpu_queues *g = (struct gpunvme_gpu_queues *)ctx;
-	if (lane >= g->lanes)
-		return -EINVAL;
-	uint64_t t0 = gpunvme_now_ns();
-	cudaError_t e = stream_wait(g->lane_stream[lane], STREAM_WAIT_NS);
-	lane_trace("sync", lane, 0, t0);
-	if (e == cudaErrorNotReady) {
-		/* the commands fail with a data transfer error; say why once */
-		if (!g->lane_timeout_said) {
-			g->lane_timeout_said = true;
-			fprintf(stderr, "gpunvme: the emulator's copies to GPU memory did not finish within %llu s (a "
-					"stalled or faulted GPU context, or another process holding the GPU); their "
-					"commands fail with a data transfer error\n",
-				STREAM_WAIT_NS / 1000000000ull);
-		}
-		return -ETIMEDOUT;
-	}
-	return e == cudaSuccess ? 0 : -EIO;
-}
-
 /* ---- queues -------------------------------------------------------------------- */
 
 static size_t align_up(size_t x, size_t a)
@@ -227,8 +114,9 @@ static size_t align_up(size_t x, size_t a)
 }
 
 /* The doorbells mapped into the GPU's address space: *dbar is their
- * device address. BAR0 on PCIe; over NVMe/TCP a host page the CPU proxies
- * read (gpunvme_ctrl_doorbells), ordinary memory like the emulator's. */
+ * device address. BAR0: device MMIO on PCIe (GPUNVME_CAP_DOORBELL_MMIO),
+ * ordinary host memory on a bus without that bit; over NVMe/TCP a host page
+ * the CPU proxies read (gpunvme_ctrl_doorbells). */
 static int map_bar(struct gpunvme_gpu_queues *g, const struct gpunvme_ctrl_info *ci, uint8_t **dbar)
 {
 	g->bar = gpunvme_ctrl_doorbells(g->c, &g->bar_len);
@@ -385,36 +273,6 @@ static int create_queue_pairs(struct gpunvme_gpu_queues *g, const struct qlayout
 	return 0;
 }
 
-/* Copy lanes for GPU memory behind the emulator (it moves Tier 2 data with
- * the copy engine, one stream per lane). */
-static void setup_lanes(struct gpunvme_gpu_queues *g)
-{
-	struct gpunvme_emu *emu = gpunvme_ctrl_emu(g->c);
-	if (!emu)
-		return;
-	g->lanes = gpunvme_emu_lanes(emu);
-	if (g->lanes > MAX_LANES)
-		g->lanes = MAX_LANES;
-	for (unsigned i = 0; i < g->lanes; i++)
-		cudaStreamCreateWithFlags(&g->lane_stream[i], cudaStreamNonBlocking);
-	g->ops.copy = lane_copy;
-	g->ops.sync = lane_sync;
-	g->ops.ctx = g;
-	g->ops.copy_batch = lane_copy_batch;
-	/* Batched copies are off unless GPUNVME_COPY_BATCH=1. On the H100
-	 * machine (driver 580.159, CUDA 13.0) the GPU fault soak under
-	 * ctest -j4 failed only with them: the driver's channel error Xid 32
-	 * (PBENTRY: a bad pushbuffer entry) on one of our channels, seen as
-	 * "unspecified launch failure" (3 runs), and once a Tier 2 read that
-	 * returned success with a torn block; with copies one by one, 0 of 5
-	 * runs failed (bench/results/coherence-2026-11-27, runs 8-11). Until
-	 * that is understood, correctness over the batch's speed (md arrays:
-	 * 45.8 GB/s batched, 33.5 one by one). Read once here, off the data
-	 * path. */
-	const char *cb = getenv("GPUNVME_COPY_BATCH");
-	g->batch_refused = !(cb && !strcmp(cb, "1"));
-}
-
 int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq, uint32_t depth,
 			      struct gpunvme_gpu_queues **out)
 {
@@ -472,10 +330,17 @@ int gpunvme_gpu_queues_create(struct gpunvme_ctrl *c, uint32_t nsid, uint32_t nq
 	g->desc.max_blocks = ni.max_blocks;
 	g->desc.nsze = ni.nsze;
 	g->desc.page_size = ps;
-	/* only where CSTS is memory the GPU can read (the emulator's): a real
-	 * BAR read from the GPU may not complete on every root complex (seed 004) */
+	/* only where CSTS is memory the GPU can read (GPUNVME_CAP_CSTS_GPU): a
+	 * real BAR read from the GPU may not complete on every root complex
+	 * (seed 004) */
 	g->desc.csts = ci.caps & GPUNVME_CAP_CSTS_GPU ? (const volatile uint32_t *)(dbar + GPUNVME_REG_CSTS) : NULL;
-	setup_lanes(g);
+	/* A bus whose controller has device memory's bytes moved for it: its
+	 * engine for this queue set, in this thread's GPU context (e.g. one
+	 * copy stream per controller thread) */
+	if ((rc = gpunvme_ctrl_devmem_attach(c, &g->engine))) {
+		gpunvme_gpu_queues_destroy(g);
+		return rc;
+	}
 	*out = g;
 	return 0;
 }
@@ -498,10 +363,9 @@ void gpunvme_gpu_queues_destroy(struct gpunvme_gpu_queues *g)
 		cudaHostUnregister((void *)g->bar);
 	cudaFree(g->dev_state);
 	cudaFree(g->dev_list_iova);
-	for (unsigned i = 0; i < g->lanes; i++)
-		cudaStreamDestroy(g->lane_stream[i]);
-	if (g->ns_pinned)
-		cudaHostUnregister(g->ns_pinned);
+	gpunvme_ctrl_devmem_detach(g->c, g->engine);
+	if (g->pinned)
+		g->unpin(g->pinned);
 	if (g->aux)
 		cudaStreamDestroy(g->aux);
 	free(g->qids);
@@ -617,18 +481,12 @@ int gpunvme_gpu_queues_recover(struct gpunvme_gpu_queues *g, unsigned flags, str
 		r = &tmp;
 	memset(r, 0, sizeof(*r));
 	const uint64_t t0 = gpunvme_now_ns();
-	/* Tier 2 on the emulator: copies it queued must land before we look
-	 * (bounded: a copy that never lands leaves nothing to recover into) */
-	for (unsigned i = 0; i < g->lanes; i++) {
-		cudaError_t ce = stream_wait(g->lane_stream[i], STREAM_WAIT_NS);
-		if (ce == cudaErrorNotReady)
-			return gpunvme_set_error(-ETIMEDOUT, "GPU queues: the emulator's copies to GPU memory did not "
-							     "finish within %llu s; the GPU is not making progress "
-							     "(check nvidia-smi and the kernel log for Xid errors)",
-						 STREAM_WAIT_NS / 1000000000ull);
-		if (ce != cudaSuccess)
-			return cuda_err(ce, "waiting for the emulator's copies to GPU memory");
-	}
+	/* Tier 2 through a device-memory DMA engine: copies it queued must
+	 * land before we look (bounded: a copy that never lands leaves nothing
+	 * to recover into; the engine says why) */
+	int rc = gpunvme_ctrl_devmem_sync(g->c, g->engine);
+	if (rc)
+		return rc;
 	uint32_t csts = host_csts(g);
 	if (csts == 0xffffffffu)
 		return gpunvme_set_error(-ENODEV, "GPU queues: device gone (registers read all ones); close it and "
@@ -637,7 +495,7 @@ int gpunvme_gpu_queues_recover(struct gpunvme_gpu_queues *g, unsigned flags, str
 	if (!cids)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 	uint32_t broken = 0;
-	int rc = find_stuck(g, &broken, &r->stuck, cids);
+	rc = find_stuck(g, &broken, &r->stuck, cids);
 	if (rc) {
 		free(cids);
 		return rc;
@@ -687,8 +545,8 @@ int gpunvme_gpu_queues_recover(struct gpunvme_gpu_queues *g, unsigned flags, str
 /* Registration may happen while read kernels run (a loader registering the
  * next destination): nothing here may wait for them. cudaMalloc/cudaMemcpy
  * on the legacy stream would wait for every blocking stream, and so for a
- * kernel that waits for the emulator's copies: a deadlock, seen as reads
- * timing out. Stream-ordered allocation and a copy on our own non-blocking
+ * kernel that waits for a device-memory DMA engine's copies: a deadlock,
+ * seen as reads timing out. Stream-ordered allocation and a copy on our own non-blocking
  * stream wait for nothing else. */
 static int upload_table(struct gpunvme_gpu_buf *b, const uint64_t *tab, size_t n, uint32_t shift)
 {
@@ -786,42 +644,30 @@ int gpunvme_gpu_buf_host(struct gpunvme_gpu_queues *g, void *dma_mem, size_t len
 	return 0;
 }
 
-/* Tier 2 registration: the emulator learns the GPU range (its address table
- * moves the data with the copy engine); the buffer's 64 KiB table is just
- * consecutive IOVAs of that range. */
-/* Copies from pageable memory go through the driver's staging buffers at a
- * fraction of the link rate (and synchronously), so the first GPU buffer
- * pins the emulator namespace's memory: only Tier 2 needs it, and pinning
- * gigabytes costs seconds. Best effort: a namespace too large to pin still
- * works, slower; someone else's pin is left alone. */
-static void unpin_host(void *p)
+/* Tier 2 registration through a device-memory DMA engine: the bus learns
+ * the GPU range (the engine moves the data); the buffer's 64 KiB table is
+ * just consecutive IOVAs of that range. */
+/* The engine's copies from pageable host memory would go through the
+ * driver's staging buffers at a fraction of the link rate, so the first GPU
+ * buffer has the bus pin the memory they copy from (best effort, done by
+ * the engine: gpunvme_ctrl_devmem_pin). The pin is kept by the controller
+ * (gpunvme_ctrl_keep_pinned), so that every loader after the first finds
+ * it pinned; only when the controller keeps another range (a second
+ * namespace) is the pin this queue set's own. */
+static void pin_backing(struct gpunvme_gpu_queues *g)
 {
-	cudaHostUnregister(p);
-}
-
-/* The pin is kept by the controller (gpunvme_ctrl_keep_pinned), so that
- * every loader after the first finds the namespace pinned: a loader per
- * Python load paid 0.34 s of pinning and 0.15 s of unpinning for a 9 GiB
- * image, twice its 0.18 s of reading. Only when the controller keeps
- * another range (a second namespace) is the pin this queue set's own. */
-static void pin_namespace(struct gpunvme_gpu_queues *g)
-{
-	void *nsmem;
-	size_t nslen;
-	if (g->ns_pin_tried)
+	void *p;
+	void (*unpin)(void *p);
+	if (g->pin_tried)
 		return;
-	g->ns_pin_tried = true;
-	struct gpunvme_emu *emu = gpunvme_ctrl_emu(g->c);
-	if (!emu || gpunvme_emu_ns_memory(emu, g->desc.nsid, &nsmem, &nslen))
+	g->pin_tried = true;
+	gpunvme_ctrl_devmem_pin(g->c, g->desc.nsid, &p, &unpin);
+	if (!p)
 		return;
-	if (gpunvme_ctrl_kept_pin(g->c) == nsmem)
-		return;
-	if (cudaHostRegister(nsmem, nslen, cudaHostRegisterDefault) != cudaSuccess) {
-		cudaGetLastError(); /* clear the error: the copies still work */
-		return;
+	if (gpunvme_ctrl_keep_pinned(g->c, p, unpin)) {
+		g->pinned = p;
+		g->unpin = unpin;
 	}
-	if (gpunvme_ctrl_keep_pinned(g->c, nsmem, unpin_host))
-		g->ns_pinned = nsmem;
 }
 
 typedef CUresult (*get_handle_fn)(void *, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
@@ -898,7 +744,8 @@ static int export_dmabuf(void *dptr, size_t len, int *fd, uint64_t *off, char *w
 }
 
 /* A 4 KiB table from the bus (kmod:), or consecutive addresses of a range
- * the bus maps contiguously (the emulator), uploaded for the device. */
+ * the bus maps contiguously (a device-memory DMA engine's), uploaded for
+ * the device. */
 static int device_table(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b, size_t len)
 {
 	const uint64_t *t4 = nullptr;
@@ -920,11 +767,11 @@ static int device_table(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b,
 
 static int buf_map_vram(struct gpunvme_gpu_queues *g, struct gpunvme_gpu_buf *b, void *dev_ptr, size_t len)
 {
-	pin_namespace(g);
-	struct gpunvme_devmem m = {(uint64_t)(uintptr_t)dev_ptr, len, g->ops.copy ? &g->ops : NULL, 0, -1, 0};
+	pin_backing(g);
+	struct gpunvme_devmem m = {(uint64_t)(uintptr_t)dev_ptr, len, g->engine, 0, -1, 0};
 	char why[256] = "";
 	int rc;
-	if (!gpunvme_ctrl_emu(g->c)) {
+	if (!g->engine) {
 		/* a real controller: the bus needs the pages' bus addresses;
 		 * dma-buf export first (any IOMMU mode), else the bus tries
 		 * nvidia_p2p with the device address */
@@ -969,8 +816,9 @@ int gpunvme_gpu_buf_device(struct gpunvme_gpu_queues *g, size_t len, struct gpun
 	b->desc.len = len;
 	/* A real controller reaches GPU memory in 4 KiB pages (kmod:) and
 	 * nvidia_p2p pins 64 KiB pages: the buffer starts on a 64 KiB boundary
-	 * and spans whole pages (cudaMalloc only promises 256 bytes). */
-	bool real = gpunvme_ctrl_emu(g->c) == NULL;
+	 * and spans whole pages (cudaMalloc only promises 256 bytes). A
+	 * device-memory DMA engine copies any range. */
+	bool real = g->engine == NULL;
 	size_t alen = real ? ((len + 0xffff) & ~(size_t)0xffff) + 0x10000 : len;
 	cudaError_t ce = cudaMalloc(&b->vram, alen);
 	if (ce != cudaSuccess) {

@@ -225,7 +225,8 @@ static void *lg_dev_ptr(void *ctx, void *p)
 
 /* Caller memory made a direct target: Tier 2 GPU memory, Tier 1 DMA
  * memory. Not stream-ordered (registering while reads run has deadlocked
- * the CUDA runtime against the emulator's copies), hence an explicit call. */
+ * the CUDA runtime against a device-memory DMA engine's copies), hence an
+ * explicit call. */
 static int lg_reg(void *ctx, void *p, size_t len)
 {
 	struct lg_ctx *x = (struct lg_ctx *)ctx;
@@ -606,12 +607,13 @@ static int lg_stream_wait(void *stream, void *e)
  * polls the thread sleeps (2 us growing to 32 us; with the kernel's timer
  * slack ~50-100 us per poll at most, under 1 % of a layer read of 10 ms or
  * more). It used to poll with only sched_yield between queries: a core
- * taken from the emulator's workers, and each cudaEventQuery takes the
- * runtime's lock, which a tight loop can take again before a thread waiting
- * for it (an emulator copy lane) wakes. That was one suspect for the layer
- * stream's hang on the H200 (copy lanes blocked in cudaMemcpyAsync for the
- * whole 30 s wait); sleeping here did not cure it, so the cause is elsewhere
- * (bench/results/stream-llm-2026-11-25, "19:50 UTC").
+ * taken from a software controller's workers, and each cudaEventQuery takes
+ * the runtime's lock, which a tight loop can take again before a thread
+ * waiting for it (a copy lane of a device-memory DMA engine) wakes. That
+ * was one suspect for the layer stream's hang on the H200 (copy lanes
+ * blocked in cudaMemcpyAsync for the whole 30 s wait); sleeping here did
+ * not cure it, so the cause is elsewhere (bench/results/stream-llm-2026-11-25,
+ * "19:50 UTC").
  */
 static int lg_event_wait(void *e, uint64_t timeout_ns)
 {

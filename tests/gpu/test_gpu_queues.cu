@@ -17,6 +17,9 @@
  *                  a removal and return, Tier 1 and Tier 2: failed commands
  *                  never succeed, their buffers stay untouched after the
  *                  recovery, the same descriptor works at the next launch
+ *   devmem_engine  the emu: bus's device-memory DMA engine (src/emu_cuda)
+ *                  is linked into a program of the GPU data path and reached
+ *                  through the controller's generic hooks (ctrl_gpu.h)
  * Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
@@ -27,6 +30,7 @@
 
 #include "gpunvme/device.cuh"
 #include "ctrl/ctrl_emu.h" /* the emulator behind the controller */
+#include "ctrl/ctrl_gpu.h" /* the bus's device-memory DMA engine */
 #include "gpunvme/emu.h"
 #include "gpunvme/gpu.h"
 #include "gpunvme/gpunvme.h"
@@ -792,6 +796,60 @@ TEST_CASE(recover)
 	cudaFree(dr);
 	free(ref);
 	gpunvme_close(c);
+	return 0;
+}
+
+/* The seam between the GPU queues and the emulator's copy engine: the emu:
+ * bus refers to the engine weakly and gpunvme_cuda pulls it in
+ * (--undefined=gpunvme_emu_cuda_engine), so a program of the GPU data path
+ * has it; attach, sync and detach through the controller, and the
+ * namespace memory pinned (a null namespace has none). */
+TEST_CASE(devmem_engine)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:16M?workers=2&ns=null:64M");
+	if (!c)
+		return 1;
+	void *e = NULL;
+	REQUIRE_OK(gpunvme_ctrl_devmem_attach(c, &e));
+	if (!e)
+		FAIL("no device-memory DMA engine on the emu: bus (the emulator's copy engine, src/emu_cuda, "
+		     "was not linked in: --undefined=gpunvme_emu_cuda_engine)");
+	CHECK_OK(gpunvme_ctrl_devmem_sync(c, e));
+	void *p = NULL;
+	void (*unpin)(void *) = NULL;
+	void *nsmem = NULL;
+	size_t nslen = 0;
+	REQUIRE_OK(gpunvme_emu_ns_memory(gpunvme_ctrl_emu(c), 1, &nsmem, &nslen));
+	gpunvme_ctrl_devmem_pin(c, 1, &p, &unpin);
+	if (p != nsmem || !unpin)
+		FAIL("namespace 1 not pinned (%p, namespace memory at %p)", p, nsmem);
+	unpin(p);
+	gpunvme_ctrl_devmem_pin(c, 2, &p, &unpin);
+	if (p)
+		FAIL("a null namespace has no memory to pin, got %p", p);
+	gpunvme_ctrl_devmem_detach(c, e);
+	/* a queue set attaches its own engine; Tier 2 data moves through it,
+	 * and a recovery waits for its lanes first */
+	struct gpunvme_gpu_queues *g;
+	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 2, 64, &g));
+	struct gpunvme_gpu_buf *b;
+	void *vram;
+	REQUIRE_OK(gpunvme_gpu_buf_device(g, 1u << 20, &b, &vram));
+	int *dst;
+	cudaStream_t s;
+	REQUIRE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	REQUIRE_CUDA(cudaMallocManaged(&dst, sizeof(int)));
+	*dst = 0;
+	REQUIRE_OK(gpunvme_gpu_read_async(g, 0, (1u << 20) / 512, b, 0, dst, s, 10 * SEC));
+	REQUIRE_CUDA(cudaStreamSynchronize(s));
+	CHECK_EQ(*dst, 0);
+	CHECK_OK(gpunvme_gpu_queues_recover(g, 0, NULL));
+	cudaStreamDestroy(s);
+	cudaFree(dst);
+	gpunvme_gpu_buf_free(b);
+	gpunvme_gpu_queues_destroy(g);
+	gpunvme_close(c);
+	printf("devmem_engine: the emulator's copy engine attached, synced, pinned and detached: ok\n");
 	return 0;
 }
 

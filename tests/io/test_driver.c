@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ctrl/ctrl_emu.h" /* the emulator behind the controller */
+#include "ctrl/ctrl_gpu.h"  /* the bus's device-memory DMA engine */
 #include "gpunvme/emu.h"
 #include "gpunvme/gpunvme.h"
 #include "harness.h"
@@ -67,6 +68,26 @@ TEST_CASE(open_identify)
 
 /* A transfer of several MiB with MDTS 128 KiB: split into many commands,
  * from a buffer that starts at an odd dword inside DMA memory. */
+/* A program without the GPU data path (this one links gpunvme alone): the
+ * emu: bus's device-memory DMA engine (src/emu_cuda) is a weak reference
+ * nothing resolved, so the bus has none and the hooks do nothing. */
+TEST_CASE(no_devmem_engine)
+{
+	struct gpunvme_ctrl *c = NULL;
+	REQUIRE_OK(gpunvme_open("emu:ram:16M", NULL, &c));
+	void *e = (void *)1;
+	CHECK_OK(gpunvme_ctrl_devmem_attach(c, &e));
+	CHECK(e == NULL);
+	CHECK_OK(gpunvme_ctrl_devmem_sync(c, e));
+	gpunvme_ctrl_devmem_detach(c, e);
+	void *p = (void *)1;
+	void (*unpin)(void *) = NULL;
+	gpunvme_ctrl_devmem_pin(c, 1, &p, &unpin);
+	CHECK(p == NULL && unpin == NULL);
+	gpunvme_close(c);
+	return 0;
+}
+
 TEST_CASE(split_roundtrip)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:64M?mdts=5", 0);
