@@ -787,37 +787,82 @@ static long gnv_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 	return -ENOTTY;
 }
 
+/*
+ * BAR0 is mapped when first touched, not in gnv_mmap: mmap links the new
+ * vma into the file's address space only after ->mmap returns, so an unbind
+ * in between would zap (unmap_mapping_range) before the vma is there and
+ * leave the registers of a device this driver no longer owns mapped until
+ * munmap. A fault takes c->lock, which gnv_remove holds while it sets
+ * c->removed and zaps: either the fault inserts first and the zap takes it
+ * away, or it sees c->removed and the access gets SIGBUS. Lock order:
+ * mmap_lock (the fault's caller) before c->lock; nothing takes mmap_lock
+ * under c->lock (user memory is pinned and copied without it).
+ *
+ * The whole vma is inserted on the first fault, as vfio-pci does: NVIDIA's
+ * registration of I/O memory (cudaHostRegister with IoMemory) reads every
+ * page's PFN from the page table (follow_pte), so once the owner has read
+ * one register every page is present. vmf_insert_pfn leaves a page another
+ * thread's fault inserted meanwhile as it is (VM_FAULT_NOPAGE).
+ */
+static vm_fault_t gnv_bar_fault(struct vm_fault *vmf)
+{
+	struct vm_area_struct *vma = vmf->vma;
+	struct gnv_ctrl *c = vma->vm_private_data;
+	vm_fault_t ret = VM_FAULT_SIGBUS;
+	unsigned long addr;
+
+	mutex_lock(&c->lock);
+	if (!c->removed) {
+		for (addr = vma->vm_start; addr < vma->vm_end; addr += PAGE_SIZE) {
+			ret = vmf_insert_pfn(vma, addr, vma->vm_pgoff + ((addr - vma->vm_start) >> PAGE_SHIFT));
+			if (ret != VM_FAULT_NOPAGE)
+				break;
+		}
+	}
+	mutex_unlock(&c->lock);
+	return ret;
+}
+
+static const struct vm_operations_struct gnv_bar_vm_ops = {
+	.fault = gnv_bar_fault,
+};
+
 static int gnv_mmap(struct file *f, struct vm_area_struct *vma)
 {
 	struct gnv_ctrl *c = f->private_data;
 	unsigned long len = vma->vm_end - vma->vm_start;
 
-	/* Unlocked (this runs under mmap_lock; c->lock is taken before it
-	 * elsewhere): an unbind racing this call can zap before the new vma is
-	 * linked, leaving it mapped until munmap; it still holds the file, so
-	 * the controller is never handed to another opener meanwhile. */
+	/* a hint only (unlocked: this runs under mmap_lock, which the fault
+	 * takes before c->lock): gnv_bar_fault decides under the lock */
 	if (READ_ONCE(c->removed))
 		return -ENODEV;
 	if (vma->vm_pgoff || len > PAGE_ALIGN(c->bar0_len))
 		return -EINVAL;
 	if (!(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
-	/* A fork() child must not keep the registers (and with them the
-	 * open file, which delays the teardown past the owner's death). */
+	/*
+	 * Registers, not memory: no struct pages (PFNMAP), never in a core
+	 * dump, never grown by mremap. A fork() child must not keep the
+	 * registers (and with them the open file, which delays the teardown
+	 * past the owner's death).
+	 */
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
-	vm_flags_set(vma, VM_DONTCOPY | VM_DONTEXPAND);
+	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY);
 #else
-	vma->vm_flags |= VM_DONTCOPY | VM_DONTEXPAND;
+	vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY;
 #endif
 	/*
 	 * vm_pgoff is the BAR's page frame number, as for a mapping of
-	 * /sys/bus/pci/devices/.../resource0: NVIDIA's driver registers I/O
-	 * memory (cudaHostRegisterIoMemory) by reading the PFN of a VM_PFNMAP
-	 * area from vm_pgoff on kernels without follow_pfn().
+	 * /sys/bus/pci/devices/.../resource0: code that takes the PFN of a
+	 * VM_PFNMAP area from vm_pgoff (NVIDIA's drivers of kernels without
+	 * follow_pfn() and follow_pte()) finds the right one; the fault
+	 * inserts from it.
 	 */
 	vma->vm_pgoff = c->bar0_start >> PAGE_SHIFT;
 	vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
-	return io_remap_pfn_range(vma, vma->vm_start, vma->vm_pgoff, len, vma->vm_page_prot);
+	vma->vm_private_data = c;
+	vma->vm_ops = &gnv_bar_vm_ops;
+	return 0;
 }
 
 static struct gnv_ctrl *gnv_ctrls[GNV_MAX_CTRL];

@@ -140,6 +140,11 @@ static int kmod_open(struct gpunvme_bus *b, const char *addr, const struct gpunv
 		rc = gpunvme_set_error(-errno, "%s: cannot mmap BAR0: %s", p->who, strerror(errno));
 		goto fail;
 	}
+	/* The module maps BAR0's pages at the first access, all of them: a
+	 * read of CAP now makes them present before anything registers the
+	 * mapping with CUDA (NVIDIA's drivers read the PFNs from the page
+	 * table). */
+	(void)*(volatile uint32_t *)bar;
 	b->bar0 = bar;
 	b->bar0_len = (size_t)p->info.bar0_len;
 	return 0;

@@ -20,6 +20,8 @@
  *   kmod_fuzz unmap-inflight BDF    UNMAP with reads in flight: retired
  *   kmod_fuzz remove-inflight BDF   PCI remove with an owner reading
  *   kmod_fuzz unbind-inflight BDF   driver unbind with an owner reading
+ *   kmod_fuzz mmap-unbind BDF       BAR0 mmap racing a driver unbind: no
+ *                                   mapping reaches the registers after
  *   kmod_fuzz rmmod-open BDF        rmmod refused while open or mapped
  *   kmod_fuzz two-openers BDF       a second open refused, also via fork
  *   kmod_fuzz memlock BDF           many small maps as nobody, low memlock
@@ -1640,6 +1642,103 @@ static int cmd_gone_inflight(int remove)
 	return atomic_load(&g_fails) ? 1 : 0;
 }
 
+/*
+ * BAR0 mmap racing an unbind. Threads map BAR0 again and again (each keeps
+ * its last MU_KEEP mappings) while the main thread unbinds the driver.
+ * Afterwards every mapping left must fault on access: one made between the
+ * module's ->mmap and the vma's linking into the file used to miss the
+ * unbind's zap and keep the registers of a device the module no longer
+ * owns. Before the unbind, a fresh mapping (mapped at its first access)
+ * reads the same VS as the first one.
+ */
+#define MU_THREADS 3
+#define MU_KEEP 64
+struct mu {
+	int fd;
+	size_t len;
+	void *keep[MU_KEEP];
+	unsigned next;
+	unsigned long made, enodev, other;
+	atomic_int *stop;
+};
+static void *mu_thread(void *arg)
+{
+	struct mu *u = arg;
+	while (!atomic_load(u->stop)) {
+		void *p = mmap(NULL, u->len, PROT_READ | PROT_WRITE, MAP_SHARED, u->fd, 0);
+		if (p == MAP_FAILED) {
+			if (errno == ENODEV) {
+				u->enodev++;
+				break; /* the unbind is through */
+			}
+			u->other++;
+			continue;
+		}
+		u->made++;
+		void **slot = &u->keep[u->next++ % MU_KEEP];
+		if (*slot)
+			munmap(*slot, u->len);
+		*slot = p;
+	}
+	return NULL;
+}
+static int cmd_mmap_unbind(void)
+{
+	int fd = dev_open();
+	struct gpunvme_kmod_info in;
+	if (fd < 0 || kinfo(fd, &in)) {
+		FAILF("open %s", g_dev);
+		return 1;
+	}
+	size_t bl = (in.bar0_len + PG - 1) & ~(size_t)(PG - 1);
+	void *first = mmap(NULL, bl, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	void *fresh = mmap(NULL, bl, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (first == MAP_FAILED || fresh == MAP_FAILED) {
+		FAILF("mmap BAR0: %s", strerror(errno));
+		return 1;
+	}
+	int64_t vs = bar_read(first, 0x08), vs2 = bar_read(fresh, 0x08), last = bar_read(fresh, (size_t)in.bar0_len - 4);
+	CHECKF(vs > 0 && vs == vs2 && last >= 0,
+	       "BAR0 read through two mappings: VS 0x%" PRIx64 " and 0x%" PRIx64 ", its last word %s", vs, vs2,
+	       last >= 0 ? "readable" : "faults");
+	munmap(fresh, bl);
+	atomic_int stop = 0;
+	struct mu u[MU_THREADS];
+	pthread_t th[MU_THREADS];
+	for (int i = 0; i < MU_THREADS; i++) {
+		u[i] = (struct mu){ .fd = fd, .len = bl, .stop = &stop };
+		pthread_create(&th[i], NULL, mu_thread, &u[i]);
+	}
+	sleep_ms(200);
+	char path[128];
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/driver/unbind", g_bdf);
+	int rc = sysfs_write(path, g_bdf);
+	CHECKF(rc == 0, "unbind with BAR0 being mapped by %d threads: %s", MU_THREADS, rc ? strerror(-rc) : "done");
+	sleep_ms(50);
+	atomic_store(&stop, 1);
+	unsigned long made = 0, enodev = 0, other = 0, left = 0, reach = 0;
+	for (int i = 0; i < MU_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		made += u[i].made;
+		enodev += u[i].enodev;
+		other += u[i].other;
+		for (unsigned k = 0; k < MU_KEEP; k++)
+			if (u[i].keep[k]) {
+				left++;
+				reach += bar_read(u[i].keep[k], 0x08) >= 0;
+				munmap(u[i].keep[k], bl);
+			}
+	}
+	printf("%lu mappings made, %lu threads told ENODEV, %lu other mmap errors; %lu kept to the end\n", made, enodev,
+	       other, left);
+	CHECKF(made > 0 && other == 0, "the threads mapped BAR0 (%lu times) with no error but ENODEV (%lu)", made, other);
+	CHECKF(reach == 0, "after the unbind no mapping reaches the registers: %lu of %lu do", reach, left);
+	CHECKF(bar_read(first, 0x08) < 0, "the first mapping faults after the unbind");
+	munmap(first, bl);
+	close(fd);
+	return atomic_load(&g_fails) ? 1 : 0;
+}
+
 /* rmmod while the file is open, and while only a BAR0 mapping holds it:
  * refused (the file's module reference). */
 static int cmd_rmmod_open(void)
@@ -2044,6 +2143,8 @@ int main(int argc, char **argv)
 		return cmd_gone_inflight(1);
 	if (!strcmp(c, "unbind-inflight"))
 		return cmd_gone_inflight(0);
+	if (!strcmp(c, "mmap-unbind"))
+		return cmd_mmap_unbind();
 	if (!strcmp(c, "rmmod-open"))
 		return cmd_rmmod_open();
 	if (!strcmp(c, "two-openers"))

@@ -29,6 +29,8 @@ run kmod.fault-stall kmod_fuzz fault-stall \$BDF0
 run kmod.unmap-inflight kmod_fuzz unmap-inflight \$BDF3
 run kmod.unbind-inflight kmod_fuzz unbind-inflight \$BDF3
 bind gpunvme 3
+run kmod.mmap-unbind kmod_fuzz mmap-unbind \$BDF3
+bind gpunvme 3
 run kmod.remove-inflight kmod_fuzz remove-inflight \$BDF3
 sh kmod.rescan 'echo 1 > /sys/bus/pci/rescan'
 bind gpunvme 3
