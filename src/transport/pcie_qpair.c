@@ -139,6 +139,10 @@ static int pcie_qp_submit(struct gpunvme_qpair *qp, struct gpunvme_sqe *e, const
 	return 0;
 }
 
+/* One tail doorbell for the batch: a release store (queue.h), so every SQE
+ * written by submit is visible before the controller can see the new tail
+ * (the emulator reads the doorbell with an acquire load; MMIO stores stay
+ * in order on x86). */
 static void pcie_qp_kick(struct gpunvme_qpair *qp)
 {
 	gpunvme_ring_sq_doorbell(&pq_of(qp)->ring);
@@ -177,6 +181,7 @@ static inline int rw_fast(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, 
 	e->rw.slba = slba;
 	e->rw.nlb = (uint16_t)(nlb - 1);
 	gpunvme_ring_sq_push(ring);
+	/* release: the SQE above before the tail, as in pcie_qp_kick */
 	gpunvme_ring_sq_doorbell(ring);
 	return 0;
 }
@@ -197,8 +202,11 @@ static int pcie_qp_write(struct gpunvme_qpair *qp, uint32_t nsid, const void *bu
 	return qpair_submit_rw(qp, GPUNVME_CMD_WRITE, nsid, buf, slba, nlb, cb, arg);
 }
 
-/* New CQ entries by phase tag (the peek's acquire load of dword 3 orders
- * the rest of the entry), one head doorbell for all of them. */
+/* New CQ entries by phase tag: the peek's acquire load of dword 3 pairs
+ * with the controller writing that dword last (§4.6: the phase tag marks
+ * the entry new), so the rest of the entry is valid to read. One head
+ * doorbell for all of them, a release store: our reads of the consumed
+ * entries complete before the controller may reuse their slots. */
 static int pcie_qp_reap(struct gpunvme_qpair *qp, uint32_t max)
 {
 	struct gpunvme_ring *ring = &pq_of(qp)->ring;

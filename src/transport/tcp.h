@@ -32,6 +32,13 @@ static inline struct tcp_ctrl *tcp_ctrl(struct gpunvme_ctrl *c)
 	return c->tr_priv;
 }
 
+/* A command's data direction in the transport's terms (ctrl/transport.h's
+ * QP_DATA_* name the same three cases). */
+static inline int tcp_dir(int dir)
+{
+	return dir == QP_DATA_H2C ? NVMF_DIR_H2C : dir == QP_DATA_C2H ? NVMF_DIR_C2H : NVMF_DIR_NONE;
+}
+
 /* A new association after the old one died (new controller ID, queue
  * count asked again); I/O queues then reconnect to it. */
 int tcp_reassociate(struct gpunvme_ctrl *c);

@@ -17,13 +17,6 @@ static bool tcp_match(const struct gpunvme_bus *b)
 	return b->ops == &gpunvme_bus_tcp;
 }
 
-/* The data direction in the transport's terms (ctrl/transport.h's
- * QP_DATA_* name the same three cases). */
-static int nvmf_dir(int dir)
-{
-	return dir == QP_DATA_H2C ? NVMF_DIR_H2C : dir == QP_DATA_C2H ? NVMF_DIR_C2H : NVMF_DIR_NONE;
-}
-
 /*
  * A controller over NVMe/TCP: the association (admin queue, CC.EN by
  * Property Set), then identify and queue count exactly as on PCIe (the
@@ -139,7 +132,7 @@ static int tcp_reg_write(struct gpunvme_ctrl *c, uint32_t off, uint32_t size, ui
 static int tcp_admin(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, void *buf, uint32_t len, int dir,
 		     struct gpunvme_cqe *cpl)
 {
-	return nvmf_ctrl_admin(&tcp_ctrl(c)->fab, cmd, buf, len, nvmf_dir(dir), cpl, c->opts.admin_timeout_ms);
+	return nvmf_ctrl_admin(&tcp_ctrl(c)->fab, cmd, buf, len, tcp_dir(dir), cpl, c->opts.admin_timeout_ms);
 }
 
 /* Each queue's connection says for itself (src/io fails a dead one's

@@ -112,8 +112,7 @@ static int tcp_qp_write(struct gpunvme_qpair *qp, uint32_t nsid, const void *buf
  * next poll. */
 static int tcp_qp_submit(struct gpunvme_qpair *qp, struct gpunvme_sqe *e, const struct qpair_data *d)
 {
-	int dir = d->dir == QP_DATA_H2C ? NVMF_DIR_H2C : d->dir == QP_DATA_C2H ? NVMF_DIR_C2H : NVMF_DIR_NONE;
-	return nvmf_queue_submit(tq_of(qp)->fq, e, d->buf, d->len, dir);
+	return nvmf_queue_submit(tq_of(qp)->fq, e, d->buf, d->len, tcp_dir(d->dir));
 }
 
 /* Completions from the connection; a dead connection fails every command
