@@ -36,6 +36,12 @@ struct gpunvme_disc_entry {
 int gpunvme_discover(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_disc_entry **entries,
 		     uint32_t *n);
 
+/* Names of a discovery entry's TRTYPE ("tcp", "rdma", "fc", "loop") and
+ * SUBTYPE ("nvm", "discovery", "referral"), NVMe-oF 1.1 Figure 38;
+ * "unknown" for other values. */
+const char *gpunvme_nvmf_trtype_str(uint8_t trtype);
+const char *gpunvme_nvmf_subtype_str(uint8_t subtype);
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,6 +30,10 @@ void gpunvme_pci_set_sysfs_root(const char *root);
 /* The root in use, "/sys" unless set. */
 const char *gpunvme_pci_sysfs_root(void);
 
+/* The URI scheme that opens a function bound to `driver` directly (vfio
+ * for vfio-pci, uio for uio_pci_generic), NULL for any other driver. */
+const char *gpunvme_pci_uri_scheme(const char *driver);
+
 /* One-line text attribute of a function (<root>/bus/pci/devices/BDF/ATTR,
  * e.g. "max_link_speed"), trailing whitespace removed, truncated to len - 1
  * bytes. -ENOENT when the device or the attribute does not exist, -EINVAL

@@ -9,6 +9,7 @@
 
 #include "gpunvme/emu.h"
 #include "gpunvme/md.h"
+#include "gpunvme/pci.h"
 #include "bus/bus.h"
 
 /* ---- the URI grammar: one place (the CLI, Python, md members use it) ---- */
@@ -80,6 +81,17 @@ int gpunvme_uri_check(const char *uri)
 	return gpunvme_set_error(-EINVAL, "unknown bus '%.*s' in '%s' (expected emu:, vfio:, uio:, kmod:, pci:, md: or "
 					  "tcp://)",
 				 (int)sl, uri, uri);
+}
+
+const char *gpunvme_pci_uri_scheme(const char *driver)
+{
+	if (!driver)
+		return NULL;
+	if (!strcmp(driver, "vfio-pci"))
+		return gpunvme_bus_vfio.name;
+	if (!strcmp(driver, "uio_pci_generic"))
+		return gpunvme_bus_uio.name;
+	return NULL;
 }
 
 int gpunvme_bus_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_bus *b)

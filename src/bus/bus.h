@@ -137,6 +137,14 @@ extern const struct gpunvme_bus_ops gpunvme_bus_uio;
 extern const struct gpunvme_bus_ops gpunvme_bus_kmod;
 extern const struct gpunvme_bus_ops gpunvme_bus_tcp;
 
+/* Kernel modules the buses rely on, by their /sys/module names (gpunvme
+ * doctor looks for them): the VFIO core (its enable_unsafe_noiommu_mode
+ * switch is the vfio bus's no-IOMMU mode), the vfio-pci driver and the
+ * uio_pci_generic driver. */
+extern const char gpunvme_bus_vfio_core_module[];
+extern const char gpunvme_bus_vfio_pci_module[];
+extern const char gpunvme_bus_uio_module[];
+
 /* The emulator behind an emu: bus, NULL for other buses (tests inject
  * faults through it; its copy engine, src/emu_cuda, sizes its lanes by it). */
 struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b);

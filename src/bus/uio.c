@@ -389,6 +389,8 @@ static int uio_set_master(struct gpunvme_bus *b, bool on)
 	return gpunvme_pci_set_master_fd(p->cfg_fd, 0, on);
 }
 
+const char gpunvme_bus_uio_module[] = "uio_pci_generic";
+
 const struct gpunvme_bus_ops gpunvme_bus_uio = {
 	.name = "uio",
 	/* no bus addresses for GPU pages: the GPU path is Tier 1 */

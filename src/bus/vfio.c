@@ -698,6 +698,9 @@ static int vfio_set_master(struct gpunvme_bus *b, bool on)
 	return gpunvme_pci_set_master_fd(p->device, p->cfg_off, on);
 }
 
+const char gpunvme_bus_vfio_core_module[] = "vfio";
+const char gpunvme_bus_vfio_pci_module[] = "vfio_pci";
+
 const struct gpunvme_bus_ops gpunvme_bus_vfio = {
 	.name = "vfio",
 	/* no bus addresses for GPU pages: the GPU path is Tier 1 */

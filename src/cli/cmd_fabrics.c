@@ -19,27 +19,6 @@ static void help(void)
 	       "Options in the URI as for any tcp:// device: hostnqn=, hostid=, timeout=MS.\n");
 }
 
-static const char *trtype(uint8_t t)
-{
-	switch (t) {
-	case 1: return "rdma";
-	case 2: return "fc";
-	case 3: return "tcp";
-	case 254: return "loop";
-	default: return "unknown";
-	}
-}
-
-static const char *subtype(uint8_t t)
-{
-	switch (t) {
-	case 1: return "referral";
-	case 2: return "nvm";
-	case 3: return "discovery";
-	default: return "unknown";
-	}
-}
-
 int cmd_discover(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -73,12 +52,12 @@ int cmd_discover(int argc, char **argv)
 		if (json)
 			printf("%s\n  {\"trtype\": \"%s\", \"subtype\": \"%s\", \"traddr\": \"%s\", \"trsvcid\": \"%s\", "
 			       "\"subnqn\": \"%s\", \"portid\": %u}",
-			       i ? "," : "", trtype(e[i].trtype), subtype(e[i].subtype), e[i].traddr, e[i].trsvcid,
-			       e[i].subnqn, e[i].portid);
+			       i ? "," : "", gpunvme_nvmf_trtype_str(e[i].trtype), gpunvme_nvmf_subtype_str(e[i].subtype),
+			       e[i].traddr, e[i].trsvcid, e[i].subnqn, e[i].portid);
 		else
-			printf("%-9s %-5s %s%s%s%s:%s/%s\n", subtype(e[i].subtype), trtype(e[i].trtype),
-			       e[i].trtype == 3 ? "tcp://" : "", v6 ? "[" : "", e[i].traddr, v6 ? "]" : "",
-			       e[i].trsvcid, e[i].subnqn);
+			printf("%-9s %-5s %s%s%s%s:%s/%s\n", gpunvme_nvmf_subtype_str(e[i].subtype),
+			       gpunvme_nvmf_trtype_str(e[i].trtype), e[i].trtype == 3 ? "tcp://" : "", v6 ? "[" : "",
+			       e[i].traddr, v6 ? "]" : "", e[i].trsvcid, e[i].subnqn);
 	}
 	if (json)
 		printf("%s]\n", n ? "\n" : "");

@@ -73,11 +73,7 @@ static void extra(struct dev *d)
 
 static const char *uri_scheme(const struct dev *d)
 {
-	if (!strcmp(d->pi.driver, "vfio-pci"))
-		return "vfio";
-	if (!strcmp(d->pi.driver, "uio_pci_generic"))
-		return "uio";
-	return NULL;
+	return gpunvme_pci_uri_scheme(d->pi.driver);
 }
 
 /* "8.0 GT/s PCIe" -> "8.0GT/s" */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * Control plane: controller bring-up (NVMe 1.4 §7.6.1), admin commands,
- * identify, features, reset (§7.3.2) and shutdown (§7.6.2).
+ * Control plane: open, admin commands, identify, features, reset (§7.3.2)
+ * and close, whatever the transport; how each step reaches the controller
+ * (registers, admin queue, bring-up, shutdown) is the transport's
+ * (ctrl/transport.h).
  */
 #include <errno.h>
 #include <sched.h>
@@ -15,7 +17,7 @@
 #include "ctrl/ctrl_gpu.h"
 #include "gpunvme/emu.h"
 
-static void relax(uint32_t spins)
+void ctrl_relax(uint32_t spins)
 {
 	/* spin briefly, then give the CPU away: a register handshake takes
 	 * microseconds on hardware, much longer on a busy emulator host */
@@ -41,98 +43,9 @@ void gpunvme_opts_init(struct gpunvme_opts *o)
 	o->mps_shift = 12;
 }
 
-/* CSTS all ones: the device left the bus (surprise removal, link down). */
 int ctrl_check_alive(struct gpunvme_ctrl *c, const char *what)
 {
-	/* fabrics: each queue's connection says for itself (src/io) */
-	if (c->fab)
-		return 0;
-	uint32_t csts = ctrl_rd32(c, GPUNVME_REG_CSTS);
-	if (csts == 0xffffffffu)
-		return gpunvme_set_error(-ENODEV, "%s:%s: %s: device gone (registers read all ones)",
-					 c->bus.ops->name, c->bus.addr, what);
-	if (csts & GPUNVME_CSTS_CFS)
-		return gpunvme_set_error(-EIO, "%s:%s: %s: controller fatal status (CSTS.CFS); reset it",
-					 c->bus.ops->name, c->bus.addr, what);
-	return 0;
-}
-
-/* Wait for CSTS.RDY == want within CAP.TO (500 ms units, §3.1.1). */
-static int wait_ready(struct gpunvme_ctrl *c, uint32_t want, const char *what)
-{
-	uint64_t to_ms = (uint64_t)(gpunvme_cap_to(c->cap) ? gpunvme_cap_to(c->cap) : 1) * 500;
-	uint64_t deadline = gpunvme_now_ns() + to_ms * 1000000ull;
-	for (uint32_t spins = 0;; spins++) {
-		uint32_t csts = ctrl_rd32(c, GPUNVME_REG_CSTS);
-		if (csts == 0xffffffffu)
-			return gpunvme_set_error(-ENODEV, "%s:%s: %s: device gone (registers read all ones)",
-						 c->bus.ops->name, c->bus.addr, what);
-		if ((csts & GPUNVME_CSTS_CFS) && want)
-			return gpunvme_set_error(-EIO, "%s:%s: %s: controller reported fatal status (CSTS.CFS)",
-						 c->bus.ops->name, c->bus.addr, what);
-		if ((csts & GPUNVME_CSTS_RDY) == want)
-			return 0;
-		if (gpunvme_now_ns() > deadline)
-			return gpunvme_set_error(-ETIMEDOUT, "%s:%s: %s: CSTS.RDY did not become %u within CAP.TO (%llu ms)",
-						 c->bus.ops->name, c->bus.addr, what, want, (unsigned long long)to_ms);
-		relax(spins);
-	}
-}
-
-static int disable(struct gpunvme_ctrl *c)
-{
-	uint32_t cc = ctrl_rd32(c, GPUNVME_REG_CC);
-	uint32_t csts = ctrl_rd32(c, GPUNVME_REG_CSTS);
-	if (cc == 0xffffffffu || csts == 0xffffffffu)
-		return gpunvme_set_error(-ENODEV, "%s:%s: device gone (registers read all ones)", c->bus.ops->name,
-					 c->bus.addr);
-	/* §7.6.1: changing EN while RDY does not yet match it is undefined;
-	 * let a previous enable finish first (a failed one shows CFS) */
-	if ((cc & GPUNVME_CC_EN) && !(csts & GPUNVME_CSTS_RDY) && !(csts & GPUNVME_CSTS_CFS))
-		wait_ready(c, 1, "settle before reset");
-	ctrl_wr32(c, GPUNVME_REG_CC, cc & ~GPUNVME_CC_EN);
-	return wait_ready(c, 0, "disable (CC.EN=0)");
-}
-
-/* Admin command: one at a time (admin_lock held by the caller), wait for
- * its completion with a timeout. Completions of other CIDs (late answers to
- * commands that timed out) are consumed and ignored. */
-static int admin_exec_locked(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, struct gpunvme_cqe *out)
-{
-	struct gpunvme_ring *aq = &c->aq;
-	cmd->cid = c->acid++;
-	*gpunvme_ring_sqe(aq) = *cmd;
-	gpunvme_ring_sq_push(aq);
-	gpunvme_ring_sq_doorbell(aq);
-	uint64_t deadline = gpunvme_now_ns() + (uint64_t)c->opts.admin_timeout_ms * 1000000ull;
-	for (uint32_t spins = 0;; spins++) {
-		uint32_t dw3;
-		if (gpunvme_ring_cq_peek(aq, &dw3)) {
-			struct gpunvme_cqe e;
-			memcpy(&e, (const void *)&aq->cq[aq->cq_head], sizeof(e));
-			gpunvme_ring_cq_pop(aq);
-			gpunvme_ring_cq_doorbell(aq);
-			if (e.cid != cmd->cid)
-				continue;
-			if (out)
-				*out = e;
-			uint16_t st = gpunvme_cqe_status(e.status);
-			if (st)
-				return gpunvme_set_error(-EIO, "%s (opcode 0x%02x) failed: %s",
-							 gpunvme_opcode_str(1, cmd->opc), cmd->opc, gpunvme_status_str(st));
-			return 0;
-		}
-		if ((spins & 255) == 255) {
-			int rc = ctrl_check_alive(c, gpunvme_opcode_str(1, cmd->opc));
-			if (rc)
-				return rc;
-			if (gpunvme_now_ns() > deadline)
-				return gpunvme_set_error(-ETIMEDOUT, "%s:%s: admin command %s timed out after %u ms",
-							 c->bus.ops->name, c->bus.addr, gpunvme_opcode_str(1, cmd->opc),
-							 c->opts.admin_timeout_ms);
-		}
-		relax(spins);
-	}
+	return c->tr->check_alive(c, what);
 }
 
 int gpunvme_admin(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, void *buf, size_t len, int host_to_ctrl,
@@ -142,27 +55,9 @@ int gpunvme_admin(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, void *buf, si
 		return gpunvme_set_error(-EINVAL, "admin: bad arguments");
 	if (len > 4096)
 		return gpunvme_set_error(-EINVAL, "admin: data of %zu bytes (at most 4096)", len);
-	if (c->fab) {
-		/* no bounce buffer: the data moves in PDUs from and to buf */
-		pthread_mutex_lock(&c->admin_lock);
-		int rc = nvmf_ctrl_admin(c->fab, cmd, buf, (uint32_t)len,
-					 !len ? NVMF_DIR_NONE : host_to_ctrl ? NVMF_DIR_H2C : NVMF_DIR_C2H, cpl,
-					 c->opts.admin_timeout_ms);
-		pthread_mutex_unlock(&c->admin_lock);
-		return rc;
-	}
 	pthread_mutex_lock(&c->admin_lock);
-	if (len) {
-		if (host_to_ctrl)
-			memcpy(c->abuf, buf, len);
-		else
-			memset(c->abuf, 0, 4096);
-		cmd->prp1 = gpunvme_dma_iova(c, c->abuf);
-		cmd->prp2 = 0; /* the bounce buffer is one page */
-	}
-	int rc = admin_exec_locked(c, cmd, cpl);
-	if (!rc && len && !host_to_ctrl)
-		memcpy(buf, c->abuf, len);
+	int rc = c->tr->admin(c, cmd, buf, (uint32_t)len, !len ? QP_DATA_NONE : host_to_ctrl ? QP_DATA_H2C : QP_DATA_C2H,
+			      cpl);
 	pthread_mutex_unlock(&c->admin_lock);
 	return rc;
 }
@@ -228,16 +123,7 @@ int gpunvme_set_features(struct gpunvme_ctrl *c, uint8_t fid, uint32_t cdw11, ui
 	return features(c, GPUNVME_ADM_SET_FEATURES, fid, cdw11, dw0);
 }
 
-/* CC.EN 0 -> 1 with fresh admin queues (§7.6.1 steps 3-6). */
-static int enable(struct gpunvme_ctrl *c)
-{
-	gpunvme_ring_reset(&c->aq);
-	c->cc = gpunvme_admin_enable(c->bus.bar0, gpunvme_dma_iova(c, c->aq.sq), gpunvme_dma_iova(c, c->aq.cq),
-				     c->aq.depth, c->page_shift);
-	return wait_ready(c, 1, "enable (CC.EN=1)");
-}
-
-static int identify_all(struct gpunvme_ctrl *c)
+int ctrl_identify_all(struct gpunvme_ctrl *c)
 {
 	int rc = identify(c, GPUNVME_CNS_CTRL, 0, &c->id);
 	if (rc)
@@ -303,7 +189,7 @@ static int identify_all(struct gpunvme_ctrl *c)
 }
 
 /* Number of I/O queues (§5.21.1.7): ask, keep what is granted. */
-static int negotiate_queues(struct gpunvme_ctrl *c)
+int ctrl_negotiate_queues(struct gpunvme_ctrl *c)
 {
 	uint32_t want = c->opts.nr_io_queues ? c->opts.nr_io_queues : 1;
 	if (want > 65535)
@@ -319,93 +205,12 @@ static int negotiate_queues(struct gpunvme_ctrl *c)
 	return 0;
 }
 
-static int bring_up(struct gpunvme_ctrl *c)
+int ctrl_renegotiate_queues(struct gpunvme_ctrl *c, const char *who)
 {
-	int rc;
-	if ((rc = disable(c)))
-		return rc;
-	if ((rc = enable(c)))
-		return rc;
-	return 0;
-}
-
-/*
- * A controller over NVMe/TCP: the association (admin queue, CC.EN by
- * Property Set), then identify and queue count exactly as on PCIe. CAP
- * comes from Property Get; DSTRD and doorbells mean nothing here.
- */
-static int open_fabric(struct gpunvme_ctrl *c, const char *uri)
-{
-	struct nvmf_params p;
-	int rc = nvmf_parse_uri(uri, true, &p);
-	if (rc)
-		return rc;
-	if (p.nr_io_queues)
-		c->opts.nr_io_queues = p.nr_io_queues;
-	c->fab = calloc(1, sizeof(*c->fab));
-	if (!c->fab)
-		return gpunvme_set_error(-ENOMEM, "out of memory");
-	uint32_t adepth = c->opts.admin_depth ? c->opts.admin_depth : 32;
-	if ((rc = nvmf_ctrl_connect(c->fab, &p, adepth))) {
-		free(c->fab);
-		c->fab = NULL;
-		return rc;
-	}
-	c->cap = c->fab->cap;
-	c->vs = c->fab->vs;
-	c->cc = c->fab->cc;
-	c->dstrd = 0;
-	c->mqes = gpunvme_cap_mqes(c->cap) + 1;
-	/* queue entries: what the URI asks, else 128 as Linux's host
-	 * (NVMF_DEF_QUEUE_SIZE): a target keeps per-entry buffers for every
-	 * connection (nvmet-tcp: 2 x entries x in-capsule size), so many
-	 * clients with deep queues exhaust its memory */
-	uint32_t qs = p.queue_size ? p.queue_size : 128;
-	if (qs < c->mqes)
-		c->mqes = qs;
-	c->page_shift = 12;
-	c->page_size = 4096;
-	if ((rc = identify_all(c)) || (rc = negotiate_queues(c)))
-		return rc;
-	nvmf_ctrl_set_identify(c->fab, &c->id);
-	c->qps = calloc(c->nr_io_queues + 1, sizeof(*c->qps));
-	c->qid_gpu = calloc(c->nr_io_queues + 1, 1);
-	c->fab_q = calloc(c->nr_io_queues + 1, sizeof(*c->fab_q));
-	c->fab_px = calloc(c->nr_io_queues + 1, sizeof(*c->fab_px));
-	c->fab_ns = calloc(c->nr_io_queues + 1, sizeof(*c->fab_ns));
-	/* the GPU's doorbell page: the SQ tail doorbell of queue q at
-	 * 0x1000 + 8q as in BAR0 with CAP.DSTRD 0 (§3.1.24) */
-	c->fab_db_len = ((size_t)gpunvme_cq_doorbell((uint16_t)c->nr_io_queues, 0) + 4 + 4095) & ~(size_t)4095;
-	c->fab_db = gpunvme_dma_alloc(c, c->fab_db_len);
-	if (!c->qps || !c->qid_gpu || !c->fab_q || !c->fab_px || !c->fab_ns || !c->fab_db)
-		return gpunvme_set_error(-ENOMEM, "out of memory");
-	/* The GPU queues' health check and recovery read CSTS from the page
-	 * they ring doorbells in (src/cuda/gpu_queues.cu, as on PCIe and the
-	 * emulator). Over fabrics the association is enabled and ready here
-	 * (nvmf_ctrl_connect waited for CSTS.RDY by Property Get, NVMe-oF 1.1
-	 * §3.5); a lost connection is each queue's own error, recovered by
-	 * re-creating the queue, not by a controller reset. Without this
-	 * word the page read CSTS 0 ("not ready") and every recovery asked
-	 * for a reset. */
-	((volatile uint32_t *)c->fab_db)[GPUNVME_REG_CSTS / 4] = GPUNVME_CSTS_RDY;
-	return 0;
-}
-
-int ctrl_fabric_reassociate(struct gpunvme_ctrl *c)
-{
-	/* a keep-alive on a dead admin queue makes nvmf_ctrl_admin build a
-	 * new association; then the queue count, which a new controller
-	 * does not know (NVMe 1.4 §5.21.1.7) */
-	struct gpunvme_sqe ka = { .opc = GPUNVME_ADM_KEEP_ALIVE };
-	nvmf_queue_kill(c->fab->admin, -ECONNRESET, "re-association");
-	int rc = gpunvme_admin(c, &ka, NULL, 0, 0, NULL);
-	if (rc)
-		return rc;
 	uint32_t had = c->nr_io_queues;
-	rc = negotiate_queues(c);
+	int rc = ctrl_negotiate_queues(c);
 	if (!rc && c->nr_io_queues < had)
-		rc = gpunvme_set_error(-EIO, "%s: the new association grants %u I/O queues, %u in use", c->fab->p.uri,
-				       c->nr_io_queues, had);
+		rc = gpunvme_set_error(-EIO, "%s grants %u I/O queues, %u in use", who, c->nr_io_queues, had);
 	c->nr_io_queues = had;
 	return rc;
 }
@@ -431,50 +236,13 @@ int gpunvme_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvm
 		return rc;
 	}
 	c->caps = c->bus.ops->caps;
-	if (!strncmp(uri, "tcp:", 4)) {
-		if ((rc = open_fabric(c, uri)))
-			goto fail;
-		*out = c;
-		return 0;
-	}
-
-	c->cap = (uint64_t)ctrl_rd32(c, GPUNVME_REG_CAP) | ((uint64_t)ctrl_rd32(c, GPUNVME_REG_CAP + 4) << 32);
-	c->vs = ctrl_rd32(c, GPUNVME_REG_VS);
-	if (c->cap == ~0ull) {
-		rc = gpunvme_set_error(-ENODEV, "%s: device gone (registers read all ones)", uri);
+	c->tr = gpunvme_transport_for(&c->bus);
+	if (!c->tr) {
+		rc = gpunvme_set_error(-ENOTSUP, "%s: no transport drives a controller on the %s bus", uri,
+				       c->bus.ops->name);
 		goto fail;
 	}
-	c->dstrd = gpunvme_cap_dstrd(c->cap);
-	c->mqes = gpunvme_cap_mqes(c->cap) + 1;
-	c->page_shift = c->opts.mps_shift ? c->opts.mps_shift : 12;
-	c->page_size = 1u << c->page_shift;
-	/* CC.MPS must lie in CAP.MPSMIN..MPSMAX (§3.1.5) */
-	if (c->page_shift < 12 + gpunvme_cap_mpsmin(c->cap) || c->page_shift > 12 + gpunvme_cap_mpsmax(c->cap)) {
-		rc = gpunvme_set_error(-ENOTSUP, "%s: host page size %u outside the controller's %u..%u bytes", uri,
-				       c->page_size, 4096u << gpunvme_cap_mpsmin(c->cap),
-				       4096u << gpunvme_cap_mpsmax(c->cap));
-		goto fail;
-	}
-	if (!(gpunvme_cap_css(c->cap) & GPUNVME_CAP_CSS_NVM)) {
-		rc = gpunvme_set_error(-ENOTSUP, "%s: controller does not support the NVM command set", uri);
-		goto fail;
-	}
-	uint32_t adepth = c->opts.admin_depth ? c->opts.admin_depth : 64;
-	if (adepth < 2)
-		adepth = 2;
-	if (adepth > 4096) /* AQA sizes are 12 bits (§3.1.8) */
-		adepth = 4096;
-	if (adepth > c->mqes)
-		adepth = c->mqes;
-	struct gpunvme_sqe *asq = gpunvme_dma_alloc(c, (size_t)adepth * sizeof(struct gpunvme_sqe));
-	struct gpunvme_cqe *acq = gpunvme_dma_alloc(c, (size_t)adepth * sizeof(struct gpunvme_cqe));
-	c->abuf = gpunvme_dma_alloc(c, 4096);
-	gpunvme_ring_init(&c->aq, asq, acq, c->bus.bar0, 0, c->dstrd, adepth);
-	if (!asq || !acq || !c->abuf) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	if ((rc = bring_up(c)) || (rc = identify_all(c)) || (rc = negotiate_queues(c)))
+	if ((rc = c->tr->open(c, uri)) || (rc = ctrl_identify_all(c)) || (rc = ctrl_negotiate_queues(c)))
 		goto fail;
 	c->qps = calloc(c->nr_io_queues + 1, sizeof(*c->qps));
 	c->qid_gpu = calloc(c->nr_io_queues + 1, 1);
@@ -482,19 +250,16 @@ int gpunvme_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvm
 		rc = gpunvme_set_error(-ENOMEM, "out of memory");
 		goto fail;
 	}
+	if (c->tr->setup && (rc = c->tr->setup(c)))
+		goto fail;
 	*out = c;
 	return 0;
 fail:;
 	/* keep the first error message: cleanup must not overwrite it */
 	char msg[512];
 	snprintf(msg, sizeof(msg), "%s", gpunvme_last_error());
-	if (c->fab) {
-		nvmf_ctrl_disconnect(c->fab);
-		free(c->fab);
-	}
-	free(c->fab_q);
-	free(c->fab_px);
-	free(c->fab_ns);
+	if (c->tr)
+		c->tr->close(c);
 	dma_free_all(&c->dma);
 	gpunvme_bus_close(&c->bus);
 	free(c->ns);
@@ -541,34 +306,11 @@ void gpunvme_close(struct gpunvme_ctrl *c)
 	for (uint32_t q = 1; c->qps && q <= c->nr_io_queues; q++)
 		if (c->qps[q])
 			gpunvme_qpair_destroy(c->qps[q]);
-	/* §7.6.2 normal shutdown: CC.SHN = 01b, wait for CSTS.SHST = 10b
-	 * (fabrics: by Property Set/Get, in nvmf_ctrl_disconnect) */
-	uint32_t csts = c->fab ? 0 : ctrl_rd32(c, GPUNVME_REG_CSTS);
-	if (c->fab) {
-		/* GPU queues' proxies and connections left open by their owner */
-		for (uint32_t q = 1; q <= c->nr_io_queues; q++)
-			if (c->fab_q && c->fab_q[q])
-				gpunvme_ctrl_delete_qpair_raw(c, (uint16_t)q);
-		nvmf_ctrl_disconnect(c->fab);
-		free(c->fab);
-		c->fab = NULL;
-		free(c->fab_q);
-		free(c->fab_px);
-		free(c->fab_ns);
-	} else if (csts != 0xffffffffu && (csts & GPUNVME_CSTS_RDY)) {
-		ctrl_wr32(c, GPUNVME_REG_CC, (c->cc & ~GPUNVME_CC_SHN_MASK) |
-						     (GPUNVME_CC_SHN_NORMAL << GPUNVME_CC_SHN_SHIFT));
-		uint64_t to_ms = c->id.rtd3e ? c->id.rtd3e / 1000 + 1 : 5000;
-		if (to_ms < 1000)
-			to_ms = 1000;
-		uint64_t deadline = gpunvme_now_ns() + to_ms * 1000000ull;
-		for (uint32_t spins = 0; gpunvme_now_ns() < deadline; spins++) {
-			csts = ctrl_rd32(c, GPUNVME_REG_CSTS);
-			if (csts == 0xffffffffu || gpunvme_csts_shst(csts) == GPUNVME_SHST_COMPLETE)
-				break;
-			relax(spins);
-		}
-	}
+	/* §7.6.2 normal shutdown, then the transport's own state (an
+	 * association ends with it) */
+	if (c->tr->shutdown)
+		c->tr->shutdown(c);
+	c->tr->close(c);
 	if (c->kept_unpin)
 		c->kept_unpin(c->kept_pin);
 	dma_free_all(&c->dma);
@@ -584,56 +326,18 @@ void gpunvme_close(struct gpunvme_ctrl *c)
 
 int gpunvme_reset(struct gpunvme_ctrl *c)
 {
-	int rc;
 	pthread_mutex_lock(&c->qp_lock);
-	if (c->fab) {
-		/* fabrics: end the association (every connection closed, so
-		 * nothing lands afterwards), fail what was in flight, build a
-		 * new one and reconnect the queues */
-		for (uint32_t q = 1; q <= c->nr_io_queues; q++)
-			if (c->qps[q])
-				qpair_fail_all(c->qps[q], -EIO);
-		rc = ctrl_fabric_reassociate(c);
-		for (uint32_t q = 1; !rc && q <= c->nr_io_queues; q++)
-			if (c->qps[q])
-				rc = qpair_recreate(c->qps[q]);
-		pthread_mutex_unlock(&c->qp_lock);
-		return rc;
-	}
-	/* Stop the controller before failing what is outstanding: once
-	 * CSTS.RDY reads 0 it processes no command and moves no data, and
-	 * a callback may reuse its buffer as soon as it runs. (Failing
-	 * first let a read still in progress land in a buffer its owner had
-	 * been told was free.) A controller that does not stop in CAP.TO
-	 * cannot be helped: its commands are failed all the same. */
-	pthread_mutex_lock(&c->admin_lock);
-	int drc = disable(c);
-	/* Bus mastering off too, until the controller is brought up again
-	 * (Linux's nvme_dev_disable does the same on every reset): QEMU's
-	 * controller was seen moving a read's data after CSTS.RDY = 0
-	 * (tests/qemu/scenarios/recovery.sh), into buffers whose commands
-	 * had been failed. Off, no such DMA reaches memory. */
-	const bool master = drc != -ENODEV && c->bus.ops->set_master && c->bus.ops->set_master(&c->bus, false) == 0;
-	pthread_mutex_unlock(&c->admin_lock);
+	/* Stop the controller before failing what is outstanding: once it is
+	 * stopped it processes no command and moves no data, and a callback
+	 * may reuse its buffer as soon as it runs. (Failing first let a read
+	 * still in progress land in a buffer its owner had been told was
+	 * free.) A controller that does not stop cannot be helped: its
+	 * commands are failed all the same. */
+	int drc = c->tr->disable(c);
 	for (uint32_t q = 1; q <= c->nr_io_queues; q++)
 		if (c->qps[q])
 			qpair_fail_all(c->qps[q], -EIO);
-	pthread_mutex_lock(&c->admin_lock);
-	if (master && (rc = c->bus.ops->set_master(&c->bus, true)))
-		rc = gpunvme_set_error(rc, "reset: cannot turn bus mastering back on: %s", strerror(-rc));
-	else
-		rc = drc == -ENODEV ? drc : bring_up(c);
-	pthread_mutex_unlock(&c->admin_lock);
-	if (!rc) {
-		/* the controller forgot the queue count: ask again, it must
-		 * grant what the existing queue pairs use */
-		uint32_t had = c->nr_io_queues;
-		rc = negotiate_queues(c);
-		if (!rc && c->nr_io_queues < had)
-			rc = gpunvme_set_error(-EIO, "reset: controller now grants %u I/O queues, %u in use",
-					       c->nr_io_queues, had);
-		c->nr_io_queues = had;
-	}
+	int rc = c->tr->enable(c, drc);
 	for (uint32_t q = 1; !rc && q <= c->nr_io_queues; q++)
 		if (c->qps[q])
 			rc = qpair_recreate(c->qps[q]);
@@ -739,7 +443,7 @@ const struct gpunvme_id_ns *gpunvme_ns_identify(struct gpunvme_ctrl *c, uint32_t
 
 volatile void *gpunvme_bar0(struct gpunvme_ctrl *c, size_t *len)
 {
-	/* NULL (length 0) over fabrics: there is no BAR */
+	/* NULL (length 0) where the transport has no BAR */
 	if (len)
 		*len = c->bus.bar0_len;
 	return c->bus.bar0;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "bus/bus.h"
 #include "doctor/doctor_internal.h"
 #include "gpunvme/doctor.h"
 
@@ -659,14 +660,15 @@ static void read_system(const struct dr_ctx *c, struct gpunvme_doctor_system *s)
 		s->iommu = GPUNVME_IOMMU_UNKNOWN;
 		snprintf(s->iommu_why, sizeof(s->iommu_why), "unknown, because /sys/kernel/iommu_groups is unreadable");
 	}
-	s->vfio_pci = module_present(c, "vfio_pci");
-	s->uio_pci_generic = module_present(c, "uio_pci_generic");
+	s->vfio_pci = module_present(c, gpunvme_bus_vfio_pci_module);
+	s->uio_pci_generic = module_present(c, gpunvme_bus_uio_module);
 	s->kmod = module_present(c, "gpunvme");
 	s->noiommu = GPUNVME_DOCTOR_UNKNOWN;
-	if (!dr_path(c, p, sizeof(p), "/sys/module/vfio/parameters/enable_unsafe_noiommu_mode") &&
+	if (!dr_path(c, p, sizeof(p), "/sys/module/%s/parameters/enable_unsafe_noiommu_mode",
+		     gpunvme_bus_vfio_core_module) &&
 	    !dr_read_line(p, b, sizeof(b)))
 		s->noiommu = (b[0] == 'Y' || b[0] == '1') ? GPUNVME_DOCTOR_YES : GPUNVME_DOCTOR_NO;
-	else if (module_present(c, "vfio") == GPUNVME_DOCTOR_NO)
+	else if (module_present(c, gpunvme_bus_vfio_core_module) == GPUNVME_DOCTOR_NO)
 		s->noiommu = GPUNVME_DOCTOR_NO;
 
 	/* NVIDIA driver: /proc/driver/nvidia/version names the flavour ("Open

@@ -2,104 +2,24 @@
 /*
  * CPU data path: one queue pair per thread, no locks. User requests of any
  * size are split into commands of at most max_xfer bytes (MDTS); command
- * ids come from a free list and index a table holding each command's PRP
- * list pages; completions are reaped in bulk with one head doorbell write.
- *
- * Over NVMe/TCP (c->fab) the same commands are built; instead of the SQ
- * ring and doorbell they go to the queue's connection as capsules
- * (nvmf_queue_submit, data by SGL from the request's buffer), and
- * completions come from nvmf_queue_reap instead of the CQ ring. A command
- * past its deadline there kills the connection (nothing can land later),
- * every command in flight fails, and the next submission reconnects.
+ * ids come from a free list and index a table holding each command's list
+ * pages; the transport (ctrl/transport.h: qp->ops) puts each command on
+ * its queue and reaps completions, which land in qpair_complete (qpair.h).
+ * This file does not know what carries the commands.
  */
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#endif
 
-#include "ctrl/ctrl.h"
+#include "io/qpair.h"
 
 #define MAX_LIST_PAGES 4  /* per command: 2 MiB at 4 KiB pages needs 2 */
 
-struct io_req {
-	gpunvme_cb cb;
-	void *arg;
-	int err;
-	uint16_t status;
-	uint32_t dw0;
-	uint32_t inflight;       /* commands submitted and not completed */
-	uint8_t opc;
-	uint32_t nsid;
-	uint8_t *buf;            /* what remains to submit */
-	uint64_t slba, nlb;
-	uint32_t lba_shift, max_blocks;
-	/* The buffer's mapping, owned by the request for its whole life: its
-	 * later commands (waiting for free ids) build PRPs from it, never from
-	 * a cache another request may have replaced since. Looked up again
-	 * when an allocation was freed meanwhile (dma_gen moved). */
-	struct dma_alloc dma;
-	uint64_t dma_gen;
-	bool waiting;            /* linked in the wait FIFO */
-	struct io_req *next;     /* free list or wait FIFO */
-};
-
-/* A command in flight: either a whole request that fit in one command (the
- * fast path: callback kept here, no io_req) or one part of an io_req. */
-enum { CMD_FREE = 0, CMD_SINGLE, CMD_PART };
-
-struct io_cmd {
-	uint8_t state;
-	bool timed_out;
-	struct io_req *req;      /* CMD_PART */
-	gpunvme_cb cb;           /* CMD_SINGLE */
-	void *arg;
-	uint64_t deadline;       /* ticks */
-};
-
-struct gpunvme_qpair {
-	struct gpunvme_ctrl *c;
-	uint16_t qid;
-	uint32_t depth;
-	struct gpunvme_ring ring; /* SQ/CQ on the queue core (gpunvme/queue.h) */
-	struct nvmf_queue *fq;    /* fabrics: the connection instead of the ring */
-	uint64_t rx_seen, rx_tick; /* fabrics: bytes received at the last check, and when they moved */
-	uint16_t *free_cids;
-	uint32_t nfree;
-	struct io_cmd *cmds;
-	uint8_t *lists;          /* list pages: lp per command */
-	uint64_t *list_iova;
-	uint32_t lp;
-	struct io_req *reqs, *free_reqs, *wait_head, *wait_tail;
-	uint32_t outstanding;
-	uint64_t timeout_ticks, next_check;
-	uint32_t timeout_ms;
-	struct dma_alloc cache;  /* last DMA allocation looked up, valid for cache_gen;
-				  * only a lookup shortcut: requests keep copies */
-	uint64_t cache_gen;
-	const struct gpunvme_ns *ns_cache;
-	bool ext_rings;          /* SQ/CQ in the caller's memory (gpunvme_qpair_create_in) */
-};
-
 /* ---- time ----------------------------------------------------------------------- */
 
-/* Command deadlines use the TSC where there is one: a few instructions per
- * submit instead of a clock_gettime call. Calibrated once per process. */
-static uint64_t ticks_per_ms = 1000000;
-
-static inline uint64_t ticks(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	return __rdtsc();
-#else
-	return gpunvme_now_ns();
-#endif
-}
+uint64_t qpair_ticks_per_ms = 1000000;
 
 static void calibrate(void)
 {
@@ -109,7 +29,7 @@ static void calibrate(void)
 	nanosleep(&ts, NULL);
 	uint64_t t1 = gpunvme_now_ns(), c1 = __rdtsc();
 	if (t1 > t0 && c1 > c0)
-		ticks_per_ms = (c1 - c0) * 1000000ull / (t1 - t0);
+		qpair_ticks_per_ms = (c1 - c0) * 1000000ull / (t1 - t0);
 #endif
 }
 
@@ -117,10 +37,10 @@ static pthread_once_t calib_once = PTHREAD_ONCE_INIT;
 
 /* ---- create / destroy ---------------------------------------------------------- */
 
-static void reset_ring_state(struct gpunvme_qpair *qp)
+void qpair_reset_state(struct gpunvme_qpair *qp)
 {
-	if (qp->ring.sq)
-		gpunvme_ring_reset(&qp->ring);
+	if (qp->ops->reset)
+		qp->ops->reset(qp);
 	/* at most depth - 1 commands in flight: a full SQ keeps one slot
 	 * empty (§4.1.1), so CIDs never outnumber usable SQ slots */
 	qp->nfree = 0;
@@ -133,28 +53,13 @@ static void reset_ring_state(struct gpunvme_qpair *qp)
 static void free_mem(struct gpunvme_qpair *qp)
 {
 	struct gpunvme_ctrl *c = qp->c;
-	nvmf_queue_close(qp->fq);
-	if (!qp->ext_rings) {
-		gpunvme_dma_free(c, qp->ring.sq);
-		gpunvme_dma_free(c, qp->ring.cq);
-	}
+	qp->ops->release(qp);
 	gpunvme_dma_free(c, qp->lists);
 	free(qp->list_iova);
 	free(qp->free_cids);
 	free(qp->cmds);
 	free(qp->reqs);
 	free(qp);
-}
-
-/* Bytes of [p, p + len) contiguous on the bus from p: the controller reads a
- * queue created with PC=1 (physically contiguous) as one range. */
-static bool bus_contiguous(struct gpunvme_ctrl *c, const uint8_t *p, size_t len)
-{
-	uint64_t a = gpunvme_dma_iova(c, p);
-	for (size_t off = 4096 - ((uintptr_t)p & 4095); off < len; off += 4096)
-		if (gpunvme_dma_iova(c, p + off) != a + off)
-			return false;
-	return a != 0;
 }
 
 static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, size_t rings_len,
@@ -184,10 +89,12 @@ static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, siz
 		depth = c->mqes < 1024 ? c->mqes : 1024;
 	if (depth < 2 || depth > c->mqes)
 		return gpunvme_set_error(-EINVAL, "queue depth %u: must be 2..%u (CAP.MQES + 1)", depth, c->mqes);
-	struct gpunvme_qpair *qp = calloc(1, sizeof(*qp));
+	const struct gpunvme_qpair_ops *ops = c->tr->qp;
+	struct gpunvme_qpair *qp = calloc(1, ops->qp_size);
 	if (!qp)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 	qp->c = c;
+	qp->ops = ops;
 	qp->depth = depth;
 	qp->lp = gpunvme_prp_list_pages(c->page_size - 4, c->max_xfer, c->page_size);
 	if (qp->lp == 0)
@@ -197,47 +104,17 @@ static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, siz
 		free(qp);
 		return gpunvme_set_error(-EINVAL, "transfer size needs %u PRP list pages", lp);
 	}
-	size_t sq_len = (size_t)depth * sizeof(struct gpunvme_sqe);
-	size_t cq_len = (size_t)depth * sizeof(struct gpunvme_cqe);
-	if (rings && c->fab) {
+	if ((rc = ops->init(qp, rings, rings_len))) {
 		free(qp);
-		return gpunvme_set_error(-EOPNOTSUPP, "queue rings in caller memory: a fabrics controller has no "
-					 "rings in memory (NVMe/TCP carries commands in capsules)");
+		return rc;
 	}
-	if (rings) {
-		/* Tier 3 placement: both rings in memory the caller imported
-		 * (device memory), the CQ on the next 4 KiB boundary (queue
-		 * base addresses are page aligned, NVMe 2.0 5.4 / 5.5) */
-		size_t cq_off = (sq_len + 4095) & ~(size_t)4095;
-		uint8_t *r = rings;
-		if ((uintptr_t)rings & 4095 || rings_len < cq_off + cq_len) {
-			free(qp);
-			return gpunvme_set_error(-EINVAL, "queue pair of depth %u in caller memory: needs %zu bytes "
-							  "at a 4 KiB aligned address (got %zu at %p)",
-						 depth, cq_off + cq_len, rings_len, rings);
-		}
-		if (!bus_contiguous(c, r, sq_len) || !bus_contiguous(c, r + cq_off, cq_len)) {
-			free(qp);
-			return gpunvme_set_error(-EINVAL, "queue memory at %p is not DMA memory contiguous on the "
-							  "bus (gpunvme_dma_import it first)",
-						 rings);
-		}
-		memset(r, 0, cq_off + cq_len); /* CQ phase tags start at 0 */
-		qp->ring.sq = (void *)r;
-		qp->ring.cq = (void *)(r + cq_off);
-		qp->ext_rings = true;
-	} else if (!c->fab) {
-		qp->ring.sq = gpunvme_dma_alloc(c, sq_len);
-		qp->ring.cq = gpunvme_dma_alloc(c, cq_len);
-	}
-	qp->ring.depth = depth;
 	qp->lists = gpunvme_dma_alloc(c, (size_t)depth * qp->lp * c->page_size);
 	qp->list_iova = calloc((size_t)depth * qp->lp, sizeof(uint64_t));
 	qp->free_cids = calloc(depth, sizeof(uint16_t));
 	qp->cmds = calloc(depth, sizeof(struct io_cmd));
 	uint32_t nreqs = depth * 4;
 	qp->reqs = calloc(nreqs, sizeof(struct io_req));
-	if ((!c->fab && (!qp->ring.sq || !qp->ring.cq)) || !qp->lists || !qp->list_iova || !qp->free_cids || !qp->cmds || !qp->reqs) {
+	if (!qp->lists || !qp->list_iova || !qp->free_cids || !qp->cmds || !qp->reqs) {
 		free_mem(qp);
 		return gpunvme_set_error(-ENOMEM, "cannot allocate a queue pair of depth %u", depth);
 	}
@@ -248,13 +125,13 @@ static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, siz
 		qp->free_reqs = &qp->reqs[i];
 	}
 	qp->timeout_ms = c->opts.io_timeout_ms;
-	qp->timeout_ticks = (uint64_t)qp->timeout_ms * ticks_per_ms;
-	reset_ring_state(qp);
+	qp->timeout_ticks = (uint64_t)qp->timeout_ms * qpair_ticks_per_ms;
+	qpair_reset_state(qp);
 
 	pthread_mutex_lock(&c->qp_lock);
 	uint16_t qid = 0;
 	for (uint32_t i = 0; i < c->nr_io_queues; i++) {
-		uint32_t q = 1 + (i + (c->fab ? c->qid_next : 0)) % c->nr_io_queues;
+		uint32_t q = 1 + (i + (c->tr->qid_reuse_last ? c->qid_next : 0)) % c->nr_io_queues;
 		if (!c->qps[q] && !c->qid_gpu[q]) {
 			qid = (uint16_t)q;
 			c->qid_next = q; /* next search starts after this one */
@@ -270,15 +147,7 @@ static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, siz
 	c->qps[qid] = qp;
 	pthread_mutex_unlock(&c->qp_lock);
 	qp->qid = qid;
-	if (c->fab) {
-		/* one TCP connection per queue, Connect to our controller ID */
-		rc = nvmf_queue_open(&c->fab->p, qid, depth, c->fab->cntlid, 0, c->fab->ioccsz, &qp->fq, NULL);
-	} else {
-		gpunvme_ring_init(&qp->ring, qp->ring.sq, qp->ring.cq, c->bus.bar0, qid, c->dstrd, depth);
-		rc = ctrl_create_io_queues(c, qid, gpunvme_dma_iova(c, qp->ring.sq), gpunvme_dma_iova(c, qp->ring.cq),
-					   depth);
-	}
-	if (rc) {
+	if ((rc = ops->connect(qp))) {
 		pthread_mutex_lock(&c->qp_lock);
 		c->qps[qid] = NULL;
 		pthread_mutex_unlock(&c->qp_lock);
@@ -301,33 +170,15 @@ uint32_t gpunvme_io_queues_free(struct gpunvme_ctrl *c)
 	return n;
 }
 
-/* Fabrics: the queue's connection again, to the current association
- * (a new one when the controller went away with the old). */
-static int fabric_reconnect(struct gpunvme_qpair *qp)
-{
-	struct gpunvme_ctrl *c = qp->c;
-	int rc = nvmf_queue_reconnect(qp->fq, c->fab->cntlid);
-	if (rc == -ECONNREFUSED || rc == -ECONNRESET) {
-		/* Connect refused or the connection dropped at once: the
-		 * controller may be gone with its admin association */
-		if (ctrl_fabric_reassociate(c) == 0)
-			rc = nvmf_queue_reconnect(qp->fq, c->fab->cntlid);
-	}
-	return rc;
-}
-
 int qpair_recreate(struct gpunvme_qpair *qp)
 {
-	reset_ring_state(qp);
-	if (qp->fq)
-		return fabric_reconnect(qp);
-	return ctrl_create_io_queues(qp->c, qp->qid, gpunvme_dma_iova(qp->c, qp->ring.sq), gpunvme_dma_iova(qp->c, qp->ring.cq),
-				     qp->depth);
+	qpair_reset_state(qp);
+	return qp->ops->recreate(qp);
 }
 
 /* ---- completion of user requests ---------------------------------------------- */
 
-static void req_finish(struct gpunvme_qpair *qp, struct io_req *r)
+void qpair_req_finish(struct gpunvme_qpair *qp, struct io_req *r)
 {
 	struct gpunvme_cpl cpl = { .err = r->err, .status = r->status, .dw0 = r->dw0 };
 	gpunvme_cb cb = r->cb;
@@ -342,10 +193,10 @@ static void req_finish(struct gpunvme_qpair *qp, struct io_req *r)
 /* Fail every command and request (device gone, controller reset). */
 void qpair_fail_all(struct gpunvme_qpair *qp, int err)
 {
-	/* fabrics: close the connection first, so that no data of a command
-	 * failed here can land in its buffer afterwards */
-	if (qp->fq && qp->outstanding && !nvmf_queue_dead(qp->fq))
-		nvmf_queue_kill(qp->fq, err, "commands in flight failed");
+	/* the transport first makes sure that no data of a command failed
+	 * here can land in its buffer afterwards */
+	if (qp->ops->stop)
+		qp->ops->stop(qp, err);
 	for (uint32_t cid = 0; cid < qp->depth; cid++) {
 		struct io_cmd *cmd = &qp->cmds[cid];
 		if (cmd->state == CMD_SINGLE && !cmd->timed_out) {
@@ -369,7 +220,7 @@ void qpair_fail_all(struct gpunvme_qpair *qp, int err)
 				r->err = err;
 			r->nlb = 0;
 			if (--r->inflight == 0 && !r->waiting)
-				req_finish(qp, r);
+				qpair_req_finish(qp, r);
 		}
 		cmd->timed_out = false;
 	}
@@ -381,10 +232,10 @@ void qpair_fail_all(struct gpunvme_qpair *qp, int err)
 			r->err = err;
 		r->nlb = 0;
 		if (r->inflight == 0)
-			req_finish(qp, r);
+			qpair_req_finish(qp, r);
 	}
 	qp->wait_tail = NULL;
-	reset_ring_state(qp);
+	qpair_reset_state(qp);
 }
 
 void gpunvme_qpair_destroy(struct gpunvme_qpair *qp)
@@ -392,9 +243,8 @@ void gpunvme_qpair_destroy(struct gpunvme_qpair *qp)
 	if (!qp)
 		return;
 	struct gpunvme_ctrl *c = qp->c;
-	/* fabrics: closing the connection deletes the queue (NVMe-oF §3.3) */
-	if (!qp->fq && ctrl_check_alive(c, "delete queue pair") == 0)
-		ctrl_delete_io_queues(c, qp->qid);
+	if (qp->ops->disconnect)
+		qp->ops->disconnect(qp);
 	qpair_fail_all(qp, -ECANCELED);
 	pthread_mutex_lock(&c->qp_lock);
 	c->qps[qp->qid] = NULL;
@@ -407,7 +257,7 @@ int gpunvme_qpair_set_timeout(struct gpunvme_qpair *qp, uint32_t ms)
 	if (!qp || ms == 0)
 		return gpunvme_set_error(-EINVAL, "queue pair timeout: %u ms (at least 1)", ms);
 	qp->timeout_ms = ms;
-	qp->timeout_ticks = (uint64_t)ms * ticks_per_ms;
+	qp->timeout_ticks = (uint64_t)ms * qpair_ticks_per_ms;
 	return 0;
 }
 
@@ -455,8 +305,8 @@ int gpunvme_qpair_abort_expired(struct gpunvme_qpair *qp)
 
 void gpunvme_qpair_wait(struct gpunvme_qpair *qp, uint32_t max_us)
 {
-	if (qp && qp->fq && qp->outstanding)
-		nvmf_queue_wait(qp->fq, max_us);
+	if (qp && qp->ops->wait && qp->outstanding)
+		qp->ops->wait(qp, max_us);
 }
 
 uint32_t gpunvme_qpair_outstanding(const struct gpunvme_qpair *qp)
@@ -492,89 +342,80 @@ static int lookup_dma(struct gpunvme_qpair *qp, const void *buf, size_t len, str
 	return 0;
 }
 
-/* Build and place the next command of r in the SQ. Returns 0 or -errno
- * (the request is then failed by the caller). */
+int qpair_req_mapping(struct gpunvme_qpair *qp, struct io_req *r)
+{
+	if (__atomic_load_n(&gpunvme_dma_gen, __ATOMIC_ACQUIRE) == r->dma_gen)
+		return 0;
+	/* an allocation was freed while this request waited: never build
+	 * PRPs from a mapping that may be gone */
+	if (lookup_dma(qp, r->buf, (size_t)r->nlb << r->lba_shift, &r->dma, &r->dma_gen))
+		return gpunvme_set_error(-EFAULT,
+					 "buffer %p was freed while a request on it was queued: free DMA memory only after its I/O completed",
+					 (void *)r->buf);
+	return 0;
+}
+
+/* Build the next command of r and hand it to the transport. Returns 0 or
+ * -errno (the request is then failed by the caller). */
 static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 {
 	struct gpunvme_ctrl *c = qp->c;
 	uint16_t cid = qp->free_cids[--qp->nfree];
 	struct io_cmd *cmd = &qp->cmds[cid];
-	struct gpunvme_sqe capsule;
-	struct gpunvme_sqe *e = qp->fq ? &capsule : gpunvme_ring_sqe(&qp->ring);
+	struct gpunvme_sqe e;
+	struct qpair_data d = { 0 };
 	uint64_t nlb = r->nlb;
-	void *data = NULL;   /* fabrics: the data's host address, length, direction */
-	uint32_t data_len = 0;
-	int dir = NVMF_DIR_NONE;
 
-	memset(e, 0, sizeof(*e));
-	e->opc = r->opc;
-	e->cid = cid;
-	e->nsid = r->nsid;
+	memset(&e, 0, sizeof(e));
+	e.opc = r->opc;
+	e.cid = cid;
+	e.nsid = r->nsid;
 	switch (r->opc) {
 	case GPUNVME_CMD_READ:
-	case GPUNVME_CMD_WRITE: {
+	case GPUNVME_CMD_WRITE:
+		/* max_blocks keeps a command within max_xfer (<= 2 MiB) */
 		if (nlb > r->max_blocks)
 			nlb = r->max_blocks;
-		size_t len = (size_t)nlb << r->lba_shift;
-		if (qp->fq) {
-			/* SGL set by the transport; max_blocks keeps len <= 2 MiB */
-			data = r->buf;
-			data_len = (uint32_t)len;
-			dir = r->opc == GPUNVME_CMD_READ ? NVMF_DIR_C2H : NVMF_DIR_H2C;
-			e->rw.slba = r->slba;
-			e->rw.nlb = (uint16_t)(nlb - 1);
-			r->buf += len;
-			break;
-		}
-		if (__atomic_load_n(&gpunvme_dma_gen, __ATOMIC_ACQUIRE) != r->dma_gen) {
-			/* an allocation was freed while this request waited:
-			 * never build PRPs from a mapping that may be gone */
-			if (lookup_dma(qp, r->buf, (size_t)r->nlb << r->lba_shift, &r->dma, &r->dma_gen)) {
-				qp->free_cids[qp->nfree++] = cid;
-				return gpunvme_set_error(-EFAULT,
-							 "buffer %p was freed while a request on it was queued: free DMA memory only after its I/O completed",
-							 (void *)r->buf);
-			}
-		}
-		/* this command's list pages: lp of them, contiguous */
-		uint64_t *list_va = (uint64_t *)(void *)(qp->lists + (size_t)cid * qp->lp * c->page_size);
-		struct gpunvme_prp_addr src;
-		dma_prp_addr(&r->dma, (size_t)(r->buf - r->dma.va), &src);
-		int rc = gpunvme_prp_fill(&src, 0, len, c->page_size, list_va, &qp->list_iova[(size_t)cid * qp->lp], qp->lp,
-					  &e->prp1, &e->prp2);
-		if (rc) {
-			qp->free_cids[qp->nfree++] = cid;
-			return rc;
-		}
-		e->rw.slba = r->slba;
-		e->rw.nlb = (uint16_t)(nlb - 1);
-		r->buf += len;
+		d.buf = r->buf;
+		d.len = (uint32_t)((size_t)nlb << r->lba_shift);
+		d.dir = r->opc == GPUNVME_CMD_READ ? QP_DATA_C2H : QP_DATA_H2C;
+		d.req = r;
+		e.rw.slba = r->slba;
+		e.rw.nlb = (uint16_t)(nlb - 1);
 		break;
-	}
 	case GPUNVME_CMD_WRITE_ZEROES:
 		if (nlb > 65536) /* NLB is a 16-bit 0's based field */
 			nlb = 65536;
-		e->rw.slba = r->slba;
-		e->rw.nlb = (uint16_t)(nlb - 1);
+		e.rw.slba = r->slba;
+		e.rw.nlb = (uint16_t)(nlb - 1);
 		break;
 	case GPUNVME_CMD_DSM: {
 		if (nlb > 0xffffffffull) /* a range's length is 32 bits */
 			nlb = 0xffffffffull;
+		/* the range lives in the command's first list page */
 		struct gpunvme_dsm_range *rg = (void *)(qp->lists + (size_t)cid * qp->lp * c->page_size);
 		rg->cattr = 0;
 		rg->nlb = (uint32_t)nlb;
 		rg->slba = r->slba;
-		e->prp1 = qp->list_iova[(size_t)cid * qp->lp];
-		data = rg;
-		data_len = sizeof(*rg);
-		dir = NVMF_DIR_H2C;
-		e->dsm.nr = 0; /* one range */
-		e->dsm.attr = GPUNVME_DSM_AD;
+		d.buf = rg;
+		d.len = sizeof(*rg);
+		d.dir = QP_DATA_H2C;
+		d.iova = qp->list_iova[(size_t)cid * qp->lp];
+		e.dsm.nr = 0; /* one range */
+		e.dsm.attr = GPUNVME_DSM_AD;
 		break;
 	}
 	default: /* Flush: one command, no blocks (r->nlb was set to 1) */
 		break;
 	}
+	int rc = qp->ops->submit(qp, &e, &d);
+	if (rc) {
+		/* not sent: the request fails here (over a connection, what
+		 * else is in flight on it fails at the next poll) */
+		qp->free_cids[qp->nfree++] = cid;
+		return rc;
+	}
+	r->buf += d.req ? d.len : 0;
 	if (r->opc != GPUNVME_CMD_FLUSH)
 		r->slba += nlb;
 	r->nlb -= nlb;
@@ -583,26 +424,13 @@ static int submit_one(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 	cmd->req = r;
 	cmd->deadline = now + qp->timeout_ticks;
 	cmd->timed_out = false;
-	if (qp->fq) {
-		int rc = nvmf_queue_submit(qp->fq, e, data, data_len, dir);
-		if (rc) {
-			/* not sent: the request fails here; what else is in
-			 * flight on the dead connection fails at the next poll */
-			cmd->state = CMD_FREE;
-			cmd->req = NULL;
-			r->inflight--;
-			qp->free_cids[qp->nfree++] = cid;
-			return rc;
-		}
-		return 0;
-	}
-	gpunvme_ring_sq_push(&qp->ring);
 	return 0;
 }
 
-/* Submit as much of r as free command ids allow. Returns true when all of
- * it is in the SQ (or it failed and needs no more submissions). */
-static bool submit_req(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
+/* Submit as much of r as free command ids allow; *sent counts the
+ * commands. Returns true when all of it is submitted (or it failed and
+ * needs no more submissions). */
+static bool submit_req(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now, uint32_t *sent)
 {
 	do {
 		if (qp->nfree == 0)
@@ -613,15 +441,15 @@ static bool submit_req(struct gpunvme_qpair *qp, struct io_req *r, uint64_t now)
 			r->nlb = 0;
 			break;
 		}
+		++*sent;
 	} while (r->nlb > 0);
 	return true;
 }
 
-static inline void ring_sq(struct gpunvme_qpair *qp)
+static inline void kick(struct gpunvme_qpair *qp, uint32_t sent)
 {
-	if (qp->fq)
-		return; /* capsules went out as they were built */
-	gpunvme_ring_sq_doorbell(&qp->ring);
+	if (sent && qp->ops->kick)
+		qp->ops->kick(qp);
 }
 
 static const struct gpunvme_ns *lookup_ns(struct gpunvme_qpair *qp, uint32_t nsid)
@@ -673,17 +501,10 @@ static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const
 			return gpunvme_set_error(-EFAULT, "buffer %p + %llu bytes is not inside memory from gpunvme_dma_alloc",
 						 buf, (unsigned long long)(nlb << ns->info.lba_shift));
 	}
-	if (qp->fq && nvmf_queue_dead(qp->fq)) {
-		/* the connection dropped: its commands are failed by the
-		 * next poll; once none is left, connect again */
-		if (qp->outstanding)
-			return gpunvme_set_error(nvmf_queue_dead(qp->fq), "%s (poll to fail the %u commands in flight, then "
-									   "submit again to reconnect)",
-						 nvmf_queue_why(qp->fq), qp->outstanding);
-		int rc = fabric_reconnect(qp);
+	if (qp->ops->ready) {
+		int rc = qp->ops->ready(qp);
 		if (rc)
 			return rc;
-		reset_ring_state(qp);
 	}
 	struct io_req *r = qp->free_reqs;
 	if (!r)
@@ -707,9 +528,9 @@ static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const
 	r->waiting = false;
 	r->next = NULL;
 	qp->outstanding++;
-	uint64_t now = ticks();
-	uint32_t tail0 = qp->ring.sq_tail;
-	if (!qp->wait_head && submit_req(qp, r, now)) {
+	uint64_t now = qpair_ticks();
+	uint32_t sent = 0;
+	if (!qp->wait_head && submit_req(qp, r, now, &sent)) {
 		if (r->inflight == 0) {
 			/* failed before anything went out */
 			int rc = r->err;
@@ -727,74 +548,33 @@ static int io_submit(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const
 			qp->wait_head = r;
 		qp->wait_tail = r;
 	}
-	if (qp->ring.sq_tail != tail0)
-		ring_sq(qp);
+	kick(qp, sent);
 	return 0;
 }
 
-/*
- * Fast path: a read or write that fits in one command and in at most two
- * memory pages of bus-contiguous DMA memory the queue pair has seen before,
- * on the namespace it used last. PRP1 and PRP2 are then enough and the
- * callback rides in the command slot (no io_req). Anything else, including
- * every error, goes through io_submit(), which checks and explains.
- * Returns 0 when submitted, 1 to take the general path.
- */
-static inline int rw_fast(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const void *buf, uint64_t slba,
-			  uint64_t nlb, gpunvme_cb cb, void *arg)
+int qpair_submit_rw(struct gpunvme_qpair *qp, uint8_t opc, uint32_t nsid, const void *buf, uint64_t slba,
+		    uint64_t nlb, gpunvme_cb cb, void *arg)
 {
-	if (!qp || qp->fq)
-		return 1;
-	const struct gpunvme_ns *ns = qp->ns_cache;
-	const uint8_t *p = buf;
-	if (!ns || ns->info.nsid != nsid || ns->info.ms || nlb - 1 >= ns->info.max_blocks ||
-	    slba >= ns->info.nsze || nlb > ns->info.nsze - slba || ((uintptr_t)p & 3) || !qp->nfree || qp->wait_head)
-		return 1;
-	size_t len = (size_t)nlb << ns->info.lba_shift;
-	const struct dma_alloc *a = &qp->cache;
-	if (__atomic_load_n(&gpunvme_dma_gen, __ATOMIC_ACQUIRE) != qp->cache_gen || !a->va || p < a->va ||
-	    (size_t)(p - a->va) >= a->len || len > a->len - (size_t)(p - a->va) || a->contig < a->len)
-		return 1;
-	/* PRP1 and PRP2 only, no list page: within two memory pages */
-	uint64_t prp1, prp2;
-	const struct gpunvme_prp_addr src = { a->iova0 + (uint64_t)(p - a->va), NULL, 0, 0 };
-	if (gpunvme_prp_fill(&src, 0, len, qp->c->page_size, NULL, NULL, 0, &prp1, &prp2))
-		return 1;
-	uint16_t cid = qp->free_cids[--qp->nfree];
-	struct io_cmd *cmd = &qp->cmds[cid];
-	struct gpunvme_sqe *e = gpunvme_ring_sqe(&qp->ring);
-	cmd->state = CMD_SINGLE;
-	cmd->cb = cb;
-	cmd->arg = arg;
-	cmd->deadline = ticks() + qp->timeout_ticks;
-	memset(e, 0, sizeof(*e));
-	e->opc = opc;
-	e->cid = cid;
-	e->nsid = nsid;
-	e->prp1 = prp1;
-	e->prp2 = prp2;
-	e->rw.slba = slba;
-	e->rw.nlb = (uint16_t)(nlb - 1);
-	gpunvme_ring_sq_push(&qp->ring);
-	qp->outstanding++;
-	ring_sq(qp);
-	return 0;
+	return io_submit(qp, opc, nsid, buf, slba, nlb, cb, arg);
 }
 
+/* The transport's entry: one with a fast path for single commands takes
+ * it, everything else (and every error) goes through io_submit(), which
+ * checks and explains. */
 int gpunvme_read(struct gpunvme_qpair *qp, uint32_t nsid, void *buf, uint64_t slba, uint64_t nlb, gpunvme_cb cb,
 		 void *arg)
 {
-	if (rw_fast(qp, GPUNVME_CMD_READ, nsid, buf, slba, nlb, cb, arg) == 0)
-		return 0;
-	return io_submit(qp, GPUNVME_CMD_READ, nsid, buf, slba, nlb, cb, arg);
+	if (!qp)
+		return io_submit(qp, GPUNVME_CMD_READ, nsid, buf, slba, nlb, cb, arg);
+	return qp->ops->read(qp, nsid, buf, slba, nlb, cb, arg);
 }
 
 int gpunvme_write(struct gpunvme_qpair *qp, uint32_t nsid, const void *buf, uint64_t slba, uint64_t nlb,
 		  gpunvme_cb cb, void *arg)
 {
-	if (rw_fast(qp, GPUNVME_CMD_WRITE, nsid, buf, slba, nlb, cb, arg) == 0)
-		return 0;
-	return io_submit(qp, GPUNVME_CMD_WRITE, nsid, buf, slba, nlb, cb, arg);
+	if (!qp)
+		return io_submit(qp, GPUNVME_CMD_WRITE, nsid, buf, slba, nlb, cb, arg);
+	return qp->ops->write(qp, nsid, buf, slba, nlb, cb, arg);
 }
 
 int gpunvme_flush(struct gpunvme_qpair *qp, uint32_t nsid, gpunvme_cb cb, void *arg)
@@ -818,44 +598,19 @@ int gpunvme_deallocate(struct gpunvme_qpair *qp, uint32_t nsid, uint64_t slba, u
 
 static int periodic_check(struct gpunvme_qpair *qp, uint64_t now)
 {
-	qp->next_check = now + ticks_per_ms;
+	qp->next_check = now + qpair_ticks_per_ms;
 	int rc = ctrl_check_alive(qp->c, "I/O queue");
 	if (rc) {
 		qpair_fail_all(qp, rc);
 		return rc;
 	}
+	if (qp->ops->timeouts)
+		return qp->ops->timeouts(qp, now);
 	int done = 0;
-	if (qp->fq) {
-		/* progress of the connection, for the stall test below */
-		uint64_t rx = nvmf_queue_rx_bytes(qp->fq);
-		if (rx != qp->rx_seen) {
-			qp->rx_seen = rx;
-			qp->rx_tick = now;
-		}
-	}
 	for (uint32_t cid = 0; cid < qp->depth; cid++) {
 		struct io_cmd *cmd = &qp->cmds[cid];
 		if (cmd->state == CMD_FREE || cmd->timed_out || cmd->deadline > now)
 			continue;
-		if (qp->fq) {
-			/* Fabrics: a command waits behind the data of every
-			 * command before it on its connection and on the target's
-			 * other connections (eight clients sharing one slow link
-			 * wait minutes for a whole model), so it times out only
-			 * when the connection also moved no byte for
-			 * io_timeout_ms: a stalled target, not a busy one. */
-			if (now - qp->rx_tick < qp->timeout_ticks)
-				return done;
-			/* fabrics: end the connection, so no data can land
-			 * later, and fail everything that was on it */
-			char why[96];
-			snprintf(why, sizeof(why), "I/O command timed out after %u ms", qp->c->opts.io_timeout_ms);
-			nvmf_queue_kill(qp->fq, -ETIMEDOUT, why);
-			uint32_t before = qp->outstanding;
-			qpair_fail_all(qp, -ETIMEDOUT);
-			gpunvme_set_error(-ETIMEDOUT, "%s", nvmf_queue_why(qp->fq));
-			return (int)(before - qp->outstanding);
-		}
 		/* The command keeps its id (and list pages) until the
 		 * controller answers after all: it may still DMA. */
 		cmd->timed_out = true;
@@ -872,7 +627,7 @@ static int periodic_check(struct gpunvme_qpair *qp, uint64_t now)
 			r->err = -ETIMEDOUT;
 		r->nlb = 0;
 		if (--r->inflight == 0 && !r->waiting) {
-			req_finish(qp, r);
+			qpair_req_finish(qp, r);
 			done++;
 		}
 	}
@@ -881,120 +636,38 @@ static int periodic_check(struct gpunvme_qpair *qp, uint64_t now)
 	return done;
 }
 
-/* One completion, from the CQ ring or a connection: 1 when a user request
- * finished with it. err: a transport failure (fabrics), else 0. */
-static int on_cpl(struct gpunvme_qpair *qp, uint16_t cid, uint16_t st, uint32_t dw0, int err)
-{
-	struct io_cmd *cmd = cid < qp->depth ? &qp->cmds[cid] : NULL;
-	if (!cmd || cmd->state == CMD_FREE)
-		return 0; /* not ours: a controller bug, ignored */
-	uint8_t state = cmd->state;
-	cmd->state = CMD_FREE;
-	qp->free_cids[qp->nfree++] = cid;
-	if (cmd->timed_out) {
-		cmd->timed_out = false; /* answered late: id reusable now */
-		return 0;
-	}
-	if (!err && st)
-		err = -EIO;
-	if (state == CMD_SINGLE) {
-		struct gpunvme_cpl cpl = { .err = err, .status = st, .dw0 = dw0 };
-		qp->outstanding--;
-		if (cmd->cb)
-			cmd->cb(cmd->arg, &cpl);
-		return 1;
-	}
-	struct io_req *r = cmd->req;
-	cmd->req = NULL;
-	if (err && !r->err) {
-		r->err = err;
-		r->status = st;
-		r->nlb = 0; /* don't submit the rest of a failed request */
-	}
-	r->dw0 = dw0;
-	if (--r->inflight == 0 && r->nlb == 0 && !r->waiting) {
-		req_finish(qp, r);
-		return 1;
-	}
-	return 0;
-}
-
-/* Fabrics: completions from the connection; a dead connection fails every
- * command that was on it. */
-static int reap_fabric(struct gpunvme_qpair *qp, uint32_t max, int *done)
-{
-	struct nvmf_cpl cpl[64];
-	uint32_t want = max && max < 64 ? max : 64;
-	int n = nvmf_queue_reap(qp->fq, cpl, want, 0);
-	/* nothing arrived while commands are in flight: give the CPU away
-	 * once, so a target on the same CPUs (loopback, a VM) runs sooner; a
-	 * blocking wait here would stall callers that poll several queue
-	 * pairs from one thread (the loader) */
-	if (n == 0 && qp->outstanding)
-		sched_yield();
-	for (int i = 0; i < n; i++)
-		*done += on_cpl(qp, cpl[i].cqe.cid, gpunvme_cqe_status(cpl[i].cqe.status), cpl[i].cqe.dw0, cpl[i].err);
-	if (n < 0 && qp->outstanding) {
-		char msg[512];
-		snprintf(msg, sizeof(msg), "%s", gpunvme_last_error());
-		uint32_t before = qp->outstanding;
-		qpair_fail_all(qp, n);
-		*done += (int)(before - qp->outstanding);
-		gpunvme_set_error(n, "%s", msg);
-		return n;
-	}
-	return 0;
-}
-
 int gpunvme_qpair_poll(struct gpunvme_qpair *qp, uint32_t max)
 {
-	int done = 0;
-	uint32_t reaped = 0;
-	if (qp->fq) {
-		int rc = reap_fabric(qp, max, &done);
-		if (rc < 0)
-			return rc;
-	}
-	while (!qp->fq) {
-		uint32_t dw3;
-		if (!gpunvme_ring_cq_peek(&qp->ring, &dw3))
-			break;
-		uint32_t dw0 = gpunvme_ring_cq_dw0(&qp->ring);
-		gpunvme_ring_cq_pop(&qp->ring);
-		reaped++;
-		if (on_cpl(qp, gpunvme_dw3_cid(dw3), gpunvme_dw3_status(dw3), dw0, 0) && ++done == (int)max && max)
-			break;
-	}
-	if (reaped)
-		gpunvme_ring_cq_doorbell(&qp->ring);
-	uint32_t tail0 = qp->ring.sq_tail;
+	int done = qp->ops->reap(qp, max);
+	if (done < 0)
+		return done;
+	uint32_t sent = 0;
 	uint64_t now = 0;
 	while (qp->wait_head) {
 		struct io_req *r = qp->wait_head;
 		if (r->nlb > 0) {
 			if (!now)
-				now = ticks();
-			if (!submit_req(qp, r, now))
+				now = qpair_ticks();
+			if (!submit_req(qp, r, now, &sent))
 				break; /* out of command ids: later */
 		}
-		/* all of it is in the SQ, or it failed: leave the FIFO */
+		/* all of it is submitted, or it failed: leave the FIFO */
 		qp->wait_head = r->next;
 		if (!qp->wait_head)
 			qp->wait_tail = NULL;
 		r->waiting = false;
 		if (r->inflight == 0) {
-			req_finish(qp, r);
+			qpair_req_finish(qp, r);
 			done++;
 		}
 	}
-	if (qp->ring.sq_tail != tail0)
-		ring_sq(qp);
+	kick(qp, sent);
 	/* Deadlines are checked in busy polls too: a queue pair whose every
 	 * poll reaps something must still expire a command the controller
 	 * never answers (one TSC read per poll, the scan once a millisecond). */
 	if (qp->outstanding) {
 		if (!now)
-			now = ticks();
+			now = qpair_ticks();
 		if (now >= qp->next_check) {
 			int rc = periodic_check(qp, now);
 			if (rc < 0)

@@ -461,6 +461,27 @@ static int disc_log(struct nvmf_ctrl *fc, uint8_t *buf, uint32_t len)
 	return nvmf_ctrl_admin(fc, &cmd, buf, len, NVMF_DIR_C2H, NULL, fc->p.timeout_ms);
 }
 
+const char *gpunvme_nvmf_trtype_str(uint8_t trtype)
+{
+	switch (trtype) {
+	case 1: return "rdma";
+	case 2: return "fc";
+	case 3: return "tcp";
+	case 254: return "loop";
+	default: return "unknown";
+	}
+}
+
+const char *gpunvme_nvmf_subtype_str(uint8_t subtype)
+{
+	switch (subtype) {
+	case 1: return "referral";
+	case 2: return "nvm";
+	case 3: return "discovery";
+	default: return "unknown";
+	}
+}
+
 int gpunvme_discover(const char *uri, const struct gpunvme_opts *opts, struct gpunvme_disc_entry **entries,
 		     uint32_t *n)
 {

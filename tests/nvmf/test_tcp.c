@@ -13,6 +13,7 @@
 
 #include "base/base.h"
 #include "check.h"
+#include "ctrl/ctrl.h" /* the transport behind a controller */
 #include "ctrl/ctrl_gpu.h"
 #include "fake_target.h"
 #include "gpunvme/fabrics.h"
@@ -179,6 +180,41 @@ TEST_CASE(caps_and_tier)
 	CHECK_EQ(t, GPUNVME_TIER_2);
 	CHECK_EQ(gpunvme_tier_choose(both, 2, true, GPUNVME_TIER_2, &t), -EOPNOTSUPP);
 	CHECK_LAST_ERROR("tcp:"); /* the member that cannot, not the emulator */
+	gpunvme_close(e);
+	gpunvme_close(c);
+	ft_stop(T);
+	return 0;
+}
+
+/* The transport interface's register access reads the same registers
+ * the controller was opened with: Property Get over NVMe/TCP, BAR0 on the
+ * emulator (PCIe). */
+static void check_registers(struct gpunvme_ctrl *c)
+{
+	struct gpunvme_ctrl_info ci;
+	memset(&ci, 0, sizeof(ci));
+	CHECK_OK(gpunvme_ctrl_info(c, &ci));
+	uint64_t v = 0;
+	CHECK_OK(c->tr->reg_read(c, GPUNVME_REG_CAP, 8, &v));
+	CHECK_EQ(v, ci.cap);
+	CHECK_OK(c->tr->reg_read(c, GPUNVME_REG_VS, 4, &v));
+	CHECK_EQ(v, ci.vs);
+	CHECK_OK(c->tr->reg_read(c, GPUNVME_REG_CSTS, 4, &v));
+	CHECK_EQ(v & GPUNVME_CSTS_RDY, GPUNVME_CSTS_RDY);
+	CHECK_OK(c->tr->reg_read(c, GPUNVME_REG_CC, 4, &v));
+	CHECK_EQ(v & GPUNVME_CC_EN, GPUNVME_CC_EN);
+}
+
+TEST_CASE(transport_registers)
+{
+	REQUIRE(start(NULL) == 0);
+	struct gpunvme_ctrl *c = NULL, *e = NULL;
+	REQUIRE_OK(open_ctrl("", &c));
+	REQUIRE_OK(gpunvme_open("emu:ram:16M", NULL, &e));
+	CHECK(c->tr == &gpunvme_transport_tcp);
+	CHECK(e->tr == &gpunvme_transport_pcie);
+	check_registers(c);
+	check_registers(e);
 	gpunvme_close(e);
 	gpunvme_close(c);
 	ft_stop(T);
