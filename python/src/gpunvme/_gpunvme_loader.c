@@ -28,7 +28,6 @@ typedef struct {
 	int device;        /* CUDA device of the GPU tiers */
 } Loader;
 
-
 static pthread_mutex_t *loader_lock(Loader *ld)
 {
 	return &ld->model->vol->lock;
@@ -114,7 +113,6 @@ typedef struct {
 	 * tensor pointer points into (freed after b) */
 	struct gpunvme_model *part;
 } Buffers;
-
 
 static void Buffers_dealloc(Buffers *bu)
 {

@@ -25,7 +25,6 @@ typedef struct {
 	int device;
 } Stream;
 
-
 /* View: a DLPack exporter of bytes inside a stream's memory (a slot or the
  * resident tensors). Holds the Stream, so the memory outlives every view;
  * a slot's bytes are those of the layer until it is released. */
@@ -35,7 +34,6 @@ typedef struct {
 	void *p;
 	uint64_t nbytes;
 } View;
-
 
 static pthread_mutex_t *stream_lock(Stream *st)
 {
