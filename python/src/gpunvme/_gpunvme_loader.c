@@ -1,0 +1,546 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * gpunvme._gpunvme.Loader, Buffers and Tensor: a layer loader on one tier
+ * and GPU over a Model; a selection of its tensors placed in loader memory
+ * and loaded in steps (Ctrl-C and the progress callback between them); and
+ * the DLPack exporter of one loaded tensor's bytes.
+ */
+#include "_gpunvme.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpunvme/gpunvme.h"
+#include "gpunvme/loader.h"
+#include "gpunvme/model.h"
+#include "gpunvme/tier.h"
+
+/* ---- Loader -------------------------------------------------------------------- */
+
+typedef struct {
+	PyObject_HEAD
+	Model *model;
+	struct gpunvme_layer_loader *l;
+	int tier;
+	int device;        /* CUDA device of the GPU tiers */
+} Loader;
+
+static pthread_mutex_t *loader_lock(Loader *ld)
+{
+	return &ld->model->vol->lock;
+}
+
+/* Loader(model, tier, device=0, queues=0, depth=0): 0 = fit to the
+ * controller (gpunvme_loader_opts) */
+static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "model", "tier", "device", "queues", "depth", NULL };
+	Model *mo;
+	int tier, device = 0;
+	unsigned int queues = 0, depth = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!i|iII", kwlist, &gnpy_ModelType, &mo, &tier, &device, &queues,
+					 &depth))
+		return NULL;
+	if (tier < GPUNVME_TIER_AUTO || tier > 2)
+		return gnpy_raise_err(EINVAL, "tier %d: expected -1 (auto: the tier policy), 0 (CPU), 1 (pinned host memory) "
+				      "or 2 (GPU memory)", tier);
+	if (gnpy_vol_usable(mo->vol))
+		return NULL;
+	if (gnpy_tier_built(tier))
+		return NULL;
+	Loader *ld = (Loader *)type->tp_alloc(type, 0);
+	if (!ld)
+		return NULL;
+	Py_INCREF(mo);
+	ld->model = mo;
+	ld->tier = tier;
+	ld->device = device;
+	Volume *v = mo->vol;
+	char err[LASTERR_LEN];
+	int rc = 0;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&v->lock);
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.tier = (enum gpunvme_tier)tier;
+	o.queues = queues;
+	o.depth = depth;
+	rc = gnpy_gpu_prepare(tier, device, &o.gpu, err);
+	if (!rc) {
+		/* an array: one loader per member, each on its own controller */
+		rc = gpunvme_layer_loader_init_volume(v->vol, mo->ext, mo->n_ext, mo->size, &o, &ld->l);
+		if (rc)
+			snprintf(err, LASTERR_LEN, "%s: layer loader (tier %d): %s", mo->path, tier, gpunvme_last_error());
+		/* the CPU tier takes its queues again at its next load: idle
+		 * loaders (a safe_open between reads) leave them to others */
+		else if ((ld->tier = (int)gpunvme_layer_loader_tier(ld->l)) == GPUNVME_TIER_CPU)
+			gpunvme_layer_loader_release_queues(ld->l);
+	}
+	pthread_mutex_unlock(&v->lock);
+	Py_END_ALLOW_THREADS
+	if (rc) {
+		Py_DECREF(ld);
+		return gnpy_raise_err(rc, "%s", err);
+	}
+	return (PyObject *)ld;
+}
+
+static void Loader_dealloc(Loader *ld)
+{
+	if (ld->l) {
+		pthread_mutex_t *lk = loader_lock(ld);
+		pthread_mutex_lock(lk);
+		char err[LASTERR_LEN];
+		gnpy_use_device(ld->tier, ld->device, err);
+		gpunvme_layer_loader_destroy(ld->l);
+		pthread_mutex_unlock(lk);
+	}
+	Py_XDECREF(ld->model);
+	Py_TYPE(ld)->tp_free((PyObject *)ld);
+}
+
+/* ---- Buffers ------------------------------------------------------------------- */
+
+typedef struct {
+	PyObject_HEAD
+	Loader *loader;
+	struct gpunvme_model_buffers *b;
+	bool loaded;
+	/* select_bytes: a one-tensor index of the part asked for, which b's
+	 * tensor pointer points into (freed after b) */
+	struct gpunvme_model *part;
+} Buffers;
+
+static void Buffers_dealloc(Buffers *bu)
+{
+	if (bu->b) {
+		Loader *ld = bu->loader;
+		pthread_mutex_t *lk = loader_lock(ld);
+		pthread_mutex_lock(lk);
+		char err[LASTERR_LEN];
+		gnpy_use_device(ld->tier, ld->device, err);
+		gpunvme_model_buffers_free(ld->l, bu->b);
+		pthread_mutex_unlock(lk);
+	}
+	gpunvme_model_free(bu->part);
+	Py_XDECREF(bu->loader);
+	Py_TYPE(bu)->tp_free((PyObject *)bu);
+}
+
+/* Buffers for tensors idx[0..n) of model m (the loader's own index, or
+ * `part`, a one-tensor index the Buffers then owns and frees), placed in
+ * loader memory; nothing read yet. */
+static PyObject *buffers_place(Loader *ld, const struct gpunvme_model *m, struct gpunvme_model *part,
+			       const size_t *idx, size_t n)
+{
+	if (gnpy_vol_usable(ld->model->vol)) {
+		gpunvme_model_free(part);
+		return NULL;
+	}
+	Buffers *bu = PyObject_New(Buffers, &gnpy_BuffersType);
+	if (!bu) {
+		gpunvme_model_free(part);
+		return NULL;
+	}
+	Py_INCREF(ld);
+	bu->loader = ld;
+	bu->b = NULL;
+	bu->loaded = false;
+	bu->part = part;
+	char err[LASTERR_LEN];
+	int rc = 0;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(loader_lock(ld));
+	rc = gnpy_use_device(ld->tier, ld->device, err);
+	if (!rc && (rc = gpunvme_model_buffers_alloc_sel(ld->l, m, idx, n, &bu->b)))
+		snprintf(err, LASTERR_LEN, "%s: %s", ld->model->path, gpunvme_last_error());
+	pthread_mutex_unlock(loader_lock(ld));
+	Py_END_ALLOW_THREADS
+	if (rc) {
+		Py_DECREF(bu);
+		return gnpy_raise_err(rc, "%s", err);
+	}
+	return (PyObject *)bu;
+}
+
+/* Loader.select(indices) -> Buffers: the tensors model.tensors()[i] for i in
+ * indices, in that order, placed in loader memory (nothing read yet) */
+static PyObject *Loader_select(Loader *ld, PyObject *args)
+{
+	PyObject *seq;
+	if (!PyArg_ParseTuple(args, "O", &seq))
+		return NULL;
+	PyObject *fast = PySequence_Fast(seq, "select() takes a sequence of tensor indices");
+	if (!fast)
+		return NULL;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+	size_t *idx = malloc(((size_t)n + 1) * sizeof(*idx));
+	if (!idx) {
+		Py_DECREF(fast);
+		return PyErr_NoMemory();
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		size_t k = PyLong_AsSize_t(PySequence_Fast_GET_ITEM(fast, i));
+		if (k == (size_t)-1 && PyErr_Occurred()) {
+			free(idx);
+			Py_DECREF(fast);
+			return NULL;
+		}
+		idx[i] = k;
+	}
+	Py_DECREF(fast);
+	PyObject *bu = buffers_place(ld, ld->model->m, NULL, idx, (size_t)n);
+	free(idx);
+	return bu;
+}
+
+/* Loader.select_bytes(index, start, length) -> Buffers: bytes [start,
+ * start + length) of tensor model.tensors()[index] alone, placed in loader
+ * memory (nothing read yet): a slice of rows reads only those rows. The
+ * part is a one-tensor index of its own, so the library places and loads
+ * it like any tensor (offset in the file moved by start). */
+static PyObject *Loader_select_bytes(Loader *ld, PyObject *args)
+{
+	Py_ssize_t k;
+	unsigned long long start, len;
+	if (!PyArg_ParseTuple(args, "nKK", &k, &start, &len))
+		return NULL;
+	const struct gpunvme_model *m = ld->model->m;
+	if (k < 0 || (size_t)k >= m->n_tensors)
+		return gnpy_raise_err(ERANGE, "select_bytes: tensor index %zd out of range (%zu tensors)", k, m->n_tensors);
+	const struct gpunvme_tensor *t = &m->tensors[k];
+	if (!len || start > t->bytes || len > t->bytes - start)
+		return gnpy_raise_err(EINVAL, "select_bytes: bytes [%llu, +%llu) are not inside tensor \"%s\" (%llu bytes)",
+				      start, len, t->name, (unsigned long long)t->bytes);
+	struct gpunvme_model *part = calloc(1, sizeof(*part));
+	if (!part || !(part->tensors = calloc(1, sizeof(*part->tensors)))) {
+		free(part);
+		return PyErr_NoMemory();
+	}
+	part->format = m->format;
+	part->file_size = m->file_size;
+	part->n_tensors = 1;
+	struct gpunvme_tensor *pt = &part->tensors[0];
+	*pt = *t;
+	pt->offset += start;
+	pt->bytes = len;
+	pt->ndim = 1;
+	pt->shape[0] = len;
+	if (!(pt->name = strdup(t->name))) {
+		gpunvme_model_free(part);
+		return PyErr_NoMemory();
+	}
+	size_t zero = 0;
+	return buffers_place(ld, part, part, &zero, 1);
+}
+
+/*
+ * A load runs in steps with the GIL taken back between them, so that Ctrl-C
+ * (PyErr_CheckSignals) and the progress callback get a turn: one call for
+ * the whole load made KeyboardInterrupt wait for its end (2 s into a 2 s
+ * load). A step is sized from the rate the steps so far read at to take
+ * about LOAD_STEP_NS, between LOAD_STEP_MIN and LOAD_STEP_MAX bytes, at most
+ * 8 times the last: small enough to stop promptly on a slow device, large
+ * enough that the few ms each step costs (the queues drain, the GPU tiers
+ * wait once per step) stay a few percent on a fast one. Doubling from
+ * 8 MiB cost Tier 2 a quarter of a 512 MiB load's speed (7 steps).
+ */
+#define LOAD_STEP_MIN (8ull << 20)
+#define LOAD_STEP_MAX (1ull << 30)
+#define LOAD_STEP_NS 200000000ull
+
+struct load_pos {
+	size_t k;   /* run */
+	uint64_t o; /* bytes of run k done */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* One locked, GIL-free step: about `budget` bytes from *p on, across runs;
+ * *got: bytes read. The GPU tiers queue the pieces and wait once, so the
+ * runs of one step overlap as in gpunvme_model_load. */
+static int load_step(Loader *ld, struct gpunvme_model_buffers *b, struct load_pos *p, uint64_t budget, uint64_t *got,
+		     char *err)
+{
+	int rc = 0;
+	uint16_t status = 0;
+	const bool gpu = ld->tier != GPUNVME_TIER_CPU;
+	bool queued = false, again = false;
+	const struct load_pos start = *p;
+	*got = 0;
+	pthread_mutex_lock(loader_lock(ld));
+	rc = gnpy_use_device(ld->tier, ld->device, err);
+redo:
+	while (!rc && p->k < b->n_runs && *got < budget) {
+		const struct gpunvme_model_run *r = &b->runs[p->k];
+		uint64_t n = r->len - p->o;
+		if (n > budget - *got) {
+			n = budget - *got;
+			/* end at a 4 KiB file offset: the next step starts on a block
+			 * boundary, so no block is read twice through the bounce buffer */
+			if (n > 4096)
+				n -= (r->off + p->o + n) % 4096;
+		}
+		if (n) {
+			rc = gpu && !again ? gpunvme_load_layer_async(ld->l, r->off + p->o, n, r->dst + p->o, NULL, NULL)
+					   : gpunvme_load_layer(ld->l, r->off + p->o, n, r->dst + p->o, &status);
+			queued |= gpu && !again && !rc;
+		}
+		*got += n;
+		if ((p->o += n) == r->len) {
+			p->k++;
+			p->o = 0;
+		}
+	}
+	if (rc)
+		snprintf(err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
+	/* wait for what was queued (also after a failure: the memory may be
+	 * freed next) and collect the reads' result */
+	if (queued) {
+		queued = false;
+		int rc2 = gpunvme_layer_loader_wait(ld->l, &status);
+		if (!rc && (rc2 == -ETIMEDOUT || rc2 == -EIO)) {
+			/* which queued piece failed is not known: the step's
+			 * pieces again, one synchronous load each (with the
+			 * loader's retries; the wait recovered the queues) */
+			*p = start;
+			*got = 0;
+			again = true;
+			goto redo;
+		}
+		if (rc2 && !rc) {
+			rc = rc2;
+			snprintf(err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
+		}
+	}
+	pthread_mutex_unlock(loader_lock(ld));
+	return rc;
+}
+
+/* The end of a load, however it ended: the CPU tier gives its queue pairs
+ * back for other loaders (the GPU tiers keep theirs for the loader's life).
+ * Not after every step: creating them again each time took more than half
+ * of a fast load's time. */
+static void load_end(Loader *ld)
+{
+	if (ld->tier != GPUNVME_TIER_CPU)
+		return;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(loader_lock(ld));
+	gpunvme_layer_loader_release_queues(ld->l);
+	pthread_mutex_unlock(loader_lock(ld));
+	Py_END_ALLOW_THREADS
+}
+
+/* Buffers.load(progress=None): read every run; progress(done, total) is
+ * called after each step (bytes the runs read). Ctrl-C stops the load at
+ * the end of the step it arrives in: KeyboardInterrupt, the Buffers stay
+ * unloaded (no Tensor can be made of them) */
+static PyObject *Buffers_load(Buffers *bu, PyObject *args)
+{
+	PyObject *cb = Py_None;
+	if (!PyArg_ParseTuple(args, "|O", &cb))
+		return NULL;
+	Loader *ld = bu->loader;
+	if (gnpy_vol_usable(ld->model->vol))
+		return NULL;
+	char err[LASTERR_LEN];
+	int rc = 0;
+	struct load_pos p = { 0, 0 };
+	uint64_t done = 0, all = bu->b->run_bytes, budget = LOAD_STEP_MIN;
+	bu->loaded = false;
+	while (p.k < bu->b->n_runs) {
+		uint64_t got = 0, t0 = now_ns();
+		Py_BEGIN_ALLOW_THREADS
+		rc = load_step(ld, bu->b, &p, budget, &got, err);
+		Py_END_ALLOW_THREADS
+		if (rc) {
+			load_end(ld);
+			return gnpy_raise_err(rc, "%s", err);
+		}
+		uint64_t dt = now_ns() - t0;
+		done += got;
+		if (cb != Py_None) {
+			PyObject *res = PyObject_CallFunction(cb, "KK", (unsigned long long)done, (unsigned long long)all);
+			if (!res) {
+				load_end(ld);
+				return NULL;
+			}
+			Py_DECREF(res);
+		}
+		if (PyErr_CheckSignals()) {
+			load_end(ld);
+			return NULL;
+		}
+		/* bytes per LOAD_STEP_NS at this step's rate (in doubles: no
+		 * overflow, and a zero time is the largest step) */
+		double next = dt ? (double)got * (double)LOAD_STEP_NS / (double)dt : (double)LOAD_STEP_MAX;
+		if (next > 8.0 * (double)budget)
+			next = 8.0 * (double)budget;
+		budget = next > (double)LOAD_STEP_MAX ? LOAD_STEP_MAX
+			 : next < (double)LOAD_STEP_MIN ? LOAD_STEP_MIN : (uint64_t)next;
+	}
+	load_end(ld);
+	bu->loaded = true;
+	Py_RETURN_NONE;
+}
+
+static PyObject *Buffers_run_bytes(Buffers *bu, void *unused)
+{
+	(void)unused;
+	return PyLong_FromUnsignedLongLong(bu->b->run_bytes);
+}
+
+static PyObject *Buffers_n_runs(Buffers *bu, void *unused)
+{
+	(void)unused;
+	return PyLong_FromSize_t(bu->b->n_runs);
+}
+
+/* ---- Tensor: a DLPack exporter over one selected tensor's bytes ------------------ */
+
+typedef struct {
+	PyObject_HEAD
+	Buffers *owner;
+	size_t k;
+} Tensor;
+
+static PyObject *Tensor_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "buffers", "index", NULL };
+	Buffers *bu;
+	Py_ssize_t k;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!n", kwlist, &gnpy_BuffersType, &bu, &k))
+		return NULL;
+	if (k < 0 || (size_t)k >= bu->b->n_tensors)
+		return gnpy_raise_err(EINVAL, "tensor index %zd out of range (%zu selected)", k, bu->b->n_tensors);
+	if (!bu->loaded)
+		return gnpy_raise_err(EINVAL, "the tensors are not loaded yet: call load() first");
+	Tensor *t = (Tensor *)type->tp_alloc(type, 0);
+	if (!t)
+		return NULL;
+	Py_INCREF(bu);
+	t->owner = bu;
+	t->k = (size_t)k;
+	return (PyObject *)t;
+}
+
+static void Tensor_dealloc(Tensor *t)
+{
+	Py_XDECREF(t->owner);
+	Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static void tensor_device(Tensor *t, int32_t *type, int32_t *id)
+{
+	Loader *ld = t->owner->loader;
+	/* Tier 1 is host memory (pinned, mapped for the GPU): CPU tensors */
+	*type = ld->tier == GPUNVME_TIER_2 ? kDLCUDA : kDLCPU;
+	*id = ld->tier == GPUNVME_TIER_2 ? ld->device : 0;
+}
+
+/* __dlpack__(stream=None, max_version=None, dl_device=None, copy=None):
+ * the tensor's bytes as a 1-D uint8 DLPack tensor (legacy capsule); the
+ * Python layer views it as the real dtype and shape. The data is complete
+ * when this is called (the load waited), so any stream may use it. */
+static PyObject *Tensor_dlpack(Tensor *t, PyObject *args, PyObject *kw)
+{
+	int32_t dt, id;
+	tensor_device(t, &dt, &id);
+	return gnpy_dl_export(args, kw, t->owner->b->ptr[t->k], t->owner->b->tensors[t->k]->bytes, dt, id,
+			      (PyObject *)t->owner);
+}
+
+static PyObject *Tensor_dlpack_device(Tensor *t, PyObject *unused)
+{
+	(void)unused;
+	int32_t dt, id;
+	tensor_device(t, &dt, &id);
+	return Py_BuildValue("(ii)", dt, id);
+}
+
+static PyObject *Tensor_nbytes(Tensor *t, void *unused)
+{
+	(void)unused;
+	return PyLong_FromUnsignedLongLong(t->owner->b->tensors[t->k]->bytes);
+}
+
+static PyObject *Tensor_data_ptr(Tensor *t, void *unused)
+{
+	(void)unused;
+	return PyLong_FromVoidPtr(t->owner->b->ptr[t->k]);
+}
+
+/* ---- the types -------------------------------------------------------------------- */
+
+static PyMethodDef Loader_methods[] = {
+	{ "select", (PyCFunction)Loader_select, METH_VARARGS, "select(indices) -> Buffers" },
+	{ "select_bytes", (PyCFunction)Loader_select_bytes, METH_VARARGS,
+	  "select_bytes(index, start, length) -> Buffers: part of one tensor" },
+	{ NULL, NULL, 0, NULL },
+};
+
+PyTypeObject gnpy_LoaderType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "gpunvme._gpunvme.Loader",
+	.tp_basicsize = sizeof(Loader),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Loader(model, tier, device=0, queues=0, depth=0)",
+	.tp_new = Loader_new,
+	.tp_dealloc = (destructor)Loader_dealloc,
+	.tp_methods = Loader_methods,
+};
+
+static PyMethodDef Buffers_methods[] = {
+	{ "load", (PyCFunction)Buffers_load, METH_VARARGS, "load(progress=None)" },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyGetSetDef Buffers_getset[] = {
+	{ "run_bytes", (getter)Buffers_run_bytes, NULL, "bytes the runs read (gaps included)", NULL },
+	{ "n_runs", (getter)Buffers_n_runs, NULL, NULL, NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
+};
+
+PyTypeObject gnpy_BuffersType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "gpunvme._gpunvme.Buffers",
+	.tp_basicsize = sizeof(Buffers),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Selected tensors in loader memory (Loader.select)",
+	.tp_dealloc = (destructor)Buffers_dealloc,
+	.tp_methods = Buffers_methods,
+	.tp_getset = Buffers_getset,
+};
+
+static PyMethodDef Tensor_methods[] = {
+	{ "__dlpack__", (PyCFunction)(void (*)(void))Tensor_dlpack, METH_VARARGS | METH_KEYWORDS, NULL },
+	{ "__dlpack_device__", (PyCFunction)Tensor_dlpack_device, METH_NOARGS, NULL },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyGetSetDef Tensor_getset[] = {
+	{ "nbytes", (getter)Tensor_nbytes, NULL, NULL, NULL },
+	{ "data_ptr", (getter)Tensor_data_ptr, NULL, NULL, NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
+};
+
+PyTypeObject gnpy_TensorType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "gpunvme._gpunvme.Tensor",
+	.tp_basicsize = sizeof(Tensor),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Tensor(buffers, index): DLPack exporter of one loaded tensor's bytes (1-D uint8)",
+	.tp_new = Tensor_new,
+	.tp_dealloc = (destructor)Tensor_dealloc,
+	.tp_methods = Tensor_methods,
+	.tp_getset = Tensor_getset,
+};
