@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/stream_wait.cuh"
 #include "gpunvme/device.cuh"
 #include "gpunvme/gpu.h"
 #include "base/base.h"
@@ -79,31 +80,6 @@ __attribute__((constructor)) static void gpunvme_cuda_env(void)
 {
 	setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
 	setenv("CUDA_MODULE_LOADING", "EAGER", 0);
-}
-
-/*
- * A bounded wait for a stream: cudaStreamSynchronize has no deadline, and
- * work held up behind another process's work on a shared GPU, or behind a
- * context that faulted, would hold the queues' set-up or recovery for ever.
- * Spins briefly (the auxiliary stream's small copies usually finish within
- * microseconds), then sleeps in 50 us steps. Returns cudaErrorNotReady when
- * the deadline passed with the work still queued. (A device-memory DMA
- * engine keeps its own bounded waits for its copies.)
- */
-#define STREAM_WAIT_NS 10000000000ull /* 10 s: far beyond any copy on the auxiliary stream */
-
-static cudaError_t stream_wait(cudaStream_t s, uint64_t timeout_ns)
-{
-	const uint64_t t0 = gpunvme_now_ns();
-	unsigned spins = 0;
-	cudaError_t e;
-	while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
-		if (gpunvme_now_ns() - t0 > timeout_ns)
-			return cudaErrorNotReady;
-		if (++spins > 1000)
-			usleep(50);
-	}
-	return e;
 }
 
 /* ---- queues -------------------------------------------------------------------- */
@@ -233,7 +209,7 @@ static cudaError_t seed_cq_words(struct gpunvme_gpu_queues *g)
 	cudaError_t ce = cudaSuccess;
 	for (uint32_t i = 0; i < g->nq && ce == cudaSuccess; i++)
 		ce = cudaMemcpyAsync(&g->qp_host[i].s->cqw, &cqw, sizeof(cqw), cudaMemcpyHostToDevice, g->aux);
-	return ce == cudaSuccess ? stream_wait(g->aux, STREAM_WAIT_NS) : ce;
+	return ce == cudaSuccess ? gpunvme_stream_wait(g->aux, GPUNVME_STREAM_WAIT_NS) : ce;
 }
 
 /* Every queue pair, then what the device needs of them: seeded CQ words,

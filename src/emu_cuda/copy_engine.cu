@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/stream_wait.cuh"
 #include "gpunvme/emu.h"
 
 extern "C" {
@@ -130,40 +131,13 @@ static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_co
 	return 0;
 }
 
-/*
- * A bounded wait for a stream: cudaStreamSynchronize has no deadline, and a
- * copy held up behind another process's work on a shared GPU, or behind a
- * context that faulted, would hold the emulator's worker (and with it every
- * queue it serves) or a recovery for ever. Spins briefly (a lane's copies
- * usually finish within microseconds, and a sleep would add to the emulated
- * latency), then sleeps in 50 us steps. Returns cudaErrorNotReady when the
- * deadline passed with the work still queued. (The GPU queues keep their
- * own copy of this wait, src/cuda/gpu_queues.cu, for their auxiliary
- * stream.)
- */
-#define STREAM_WAIT_NS 10000000000ull /* 10 s: far beyond any copy the emulator issues */
-
-static cudaError_t stream_wait(cudaStream_t s, uint64_t timeout_ns)
-{
-	const uint64_t t0 = gpunvme_now_ns();
-	unsigned spins = 0;
-	cudaError_t e;
-	while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
-		if (gpunvme_now_ns() - t0 > timeout_ns)
-			return cudaErrorNotReady;
-		if (++spins > 1000)
-			usleep(50);
-	}
-	return e;
-}
-
 static int lane_sync(void *ctx, unsigned lane)
 {
 	struct emu_lanes *g = (struct emu_lanes *)ctx;
 	if (lane >= g->lanes)
 		return -EINVAL;
 	uint64_t t0 = gpunvme_now_ns();
-	cudaError_t e = stream_wait(g->lane_stream[lane], STREAM_WAIT_NS);
+	cudaError_t e = gpunvme_stream_wait(g->lane_stream[lane], GPUNVME_STREAM_WAIT_NS);
 	lane_trace("sync", lane, 0, t0);
 	if (e == cudaErrorNotReady) {
 		/* the commands fail with a data transfer error; say why once */
@@ -172,7 +146,7 @@ static int lane_sync(void *ctx, unsigned lane)
 			fprintf(stderr, "gpunvme: the emulator's copies to GPU memory did not finish within %llu s (a "
 					"stalled or faulted GPU context, or another process holding the GPU); their "
 					"commands fail with a data transfer error\n",
-				STREAM_WAIT_NS / 1000000000ull);
+				GPUNVME_STREAM_WAIT_NS / 1000000000ull);
 		}
 		return -ETIMEDOUT;
 	}
@@ -224,12 +198,12 @@ static int engine_sync(void *engine)
 {
 	struct emu_lanes *g = (struct emu_lanes *)((struct gpunvme_emu_gpu_ops *)engine)->ctx;
 	for (unsigned i = 0; i < g->lanes; i++) {
-		cudaError_t ce = stream_wait(g->lane_stream[i], STREAM_WAIT_NS);
+		cudaError_t ce = gpunvme_stream_wait(g->lane_stream[i], GPUNVME_STREAM_WAIT_NS);
 		if (ce == cudaErrorNotReady)
 			return gpunvme_set_error(-ETIMEDOUT, "GPU queues: the emulator's copies to GPU memory did not "
 							     "finish within %llu s; the GPU is not making progress "
 							     "(check nvidia-smi and the kernel log for Xid errors)",
-						 STREAM_WAIT_NS / 1000000000ull);
+						 GPUNVME_STREAM_WAIT_NS / 1000000000ull);
 		if (ce != cudaSuccess)
 			return cuda_err(ce, "waiting for the emulator's copies to GPU memory");
 	}

@@ -161,6 +161,23 @@ static int vol_lookup(Volume *v, const char *path, uint64_t *ino, struct gpunvme
 	return rc;
 }
 
+/* vol_lookup with the GIL released and the volume locked; 0 or raises */
+static int vol_lookup_unlocked(Volume *v, const char *path, uint64_t *ino, struct gpunvme_stat *st)
+{
+	char err[LASTERR_LEN];
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&v->lock);
+	rc = vol_lookup(v, path, ino, st, err);
+	pthread_mutex_unlock(&v->lock);
+	Py_END_ALLOW_THREADS
+	if (rc) {
+		gnpy_raise_err(rc, "%s", err);
+		return -1;
+	}
+	return 0;
+}
+
 static const char *ftype_of(uint32_t mode)
 {
 	switch (mode & 0170000) {
@@ -177,15 +194,8 @@ static PyObject *vol_stat(Volume *v, const char *path)
 		return NULL;
 	uint64_t ino = 0;
 	struct gpunvme_stat st;
-	char err[LASTERR_LEN];
-	int rc;
-	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(&v->lock);
-	rc = vol_lookup(v, path, &ino, &st, err);
-	pthread_mutex_unlock(&v->lock);
-	Py_END_ALLOW_THREADS
-	if (rc)
-		return gnpy_raise_err(rc, "%s", err);
+	if (vol_lookup_unlocked(v, path, &ino, &st))
+		return NULL;
 	return Py_BuildValue("{s:K,s:I,s:s,s:I,s:I,s:I,s:K,s:K,s:L,s:I}", "ino", (unsigned long long)ino, "mode",
 			     st.mode, "type", ftype_of(st.mode), "nlink", st.nlink, "uid", st.uid, "gid", st.gid, "size",
 			     (unsigned long long)st.size, "blocks", (unsigned long long)st.blocks, "mtime_sec",
@@ -306,16 +316,10 @@ static PyObject *vol_read(Volume *v, const char *path, PyObject *offo, PyObject 
 		return NULL;
 	uint64_t off = (uint64_t)offs;
 	char err[LASTERR_LEN];
-	int rc;
 	uint64_t ino;
 	struct gpunvme_stat st;
-	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(&v->lock);
-	rc = vol_lookup(v, path, &ino, &st, err);
-	pthread_mutex_unlock(&v->lock);
-	Py_END_ALLOW_THREADS
-	if (rc)
-		return gnpy_raise_err(rc, "%s", err);
+	if (vol_lookup_unlocked(v, path, &ino, &st))
+		return NULL;
 	if ((st.mode & 0170000) != 0100000)
 		return gnpy_raise_err(EISDIR, "%s: not a regular file", path);
 	uint64_t avail = off < st.size ? st.size - off : 0;
