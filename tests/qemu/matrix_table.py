@@ -29,13 +29,13 @@ CPU_ONLY = {"cli cat", "Volume.read"}
 NATIVE = {"cli cat", "cli load --verify", "C layer stream"}
 
 
-def matrix_entries():
-    """ENTRIES of test_matrix.py (without importing it: no gpunvme here)"""
+def matrix_const(name):
+    """a constant of test_matrix.py (read, not imported: no gpunvme here)"""
     tree = ast.parse((ROOT / "python" / "tests" / "test_matrix.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ENTRIES" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             return ast.literal_eval(node.value)
-    raise SystemExit("matrix_table: no ENTRIES in python/tests/test_matrix.py")
+    raise SystemExit("matrix_table: no %s in python/tests/test_matrix.py" % name)
 
 
 def expect(entry, tier):
@@ -46,8 +46,12 @@ def expect(entry, tier):
         return "no Python in the guest"
     if tier == "cpu":
         return None
-    # the programs' own refusals: built without CUDA (the guest has no GPU)
-    return {"cli load --verify": "CUDA"}.get(entry, "REFUSED: built without CUDA")
+    # the programs' own refusals: the CLI's tier policy (tier.h: Tier 1
+    # needs a GPU, Tier 2 a controller that can DMA into GPU memory),
+    # matrix_stream built without CUDA
+    if entry == "cli load --verify":
+        return "needs a CUDA GPU" if tier == "tier1" else "DMA into GPU memory"
+    return "REFUSED: built without CUDA"
 
 
 def source_sha256(path):
@@ -95,7 +99,10 @@ def main():
         else:
             c[1] = "%d tensors, sha256 of each equal to the source's (host); verified against the CPU path" % len(want)
 
-    entries = matrix_entries()
+    entries = matrix_const("ENTRIES")
+    # test_matrix.py's QEMU vfio cells point here
+    if matrix_const("QEMU_TEST") != "qemu.matrix_vfio":
+        problems.append("test_matrix.py's QEMU_TEST is %r, not qemu.matrix_vfio" % matrix_const("QEMU_TEST"))
     for e in entries:
         for t in TIERS:
             c = cells.get((e, t))
