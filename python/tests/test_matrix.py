@@ -13,7 +13,11 @@ library; the partition starts 1.5 KiB past a 4 KiB boundary), the
 committed mdadm RAID0 and linear fixtures (tests/md/fixtures), a RAID0 of 4
 members striped from the image (bench/md_mkraid0.py), NVMe/TCP to the
 suite's fake target (gpunvme-fake-target on loopback) and QEMU's controller
-(its cells run in the QEMU suite). Tiers: the CPU tier, Tier 1 and Tier 2.
+(its cells are refused here: they run in the QEMU suite's qemu.matrix_vfio,
+which prints the column's own table: the CLI's cat and load --verify and
+the C layer stream on the CPU tier run in the guest, every other cell is
+refused there with a checked reason, the Python entry points with "no
+Python in the guest"). Tiers: the CPU tier, Tier 1 and Tier 2.
 
 The source files: a model written by gpunvme-mkmodel (and a Hugging Face
 directory of two shards holding its tensors, for load_pretrained); on the md
@@ -66,6 +70,10 @@ VOLUMES = ["emu file", "emu RAM", "GPT partition", "md RAID0", "md linear", "md 
 MD_FIXTURE = {"md RAID0", "md linear"}  # the committed mdadm fixtures
 TIERS = ["cpu", "tier1", "tier2"]
 CPU_ONLY = {"cli cat", "Volume.read"}  # no tier: the CPU reads the file system
+# The QEMU vfio column runs in this ctest of the QEMU suite (ctest -L qemu):
+# every entry point x tier there ran, or was refused with a checked reason
+# (tests/qemu/matrix_guest.sh, matrix_table.py reads ENTRIES from here)
+QEMU_TEST = "qemu.matrix_vfio"
 
 
 class Refused(Exception):
@@ -118,7 +126,7 @@ def expect(entry, volume, tier):
     """None: the cell must run and pass; else a regular expression the
     refusal's reason must match"""
     if volume == "QEMU vfio":
-        return "runs in the QEMU suite"
+        return re.escape("runs in the QEMU suite: " + QEMU_TEST)
     if tier != "cpu" and entry in CPU_ONLY:
         return "no tier: %s reads on the CPU" % entry
     if entry == "transformers" and (TORCH is None or TRANSFORMERS is None):
@@ -482,8 +490,9 @@ def _run_cell(volumes, entry, volume, tier):
     """returns when the cell ran and passed; raises Refused, or the failure"""
     if volume == "QEMU vfio":
         # QEMU's NVMe controller through vfio exists only in the guest of
-        # the QEMU suite (ctest -L qemu, tests/qemu)
-        raise Refused("runs in the QEMU suite")
+        # the QEMU suite: qemu.matrix_vfio runs this column there and prints
+        # its table (tests/qemu/scenarios/matrix_vfio.sh)
+        raise Refused("runs in the QEMU suite: " + QEMU_TEST)
     if tier != "cpu" and entry in CPU_ONLY:
         raise Refused("no tier: %s reads on the CPU" % entry)
     if entry == "transformers" and (TORCH is None or TRANSFORMERS is None):
