@@ -105,6 +105,14 @@ TEST_CASE(sharded_hf)
 	REQUIRE_OK(gpunvme_fs_open(&dev, 0, &fs));
 	REQUIRE_OK(gpunvme_model_set_open(fs, "/llm", &set));
 	REQUIRE_EQ(set->n_files, 4);
+	/* which file holds a set offset: each file's first and last byte */
+	for (size_t i = 0; i < set->n_files; i++) {
+		const struct gpunvme_model_file *mf_file = &set->files[i];
+		uint64_t fo = 1;
+		CHECK(gpunvme_model_set_file(set, mf_file->base, &fo) == mf_file && fo == 0);
+		CHECK(gpunvme_model_set_file(set, mf_file->base + mf_file->size - 1, &fo) == mf_file && fo == mf_file->size - 1);
+	}
+	CHECK(gpunvme_model_set_file(set, set->size, NULL) == NULL);
 
 	const uint32_t windows[] = { 1, 2, 3, 7, 9 };
 	for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++) {

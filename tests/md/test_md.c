@@ -199,6 +199,15 @@ static void test_raid0_one_zone(int minor)
 	CHECK(role_of[m0] == 0 && role_of[m1] == 1);
 	CHECK(a.read(a.ctx, mi.size - 512, buf, 1024) == -EIO);
 	CHECK(gpunvme_md_map(md, mi.size, NULL, NULL, NULL) == -ERANGE);
+	/* slot -> member, its data offset and the bytes it gives */
+	for (uint32_t slot = 0; slot < 3; slot++) {
+		uint32_t mem = 99;
+		uint64_t doff = 0, bytes = 0;
+		CHECK(gpunvme_md_member(md, slot, &mem, &doff, &bytes) == 0);
+		CHECK(mem < 3 && role_of[mem] == slot);
+		CHECK(doff == s.data_offset * 512 && bytes == per);
+	}
+	CHECK(gpunvme_md_member(md, 3, NULL, NULL, NULL) == -ERANGE);
 	/* per-member extents of a file: 40 KiB at array byte 8 KiB, then a hole, then 4 KiB */
 	struct gpunvme_extent ext[2] = { { 0, 8 * K, 40 * K, 0 }, { 64 * K, 100 * K, 4 * K, 0 } };
 	struct gpunvme_md_extent *pe;

@@ -3,8 +3,10 @@
  * gpunvme_status_str() / gpunvme_opcode_str(): names as spelled in the NVMe
  * 1.4 status tables (§4.6.1.2, Figures 127-131) and opcode tables (§5
  * Figure 139, §6 Figure 346), the "(sct .. sc .., DNR, More)" suffix, unknown
- * codes, and the per-thread buffer contract.
+ * codes, and the per-thread buffer contract; gpunvme_status_errno(): the
+ * errno each status becomes, DNR and More ignored.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -220,6 +222,30 @@ static void check_opcodes(void)
 	CHECK_STR(gpunvme_opcode_str(5, 0x06), "Identify");  /* any non-zero = admin */
 }
 
+/* a status as the library keeps it (SCT|SC, with DNR and More) */
+static uint16_t st(uint16_t sct_sc, int dnr)
+{
+	return (uint16_t)(sct_sc | (dnr ? GPUNVME_STATUS_DNR | GPUNVME_STATUS_MORE : 0));
+}
+
+static void check_errno(void)
+{
+	CHECK(gpunvme_status_errno(st(GPUNVME_SC_SUCCESS, 0)) == 0);
+	CHECK(gpunvme_status_errno(st(GPUNVME_SC_LBA_RANGE, 1)) == -ERANGE);
+	CHECK(gpunvme_status_errno(st(GPUNVME_SC_INVALID_FIELD, 1)) == -EINVAL);
+	CHECK(gpunvme_status_errno(st(GPUNVME_SC_INVALID_PRP_OFFSET, 0)) == -EINVAL);
+	CHECK(gpunvme_status_errno(st(GPUNVME_SC_INVALID_NSID, 1)) == -ENODEV);
+	CHECK(gpunvme_status_errno(st(GPUNVME_SC_INVALID_OPCODE, 1)) == -EOPNOTSUPP);
+	CHECK(gpunvme_status_errno(st(GPUNVME_SC_DATA_XFER_ERROR, 0)) == -EFAULT);
+	CHECK(gpunvme_status_errno(st(GPUNVME_SC_ABORT_REQ, 0)) == -ECANCELED);
+	CHECK(gpunvme_status_errno(st(GPUNVME_SC_ABORT_SQ_DELETED, 0)) == -ECANCELED);
+	CHECK(gpunvme_status_errno(st(GPUNVME_SC_READ_ONLY, 1)) == -EROFS);
+	CHECK(gpunvme_status_errno(st(GPUNVME_SC_CAP_EXCEEDED, 1)) == -ENOSPC);
+	/* anything else is an I/O error (its words stay in the completion) */
+	CHECK(gpunvme_status_errno(st(GPUNVME_SC_TRANSIENT_TRANSPORT, 0)) == -EIO);
+	CHECK(gpunvme_status_errno(st(0x7ff, 1)) == -EIO);
+}
+
 int main(void)
 {
 	check_names();
@@ -228,5 +254,6 @@ int main(void)
 	check_unknown();
 	check_threads();
 	check_opcodes();
+	check_errno();
 	return check_finish("test_status");
 }
