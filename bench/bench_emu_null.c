@@ -34,8 +34,8 @@
 
 #include "emu_bringup.h"
 #include "gpunvme/emu.h"
-#include "gpunvme/nvme.h"
-#include "gpunvme/queue.h"
+#include "gpunvme/spec/nvme.h"
+#include "gpunvme/spec/queue.h"
 
 #define PAGE EB_PAGE
 #define IOVA_BASE 0x10000000ull

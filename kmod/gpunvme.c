@@ -5,7 +5,7 @@
  * dma-buf from any exporter, a peer device's BAR, NVIDIA's legacy P2P
  * pages) into bus addresses through the kernel's DMA API, so it works with
  * the IOMMU translating. Bound on request only (driver_override; see
- * scripts/kmod-bind.sh). Interface: include/gpunvme/kmod.h.
+ * scripts/kmod-bind.sh). Interface: include/gpunvme/uapi/kmod.h.
  *
  * Teardown rule: when the last reference to the open file goes (close,
  * munmap of BAR0, process death), bus mastering is cleared and the
@@ -46,7 +46,7 @@
 #include <linux/uaccess.h>
 #include <linux/version.h>
 
-#include "gpunvme/kmod.h"
+#include "gpunvme/uapi/kmod.h"
 
 #define GNV_MAX_CTRL 64
 /* NVMe register offsets (NVMe base spec 2.0, section 3.1.4) */

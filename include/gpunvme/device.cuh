@@ -52,8 +52,8 @@
 
 #include <stdint.h>
 
-#include "gpunvme/nvme.h"
-#include "gpunvme/queue.h"
+#include "gpunvme/spec/nvme.h"
+#include "gpunvme/spec/queue.h"
 
 #define GPUNVME_DEV_EIO (-5)        /* queue broken by an earlier timeout, or controller fatal */
 #define GPUNVME_DEV_ENODEV (-19)    /* registers read all ones: device gone */

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpunvme/nvme.h"
+#include "gpunvme/spec/nvme.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The kmod bus: a controller bound to this project's kernel module
- * (kmod/gpunvme.c, interface include/gpunvme/kmod.h). The module owns the
+ * (kmod/gpunvme.c, interface include/gpunvme/uapi/kmod.h). The module owns the
  * device like vfio-pci does, but maps memory through the kernel's DMA API:
  * the caller's pages (pinned), a dma-buf from any exporter (the NVIDIA open
  * driver's GPU memory, a DRM driver's buffer), another device's BAR. Every
@@ -27,7 +27,7 @@
 
 #include "bus/bus.h"
 #include "bus/pci.h"
-#include "gpunvme/kmod.h"
+#include "gpunvme/uapi/kmod.h"
 
 #ifndef MAP_HUGE_2MB
 #define MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)

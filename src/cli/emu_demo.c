@@ -22,7 +22,7 @@
 
 #include "gpunvme/emu.h"
 #include "gpunvme/gpunvme.h"
-#include "gpunvme/nvme.h"
+#include "gpunvme/spec/nvme.h"
 
 #define DEMO_SPEC "ram:256M?lbads=12"
 #define NQ 4

@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "gpunvme/nvme.h" /* GPUNVME_HD */
+#include "gpunvme/spec/nvme.h" /* GPUNVME_HD */
 
 #define GPUNVME_PERF_HSUB_BITS 6
 #define GPUNVME_PERF_HSUB (1u << GPUNVME_PERF_HSUB_BITS)

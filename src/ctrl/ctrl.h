@@ -12,7 +12,7 @@
 #include "bus/bus.h"
 #include "dma/dma.h"
 #include "gpunvme/gpunvme.h"
-#include "gpunvme/queue.h"
+#include "gpunvme/spec/queue.h"
 #include "ctrl/transport.h"
 
 /* Longest transfer per command we build, whatever MDTS allows: bounds the

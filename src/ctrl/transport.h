@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "gpunvme/gpunvme.h"
-#include "gpunvme/nvme.h"
+#include "gpunvme/spec/nvme.h"
 
 struct gpunvme_bus;
 struct gpunvme_ctrl;

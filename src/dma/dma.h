@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "bus/bus.h"
-#include "gpunvme/queue.h"
+#include "gpunvme/spec/queue.h"
 
 /* Small allocations (under 1 MiB) are carved from 2 MiB heap chunks at
  * 4 KiB granularity: on UIO every bus allocation costs a whole hugepage. */
@@ -63,7 +63,7 @@ uint64_t dma_iova(struct dma_registry *r, const void *p);
 
 int dma_register(struct dma_registry *r, uint8_t *va, size_t len, void *handle);
 /* Where byte `off` of a (possibly narrowed) allocation onwards lies on the
- * bus, in the form the PRP builder (gpunvme/queue.h) takes. */
+ * bus, in the form the PRP builder (gpunvme/spec/queue.h) takes. */
 void dma_prp_addr(const struct dma_alloc *a, size_t off, struct gpunvme_prp_addr *out);
 /* The allocation holding [p, p + len), or NULL. Caller holds r->lock. */
 struct dma_alloc *dma_lookup(struct dma_registry *r, const void *p, size_t len);

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "gpunvme/emu.h"
-#include "gpunvme/nvme.h"
+#include "gpunvme/spec/nvme.h"
 
 /* Fixed controller properties. */
 #define EMU_SQES 6              /* log2(64): the only SQ entry size (Identify SQES 0x66) */

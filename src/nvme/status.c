@@ -3,7 +3,7 @@
  * NVMe status values and opcodes as text, for logs, the CLI and test output.
  *
  * Status values use the project layout described at the top of
- * include/gpunvme/nvme.h (the CQE Status Field without the phase tag):
+ * include/gpunvme/spec/nvme.h (the CQE Status Field without the phase tag):
  * bits 7:0 SC, 10:8 SCT, 12:11 CRD, 13 More, 14 DNR.
  *
  * Returned strings: gpunvme_status_str() formats every result (known or not)
@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "gpunvme/nvme.h"
+#include "gpunvme/spec/nvme.h"
 
 struct code_name {
 	uint16_t code; /* SCT << 8 | SC */

@@ -3,7 +3,7 @@
  * NVMe over Fabrics, TCP transport: the capsule side of the queue seam.
  *
  * A PCIe controller is driven through memory: SQEs in a ring, a doorbell
- * write, CQEs polled from memory (gpunvme/queue.h). A fabrics controller
+ * write, CQEs polled from memory (gpunvme/spec/queue.h). A fabrics controller
  * has neither BAR nor doorbells: each queue is one TCP connection, a
  * command travels as a capsule (the SQE plus, for small writes, its data),
  * data moves in C2HData/H2CData PDUs and the completion comes back as a
@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpunvme/nvme.h"
+#include "gpunvme/spec/nvme.h"
 
 #define NVMF_DISC_NQN "nqn.2014-08.org.nvmexpress.discovery"
 #define NVMF_NQN_MAX 223 /* NVMe-oF 1.1 §4.1: NQNs are at most 223 bytes */

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "ctrl/ctrl.h"
-#include "gpunvme/queue.h"
+#include "gpunvme/spec/queue.h"
 
 /* c->tr_priv */
 struct pcie_ctrl {

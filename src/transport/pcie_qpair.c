@@ -15,7 +15,7 @@
 
 struct pcie_qpair {
 	struct gpunvme_qpair qp;  /* first: the generic queue pair */
-	struct gpunvme_ring ring; /* SQ/CQ on the queue core (gpunvme/queue.h) */
+	struct gpunvme_ring ring; /* SQ/CQ on the queue core (gpunvme/spec/queue.h) */
 	bool ext_rings;           /* SQ/CQ in the caller's memory (gpunvme_qpair_create_in) */
 };
 

@@ -37,8 +37,8 @@
 
 #include "emu_bringup.h"
 #include "gpunvme/emu.h"
-#include "gpunvme/nvme.h"
-#include "gpunvme/queue.h"
+#include "gpunvme/spec/nvme.h"
+#include "gpunvme/spec/queue.h"
 
 #define ARENA_IOVA   0x100000ull
 #define ARENA_SIZE   (256u * 1024u)

@@ -17,7 +17,7 @@
 #include "check.h"
 #include "emu_bringup.h"
 #include "gpunvme/emu.h"
-#include "gpunvme/queue.h"
+#include "gpunvme/spec/queue.h"
 
 static const uint32_t QD = 64;
 static const uint32_t BLK = 4096;

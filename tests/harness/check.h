@@ -46,7 +46,7 @@
 #include <time.h>
 
 #include "gpunvme/gpunvme.h" /* gpunvme_last_error */
-#include "gpunvme/nvme.h"    /* struct gpunvme_cqe, gpunvme_status_str */
+#include "gpunvme/spec/nvme.h"    /* struct gpunvme_cqe, gpunvme_status_str */
 
 #ifdef __cplusplus
 extern "C" {

@@ -5,7 +5,7 @@
  * test that polls an I/O queue from a kernel (tests/gpu/test_gpu_emu.cu),
  * the emulator's throughput benchmark (bench/bench_emu_null.c) and the
  * emulator fuzzer (tests/fuzz/fuzz_emu.c). What they share with each other
- * and with the library comes from the queue core (gpunvme/queue.h): the
+ * and with the library comes from the queue core (gpunvme/spec/queue.h): the
  * enable is gpunvme_admin_enable, every host-side queue walk a struct
  * gpunvme_ring. This file adds only the little around it: zeroed queue
  * memory in the emulator's DMA address space, bounded waits on CSTS,
@@ -22,8 +22,8 @@
 #include <stdint.h>
 
 #include "gpunvme/emu.h"
-#include "gpunvme/nvme.h"
-#include "gpunvme/queue.h"
+#include "gpunvme/spec/nvme.h"
+#include "gpunvme/spec/queue.h"
 
 /* Host code only: struct gpunvme_ring is not declared in nvcc's device
  * pass (queue.h), which parses a .cu file's host functions too; a CUDA

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /* Raw mini-driver for the emulator: arena, registers, queues, admin commands.
  * Deliberately an independent oracle: it keeps its own queue, phase and PRP
- * code rather than the library's queue core (gpunvme/queue.h), so that the
+ * code rather than the library's queue core (gpunvme/spec/queue.h), so that the
  * emulator's conformance tests do not share the driver's mistakes. */
 #include "harness.h"
 

@@ -21,7 +21,7 @@
 
 #include "check.h"
 #include "gpunvme/emu.h"
-#include "gpunvme/nvme.h"
+#include "gpunvme/spec/nvme.h"
 
 #define H_PAGE 4096u                /* CC.MPS = 0 */
 #define H_TIMEOUT_MS 5000u          /* default wait for any completion/register */

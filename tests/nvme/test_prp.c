@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * The PRP builder of the queue core (gpunvme/queue.h, gpunvme_prp_fill, the
+ * The PRP builder of the queue core (gpunvme/spec/queue.h, gpunvme_prp_fill, the
  * one the CPU queue pairs and the GPU queues use): every start offset class
  * and every length up to several chained list pages, for 4 KiB and 64 KiB
  * memory pages, buffers contiguous on the bus or scattered page by page
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "../harness/check.h"
-#include "gpunvme/queue.h"
+#include "gpunvme/spec/queue.h"
 
 /* The buffer: page p of it lives at a scattered bus address (pages are not
  * contiguous, so a builder that assumes contiguity fails). */

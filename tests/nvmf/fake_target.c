@@ -17,7 +17,7 @@
 
 #include "base/base.h"
 #include "fake_target.h"
-#include "gpunvme/nvme.h"
+#include "gpunvme/spec/nvme.h"
 #include "nvmf/pdu.h"
 
 #define MAX_CONNS 64

@@ -18,7 +18,7 @@
 #include "fake_target.h"
 #include "gpunvme/fabrics.h"
 #include "gpunvme/gpunvme.h"
-#include "gpunvme/queue.h"
+#include "gpunvme/spec/queue.h"
 #include "gpunvme/tier.h"
 #include "nvmf/nvmf.h"
 #include "nvmf/pdu.h"

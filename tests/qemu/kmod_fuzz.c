@@ -61,8 +61,8 @@
 #include <linux/dma-buf.h>
 
 #include "drm_uapi.h"
-#include "gpunvme/kmod.h"
-#include "gpunvme/nvme.h"
+#include "gpunvme/uapi/kmod.h"
+#include "gpunvme/spec/nvme.h"
 #include "probe_common.h"
 
 #define PG 4096u

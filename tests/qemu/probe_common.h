@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <gpunvme/nvme.h>
+#include <gpunvme/spec/nvme.h>
 
 /* One 2 MiB DMA region, page offsets: */
 #define PROBE_MEM_SIZE   (2u << 20)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * Runtime re-check of include/gpunvme/nvme.h. The header already has
+ * Runtime re-check of include/gpunvme/spec/nvme.h. The header already has
  * _Static_asserts; this test repeats the key ones at run time so a compiler
  * or packing surprise shows up as a named test failure, and exercises the
  * register accessors on real register values, which static asserts cannot.
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "../harness/check.h"
-#include "gpunvme/nvme.h"
+#include "gpunvme/spec/nvme.h"
 
 static void check_layout(void)
 {

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "../harness/check.h"
-#include "gpunvme/nvme.h"
+#include "gpunvme/spec/nvme.h"
 
 static void check_names(void)
 {

@@ -27,7 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gpunvme/nvme.h"
+#include "gpunvme/spec/nvme.h"
 
 /* ---- completion dword 3 (§4.6.1, Figure 124): CID 15:0, P 16, SF 31:17 ---- */
 
