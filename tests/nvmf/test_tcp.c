@@ -157,6 +157,53 @@ TEST_CASE(good_path_success_flag_cpda)
  * 2 refused, naming the controller), GPU queues through the CPU proxies
  * (AUTO with a GPU: tier 1), shallow queues; with an emulator in an array
  * the intersection decides. */
+/*
+ * Few command slots, many requests, each into its own buffer: depth 4
+ * (3 command ids) on the TCP transport's queue pair, eight reads of
+ * 192 KiB (two commands each at MDTS 128 KiB) queued before any poll, so
+ * most wait for an id. Each buffer sits between 4 KiB guards: every byte
+ * of every target equals the namespace's, every guard byte is untouched.
+ */
+TEST_CASE(few_slots_many_buffers)
+{
+	REQUIRE(start(NULL) == 0);
+	struct gpunvme_ctrl *c;
+	REQUIRE_OK(open_ctrl("", &c));
+	struct gpunvme_qpair *qp;
+	REQUIRE_OK(gpunvme_qpair_create(c, 4, &qp));
+	enum { N = 8, LEN = 192 * 1024, G = 4096, STRIDE = LEN + 2 * G };
+	uint8_t *w = gpunvme_dma_alloc(c, N * LEN), *m = gpunvme_dma_alloc(c, N * STRIDE);
+	REQUIRE(w && m);
+	pattern(w, N * LEN, 9);
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, w, 0, N * LEN / 512, NULL));
+	memset(m, 0x5a, N * STRIDE);
+	int st[2] = { 0, 0 };
+	/* buffer i reads the namespace's piece N-1-i: a mixed-up target shows */
+	for (int i = 0; i < N; i++)
+		REQUIRE_OK(gpunvme_read(qp, 1, m + i * STRIDE + G, (uint64_t)(N - 1 - i) * (LEN / 512), LEN / 512,
+					count_cb, st));
+	uint64_t t0 = gpunvme_now_ns();
+	while (st[0] < N && gpunvme_now_ns() - t0 < 5000000000ull)
+		if (gpunvme_qpair_poll(qp, 0) == 0)
+			gpunvme_qpair_wait(qp, 1000);
+	CHECK_EQ(st[0], N);
+	CHECK_EQ(st[1], 0);
+	for (int i = 0; i < N; i++) {
+		const uint8_t *b = m + i * STRIDE;
+		CHECK(memcmp(b + G, w + (size_t)(N - 1 - i) * LEN, LEN) == 0, "buffer %d holds its blocks", i);
+		size_t bad = 0;
+		for (size_t j = 0; j < G; j++)
+			bad += (b[j] != 0x5a) + (b[G + LEN + j] != 0x5a);
+		CHECK_EQ(bad, 0);
+	}
+	gpunvme_dma_free(c, w);
+	gpunvme_dma_free(c, m);
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	ft_stop(T);
+	return 0;
+}
+
 TEST_CASE(caps_and_tier)
 {
 	REQUIRE(start(NULL) == 0);

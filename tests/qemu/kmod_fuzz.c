@@ -147,6 +147,28 @@ static int kinfo(int fd, struct gpunvme_kmod_info *in)
 	return kio(fd, GPUNVME_KMOD_INFO, in) ? -errno : 0;
 }
 
+/* The scenarios' first step: the device open (and its INFO), or a FAIL
+ * line saying why and -1. */
+static int dev_open_or_fail(void)
+{
+	int fd = dev_open();
+	if (fd < 0)
+		FAILF("open %s: %s", g_dev, strerror(errno));
+	return fd;
+}
+
+static int dev_open_info(struct gpunvme_kmod_info *in)
+{
+	int fd = dev_open_or_fail();
+	int rc = fd < 0 ? 0 : kinfo(fd, in);
+	if (rc) {
+		FAILF("INFO on %s: %s", g_dev, strerror(-rc));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 /* bytes the module says it has pinned, or -errno */
 static int64_t kpinned(int fd)
 {
@@ -1684,12 +1706,10 @@ static void *mu_thread(void *arg)
 }
 static int cmd_mmap_unbind(void)
 {
-	int fd = dev_open();
 	struct gpunvme_kmod_info in;
-	if (fd < 0 || kinfo(fd, &in)) {
-		FAILF("open %s", g_dev);
+	int fd = dev_open_info(&in);
+	if (fd < 0)
 		return 1;
-	}
 	size_t bl = (in.bar0_len + PG - 1) & ~(size_t)(PG - 1);
 	void *first = mmap(NULL, bl, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	void *fresh = mmap(NULL, bl, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -1743,11 +1763,9 @@ static int cmd_mmap_unbind(void)
  * refused (the file's module reference). */
 static int cmd_rmmod_open(void)
 {
-	int fd = dev_open();
-	if (fd < 0) {
-		FAILF("open %s: %s", g_dev, strerror(errno));
+	int fd = dev_open_or_fail();
+	if (fd < 0)
 		return 1;
-	}
 	long rc = syscall(SYS_delete_module, "gpunvme", O_NONBLOCK);
 	int e = errno;
 	CHECKF(rc != 0 && (e == EWOULDBLOCK || e == EBUSY), "rmmod while open refused: rc %ld (%s)", rc, strerror(e));
@@ -1783,11 +1801,9 @@ static void *open_thread(void *arg)
  * the parent's close; once every holder is gone the next open works. */
 static int cmd_two_openers(void)
 {
-	int fd = dev_open();
-	if (fd < 0) {
-		FAILF("open %s: %s", g_dev, strerror(errno));
+	int fd = dev_open_or_fail();
+	if (fd < 0)
 		return 1;
-	}
 	int fd2 = dev_open();
 	CHECKF(fd2 < 0 && errno == EBUSY, "second open, same thread: %s", fd2 < 0 ? strerror(errno) : "succeeded");
 	if (fd2 >= 0)
@@ -1867,11 +1883,9 @@ static int cmd_two_openers(void)
  * give everything back. A peer-BAR map as nobody: EPERM. */
 static int cmd_memlock(void)
 {
-	int fd = dev_open();
-	if (fd < 0) {
-		FAILF("open %s: %s", g_dev, strerror(errno));
+	int fd = dev_open_or_fail();
+	if (fd < 0)
 		return 1;
-	}
 	int64_t p0 = kpinned(fd);
 	pid_t pid = fork();
 	if (pid == 0) {
@@ -1945,12 +1959,10 @@ static int cmd_memlock(void)
 /* BAR0 mmaps that must be refused, and the ones that must work. */
 static int cmd_mmap_bounds(void)
 {
-	int fd = dev_open();
 	struct gpunvme_kmod_info in;
-	if (fd < 0 || kinfo(fd, &in)) {
-		FAILF("open %s", g_dev);
+	int fd = dev_open_info(&in);
+	if (fd < 0)
 		return 1;
-	}
 	size_t bl = (in.bar0_len + PG - 1) & ~(size_t)(PG - 1);
 	struct {
 		size_t len;
@@ -2029,11 +2041,9 @@ static void *quick_thread(void *arg)
 }
 static int cmd_fault_stall(void)
 {
-	int fd = dev_open();
-	if (fd < 0) {
-		FAILF("open %s: %s", g_dev, strerror(errno));
+	int fd = dev_open_or_fail();
+	if (fd < 0)
 		return 1;
-	}
 	for (int which = 0; which < 2; which++) {
 		int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
 		if (uffd < 0) {
