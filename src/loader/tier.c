@@ -105,6 +105,6 @@ int gpunvme_tier_choose(struct gpunvme_ctrl *const *ctrls, size_t n, bool gpu, e
 			return -EOPNOTSUPP;
 	}
 	/* each alone passes but not together (cannot happen with one bit per
-	 * need); the first message stands */
-	return gpunvme_tier_choose_caps(caps, gpu, NULL, req, chosen);
+	 * need): the first refusal's message is still the last error */
+	return rc;
 }
