@@ -10,6 +10,7 @@
 #   j4:N      ctest -L gpu -j4, N runs in a row (none started after
 #             DEADLINE - RUN_S, epoch seconds, when set); each run's result, load
 #             average and, on failure, the failed tests' output under $OUT
+#             (STOP_ON_FAIL=1: no run after a failed one)
 #   mp:N      the multi-process test alone (gpu.multiproc), N runs
 #   tcp       the GPU path over NVMe/TCP against the fake target on
 #             loopback: load --tier cpu|1 --verify, perf --gpu at QD1, QD32,
@@ -64,6 +65,9 @@ for ph in ${PHASES:-build serial}; do
 				rm -f "$R/ctest-${ph%%:*}-$i.log"
 			else
 				grep -E "\*\*\*|Failed|Timeout" "$R/ctest-${ph%%:*}-$i.log" | head -20
+				# STOP_ON_FAIL=1: a streak is broken; spend no more device
+				# time on it before the failure is understood
+				[ "${STOP_ON_FAIL:-0}" = 1 ] && { log "${ph%%:*}: stopped at the first failure"; break; }
 			fi
 		done
 		log "${ph%%:*}: $pass of $n runs passed"
