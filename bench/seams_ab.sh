@@ -23,6 +23,8 @@ mkdir -p "$R"
 exec > >(tee "$R/run.log") 2>&1
 OLD_TAR=${OLD_TAR:-seams-old.tar}
 ROUNDS=${ROUNDS:-3}
+ROWS=${ROWS:-qd1 iops tier2 py}  # a subset reruns only those rows
+has() { [[ " $ROWS " == *" $1 "* ]]; }
 echo "new: this tree; old: $OLD_TAR"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u
 O=/tmp/seams-old
 rm -rf "$O" && mkdir -p "$O" && tar xf "$OLD_TAR" -C "$O" || { echo "no old tree: $OLD_TAR"; exit 1; }
@@ -36,6 +38,7 @@ b "$O" old & p2=$!
 wait $p1 $p2
 export CMAKE_CUDA_ARCHITECTURES=90 GPUNVME_CUDA=ON
 for v in new old; do
+	has py || continue
 	src=./python
 	[ $v = old ] && src=$O/python
 	python3 -m pip install -q --no-deps --no-build-isolation --target "/tmp/py-$v" "$src" >"$R/pip-$v.log" 2>&1 ||
@@ -44,8 +47,10 @@ done
 # the model for the Python row: 2 GiB, one file, ext4 image
 W=$(mktemp -d /tmp/seams.XXXXXX)
 mkdir -p "$W/tree/m"
-bd/bin/gpunvme-mkmodel --format safetensors --size 2G --seed 7 -o "$W/tree/m/model.safetensors" >/dev/null &&
-	truncate -s 2600M "$W/fs.img" && mkfs.ext4 -q -F -d "$W/tree" "$W/fs.img" || echo "model image FAILED"
+if has py; then
+	bd/bin/gpunvme-mkmodel --format safetensors --size 2G --seed 7 -o "$W/tree/m/model.safetensors" >/dev/null &&
+		truncate -s 2600M "$W/fs.img" && mkfs.ext4 -q -F -d "$W/tree" "$W/fs.img" || echo "model image FAILED"
+fi
 cat >"$W/py.py" <<'EOF'
 import sys, time, torch, gpunvme
 uri = sys.argv[1]
@@ -62,11 +67,12 @@ for i in $(seq "$ROUNDS"); do
 	for v in old new; do
 		B=bd/bin
 		[ $v = old ] && B=$O/bd/bin
-		echo "$v qd1 $(timeout 120 $B/bench_gpu_qd1 -n 2000 -u "$M" 2>&1 | grep 'lib gpunvme_dev_rw')"
-		echo "$v iops-warp $(timeout 60 $B/bench_gpu_iops -w 12 -q 48 -d 1024 -t 65536 -n 32 -m 1 2>&1 | tail -1)"
-		echo "$v iops-thread $(timeout 60 $B/bench_gpu_iops -w 12 -q 48 -d 1024 -t 65536 -n 16 -m 0 2>&1 | tail -1)"
-		echo "$v tier2 $(timeout 120 $B/bench_gpu_bw -m emu -s 8589934592 -c 2M -w 8 -Q 1 -r 1 2>/dev/null | grep '^emu' | tail -1)"  # method,chunk,workers,queues,bytes,s,GB/s,verified,...
-		echo "$v py $(cd /tmp && PYTHONPATH=/tmp/py-$v timeout 120 python3 "$W/py.py" "emu:$W/fs.img" 2>&1 | tail -1)"
+		has qd1 && echo "$v qd1 $(timeout 120 $B/bench_gpu_qd1 -n 2000 -u "$M" 2>&1 | grep 'lib gpunvme_dev_rw')"
+		has iops && echo "$v iops-warp $(timeout 60 $B/bench_gpu_iops -w 12 -q 48 -d 1024 -t 65536 -n 32 -m 1 2>&1 | tail -1)"
+		has iops && echo "$v iops-thread $(timeout 60 $B/bench_gpu_iops -w 12 -q 48 -d 1024 -t 65536 -n 16 -m 0 2>&1 | tail -1)"
+		# method,chunk,workers,queues,bytes,s,GB/s,verified,reps,best GB/s,note
+		has tier2 && echo "$v tier2 $(timeout 120 $B/bench_gpu_bw -m emu -s 8589934592 -c 2M -w 8 -Q 1 -r 3 2>"$R/tier2-$v-$i.err" | grep '^gpunvme,' | tail -1)"
+		has py && echo "$v py $(cd /tmp && PYTHONPATH=/tmp/py-$v timeout 120 python3 "$W/py.py" "emu:$W/fs.img" 2>&1 | tail -1)"
 	done
 done | tee "$R/ab.txt"
 rm -rf "$W"
