@@ -67,6 +67,13 @@ struct gpunvme_ctrl {
 
 /* 0 while the controller can process commands (the transport's check). */
 int ctrl_check_alive(struct gpunvme_ctrl *c, const char *what);
+/* A free I/O queue ID (neither a CPU queue pair's nor the GPU's), 0 when
+ * every one is taken; with qp_lock held. The one place queue IDs are
+ * chosen for CPU and GPU queues alike: a transport whose target frees a
+ * closed queue's ID asynchronously (tr->qid_reuse_last) gets the IDs in
+ * rotation, so a queue re-created at once does not ask for the ID its
+ * target may still hold. */
+uint16_t ctrl_pick_qid_locked(struct gpunvme_ctrl *c);
 /* Identify the controller and its active namespaces (§5.15), set the
  * transfer limits. */
 int ctrl_identify_all(struct gpunvme_ctrl *c);

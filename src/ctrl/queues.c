@@ -9,18 +9,29 @@
 
 /* ---- queue ids for queues the library does not poll itself (GPU queues) ---- */
 
+uint16_t ctrl_pick_qid_locked(struct gpunvme_ctrl *c)
+{
+	for (uint32_t i = 0; i < c->nr_io_queues; i++) {
+		uint32_t q = 1 + (i + (c->tr->qid_reuse_last ? c->qid_next : 0)) % c->nr_io_queues;
+		if (!c->qps[q] && !c->qid_gpu[q]) {
+			c->qid_next = q; /* the next search starts after this one */
+			return (uint16_t)q;
+		}
+	}
+	return 0;
+}
+
 int gpunvme_ctrl_reserve_qid(struct gpunvme_ctrl *c, uint16_t *qid)
 {
 	pthread_mutex_lock(&c->qp_lock);
-	for (uint32_t q = 1; q <= c->nr_io_queues; q++) {
-		if (!c->qps[q] && !c->qid_gpu[q]) {
-			c->qid_gpu[q] = 1;
-			pthread_mutex_unlock(&c->qp_lock);
-			*qid = (uint16_t)q;
-			return 0;
-		}
-	}
+	uint16_t q = ctrl_pick_qid_locked(c);
+	if (q)
+		c->qid_gpu[q] = 1;
 	pthread_mutex_unlock(&c->qp_lock);
+	if (q) {
+		*qid = q;
+		return 0;
+	}
 	return gpunvme_set_error(-EBUSY, "all %u I/O queue pairs granted by the controller are in use",
 				 c->nr_io_queues);
 }

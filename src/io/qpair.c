@@ -129,15 +129,7 @@ static int qpair_create(struct gpunvme_ctrl *c, uint32_t depth, void *rings, siz
 	qpair_reset_state(qp);
 
 	pthread_mutex_lock(&c->qp_lock);
-	uint16_t qid = 0;
-	for (uint32_t i = 0; i < c->nr_io_queues; i++) {
-		uint32_t q = 1 + (i + (c->tr->qid_reuse_last ? c->qid_next : 0)) % c->nr_io_queues;
-		if (!c->qps[q] && !c->qid_gpu[q]) {
-			qid = (uint16_t)q;
-			c->qid_next = q; /* next search starts after this one */
-			break;
-		}
-	}
+	uint16_t qid = ctrl_pick_qid_locked(c);
 	if (!qid) {
 		pthread_mutex_unlock(&c->qp_lock);
 		free_mem(qp);

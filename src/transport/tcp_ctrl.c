@@ -191,12 +191,26 @@ static int tcp_gpu_queue_create(struct gpunvme_ctrl *c, uint16_t qid, uint64_t s
 		ns[i] = (struct nvmf_proxy_ns){ c->ns[i].info.nsid, c->ns[i].info.lba_shift };
 	int rc = nvmf_queue_open(&tc->fab.p, qid, depth, tc->fab.cntlid, 0, tc->fab.ioccsz, &tc->q[qid], NULL);
 	if (!rc) {
+		/* A new queue's SQ tail and CQ head start at 0 (NVMe 1.4 §4.1:
+		 * a controller resets both pointers when the queue is created;
+		 * the agent starts at slot 0). Here the doorbells are words in
+		 * a host page that outlives the queues: the previous queue of
+		 * this ID left its last tail there, and a new proxy reading it
+		 * would forward that many zeroed SQEs and post completions the
+		 * agent never asked for -- on the GPU each re-created queue
+		 * then lost its first commands until their 30 s timeout.
+		 * Written before the proxy thread starts (pthread_create orders
+		 * them); the agent writes the words only after this returns. */
+		volatile uint32_t *sq_db = (volatile uint32_t *)(tc->db + gpunvme_sq_doorbell(qid, 0));
+		volatile uint32_t *cq_db = (volatile uint32_t *)(tc->db + gpunvme_cq_doorbell(qid, 0));
+		*sq_db = 0;
+		*cq_db = 0;
 		/* over TCP a bus address is the host virtual address (src/bus/tcp.c) */
 		struct nvmf_proxy_cfg cfg = {
 			.sq = (struct gpunvme_sqe *)(uintptr_t)sq_iova,
 			.cq = (void *)(uintptr_t)cq_iova,
 			.depth = depth,
-			.sq_db = (volatile uint32_t *)(tc->db + gpunvme_sq_doorbell(qid, 0)),
+			.sq_db = sq_db,
 			.qid = qid,
 			.cntlid = tc->fab.cntlid,
 			.page_size = c->page_size,

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpunvme/extents.h"
 #include "gpunvme/gpunvme.h"
@@ -34,6 +35,21 @@
 #endif
 
 static uint8_t *host; /* a tensor's bytes copied from GPU-tier memory */
+static double t_start;
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Each step's time on stderr (unbuffered; pytest shows it when a cell
+ * fails): a slow cell says which step was slow. */
+static void step(const char *what, uint32_t w)
+{
+	fprintf(stderr, "matrix_stream: %8.3f s  window %u  %s\n", now_s() - t_start, w, what);
+}
 
 /* 0 when the tensor's bytes at p are the file's (ref). */
 static int same(int tier, const struct gpunvme_tensor *t, const void *p, const uint8_t *ref, uint32_t w, int pass,
@@ -93,6 +109,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *uri = argv[1], *path = argv[2];
+	t_start = now_s();
 	int tier = 0;
 	if (argc == 5 && strcmp(argv[4], "cpu")) {
 		if (strcmp(argv[4], "1") && strcmp(argv[4], "2")) {
@@ -135,6 +152,7 @@ int main(int argc, char **argv)
 	size_t n = 0;
 	const char *what = "open";
 	int rc = gpunvme_volume_open(uri, NULL, &vo, &vol);
+	step("volume open", 0);
 	if (!rc) {
 		fs = gpunvme_volume_fs(vol);
 		what = path;
@@ -178,6 +196,7 @@ int main(int argc, char **argv)
 #endif
 		struct gpunvme_layer_stream *s = NULL;
 		rc = gpunvme_layer_stream_open_volume(vol, m, ext, n, st.size, &o, &s);
+		step("stream open", w);
 		if (rc) {
 			fprintf(stderr, "matrix_stream: %s: stream window %u: %s\n", uri, w, gpunvme_last_error());
 			bad = 1;
@@ -206,6 +225,7 @@ int main(int argc, char **argv)
 				}
 			}
 		}
+		step("two passes", w);
 		if (!bad && gpunvme_layer_stream_sync(s)) {
 			fprintf(stderr, "matrix_stream: sync: %s\n", gpunvme_last_error());
 			bad = 1;
@@ -217,12 +237,15 @@ int main(int argc, char **argv)
 		if (!bad)
 			printf("streamed %s %s: tier %d, %u layers, window %u, two passes, every byte equal\n", uri, path,
 			       tier, L, w);
+		step("sync", w);
 		gpunvme_layer_stream_close(s);
+		step("stream closed", w);
 	}
 	gpunvme_model_free(m);
 	free(ext);
 	free(host);
 	free(ref);
 	gpunvme_volume_close(vol);
+	step("volume closed", 0);
 	return bad;
 }

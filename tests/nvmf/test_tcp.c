@@ -623,6 +623,69 @@ TEST_CASE(gpu_proxy_cpu_agent)
 	return 0;
 }
 
+/* A GPU queue pair deleted and created again under the same ID (the layer
+ * stream does this for each stream it opens): the new queue starts at
+ * slot 0 of its rings. The doorbells over TCP are words in a host page
+ * that outlives the queues; before the fix the new proxy read the old
+ * queue's last tail, forwarded that many zeroed SQEs and posted their
+ * completions, and on the GPU each re-created queue lost its first
+ * commands until their 30 s timeout (the matrix's C layer stream x
+ * NVMe/TCP x Tier 1 cell took 61 s). Also: IDs are handed out in
+ * rotation on TCP (qid_reuse_last), for CPU and GPU queues alike. */
+TEST_CASE(gpu_proxy_recreated_queue)
+{
+	REQUIRE(start(NULL) == 0);
+	struct gpunvme_ctrl *c;
+	REQUIRE_OK(open_ctrl("", &c));
+	pattern(ft_ns_data(T), 1 << 20, 23);
+	uint8_t *buf = gpunvme_dma_alloc(c, 64 * 1024);
+	uint64_t *list = gpunvme_dma_alloc(c, 4096);
+	REQUIRE(buf && list);
+	size_t dlen;
+	volatile uint8_t *db = gpunvme_ctrl_doorbells(c, &dlen);
+	REQUIRE(db != NULL);
+	struct gpunvme_ctrl_info ci;
+	REQUIRE_OK(gpunvme_ctrl_info(c, &ci));
+	REQUIRE(ci.nr_io_queues == 2);
+	uint16_t prev = 0;
+	for (int round = 0; round < 3; round++) {
+		uint16_t qid;
+		REQUIRE_OK(gpunvme_ctrl_reserve_qid(c, &qid));
+		/* rotation: not the ID just deleted (the target may still
+		 * hold it), unless it is the only one */
+		if (round)
+			CHECK(qid != prev, "round %d: qid %u again", round, qid);
+		prev = qid;
+		/* fresh rings, as a new GPU queue set allocates them */
+		struct agent a = { .c = c, .depth = 16, .phase = 1, .list = list, .cid = (uint16_t)(round * 100) };
+		a.sq = gpunvme_dma_alloc(c, 16 * 64);
+		a.cq = gpunvme_dma_alloc(c, 16 * 16);
+		REQUIRE(a.sq && a.cq);
+		a.sq_db = (volatile uint32_t *)(db + gpunvme_sq_doorbell(qid, 0));
+		REQUIRE_OK(gpunvme_ctrl_create_qpair_raw(c, qid, gpunvme_dma_iova(c, a.sq), gpunvme_dma_iova(c, a.cq), 16));
+		/* nothing rung yet: no completion may appear */
+		struct timespec ts = { 0, 100 * 1000000L };
+		nanosleep(&ts, NULL);
+		CHECK(gpunvme_dw3_phase(__atomic_load_n(&((volatile uint32_t *)a.cq)[3], __ATOMIC_ACQUIRE)) == 0,
+		      "round %d: a completion the agent never asked for (stale doorbell)", round);
+		/* five reads: the next round's queue of the same ID would see
+		 * tail 5 if the doorbell were stale */
+		for (uint32_t i = 0; i < 5; i++) {
+			memset(buf, 0xee, 8192);
+			CHECK_EQ(agent_cmd(&a, GPUNVME_CMD_READ, buf, (round * 5 + i) * 16, 16, false), 0);
+			CHECK(memcmp(buf, ft_ns_data(T) + (size_t)(round * 5 + i) * 16 * 512, 8192) == 0, "round %d read %u",
+			      round, i);
+		}
+		CHECK_OK(gpunvme_ctrl_delete_qpair_raw(c, qid));
+		gpunvme_ctrl_release_qid(c, qid);
+		gpunvme_dma_free(c, a.sq);
+		gpunvme_dma_free(c, a.cq);
+	}
+	gpunvme_close(c);
+	ft_stop(T);
+	return 0;
+}
+
 /* ---- PDU layer ------------------------------------------------------------------------------ */
 
 TEST_CASE(crc32c_check_value)
