@@ -37,7 +37,7 @@ lint:
 test-asan:
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGPUNVME_SANITIZE=address,undefined
 	$(CMAKE) --build build-asan -j $(JOBS)
-	cd build-asan && $(CTEST) --output-on-failure -j $(JOBS) -L 'unit|emu|io|soak|cli|fs|loader|doctor|md|nvmf'
+	cd build-asan && $(CTEST) --output-on-failure -j $(JOBS) -L 'unit|emu|io|soak|cli|fs|loader|doctor|md|nvmf|moe'
 	@echo "== soak.cpu_faults figures (build-asan/tests/soak/soak.cpu_faults.log)"
 	@cat build-asan/tests/soak/soak.cpu_faults.log
 
