@@ -15,7 +15,8 @@
  *                being slice e of the expert dimension, which is the
  *                outermost one so the slice is one contiguous byte range:
  *                safetensors dimension 0 ("model.layers.3.mlp.experts.gate_up_proj"
- *                [E, 2I, H], as transformers 5 keeps fused experts); GGUF's
+ *                [E, 2I, H]: gpt-oss checkpoints, and the fused expert
+ *                modules of transformers 5); GGUF's
  *                last dimension ne[n-1] ("blk.3.ffn_gate_exps.weight"
  *                [H, I, E], llama.cpp; quantized blocks never straddle an
  *                expert because each expert is whole rows).

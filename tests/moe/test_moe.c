@@ -267,7 +267,7 @@ TEST_CASE(index_per_expert_qwen_shared_expert)
 
 TEST_CASE(index_stacked_transformers5)
 {
-	/* transformers 5's fused experts: gate_up_proj [E, 2I, H] and down_proj
+	/* fused experts (gpt-oss, transformers 5): gate_up_proj [E, 2I, H] and down_proj
 	 * [E, H, I] per layer, expert e = slice e of dimension 0 */
 	struct tdef t[16];
 	size_t n = 0;
