@@ -95,6 +95,17 @@ const struct gpunvme_moe_piece *gpunvme_moe_expert(const struct gpunvme_moe_inde
  * experts. */
 int gpunvme_moe_layer_find(const struct gpunvme_moe_index *x, uint32_t layer);
 
+/*
+ * Where the pieces of expert e of MoE layer i go in a slot (pos[n_proj]);
+ * returns the end of the last. Piece p starts in the first whole block of
+ * GPUNVME_MOE_PLACE bytes after piece p - 1, at its file offset modulo
+ * GPUNVME_MOE_PLACE: a reader that moves whole blocks (of any LBA size
+ * dividing it) writes no byte of another piece, and the loader DMAs all
+ * but the edge blocks in place (loader.h). Slots of both caches use it.
+ */
+#define GPUNVME_MOE_PLACE 4096u
+uint64_t gpunvme_moe_place(const struct gpunvme_moe_index *x, uint32_t i, uint32_t e, uint64_t *pos);
+
 struct gpunvme_expert_cache;
 
 struct gpunvme_expert_cache_stats {

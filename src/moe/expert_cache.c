@@ -13,12 +13,6 @@
 #include "base/base.h"
 #include "gpunvme/moe.h"
 
-/* Placement granule: a piece sits at a slot offset congruent to its file
- * offset modulo this, so the loader DMAs all but its edge blocks straight
- * into the slot (loader.h: dst and file offset agree modulo 4; the loader's
- * own memory keeps them congruent modulo 4096, and so do we). */
-#define PLACE 4096u
-
 struct slot {
 	int64_t key;               /* layer * n_experts + expert; -1 empty */
 	uint64_t used;             /* clock of the last request that used it */
@@ -37,22 +31,6 @@ struct gpunvme_expert_cache {
 	uint64_t clock;
 	struct gpunvme_expert_cache_stats st;
 };
-
-/* Where the pieces of expert (li, e) go inside a slot; returns the end. */
-static uint64_t place(const struct gpunvme_moe_index *x, uint32_t li, uint32_t e, uint64_t *pos)
-{
-	const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(x, li, e);
-	uint64_t end = 0;
-	for (uint32_t p = 0; p < x->n_proj; p++) {
-		uint64_t want = pc[p].offset % PLACE;
-		uint64_t at = end - end % PLACE + want;
-		if (at < end)
-			at += PLACE;
-		pos[p] = at;
-		end = at + pc[p].bytes;
-	}
-	return end;
-}
 
 void gpunvme_expert_cache_close(struct gpunvme_expert_cache *c)
 {
@@ -88,10 +66,10 @@ int gpunvme_expert_cache_open(const struct gpunvme_moe_index *x, struct gpunvme_
 	uint64_t pos[GPUNVME_MOE_MAX_PROJ], most = 0;
 	for (uint32_t li = 0; li < x->n_layers; li++)
 		for (uint32_t e = 0; e < x->n_experts; e++) {
-			uint64_t end = place(x, li, e, pos);
+			uint64_t end = gpunvme_moe_place(x, li, e, pos);
 			most = end > most ? end : most;
 		}
-	const uint64_t sb = (most + PLACE - 1) / PLACE * PLACE;
+	const uint64_t sb = (most + GPUNVME_MOE_PLACE - 1) / GPUNVME_MOE_PLACE * GPUNVME_MOE_PLACE;
 	c->slot_bytes = sb;
 	if (sb && (slots > UINT64_MAX / sb || sb * slots > SIZE_MAX)) {
 		gpunvme_expert_cache_close(c);
@@ -181,7 +159,7 @@ int gpunvme_expert_cache_get(struct gpunvme_expert_cache *c, uint32_t i, const u
 			 * expert behind */
 			sl->key = -1;
 			sl->mark = mark;
-			place(x, i, ids[j], sl->pos);
+			gpunvme_moe_place(x, i, ids[j], sl->pos);
 			const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(x, i, ids[j]);
 			uint8_t *base = c->mem + (size_t)v * c->slot_bytes;
 			for (uint32_t p = 0; p < x->n_proj; p++) {

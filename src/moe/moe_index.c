@@ -336,3 +336,17 @@ const struct gpunvme_moe_piece *gpunvme_moe_expert(const struct gpunvme_moe_inde
 		return NULL;
 	return &x->pieces[((size_t)i * x->n_experts + e) * x->n_proj];
 }
+
+uint64_t gpunvme_moe_place(const struct gpunvme_moe_index *x, uint32_t i, uint32_t e, uint64_t *pos)
+{
+	const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(x, i, e);
+	uint64_t end = 0;
+	for (uint32_t p = 0; pc && p < x->n_proj; p++) {
+		/* the first whole block after the previous piece, at the
+		 * piece's offset inside its block */
+		pos[p] = (end + GPUNVME_MOE_PLACE - 1) / GPUNVME_MOE_PLACE * GPUNVME_MOE_PLACE +
+			 pc[p].offset % GPUNVME_MOE_PLACE;
+		end = pos[p] + pc[p].bytes;
+	}
+	return end;
+}

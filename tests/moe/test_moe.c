@@ -213,6 +213,20 @@ TEST_CASE(index_per_expert_mixtral)
 				CHECK(pc[p].offset == want->offset && pc[p].bytes == want->bytes, "%s", name);
 				CHECK(!strcmp(m->tensors[pc[p].tensor].name, name), "%s", name);
 			}
+	/* placement in a slot: congruent to the file offset modulo 4096, and
+	 * the whole blocks of one piece clear of the next piece's */
+	for (uint32_t e = 0; e < 4; e++) {
+		uint64_t pos[GPUNVME_MOE_MAX_PROJ];
+		uint64_t end = gpunvme_moe_place(x, 1, e, pos);
+		const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(x, 1, e);
+		for (uint32_t p = 0; p < 3; p++) {
+			CHECK_EQ(pos[p] % 4096, pc[p].offset % 4096);
+			if (p)
+				CHECK(pos[p] - pos[p] % 4096 >= (pos[p - 1] + pc[p - 1].bytes + 4095) / 4096 * 4096,
+				      "expert %u piece %u shares a block with piece %u", e, p, p - 1);
+		}
+		CHECK_EQ(end, pos[2] + pc[2].bytes);
+	}
 	CHECK(gpunvme_moe_expert(x, 2, 0) == NULL);
 	CHECK(gpunvme_moe_expert(x, 0, 4) == NULL);
 	CHECK_EQ(gpunvme_moe_layer_find(x, 1), 1);
