@@ -65,7 +65,7 @@ static inline uint64_t st_bytes(const struct tdef *t)
 /* A safetensors file of these tensors, random data. */
 static inline uint8_t *safetensors(const struct tdef *t, size_t n, size_t *len, uint64_t seed)
 {
-	struct buf h = { 0 };
+	struct buf h = { NULL, 0, 0 };
 	put(&h, "{", 1);
 	uint64_t off = 0;
 	char tmp[512];
@@ -83,7 +83,7 @@ static inline uint8_t *safetensors(const struct tdef *t, size_t n, size_t *len, 
 	put(&h, "}", 1);
 	while (h.n % 8)
 		put(&h, " ", 1);
-	struct buf f = { 0 };
+	struct buf f = { NULL, 0, 0 };
 	put_u64(&f, h.n);
 	put(&f, h.p, h.n);
 	for (uint64_t i = 0; i < off; i++) {

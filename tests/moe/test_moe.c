@@ -37,7 +37,7 @@ static uint64_t gguf_bytes(const struct tdef *t)
 /* A GGUF v3 file (no metadata, alignment 32), random data. */
 static uint8_t *gguf(const struct tdef *t, size_t n, size_t *len, uint64_t seed)
 {
-	struct buf f = { 0 };
+	struct buf f = { NULL, 0, 0 };
 	put(&f, "GGUF", 4);
 	put_u32(&f, 3);
 	put_u64(&f, n);
