@@ -23,6 +23,8 @@ int cmd_extents(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 /* cmd_load.c: model files into GPU memory */
 int cmd_load(int argc, char **argv);
+/* cmd_experts.c: the experts of a mixture-of-experts model */
+int cmd_experts(int argc, char **argv);
 /* cmd_doctor.c: can this machine run the GPU data path */
 int cmd_doctor(int argc, char **argv);
 /* cmd_fabrics.c: NVMe over TCP discovery */
@@ -53,6 +55,7 @@ static const struct command commands[] = {
 	{"extents", cmd_extents, "a file's extents: LBAs on the namespace (decoders or --fiemap)"},
 	{"cat", cmd_cat, "a file's bytes from an ext4/XFS file system to stdout"},
 	{"load", cmd_load, "load a safetensors/GGUF model's tensors into GPU memory (no mount)"},
+	{"experts", cmd_experts, "the experts of a mixture-of-experts model; --read: chosen ones, hashed"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 

@@ -60,6 +60,94 @@ rand_file() { # path bytes
 	head -c "$2" /dev/urandom >"$1"
 }
 
+# gpunvme experts (moe.h): the expert index of a Mixtral-shaped model and of a
+# stacked-expert model; --read hashes chosen experts, compared with Python's
+# hashes of the same bytes from the file; on an ext4 image and on the same
+# image striped over an md RAID0 (experts cross members); every refusal.
+group_experts() {
+	command -v mkfs.ext4 >/dev/null 2>&1 || { echo "SKIP: no mkfs.ext4"; exit 77; }
+	command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
+	local d=$WORK/moe img=$WORK/moe.img
+	mkdir -p "$d/m" "$d/s" "$d/dense"
+	# writes the model and prints "layer:expert sha256" for every expert
+	python3 - "$d" >"$WORK/want.txt" <<'PY' || { fail "model writer"; return; }
+import hashlib, json, os, struct, sys
+d = sys.argv[1]
+def write(path, tensors):
+    hdr, off, blobs = {}, 0, []
+    for name, shape in tensors:
+        n = 2
+        for x in shape:
+            n *= x
+        hdr[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + n]}
+        blobs.append(os.urandom(n))
+        off += n
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    data = b"".join(blobs)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
+    return 8 + len(h), hdr, data
+# Mixtral: 3 layers x 4 experts, w1/w3 [96, 64], w2 [64, 96]
+t = [("model.embed_tokens.weight", [32, 64])]
+for l in range(3):
+    t.append(("model.layers.%d.block_sparse_moe.gate.weight" % l, [4, 64]))
+    for e in range(4):
+        for w, shp in (("w1", [96, 64]), ("w2", [64, 96]), ("w3", [96, 64])):
+            t.append(("model.layers.%d.block_sparse_moe.experts.%d.%s.weight" % (l, e, w), shp))
+base, hdr, data = write(d + "/m/model.safetensors", t)
+for l in range(3):
+    for e in range(4):
+        h = hashlib.sha256()
+        for w in ("w1", "w2", "w3"):  # the projections sorted by name
+            a, b = hdr["model.layers.%d.block_sparse_moe.experts.%d.%s.weight" % (l, e, w)]["data_offsets"]
+            h.update(data[a:b])
+        print("%d:%d %s" % (l, e, h.hexdigest()))
+# stacked (gpt-oss / transformers 5 fused): layer 1 only has experts
+t = [("model.layers.0.mlp.up_proj.weight", [8, 8]),
+     ("model.layers.1.mlp.experts.gate_up_proj", [8, 32, 16]),
+     ("model.layers.1.mlp.experts.down_proj", [8, 16, 16])]
+base, hdr, data = write(d + "/s/model.safetensors", t)
+for e in (0, 7):
+    h = hashlib.sha256()
+    for name in ("model.layers.1.mlp.experts.down_proj", "model.layers.1.mlp.experts.gate_up_proj"):
+        a, b = hdr[name]["data_offsets"]
+        n = (b - a) // 8
+        h.update(data[a + e * n:a + (e + 1) * n])
+    print("s1:%d %s" % (e, h.hexdigest()))
+write(d + "/dense/model.safetensors", [("model.layers.0.mlp.up_proj.weight", [8, 8])])
+PY
+	truncate -s 8M "$img"
+	mkfs.ext4 -q -F -b 4096 -d "$d" "$img" || { fail "mkfs.ext4"; return; }
+	python3 "$(dirname "${BASH_SOURCE[0]}")/../../bench/md_mkraid0.py" "$img" 2 64 "$WORK/r" >/dev/null || { fail "md_mkraid0"; return; }
+	local u
+	for u in "emu:$img" "md:emu:$WORK/r0.img;emu:$WORK/r1.img"; do
+		ok experts "$u" /m/model.safetensors && expect_out "per-expert experts, 3 MoE layers (0..2), 4 experts each"
+		expect_out "w2.weight  12288 bytes"
+		ok experts "$u" /m/model.safetensors --read 0:0,2:3,1:1,0:0 --slots 2
+		local le want
+		for le in 0:0 2:3 1:1; do
+			want=$(grep "^$le " "$WORK/want.txt" | cut -d' ' -f2)
+			grep -qF "layer ${le%%:*} expert ${le##*:}  sha256 $want" "$OUT" || { fail "$u: expert $le hash differs"; show; }
+		done
+		ok experts "$u" /m/model.safetensors --json --read 2:3
+		json_check 'd["layout"] == "per-expert" and d["layers"] == [0, 1, 2] and d["experts_per_layer"] == 4 and d["max_expert_bytes"] == 3 * 12288 and d["read"][0]["sha256"] == "'"$(grep '^2:3 ' "$WORK/want.txt" | cut -d' ' -f2)"'"'
+		ok experts "$u" /s/model.safetensors --read 1:0,1:7 && expect_out "stacked experts, 1 MoE layers (1..1), 8 experts each"
+		for le in 0 7; do
+			want=$(grep "^s1:$le " "$WORK/want.txt" | cut -d' ' -f2)
+			grep -qF "layer 1 expert $le  sha256 $want" "$OUT" || { fail "$u: stacked expert $le hash differs"; show; }
+		done
+	done
+	bad 1 "not a mixture-of-experts model" experts "emu:$img" /dense/model.safetensors
+	bad 1 "layer 5 has no experts" experts "emu:$img" /m/model.safetensors --read 5:0
+	bad 1 "the layer has 4 experts (0..3)" experts "emu:$img" /m/model.safetensors --read 1:4
+	bad 1 "No such file or directory" experts "emu:$img" /nope.safetensors
+	bad 2 "expected LAYER:EXPERT" experts "emu:$img" /m/model.safetensors --read 1
+	bad 2 "expected LAYER:EXPERT" experts "emu:$img" /m/model.safetensors --read 1:x
+	bad 2 "nothing after it" experts "emu:$img" /m/model.safetensors --read 1:2,
+	bad 2 "missing PATH" experts "emu:$img"
+	bad 2 "--slots" experts "emu:$img" /m/model.safetensors --slots 0
+}
+
 # ---------------------------------------------------------------------------
 
 # File system edge cases a new user hit (issue 11): names that are not
@@ -827,7 +915,7 @@ group_errors_perf() {
 }
 
 case "$GROUP" in
-help | list | id | roundtrip | shared_file | perf | perf_gpu | errors_uri | errors_io | errors_perf | pipe | fs_edges | readme | load_notes | readonly)
+help | list | id | roundtrip | shared_file | perf | perf_gpu | errors_uri | errors_io | errors_perf | pipe | fs_edges | readme | load_notes | readonly | experts)
 	"group_$GROUP"
 	;;
 *)
