@@ -116,7 +116,7 @@ setup(
             # _gpunvme_cuda.c tests GPUNVME_PY_CUDA
             sources=["src/gpunvme/" + f for f in (
                 "_gpunvme.c", "_gpunvme_cuda.c", "_gpunvme_volume.c", "_gpunvme_model.c",
-                "_gpunvme_loader.c", "_gpunvme_stream.c", "_gpunvme_dlpack.c")],
+                "_gpunvme_loader.c", "_gpunvme_stream.c", "_gpunvme_dlpack.c", "_gpunvme_moe.c")],
             depends=["src/gpunvme/_gpunvme.h"],
             extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers",
                                 "-fvisibility=hidden"],

@@ -44,7 +44,7 @@ from . import _gpunvme
 from ._gpunvme import Error, HAVE_CUDA
 
 __all__ = ["Error", "TIER_AUTO", "Volume", "load_file", "safe_open", "load_pretrained", "StateDict", "HAVE_CUDA", "cuda_available",
-           "stream", "LayerStream", "stream_decoder"]
+           "stream", "LayerStream", "stream_decoder", "ExpertCache"]
 
 # The package by concern (docs/python.md); the names below are its API, and
 # the private ones the tests reach for.
@@ -55,3 +55,4 @@ from ._placement import PLACEMENTS, _LAYER_RE, _devices, _layer_of, _load_multi,
 from ._safetensors import _Slice, cuda_available, load_file, load_pretrained, safe_open  # noqa: F401
 from ._stream import LayerStream, _cuda_stream_ptr, stream  # noqa: F401
 from ._transformers import _rebuild_rotary, stream_decoder  # noqa: F401
+from ._moe import ExpertCache  # noqa: F401

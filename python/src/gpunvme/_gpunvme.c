@@ -81,7 +81,7 @@ static struct PyModuleDef moddef = {
 PyMODINIT_FUNC PyInit__gpunvme(void)
 {
 	PyTypeObject *types[] = { &gnpy_VolumeType, &gnpy_ModelType,  &gnpy_LoaderType, &gnpy_BuffersType,
-				  &gnpy_TensorType, &gnpy_StreamType, &gnpy_ViewType };
+				  &gnpy_TensorType, &gnpy_StreamType, &gnpy_ViewType,  &gnpy_ExpertsType };
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (PyType_Ready(types[i]) < 0)
 			return NULL;
@@ -93,7 +93,7 @@ PyMODINIT_FUNC PyInit__gpunvme(void)
 					       PyExc_OSError, NULL);
 	if (!gnpy_Error || PyModule_AddObjectRef(m, "Error", gnpy_Error) < 0)
 		goto fail;
-	const char *names[] = { "Volume", "Model", "Loader", "Buffers", "Tensor", "Stream", "View" };
+	const char *names[] = { "Volume", "Model", "Loader", "Buffers", "Tensor", "Stream", "View", "Experts" };
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0)
 			goto fail;

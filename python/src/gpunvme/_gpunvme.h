@@ -16,6 +16,7 @@
  *   _gpunvme_loader.c  Loader, Buffers (a selection, loaded in steps), Tensor
  *   _gpunvme_stream.c  Stream (a layer stream) and View
  *   _gpunvme_dlpack.c  the DLPack capsule Tensor and View export
+ *   _gpunvme_moe.c     Experts: a model's expert index and a CPU-tier expert cache
  *
  * Names shared between files begin gnpy_: the extension is linked with the
  * library's static archives, whose own symbols must not meet them.
@@ -142,6 +143,10 @@ extern PyTypeObject gnpy_LoaderType, gnpy_BuffersType, gnpy_TensorType;
 /* ---- Stream, View (_gpunvme_stream.c) -------------------------------------------- */
 
 extern PyTypeObject gnpy_StreamType, gnpy_ViewType;
+
+/* ---- Experts (_gpunvme_moe.c) ----------------------------------------------------- */
+
+extern PyTypeObject gnpy_ExpertsType;
 
 /* ---- DLPack (_gpunvme_dlpack.c) -------------------------------------------------- */
 
