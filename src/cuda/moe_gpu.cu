@@ -20,62 +20,7 @@
 #include "gpunvme/moe_gpu.h"
 #include "gpunvme/volume.h"
 
-/* A device code for "more distinct experts than slots" and "expert id out
- * of range", beside device.cuh's GPUNVME_DEV_E*. */
-#define MG_ENOSPC (-28)
-#define MG_EBADID (-22)
-
-/* Zero-fills are cut at this size so that a large hole is shared by many
- * threads. */
-#define MG_ZERO_PIECE (64u << 10)
-
-/* One command (nlb > 0: a read of member `member` into the slot at `off`)
- * or one zero-fill (nlb == 0: `zero` bytes at `off`). */
-struct mg_run {
-	uint64_t slba;
-	uint64_t off;
-	uint32_t nlb;
-	uint32_t member;
-	uint32_t zero;
-	uint32_t pad;
-};
-
-struct mg_member {
-	struct gpunvme_dev_queues q;
-	struct gpunvme_dev_buf b;
-};
-
-/* The cache's state, in GPU memory; the host reads it at sync. */
-struct mg_state {
-	unsigned long long clock;
-	unsigned long long requests, hits, misses, evictions, bytes_read, commands;
-	int status;        /* first failure since the last sync, 0 */
-	uint32_t n_todo;   /* misses of the current fetch */
-	uint32_t todo_key[GPUNVME_GPU_EXPERTS_MAX_K];
-	uint32_t todo_slot[GPUNVME_GPU_EXPERTS_MAX_K];
-	int todo_fail[GPUNVME_GPU_EXPERTS_MAX_K];
-};
-
-/* What the kernels receive, by value. */
-struct mg_args {
-	struct mg_state *st;
-	int32_t *where;            /* [keys]: slot or -1 */
-	int64_t *slot_key;         /* [slots]: key or -1 */
-	unsigned long long *slot_used, *slot_mark;
-	uint64_t *slot_off;        /* [slots][n_proj]: piece offsets from base (layout) */
-	const uint32_t *run_first; /* [keys + 1] */
-	const struct mg_run *runs;
-	const uint64_t *pos;       /* [keys][n_proj]: gpunvme_moe_place */
-	const uint64_t *ebytes;    /* [keys]: bytes of each expert */
-	const struct mg_member *mem;
-	uint8_t *base;             /* slot memory, as the GPU addresses it */
-	uint64_t slot_bytes;
-	uint32_t slots, n_experts, n_proj, layer;
-	const uint32_t *ids;
-	uint32_t *out;
-	uint32_t k;
-	uint64_t timeout_ns;
-};
+#include "moe_gpu_plan.h"
 
 struct gpunvme_gpu_experts {
 	const struct gpunvme_moe_index *x;
@@ -98,16 +43,22 @@ static int cuda_fail(cudaError_t e, const char *what)
 
 /* ---- kernels ----------------------------------------------------------------------- */
 
-static __device__ void mg_fail(struct mg_state *st, int rc)
+static __host__ __device__ void mg_fail(struct mg_state *st, int rc)
 {
+#ifdef __CUDA_ARCH__
 	atomicCAS(&st->status, 0, rc);
+#else
+	if (!st->status)
+		st->status = rc;
+#endif
 }
 
 /* Decide, one thread: hits, victims, the misses to read. The host cache's
  * policy (src/moe/expert_cache.c): least recently used among the slots the
  * request does not need; a slot being filled is empty until publish. */
-static __global__ void mg_decide(struct mg_args a)
+__host__ __device__ void moe_gpu_decide(const struct mg_args *ap)
 {
+	const struct mg_args a = *ap;
 	struct mg_state *st = a.st;
 	const unsigned long long mark = ++st->clock;
 	st->n_todo = 0;
@@ -223,8 +174,9 @@ static __global__ void mg_read(struct mg_args a)
 
 /* Publish, one thread: the experts that arrived are resident; a failed one
  * leaves its slot empty and every request for it NO_SLOT. */
-static __global__ void mg_publish(struct mg_args a)
+__host__ __device__ void moe_gpu_publish(const struct mg_args *ap)
 {
+	const struct mg_args a = *ap;
 	struct mg_state *st = a.st;
 	for (uint32_t t = 0; t < st->n_todo; t++) {
 		const uint32_t key = st->todo_key[t], v = st->todo_slot[t];
@@ -239,6 +191,16 @@ static __global__ void mg_publish(struct mg_args a)
 				a.out[j] = GPUNVME_GPU_EXPERTS_NO_SLOT;
 	}
 	st->n_todo = 0;
+}
+
+static __global__ void mg_decide(struct mg_args a)
+{
+	moe_gpu_decide(&a);
+}
+
+static __global__ void mg_publish(struct mg_args a)
+{
+	moe_gpu_publish(&a);
 }
 
 /* ---- the host side ----------------------------------------------------------------- */
@@ -304,13 +266,7 @@ static int zero_runs(struct runs_vec *rv, uint64_t so, uint64_t len)
 	return rc;
 }
 
-struct member_map {
-	struct gpunvme_extent *ext;
-	size_t n;
-	uint32_t lba_shift, max_blocks;
-};
-
-static int file_runs(const struct member_map *mm, uint32_t nmem, uint64_t fs, uint64_t fe, uint64_t so,
+static int file_runs(const struct moe_gpu_member_map *mm, uint32_t nmem, uint64_t fs, uint64_t fe, uint64_t so,
 		     struct runs_vec *rv)
 {
 	/* the covered parts of [fs, fe), member by member; what no member
@@ -367,6 +323,56 @@ static int file_runs(const struct member_map *mm, uint32_t nmem, uint64_t fs, ui
 			covered_to = next;
 		}
 	}
+	return rc;
+}
+
+void moe_gpu_plan_free(struct moe_gpu_plan *p)
+{
+	free(p->pos);
+	free(p->ebytes);
+	free(p->first);
+	free(p->runs);
+	memset(p, 0, sizeof(*p));
+}
+
+int moe_gpu_plan_build(const struct gpunvme_moe_index *x, const struct moe_gpu_member_map *mm, uint32_t nmem,
+		       struct moe_gpu_plan *p)
+{
+	memset(p, 0, sizeof(*p));
+	const uint32_t keys = x->n_layers * x->n_experts, np = x->n_proj;
+	p->pos = (uint64_t *)calloc((size_t)keys * np + 1, sizeof(*p->pos));
+	p->ebytes = (uint64_t *)calloc((size_t)keys + 1, sizeof(*p->ebytes));
+	p->first = (uint32_t *)calloc((size_t)keys + 1, sizeof(*p->first));
+	struct runs_vec rv = { NULL, 0, 0 };
+	int rc = 0;
+	if (!p->pos || !p->ebytes || !p->first)
+		rc = gpunvme_set_error(-ENOMEM, "out of memory");
+	uint64_t most = 0;
+	for (uint32_t key = 0; key < keys && !rc; key++) {
+		const uint32_t li = key / x->n_experts, e = key % x->n_experts;
+		uint64_t end = gpunvme_moe_place(x, li, e, p->pos + (size_t)key * np);
+		most = end > most ? end : most;
+		const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(x, li, e);
+		p->first[key] = (uint32_t)rv.n;
+		for (uint32_t q = 0; q < np && !rc; q++) {
+			/* whole blocks around the piece: gpunvme_moe_place keeps
+			 * them clear of the other pieces' */
+			const uint64_t P = GPUNVME_MOE_PLACE;
+			uint64_t fs = pc[q].offset - pc[q].offset % P, fe = (pc[q].offset + pc[q].bytes + P - 1) / P * P;
+			uint64_t so = p->pos[(size_t)key * np + q] - pc[q].offset % P;
+			p->ebytes[key] += pc[q].bytes;
+			rc = file_runs(mm, nmem, fs, fe, so, &rv);
+		}
+		if (!rc && rv.n > UINT32_MAX / 2)
+			rc = gpunvme_set_error(-EFBIG, "GPU expert cache: over 2^31 commands");
+	}
+	if (p->first)
+		p->first[keys] = (uint32_t)rv.n;
+	p->runs = rv.v;
+	p->n_runs = rv.n;
+	p->slot_bytes = (most + GPUNVME_MOE_PLACE - 1) / GPUNVME_MOE_PLACE * GPUNVME_MOE_PLACE;
+	if (rc)
+		moe_gpu_plan_free(p);
 	return rc;
 }
 
@@ -432,7 +438,7 @@ int gpunvme_gpu_experts_open(struct gpunvme_volume *v, const struct gpunvme_moe_
 							"buffer every member's controller reaches: use tier 2, or the CPU cache",
 				       g->nmem);
 	gpunvme_volume_make_room(v);
-	struct member_map mm[GPUNVME_MD_MAX_MEMBERS];
+	struct moe_gpu_member_map mm[GPUNVME_MD_MAX_MEMBERS];
 	memset(mm, 0, sizeof(mm));
 	struct mg_member mem[GPUNVME_MD_MAX_MEMBERS];
 	for (uint32_t m = 0; m < g->nmem && !rc; m++) {
@@ -460,33 +466,13 @@ int gpunvme_gpu_experts_open(struct gpunvme_volume *v, const struct gpunvme_moe_
 	}
 	/* slot layout and every expert's commands */
 	const uint32_t keys = x->n_layers * x->n_experts, np = x->n_proj;
-	uint64_t *pos = (uint64_t *)calloc((size_t)keys * np + 1, sizeof(*pos));
-	uint64_t *eb = (uint64_t *)calloc((size_t)keys + 1, sizeof(*eb));
-	uint32_t *first = (uint32_t *)calloc((size_t)keys + 1, sizeof(*first));
-	struct runs_vec rv = { NULL, 0, 0 };
-	if (!rc && (!pos || !eb || !first))
-		rc = gpunvme_set_error(-ENOMEM, "out of memory");
-	uint64_t most = 0;
-	for (uint32_t key = 0; key < keys && !rc; key++) {
-		const uint32_t li = key / x->n_experts, e = key % x->n_experts;
-		uint64_t end = gpunvme_moe_place(x, li, e, pos + (size_t)key * np);
-		most = end > most ? end : most;
-		const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(x, li, e);
-		first[key] = (uint32_t)rv.n;
-		for (uint32_t p = 0; p < np && !rc; p++) {
-			const uint64_t P = GPUNVME_MOE_PLACE;
-			uint64_t fs = pc[p].offset - pc[p].offset % P, fe = (pc[p].offset + pc[p].bytes + P - 1) / P * P;
-			uint64_t so = pos[(size_t)key * np + p] - pc[p].offset % P;
-			eb[key] += pc[p].bytes;
-			rc = file_runs(mm, g->nmem, fs, fe, so, &rv);
-		}
-		if (!rc && rv.n > UINT32_MAX / 2)
-			rc = gpunvme_set_error(-EFBIG, "GPU expert cache: over 2^31 commands");
-	}
-	first[keys] = (uint32_t)rv.n;
+	struct moe_gpu_plan plan;
+	memset(&plan, 0, sizeof(plan));
+	if (!rc)
+		rc = moe_gpu_plan_build(x, mm, g->nmem, &plan);
 	for (uint32_t m = 0; m < g->nmem; m++)
 		free(mm[m].ext);
-	g->a.slot_bytes = (most + GPUNVME_MOE_PLACE - 1) / GPUNVME_MOE_PLACE * GPUNVME_MOE_PLACE;
+	g->a.slot_bytes = plan.slot_bytes;
 	const size_t total = (size_t)g->a.slot_bytes * o->slots;
 	/* slot memory, registered with every member's queues */
 	if (!rc && g->tier == GPUNVME_TIER_2) {
@@ -508,10 +494,10 @@ int gpunvme_gpu_experts_open(struct gpunvme_volume *v, const struct gpunvme_moe_
 		mem[m].b = *gpunvme_gpu_buf_desc(g->buf[m]);
 	/* the tables and the state */
 	g->a.st = (struct mg_state *)dev_put(g, NULL, sizeof(struct mg_state), &rc);
-	g->a.run_first = (const uint32_t *)dev_put(g, first, ((size_t)keys + 1) * sizeof(*first), &rc);
-	g->a.runs = (const struct mg_run *)dev_put(g, rv.v, rv.n * sizeof(*rv.v), &rc);
-	g->a.pos = (const uint64_t *)dev_put(g, pos, (size_t)keys * np * sizeof(*pos), &rc);
-	g->a.ebytes = (const uint64_t *)dev_put(g, eb, (size_t)keys * sizeof(*eb), &rc);
+	g->a.run_first = (const uint32_t *)dev_put(g, plan.first, ((size_t)keys + 1) * sizeof(*plan.first), &rc);
+	g->a.runs = (const struct mg_run *)dev_put(g, plan.runs, plan.n_runs * sizeof(*plan.runs), &rc);
+	g->a.pos = (const uint64_t *)dev_put(g, plan.pos, (size_t)keys * np * sizeof(*plan.pos), &rc);
+	g->a.ebytes = (const uint64_t *)dev_put(g, plan.ebytes, (size_t)keys * sizeof(*plan.ebytes), &rc);
 	g->a.mem = (const struct mg_member *)dev_put(g, mem, g->nmem * sizeof(*mem), &rc);
 	g->a.slot_off = (uint64_t *)dev_put(g, NULL, (size_t)o->slots * np * sizeof(uint64_t), &rc);
 	g->a.slot_used = (unsigned long long *)dev_put(g, NULL, o->slots * sizeof(unsigned long long), &rc);
@@ -532,10 +518,7 @@ int gpunvme_gpu_experts_open(struct gpunvme_volume *v, const struct gpunvme_moe_
 	g->a.n_experts = x->n_experts;
 	g->a.n_proj = np;
 	g->a.timeout_ns = o->timeout_ns;
-	free(pos);
-	free(eb);
-	free(first);
-	free(rv.v);
+	moe_gpu_plan_free(&plan);
 	if (rc) {
 		gpunvme_gpu_experts_close(g);
 		return rc;
