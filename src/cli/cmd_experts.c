@@ -102,18 +102,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		default: return EXIT_USAGE;
 		}
 	}
-	int npos = argc - optind;
-	if (npos < 1)
-		return cli_usage_err("missing device URI (e.g. emu:/path/disk.img)");
-	if (npos < 2)
-		return cli_usage_err("missing PATH (the model file or directory in the file system)");
-	if (npos > 2)
-		return cli_usage_err("unexpected argument '%s'", argv[optind + 2]);
-	if ((rc = cli_volume_check(&o->vol)))
-		return rc;
-	o->uri = argv[optind];
-	o->path = argv[optind + 1];
-	return cli_check_uri(o->uri);
+	return cli_uri_model_path(argc, argv, &o->vol, &o->uri, &o->path);
 }
 
 static void sha_hex(const uint8_t d[32], char *hex)

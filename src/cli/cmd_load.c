@@ -15,7 +15,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef GPUNVME_HAVE_CUDA
@@ -174,21 +173,7 @@ static int parse(int argc, char **argv, struct load_opts *o)
 		default: return EXIT_USAGE;
 		}
 	}
-	int npos = argc - optind;
-	if (npos < 1)
-		return cli_usage_err("missing device URI (e.g. emu:/path/disk.img)");
-	if (npos < 2)
-		return cli_usage_err("missing PATH (the model file or directory in the file system, e.g. /models/m.safetensors)");
-	if (npos > 2)
-		return cli_usage_err("unexpected argument '%s'", argv[optind + 2]);
-	if ((rc = cli_volume_check(&o->vol)))
-		return rc;
-	o->uri = argv[optind];
-	o->path = argv[optind + 1];
-	struct stat sb;
-	if (!strchr(o->uri, ':') && stat(o->uri, &sb) == 0)
-		return cli_usage_err("'%s' is a file, not a device URI: use emu:%s", o->uri, o->uri);
-	return cli_check_uri(o->uri);
+	return cli_uri_model_path(argc, argv, &o->vol, &o->uri, &o->path);
 }
 
 /* ---- the model ------------------------------------------------------------------ */

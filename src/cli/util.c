@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -214,6 +215,25 @@ const char *cli_one_uri(int argc, char **argv)
 		return NULL;
 	}
 	return argv[optind];
+}
+
+int cli_uri_model_path(int argc, char **argv, const struct cli_volume_opts *v, const char **uri, const char **path)
+{
+	int npos = argc - optind, rc;
+	if (npos < 1)
+		return cli_usage_err("missing device URI (e.g. emu:/path/disk.img)");
+	if (npos < 2)
+		return cli_usage_err("missing PATH (the model file or directory in the file system, e.g. /models/m.safetensors)");
+	if (npos > 2)
+		return cli_usage_err("unexpected argument '%s'", argv[optind + 2]);
+	if ((rc = cli_volume_check(v)))
+		return rc;
+	*uri = argv[optind];
+	*path = argv[optind + 1];
+	struct stat sb;
+	if (!strchr(*uri, ':') && stat(*uri, &sb) == 0)
+		return cli_usage_err("'%s' is a file, not a device URI: use emu:%s", *uri, *uri);
+	return cli_check_uri(*uri);
 }
 
 /* ---- URIs ------------------------------------------------------------------ */

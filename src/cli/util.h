@@ -67,6 +67,12 @@ int cli_getopt(int argc, char **argv, const char *shortopts, const struct option
  * usage error is printed and NULL returned. */
 const char *cli_one_uri(int argc, char **argv);
 
+/* After options: URI and PATH (a model in the volume's file system), the
+ * volume options v checked, the URI's syntax too (commands load and
+ * experts). 0, or a usage error printed and EXIT_USAGE. */
+struct cli_volume_opts;
+int cli_uri_model_path(int argc, char **argv, const struct cli_volume_opts *v, const char **uri, const char **path);
+
 /* ---- controllers -------------------------------------------------------- */
 
 /* 1 when uri names an md array ("md:...") */

@@ -152,19 +152,7 @@ TEST_CASE(plan_md)
 		if (strstr(t[i].name, ".experts."))
 			t[i].shape[t[i].shape[0] == 16 ? 0 : 1] *= 32;
 	uint8_t *file = safetensors(t, n, &len, 11);
-	char cmd[2048], path[400];
-	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/root/m'", dir);
-	REQUIRE(system(cmd) == 0);
-	snprintf(path, sizeof(path), "%s/root/m/model.safetensors", dir);
-	FILE *f = fopen(path, "wb");
-	REQUIRE(f && fwrite(file, 1, len, f) == len);
-	fclose(f);
-	int k = snprintf(cmd, sizeof(cmd),
-			 "truncate -s 8M '%s/fs.img' && mkfs.ext4 -q -F -b 4096 -d '%s/root' '%s/fs.img' >/dev/null 2>&1 && "
-			 "python3 '%s' '%s/fs.img' 2 64 '%s/r' >/dev/null",
-			 dir, dir, dir, MD_MKRAID0_PY, dir, dir);
-	REQUIRE(k > 0 && (size_t)k < sizeof(cmd));
-	REQUIRE(system(cmd) == 0, "%s failed", cmd);
+	REQUIRE(moe_model_images(dir, file, len, MD_MKRAID0_PY) == 0);
 	char uri[900];
 	snprintf(uri, sizeof(uri), "md:emu:%s/r0.img;emu:%s/r1.img", dir, dir);
 	struct gpunvme_volume_opts vo;
@@ -205,6 +193,7 @@ TEST_CASE(plan_md)
 	gpunvme_model_set_free(set);
 	gpunvme_volume_close(v);
 	free(file);
+	char cmd[600];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd))
 		fprintf(stderr, "could not remove %s\n", dir);

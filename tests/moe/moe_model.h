@@ -137,4 +137,37 @@ static inline size_t mixtral(struct tdef *t, uint32_t layers, uint32_t experts)
 	return n;
 }
 
+/*
+ * The model file as /m/model.safetensors of an 8 MiB ext4 image DIR/fs.img
+ * (mkfs.ext4 -d), and that image striped over an md RAID0 of 2 members
+ * with 64 KiB chunks, DIR/r0.img and DIR/r1.img (bench/md_mkraid0.py, whose
+ * path the test gets as MD_MKRAID0_PY). 0, or -1 with the failing command
+ * on stderr. Needs python3 and mkfs.ext4.
+ */
+static inline int moe_model_images(const char *dir, const uint8_t *file, size_t len, const char *mkraid0_py)
+{
+	char cmd[2048], path[512];
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/root/m'", dir);
+	if (system(cmd))
+		return -1;
+	snprintf(path, sizeof(path), "%s/root/m/model.safetensors", dir);
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(file, 1, len, f) != len) {
+		if (f)
+			fclose(f);
+		fprintf(stderr, "writing %s failed\n", path);
+		return -1;
+	}
+	fclose(f);
+	int k = snprintf(cmd, sizeof(cmd),
+			 "truncate -s 8M '%s/fs.img' && mkfs.ext4 -q -F -b 4096 -d '%s/root' '%s/fs.img' >/dev/null 2>&1 && "
+			 "python3 '%s' '%s/fs.img' 2 64 '%s/r' >/dev/null",
+			 dir, dir, dir, mkraid0_py, dir, dir);
+	if (k < 0 || (size_t)k >= sizeof(cmd) || system(cmd)) {
+		fprintf(stderr, "failed: %s\n", cmd);
+		return -1;
+	}
+	return 0;
+}
+
 #endif
