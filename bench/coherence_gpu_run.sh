@@ -12,7 +12,7 @@
 #             average and, on failure, the failed tests' output under $OUT
 #             (STOP_ON_FAIL=1: no run after a failed one)
 #   mp:N      the multi-process test alone (gpu.multiproc), N runs
-#   moe       the GPU expert cache's test (ctest -L gpu_moe)
+#   moe       the GPU expert cache's test (ctest -L moedev)
 #   tcp       the GPU path over NVMe/TCP against the fake target on
 #             loopback: load --tier cpu|1 --verify, perf --gpu at QD1, QD32,
 #             4x32 128 KiB against the CPU path's perf on the same target
@@ -74,10 +74,10 @@ for ph in ${PHASES:-build serial}; do
 		log "${ph%%:*}: $pass of $n runs passed"
 		;;
 	moe)
-		# the GPU expert cache's test (label gpu_moe until it has passed
+		# the GPU expert cache's test (label moedev until it has passed
 		# here; then it joins -L gpu)
-		log "ctest -L gpu_moe"
-		(cd "$BD" && timeout 400 ctest -L gpu_moe --output-on-failure >"$R/ctest-moe.log" 2>&1)
+		log "ctest -L moedev"
+		(cd "$BD" && timeout 400 ctest -L moedev --output-on-failure >"$R/ctest-moe.log" 2>&1)
 		grep -E "tests passed|\*\*\*|tier [12]:|FAIL" "$R/ctest-moe.log" | head -20
 		;;
 	tcp)
