@@ -11,7 +11,11 @@
  *     after the data offset, a known dtype, ndim within bounds, names
  *     NUL-terminated; any violation aborts;
  *   - gpunvme_tensor_match with the input's last bytes as a pattern list
- *     against the tensor names (or fixed names): bounded time, no overrun.
+ *     against the tensor names (or fixed names): bounded time, no overrun;
+ *   - the expert index (moe.h) over the index: 0, -ENOENT or -EINVAL only,
+ *     and on success every expert's pieces inside their tensors and the
+ *     file, layers ascending, the slot placement congruent and clear of the
+ *     other pieces' blocks.
  * The parser must return 0 or -errno, never read out of bounds, leak,
  * crash or hang.
  *
@@ -33,6 +37,7 @@
 #include <string.h>
 
 #include "gpunvme/model.h"
+#include "gpunvme/moe.h"
 
 #ifndef FUZZ_MODEL_MKSEED
 
@@ -78,6 +83,48 @@ static int same(const struct gpunvme_model *a, const struct gpunvme_model *b)
 	return 1;
 }
 
+static void check_experts(const struct gpunvme_model *m, size_t size)
+{
+	struct gpunvme_moe_index *x = NULL;
+	int rc = gpunvme_moe_index_build(m, &x);
+	if (rc != 0 && rc != -ENOENT && rc != -EINVAL && rc != -ENOMEM)
+		abort();
+	if ((rc == 0) != (x != NULL))
+		abort();
+	if (!x)
+		return;
+	if (!x->n_layers || !x->n_experts || !x->n_proj || x->n_proj > GPUNVME_MOE_MAX_PROJ ||
+	    x->n_experts > GPUNVME_MOE_MAX_EXPERTS)
+		abort();
+	for (uint32_t i = 1; i < x->n_layers; i++)
+		if (x->layer[i] <= x->layer[i - 1])
+			abort();
+	for (uint32_t i = 0; i < x->n_layers; i++)
+		for (uint32_t e = 0; e < x->n_experts; e++) {
+			const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(x, i, e);
+			uint64_t pos[GPUNVME_MOE_MAX_PROJ], sum = 0;
+			uint64_t end = gpunvme_moe_place(x, i, e, pos);
+			for (uint32_t p = 0; p < x->n_proj; p++) {
+				if (pc[p].tensor >= m->n_tensors)
+					abort();
+				const struct gpunvme_tensor *t = &m->tensors[pc[p].tensor];
+				if (pc[p].offset < t->offset || pc[p].bytes > t->bytes ||
+				    pc[p].offset - t->offset > t->bytes - pc[p].bytes || pc[p].offset + pc[p].bytes > size)
+					abort();
+				if (pos[p] % GPUNVME_MOE_PLACE != pc[p].offset % GPUNVME_MOE_PLACE)
+					abort();
+				if (p && pos[p] - pos[p] % GPUNVME_MOE_PLACE < pos[p - 1] + pc[p - 1].bytes)
+					abort();
+				sum += pc[p].bytes;
+			}
+			if (sum > x->max_expert_bytes || end != pos[x->n_proj - 1] + pc[x->n_proj - 1].bytes)
+				abort();
+		}
+	if (gpunvme_moe_expert(x, x->n_layers, 0) || gpunvme_moe_expert(x, 0, x->n_experts))
+		abort();
+	gpunvme_moe_index_free(x);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -91,6 +138,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_sane(a, size);
 		if (!same(a, b))
 			abort();
+		check_experts(a, size);
 	}
 
 	/* the last bytes (up to 48) as a pattern list */
@@ -276,6 +324,37 @@ int main(int argc, char **argv)
 	   "\"c\":{\"dtype\":\"F8_E8M0\",\"shape\":[1],\"data_offsets\":[10,11]},"
 	   "\"d\":{\"dtype\":\"F6_E2M3\",\"shape\":[8],\"data_offsets\":[11,17]}}",
 	   0, 17);
+
+	/* mixture-of-experts layouts (moe.h): one tensor per expert beside a
+	 * router and a shared expert; stacked along dimension 0; GGUF _exps */
+	st(d, "st-moe-per-expert",
+	   "{\"model.layers.0.mlp.gate.weight\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[0,8]},"
+	   "\"model.layers.0.mlp.shared_experts.up_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[8,12]},"
+	   "\"model.layers.0.mlp.experts.0.up_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[12,20]},"
+	   "\"model.layers.0.mlp.experts.0.down_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[20,28]},"
+	   "\"model.layers.0.mlp.experts.1.up_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[28,36]},"
+	   "\"model.layers.0.mlp.experts.1.down_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[36,44]},"
+	   "\"model.layers.2.mlp.experts.0.up_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[44,52]},"
+	   "\"model.layers.2.mlp.experts.0.down_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[52,60]},"
+	   "\"model.layers.2.mlp.experts.1.up_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[60,68]},"
+	   "\"model.layers.2.mlp.experts.1.down_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[68,76]}}",
+	   0, 76);
+	st(d, "st-moe-stacked",
+	   "{\"model.layers.1.mlp.experts.gate_up_proj\":{\"dtype\":\"F16\",\"shape\":[4,2,3],\"data_offsets\":[0,48]},"
+	   "\"model.layers.1.mlp.experts.down_proj\":{\"dtype\":\"F16\",\"shape\":[4,3,1],\"data_offsets\":[48,72]},"
+	   "\"model.layers.1.mlp.router.weight\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[72,88]}}",
+	   3, 88);
+	b = (struct bb){ 0 };
+	static const struct ti te[] = {
+		{ "blk.0.ffn_gate_inp.weight", 0, 2, { 2, 4 }, 32 },       /* F32 */
+		{ "blk.0.ffn_up_exps.weight", 8, 3, { 32, 2, 4 }, 272 },  /* Q8_0 */
+		{ "blk.0.ffn_down_exps.weight", 1, 3, { 2, 32, 4 }, 512 }, /* F16 */
+		{ "blk.0.ffn_up_shexp.weight", 1, 2, { 2, 2 }, 8 },        /* F16 */
+	};
+	gguf_head(&b, 3, 4, 0);
+	gg_tensors(&b, te, 4, 32);
+	save(d, "gguf-moe-exps", &b);
+	free(b.p);
 	return 0;
 }
 
