@@ -266,62 +266,77 @@ static int zero_runs(struct runs_vec *rv, uint64_t so, uint64_t len)
 	return rc;
 }
 
+/* The first of the sorted, disjoint extents e[0..n) that ends past off. */
+static size_t first_after(const struct gpunvme_extent *e, size_t n, uint64_t off)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (e[mid].logical + e[mid].length <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The runs that fill slot bytes [so, so + fe - fs) from file bytes
+ * [fs, fe): at each point the member extent that holds it (md: exactly one
+ * member's is not ELSEWHERE, gpunvme_md_member_extents), read in commands
+ * of at most MDTS; unwritten ranges and what no member holds (holes) as
+ * zero-fills. Each step finds its extent by binary search: an array's
+ * member extents number one per chunk, hundreds of thousands for a large
+ * model. */
 static int file_runs(const struct moe_gpu_member_map *mm, uint32_t nmem, uint64_t fs, uint64_t fe, uint64_t so,
 		     struct runs_vec *rv)
 {
-	/* the covered parts of [fs, fe), member by member; what no member
-	 * holds is a hole */
 	uint64_t covered_to = fs;
 	int rc = 0;
-	/* extents of all members are sorted per member; walk [fs, fe) in
-	 * file order by taking, at each point, the member extent that holds it */
 	while (covered_to < fe && !rc) {
 		uint64_t next = fe;
-		bool found = false;
-		for (uint32_t m = 0; m < nmem && !found; m++) {
-			for (size_t i = 0; i < mm[m].n; i++) {
-				const struct gpunvme_extent *x = &mm[m].ext[i];
-				if (x->flags & GPUNVME_EXTENT_ELSEWHERE)
-					continue;
-				uint64_t lo = x->logical, hi = x->logical + x->length;
-				if (hi <= covered_to || lo >= fe)
-					continue;
-				if (lo > covered_to) {
-					next = lo < next ? lo : next;
-					continue;
-				}
-				/* x holds covered_to */
-				uint64_t b = hi < fe ? hi : fe, a = covered_to;
-				if (x->flags & GPUNVME_EXTENT_UNWRITTEN) {
-					rc = zero_runs(rv, so + (a - fs), b - a);
-				} else {
-					const uint64_t lba = 1ull << mm[m].lba_shift;
-					uint64_t phys = x->physical + (a - x->logical);
-					if (phys % lba || (b - a) % lba)
-						return gpunvme_set_error(-EINVAL, "GPU expert cache: file bytes %llu+%llu lie at byte %llu "
-										  "of member %u, not on its %llu-byte blocks: GPU "
-										  "threads read whole blocks; use the CPU cache",
-									 (unsigned long long)a, (unsigned long long)(b - a),
-									 (unsigned long long)phys, m, (unsigned long long)lba);
-					for (uint64_t d = 0; d < b - a && !rc;) {
-						uint64_t blocks = (b - a - d) >> mm[m].lba_shift;
-						if (blocks > mm[m].max_blocks)
-							blocks = mm[m].max_blocks;
-						struct mg_run r = { (phys + d) >> mm[m].lba_shift, so + (a - fs) + d, (uint32_t)blocks, m, 0, 0 };
-						rc = push_run(rv, r);
-						d += blocks << mm[m].lba_shift;
-					}
-				}
-				covered_to = b;
-				found = true;
-				break;
-			}
+		const struct gpunvme_extent *x = NULL;
+		uint32_t m;
+		for (m = 0; m < nmem && !x; m++) {
+			size_t i = first_after(mm[m].ext, mm[m].n, covered_to);
+			/* past the other members' pieces (md) to this member's next */
+			while (i < mm[m].n && mm[m].ext[i].logical < fe && (mm[m].ext[i].flags & GPUNVME_EXTENT_ELSEWHERE))
+				i++;
+			if (i == mm[m].n || mm[m].ext[i].logical >= fe)
+				continue;
+			if (mm[m].ext[i].logical <= covered_to)
+				x = &mm[m].ext[i];
+			else if (mm[m].ext[i].logical < next)
+				next = mm[m].ext[i].logical;
 		}
-		if (!found && !rc) {
+		if (!x) {
 			/* nobody holds covered_to: a hole up to the next extent */
 			rc = zero_runs(rv, so + (covered_to - fs), next - covered_to);
 			covered_to = next;
+			continue;
 		}
+		m--; /* the member whose extent x is */
+		uint64_t hi = x->logical + x->length, b = hi < fe ? hi : fe, a = covered_to;
+		if (x->flags & GPUNVME_EXTENT_UNWRITTEN) {
+			rc = zero_runs(rv, so + (a - fs), b - a);
+		} else {
+			const uint64_t lba = 1ull << mm[m].lba_shift;
+			uint64_t phys = x->physical + (a - x->logical);
+			if (phys % lba || (b - a) % lba)
+				return gpunvme_set_error(-EINVAL, "GPU expert cache: file bytes %llu+%llu lie at byte %llu of member "
+								  "%u, not on its %llu-byte blocks: GPU threads read whole blocks; "
+								  "use the CPU cache",
+							 (unsigned long long)a, (unsigned long long)(b - a),
+							 (unsigned long long)phys, m, (unsigned long long)lba);
+			for (uint64_t d = 0; d < b - a && !rc;) {
+				uint64_t blocks = (b - a - d) >> mm[m].lba_shift;
+				if (blocks > mm[m].max_blocks)
+					blocks = mm[m].max_blocks;
+				struct mg_run r = { (phys + d) >> mm[m].lba_shift, so + (a - fs) + d, (uint32_t)blocks, m, 0, 0 };
+				rc = push_run(rv, r);
+				d += blocks << mm[m].lba_shift;
+			}
+		}
+		covered_to = b;
 	}
 	return rc;
 }

@@ -10,6 +10,10 @@
  *                 hole (the hole must come back as zeroes)
  *   plan_md       the same through an md RAID0 of 2 members (512-byte
  *                 blocks, 64 KiB chunks): experts cross members
+ *   plan_scale    a 48 GiB Mixtral-shaped model (header only: the plan
+ *                 reads no data) over a modeled md RAID0 of 4 members with
+ *                 512 KiB chunks (98,304 member extents each): built in
+ *                 well under a second, one command per chunk piece
  *   policy        the decide/publish policy the kernels run, on host
  *                 arrays, against the host cache (src/moe/expert_cache.c)
  *                 fed the same ids: the same slot for every expert asked,
@@ -21,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ctrl/ctrl_emu.h" /* the emulator behind the controller */
 #include "cuda/moe_gpu_plan.h"
@@ -198,6 +203,102 @@ TEST_CASE(plan_md)
 	if (system(cmd))
 		fprintf(stderr, "could not remove %s\n", dir);
 	return rc;
+}
+
+/* A model file of which only the header exists (the parse reads nothing
+ * else): zeroes past it. */
+struct header_only {
+	const uint8_t *h;
+	size_t n;
+};
+
+static int header_read(void *ctx, uint64_t off, void *buf, size_t len)
+{
+	const struct header_only *ho = (const struct header_only *)ctx;
+	memset(buf, 0, len);
+	if (off < ho->n)
+		memcpy(buf, ho->h + off, len < ho->n - off ? len : ho->n - off);
+	return 0;
+}
+
+TEST_CASE(plan_scale)
+{
+	/* 32 layers x 8 experts x 3 projections of 64 MiB: 48 GiB of experts */
+	const uint32_t L = 32, E = 8;
+	const uint64_t piece = 64ull << 20;
+	struct buf h = { NULL, 0, 0 };
+	put(&h, "{", 1);
+	char tmp[256];
+	uint64_t off = 0;
+	for (uint32_t l = 0; l < L; l++)
+		for (uint32_t e = 0; e < E; e++)
+			for (int w = 1; w <= 3; w++) {
+				int k = snprintf(tmp, sizeof(tmp),
+						 "%s\"model.layers.%u.block_sparse_moe.experts.%u.w%d.weight\":{\"dtype\":\"BF16\","
+						 "\"shape\":[%llu],\"data_offsets\":[%llu,%llu]}",
+						 off ? "," : "", l, e, w, (unsigned long long)(piece / 2), (unsigned long long)off,
+						 (unsigned long long)(off + piece));
+				put(&h, tmp, (size_t)k);
+				off += piece;
+			}
+	put(&h, "}", 1);
+	while ((h.n + 8) % 4096)
+		put(&h, " ", 1); /* data from a 4 KiB boundary, as large checkpoints are laid out */
+	struct buf f = { NULL, 0, 0 };
+	put_u64(&f, h.n);
+	put(&f, h.p, h.n);
+	struct header_only ho = { f.p, f.n };
+	const uint64_t size = f.n + off;
+	struct gpunvme_model *m = NULL;
+	REQUIRE_OK(gpunvme_model_parse(header_read, &ho, size, &m));
+	struct gpunvme_moe_index *x = NULL;
+	REQUIRE_OK(gpunvme_moe_index_build(m, &x));
+	/* md RAID0, 4 members, 512 KiB chunks, data from 1 MiB on each member:
+	 * chunk c is member c % 4's chunk c / 4, the others' ELSEWHERE */
+	const uint64_t C = 512u << 10, chunks = (size + C - 1) / C;
+	struct moe_gpu_member_map mm[4];
+	for (uint32_t mb = 0; mb < 4; mb++) {
+		mm[mb].ext = (struct gpunvme_extent *)malloc(chunks * sizeof(struct gpunvme_extent));
+		REQUIRE(mm[mb].ext);
+		mm[mb].n = chunks;
+		mm[mb].lba_shift = 12;
+		mm[mb].max_blocks = 512; /* 2 MiB */
+		for (uint64_t c = 0; c < chunks; c++) {
+			struct gpunvme_extent *e = &mm[mb].ext[c];
+			e->logical = c * C;
+			e->length = C;
+			e->physical = (1u << 20) + c / 4 * C;
+			e->flags = c % 4 == mb ? 0 : GPUNVME_EXTENT_ELSEWHERE;
+		}
+	}
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	struct moe_gpu_plan p;
+	REQUIRE_OK(moe_gpu_plan_build(x, mm, 4, &p));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	printf("plan of %u experts over 4 x %llu member extents: %zu commands in %.3f s\n", L * E,
+	       (unsigned long long)chunks, p.n_runs, s);
+	/* every piece is 64 MiB from a 4 KiB-aligned offset: 128 chunk pieces,
+	 * or 129 where it starts inside a chunk */
+	CHECK(p.n_runs >= (size_t)L * E * 3 * 128 && p.n_runs <= (size_t)L * E * 3 * 129, "%zu commands", p.n_runs);
+	CHECK(s < 2.0, "the plan took %.3f s", s);
+	uint64_t per[4] = { 0, 0, 0, 0 }, bytes = 0;
+	for (size_t r = 0; r < p.n_runs; r++) {
+		REQUIRE(p.runs[r].nlb > 0 && p.runs[r].nlb <= 128, "run %zu: %u blocks (a chunk is 128)", r, p.runs[r].nlb);
+		per[p.runs[r].member]++;
+		bytes += (uint64_t)p.runs[r].nlb << 12;
+	}
+	CHECK_EQ(bytes, (uint64_t)L * E * 3 * piece);
+	CHECK(per[0] && per[1] && per[2] && per[3]);
+	moe_gpu_plan_free(&p);
+	for (int mb = 0; mb < 4; mb++)
+		free(mm[mb].ext);
+	free(h.p);
+	free(f.p);
+	gpunvme_moe_index_free(x);
+	gpunvme_model_free(m);
+	return 0;
 }
 
 /* The kernels' policy on host arrays, one fetch. */
