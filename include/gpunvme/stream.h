@@ -99,6 +99,12 @@ struct gpunvme_stream_stats {
 	double io_ms;             /* time the layer reads took (GPU: on the reads' stream) */
 	double stall_ms;          /* time consumers waited for a layer's bytes */
 	double overlap;           /* share of read time hidden behind the consumer: 1 - stall / io, in [0, 1] */
+	/* appended (ABI): the stream's loader's recoveries (loader.h,
+	 * gpunvme_loader_stats). Not 0 in a run with no fault means reads
+	 * timed out and were repeated: the bytes came out right, but slowly
+	 * (a TCP queue stall hid this way, 30 s per stream) */
+	uint64_t retries;         /* loads tried again after a failure */
+	uint64_t resets;          /* controller resets among those recoveries */
 };
 
 struct gpunvme_layer_stream;

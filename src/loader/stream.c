@@ -784,6 +784,10 @@ int gpunvme_layer_stream_stats(struct gpunvme_layer_stream *s, struct gpunvme_st
 	s->st.bounce_bytes = LOADER_BOUNCE_BYTES;
 	double ov = s->st.io_ms > 0 ? 1.0 - s->st.stall_ms / s->st.io_ms : 0.0;
 	s->st.overlap = ov < 0 ? 0 : ov > 1 ? 1 : ov;
+	struct gpunvme_loader_stats ls;
+	gpunvme_layer_loader_stats(s->l, &ls);
+	s->st.retries = ls.retries;
+	s->st.resets = ls.resets;
 	*st = s->st;
 	return rc;
 }

@@ -492,6 +492,12 @@ TEST_CASE(errors)
 	rc = gpunvme_layer_stream_acquire(s, 0, NULL, &L);
 	REQUIRE_EQ(rc, -EIO);
 	REQUIRE(strstr(gpunvme_last_error(), "NVMe status"), "%s", gpunvme_last_error());
+	/* the loader tried it again before giving up (its default: 2 more
+	 * times), and the stream's statistics say so */
+	struct gpunvme_stream_stats fs;
+	REQUIRE_OK(gpunvme_layer_stream_stats(s, &fs));
+	REQUIRE(fs.retries == 2 && fs.resets == 0, "retries %llu, resets %llu", (unsigned long long)fs.retries,
+		(unsigned long long)fs.resets);
 	gpunvme_layer_stream_close(s);
 
 	gpunvme_model_free(fm.m);

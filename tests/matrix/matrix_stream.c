@@ -230,6 +230,16 @@ int main(int argc, char **argv)
 			fprintf(stderr, "matrix_stream: sync: %s\n", gpunvme_last_error());
 			bad = 1;
 		}
+		/* no fault is injected here: a read that had to be repeated
+		 * means a stall somewhere, even when the bytes come out right
+		 * (NVMe/TCP's re-created GPU queues once cost 30 s this way) */
+		struct gpunvme_stream_stats ss;
+		if (!bad && !gpunvme_layer_stream_stats(s, &ss) && (ss.retries || ss.resets)) {
+			fprintf(stderr, "matrix_stream: window %u: %llu reads repeated after a failure, %llu controller resets, "
+					"in a run without faults\n",
+				w, (unsigned long long)ss.retries, (unsigned long long)ss.resets);
+			bad = 1;
+		}
 		if (!bad && seen != m->n_tensors) {
 			fprintf(stderr, "matrix_stream: window %u saw %zu of %zu tensors\n", w, seen, m->n_tensors);
 			bad = 1;

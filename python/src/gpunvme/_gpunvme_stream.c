@@ -257,14 +257,15 @@ static PyObject *Stream_stats(Stream *st, PyObject *unused)
 	Py_END_ALLOW_THREADS
 	if (rc)
 		return gnpy_raise_err(rc, "%s", err);
-	return Py_BuildValue("{s:i,s:O,s:I,s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d}", "tier", (int)ss.tier,
+	return Py_BuildValue("{s:i,s:O,s:I,s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:K,s:K}", "tier", (int)ss.tier,
 			     "fell_back", ss.fell_back ? Py_True : Py_False, "layers", ss.layers, "window", ss.window,
 			     "slot_bytes", (unsigned long long)ss.slot_bytes, "memory_bytes",
 			     (unsigned long long)ss.memory_bytes, "bounce_bytes", (unsigned long long)ss.bounce_bytes,
 			     "resident_bytes", (unsigned long long)ss.resident_bytes, "layer_loads",
 			     (unsigned long long)ss.layer_loads, "bytes_read", (unsigned long long)ss.bytes_read,
 			     "acquires", (unsigned long long)ss.acquires, "restarts", (unsigned long long)ss.restarts,
-			     "io_ms", ss.io_ms, "stall_ms", ss.stall_ms, "overlap", ss.overlap);
+			     "io_ms", ss.io_ms, "stall_ms", ss.stall_ms, "overlap", ss.overlap, "retries",
+			     (unsigned long long)ss.retries, "resets", (unsigned long long)ss.resets);
 }
 
 static PyObject *Stream_n_layers(Stream *st, void *unused)
