@@ -3,7 +3,10 @@
 demand, every byte compared with what the writers here put in the file:
 Mixtral's one tensor per expert, stacked experts (dimension 0), llama.cpp's
 GGUF "_exps" tensors (quantized and F16, expert last in ne order); through
-an ext4 image and an md RAID0 striped from it; every refusal."""
+every kind of volume: an ext4 image, an md RAID0 striped from it, the image
+in a GPT partition at an unaligned start, and the image behind the NVMe/TCP
+fake target; every refusal."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +15,11 @@ import numpy as np
 import pytest
 
 import gpunvme
-from conftest import gguf_bytes, make_image, rand_bytes, st_bytes
+from conftest import gguf_bytes, gpt_disk, make_image, rand_bytes, st_bytes
 
 REPO = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("GPUNVME_BUILD", REPO / "build")) / "bin"
+NQN = "nqn.2026-11.io.gpunvme:fake"
 
 
 def mixtral(rng, layers=3, experts=4):
@@ -51,16 +56,42 @@ def moe_images(tmp_path_factory):
     subprocess.run([sys.executable, str(REPO / "bench" / "md_mkraid0.py"), img, "2", "64", str(tmp / "r")],
                    check=True, stdout=subprocess.DEVNULL)
     md = "md:emu:%s;emu:%s" % (tmp / "r0.img", tmp / "r1.img")
-    return {"uris": (uri, md), "mx": mx_data, "stk": stk_data, "gg": gg_data}
+    # the file system in partition 2 of a GPT disk, at a start that is not
+    # 4 KiB-aligned (file blocks are not LBAs there)
+    (tmp / "gpt").mkdir()
+    gpt, starts = gpt_disk(tmp / "gpt", img, [2], first=2051)
+    assert starts[1] % 8 == 3
+    yield {"uris": (uri, md, gpt), "mx": mx_data, "stk": stk_data, "gg": gg_data, "img": img, "tmp": tmp}
+
+
+@pytest.fixture(scope="module")
+def tcp_uri(moe_images):
+    """the image behind the fake NVMe/TCP target on loopback"""
+    ft_bin = BIN / "gpunvme-fake-target"
+    if not ft_bin.exists():
+        pytest.fail("%s is not built: make build" % ft_bin)
+    ft = subprocess.Popen([str(ft_bin), "--image", moe_images["img"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE)
+    line = ft.stdout.readline().decode()  # "port N ..."
+    if not line.split()[1:]:
+        ft.kill()
+        pytest.fail("the fake target did not start: %s %s" % (line, ft.stderr.read().decode()))
+    yield "tcp://127.0.0.1:%s/%s" % (line.split()[1], NQN)
+    ft.stdin.close()  # it runs until its stdin closes
+    try:
+        ft.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        ft.kill()
+        ft.wait()
 
 
 def bf16(b, shape):
     return np.frombuffer(b, dtype=np.uint16).reshape(shape)
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["image", "md-raid0"])
-def test_mixtral_every_expert(moe_images, which):
-    uri = moe_images["uris"][which]
+@pytest.mark.parametrize("which", [0, 1, 2, 3], ids=["image", "md-raid0", "gpt-partition", "nvme-tcp"])
+def test_mixtral_every_expert(moe_images, tcp_uri, which):
+    uri = tcp_uri if which == 3 else moe_images["uris"][which]
     data = moe_images["mx"]
     with gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=3) as c:
         assert c.layout == "per-expert" and c.layers == [0, 1, 2] and c.n_experts == 4
