@@ -87,6 +87,8 @@ int gpunvme_gpu_experts_fetch(struct gpunvme_gpu_experts *g, uint32_t i, const u
  * current: the expert in a slot decides where its pieces are).
  */
 void gpunvme_gpu_experts_layout(const struct gpunvme_gpu_experts *g, uint8_t **base, const uint64_t **d_piece_off);
+/* Bytes of one slot (slot s starts at base + s * slot_bytes). */
+uint64_t gpunvme_gpu_experts_slot_bytes(const struct gpunvme_gpu_experts *g);
 
 struct gpunvme_gpu_experts_stats {
 	struct gpunvme_expert_cache_stats cache; /* requests, hits, misses, evictions, bytes read */

@@ -172,6 +172,29 @@ def test_refusals(moe_images):
             c.get(0, [0, 1, 2])
         assert c.get(0, []) == []
         assert len(c.get(0, [1, 1])) == 2  # the same expert twice: one slot
+        # the GPU cache's calls on a CPU cache
+        with pytest.raises(gpunvme.Error, match="GPU cache"):
+            c.sync()
+        with pytest.raises(gpunvme.Error, match="GPU cache"):
+            c.weights(0)
     c.close()
     with pytest.raises(gpunvme.Error, match="closed"):
         c.get(0, [0])
+    # device="cuda" hands out torch tensors; tier 1 is the C API's only
+    with pytest.raises(gpunvme.Error, match='framework="pt"'):
+        gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=2, device="cuda")
+    vol = gpunvme.Volume(uri)
+    try:
+        model = vol.open_model("/m/model.safetensors")
+        with pytest.raises(gpunvme.Error, match="tier 1 slots are host memory"):
+            gpunvme._gpunvme.Experts(model, 2, 1, 0)
+        ex = gpunvme._gpunvme.Experts(model, 2)
+        with pytest.raises(gpunvme.Error, match="CPU tier"):
+            ex.fetch(0, 0, 1, 0, 0)
+        with pytest.raises(gpunvme.Error, match="CPU tier"):
+            ex.__dlpack_device__()
+        pos = ex.place(2, 3)
+        pcs = ex.pieces(2, 3)
+        assert all(p % 4096 == off % 4096 for p, (_t, off, _n) in zip(pos, pcs))
+    finally:
+        vol.close()

@@ -576,6 +576,11 @@ void gpunvme_gpu_experts_layout(const struct gpunvme_gpu_experts *g, uint8_t **b
 		*d_piece_off = g ? g->a.slot_off : NULL;
 }
 
+uint64_t gpunvme_gpu_experts_slot_bytes(const struct gpunvme_gpu_experts *g)
+{
+	return g ? g->a.slot_bytes : 0;
+}
+
 int gpunvme_gpu_experts_sync(struct gpunvme_gpu_experts *g, void *stream, struct gpunvme_gpu_experts_stats *out)
 {
 	if (!g)

@@ -93,6 +93,21 @@ int gnpy_gpu_prepare(int tier, int device, const struct gpunvme_loader_gpu_ops *
 /* A GPU tier: device made current before a library call on its memory */
 int gnpy_use_device(int tier, int device, char *err);
 PyObject *gnpy_cuda_device_count(PyObject *m, PyObject *unused);
+/* The GPU expert cache (moe_gpu.h) for Experts: -ENOTSUP without CUDA; the
+ * message in err. Device made current first. No GIL needed. */
+struct gpunvme_moe_index;
+struct gpunvme_gpu_experts;
+struct gpunvme_gpu_experts_stats;
+int gnpy_gpu_experts_open(struct gpunvme_volume *v, const struct gpunvme_moe_index *x, const struct gpunvme_extent *ext,
+			  size_t n, uint64_t size, uint32_t slots, int tier, int device, struct gpunvme_gpu_experts **g,
+			  char *err);
+int gnpy_gpu_experts_fetch(struct gpunvme_gpu_experts *g, int device, uint32_t i, uintptr_t ids, uint32_t k,
+			   uintptr_t slots, uintptr_t stream, char *err);
+int gnpy_gpu_experts_sync(struct gpunvme_gpu_experts *g, int device, uintptr_t stream,
+			  struct gpunvme_gpu_experts_stats *st, char *err);
+void gnpy_gpu_experts_close(struct gpunvme_gpu_experts *g, int device);
+void gnpy_gpu_experts_layout(const struct gpunvme_gpu_experts *g, uint8_t **base, const uint64_t **off,
+			     uint64_t *slot_bytes, int *tier);
 
 /* ---- Volume (_gpunvme_volume.c) -------------------------------------------------- */
 

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * gpunvme._gpunvme.Experts: a mixture-of-experts model's expert index
- * (moe.h) and an expert cache on the CPU tier over a Model. The Python layer
+ * (moe.h) and an expert cache over a Model: on the CPU tier the host cache
+ * (get() copies experts out), on Tier 2 the GPU expert cache (moe_gpu.h:
+ * fetch() queues the reads of the experts whose ids are in GPU memory; the
+ * slot memory is exported through DLPack). The Python layer
  * (gpunvme/_moe.py) gives the bytes dtype and shape.
  */
 #include "_gpunvme.h"
@@ -14,6 +17,7 @@
 #include "gpunvme/gpunvme.h"
 #include "gpunvme/loader.h"
 #include "gpunvme/moe.h"
+#include "gpunvme/moe_gpu.h"
 #include "gpunvme/tier.h"
 
 typedef struct {
@@ -22,22 +26,40 @@ typedef struct {
 	struct gpunvme_moe_index *x;
 	struct gpunvme_layer_loader *l;
 	struct gpunvme_expert_cache *c;
+	struct gpunvme_gpu_experts *g; /* Tier 2: the GPU expert cache instead of c */
+	int tier, device;
 	uint32_t slots;
 } Experts;
 
-/* Experts(model, slots): the index (ValueError-like gpunvme.Error for a
+static int need_gpu(Experts *ex)
+{
+	if (!ex->g) {
+		gnpy_raise_err(EINVAL, "this expert cache is on the CPU tier: get() reads experts; fetch(), sync() and the "
+				       "slot memory are the GPU cache's (tier 2)");
+		return -1;
+	}
+	return 0;
+}
+
+/* Experts(model, slots, tier=0, device=0): the index (gpunvme.Error for a
  * model without experts or a layout the index cannot serve) and a cache of
- * `slots` experts on the CPU tier */
+ * `slots` experts: the host cache (tier 0) or the GPU cache (tier 2 on CUDA
+ * device `device`) */
 static PyObject *Experts_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "model", "slots", NULL };
+	static char *kwlist[] = { "model", "slots", "tier", "device", NULL };
 	Model *mo;
 	unsigned int slots;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!I", kwlist, &gnpy_ModelType, &mo, &slots))
+	int tier = GPUNVME_TIER_CPU, device = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!I|ii", kwlist, &gnpy_ModelType, &mo, &slots, &tier, &device))
 		return NULL;
 	if (!slots)
 		return gnpy_raise_err(EINVAL, "slots=0: give room for at least the experts one token uses");
-	if (gnpy_vol_usable(mo->vol))
+	if (tier != GPUNVME_TIER_CPU && tier != GPUNVME_TIER_2)
+		return gnpy_raise_err(EINVAL, "tier %d: the expert cache runs on the CPU tier (0) or in GPU memory (2); "
+					      "tier 1 slots are host memory a CUDA kernel reads in place, which torch "
+					      "cannot use: the C API has it (moe_gpu.h)", tier);
+	if (gnpy_vol_usable(mo->vol) || gnpy_tier_built(tier))
 		return NULL;
 	Experts *ex = (Experts *)type->tp_alloc(type, 0);
 	if (!ex)
@@ -45,6 +67,8 @@ static PyObject *Experts_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	Py_INCREF(mo);
 	ex->model = mo;
 	ex->slots = slots;
+	ex->tier = tier;
+	ex->device = device;
 	Volume *v = mo->vol;
 	char err[LASTERR_LEN];
 	int rc = 0;
@@ -52,6 +76,9 @@ static PyObject *Experts_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	pthread_mutex_lock(&v->lock);
 	if ((rc = gpunvme_moe_index_build(mo->m, &ex->x))) {
 		snprintf(err, LASTERR_LEN, "%s: %s", mo->path, gpunvme_last_error());
+	} else if (tier == GPUNVME_TIER_2) {
+		/* the message names the volume's controllers and the fix */
+		rc = gnpy_gpu_experts_open(v->vol, ex->x, mo->ext, mo->n_ext, mo->size, slots, tier, device, &ex->g, err);
 	} else {
 		struct gpunvme_loader_opts o;
 		gpunvme_loader_opts_init(&o);
@@ -76,6 +103,7 @@ static void Experts_dealloc(Experts *ex)
 	if (ex->model) {
 		pthread_mutex_t *lk = &ex->model->vol->lock;
 		pthread_mutex_lock(lk);
+		gnpy_gpu_experts_close(ex->g, ex->device);
 		gpunvme_expert_cache_close(ex->c);
 		gpunvme_layer_loader_destroy(ex->l);
 		pthread_mutex_unlock(lk);
@@ -152,6 +180,9 @@ static PyObject *Experts_get(Experts *ex, PyObject *args)
 	int i = layer_of(ex, layer);
 	if (i < 0)
 		return NULL;
+	if (!ex->c)
+		return gnpy_raise_err(EINVAL, "this expert cache is in GPU memory: fetch() queues the reads of the ids the "
+					      "router wrote on the GPU; get() is the CPU tier's");
 	PyObject *fast = PySequence_Fast(seq, "ids: a sequence of expert numbers");
 	if (!fast)
 		return NULL;
@@ -251,6 +282,8 @@ static PyObject *Experts_stats(Experts *ex, PyObject *unused)
 {
 	(void)unused;
 	struct gpunvme_expert_cache_stats st;
+	if (ex->g)
+		return gnpy_raise_err(EINVAL, "the GPU cache's statistics come from sync(): it waits for the stream");
 	gpunvme_expert_cache_stats(ex->c, &st);
 	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I}", "requests", (unsigned long long)st.requests, "hits",
 			     (unsigned long long)st.hits, "misses", (unsigned long long)st.misses, "evictions",
@@ -258,7 +291,120 @@ static PyObject *Experts_stats(Experts *ex, PyObject *unused)
 			     ex->slots);
 }
 
+/* fetch(layer, ids_ptr, k, slots_ptr, stream_ptr): GPU cache; queue the
+ * reads of the k expert ids at ids_ptr (GPU memory, uint32) of the model's
+ * layer `layer`, their slots written to slots_ptr (uint32), on the CUDA
+ * stream stream_ptr (0: the legacy default stream). Returns at once. */
+static PyObject *Experts_fetch(Experts *ex, PyObject *args)
+{
+	unsigned int layer, k;
+	unsigned long long ids, slots, stream;
+	if (!PyArg_ParseTuple(args, "IKIKK", &layer, &ids, &k, &slots, &stream))
+		return NULL;
+	if (need_gpu(ex))
+		return NULL;
+	int i = layer_of(ex, layer);
+	if (i < 0)
+		return NULL;
+	char err[LASTERR_LEN];
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = gnpy_gpu_experts_fetch(ex->g, ex->device, (uint32_t)i, (uintptr_t)ids, k, (uintptr_t)slots, (uintptr_t)stream,
+				    err);
+	Py_END_ALLOW_THREADS
+	if (rc)
+		return gnpy_raise_err(rc, "%s", err);
+	Py_RETURN_NONE;
+}
+
+/* sync(stream_ptr) -> stats: GPU cache; wait (bounded) for the stream and
+ * raise the first failure of the fetches since the last sync */
+static PyObject *Experts_sync(Experts *ex, PyObject *args)
+{
+	unsigned long long stream = 0;
+	if (!PyArg_ParseTuple(args, "|K", &stream))
+		return NULL;
+	if (need_gpu(ex))
+		return NULL;
+	char err[LASTERR_LEN];
+	struct gpunvme_gpu_experts_stats st;
+	memset(&st, 0, sizeof(st));
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = gnpy_gpu_experts_sync(ex->g, ex->device, (uintptr_t)stream, &st, err);
+	Py_END_ALLOW_THREADS
+	if (rc)
+		return gnpy_raise_err(rc, "%s", err);
+	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:I}", "requests", (unsigned long long)st.cache.requests, "hits",
+			     (unsigned long long)st.cache.hits, "misses", (unsigned long long)st.cache.misses, "evictions",
+			     (unsigned long long)st.cache.evictions, "bytes_read", (unsigned long long)st.cache.bytes_read,
+			     "commands", (unsigned long long)st.commands, "slots", ex->slots);
+}
+
+/* place(layer, expert) -> [offset of each projection in a slot]
+ * (gpunvme_moe_place): where an expert's pieces sit in whichever slot */
+static PyObject *Experts_place(Experts *ex, PyObject *args)
+{
+	unsigned int layer, e;
+	if (!PyArg_ParseTuple(args, "II", &layer, &e))
+		return NULL;
+	int i = layer_of(ex, layer);
+	if (i < 0)
+		return NULL;
+	if (e >= ex->x->n_experts)
+		return gnpy_raise_err(EINVAL, "expert %u: layer %u has %u experts", e, layer, ex->x->n_experts);
+	uint64_t pos[GPUNVME_MOE_MAX_PROJ];
+	gpunvme_moe_place(ex->x, (uint32_t)i, e, pos);
+	PyObject *list = PyList_New(ex->x->n_proj);
+	for (uint32_t p = 0; list && p < ex->x->n_proj; p++)
+		PyList_SET_ITEM(list, p, PyLong_FromUnsignedLongLong(pos[p]));
+	return list;
+}
+
+/* layout() -> (slot_bytes, slots): GPU cache; slot s at s * slot_bytes */
+static PyObject *Experts_layout(Experts *ex, PyObject *unused)
+{
+	(void)unused;
+	if (need_gpu(ex))
+		return NULL;
+	uint8_t *base;
+	const uint64_t *off;
+	uint64_t sb;
+	int tier;
+	gnpy_gpu_experts_layout(ex->g, &base, &off, &sb, &tier);
+	return Py_BuildValue("(KI)", (unsigned long long)sb, ex->slots);
+}
+
+/* __dlpack__: the GPU cache's slot memory (slots * slot_bytes) as a 1-D
+ * uint8 CUDA tensor; its contents change with every fetch (stream-ordered) */
+static PyObject *Experts_dlpack(Experts *ex, PyObject *args, PyObject *kw)
+{
+	if (need_gpu(ex))
+		return NULL;
+	uint8_t *base;
+	const uint64_t *off;
+	uint64_t sb;
+	int tier;
+	gnpy_gpu_experts_layout(ex->g, &base, &off, &sb, &tier);
+	return gnpy_dl_export(args, kw, base, sb * ex->slots, kDLCUDA, ex->device, (PyObject *)ex);
+}
+
+static PyObject *Experts_dlpack_device(Experts *ex, PyObject *unused)
+{
+	(void)unused;
+	if (need_gpu(ex))
+		return NULL;
+	return Py_BuildValue("(ii)", (int)kDLCUDA, ex->device);
+}
+
 static PyMethodDef Experts_methods[] = {
+	{ "fetch", (PyCFunction)Experts_fetch, METH_VARARGS,
+	  "fetch(layer, ids_ptr, k, slots_ptr, stream_ptr): GPU cache, queue the reads of the router's ids" },
+	{ "sync", (PyCFunction)Experts_sync, METH_VARARGS, "sync(stream_ptr=0) -> stats: GPU cache, wait and report" },
+	{ "place", (PyCFunction)Experts_place, METH_VARARGS, "place(layer, expert) -> [offset in a slot per projection]" },
+	{ "layout", (PyCFunction)Experts_layout, METH_NOARGS, "layout() -> (slot_bytes, slots): GPU cache" },
+	{ "__dlpack__", (PyCFunction)(void (*)(void))Experts_dlpack, METH_VARARGS | METH_KEYWORDS, NULL },
+	{ "__dlpack_device__", (PyCFunction)Experts_dlpack_device, METH_NOARGS, NULL },
 	{ "index", (PyCFunction)Experts_index, METH_NOARGS,
 	  "index() -> {layout, layers, n_experts, projections, max_expert_bytes}" },
 	{ "pieces", (PyCFunction)Experts_pieces, METH_VARARGS,

@@ -12,12 +12,12 @@ C API's gpunvme_gpu_experts_* (docs/moe.md).
 """
 from . import _gpunvme
 from ._gpunvme import Error
-from ._parse import _NP, _NP_RAW, _TORCH, _framework, _shape_dtype
+from ._parse import _NP, _NP_RAW, _TORCH, _device, _framework, _shape_dtype
 from ._volumes import _path, _volume
 
 
 class ExpertCache:
-    """ExpertCache(uri, path, slots, framework="np", nsid=1, partition=None, offset=None)
+    """ExpertCache(uri, path, slots, framework="np", device="cpu", nsid=1, partition=None, offset=None)
 
     uri: a device URI ("emu:/path/ext4.img") or an open gpunvme.Volume;
     path: the model in its file system (a safetensors or GGUF file, a Hugging
@@ -29,16 +29,33 @@ class ExpertCache:
     framework="pt"; CPU memory, copies: later gets do not change them).
     stats() -> requests, hits, misses, evictions, bytes_read, slots.
     close() / with: the volume opened from a URI is closed.
+
+    device="cuda[:N]" (framework "pt"): the GPU expert cache, slots in GPU
+    memory (tier 2; the volume's controllers must DMA into GPU memory).
+    fetch(layer, ids) takes the router's ids as a CUDA int32 tensor and
+    returns their slots (a CUDA int32 tensor, -1 as uint32 for an expert
+    that could not be read), queued on the current CUDA stream with no host
+    wait; weights(layer) -> {projection: tensor [slots, ...]} views of the
+    slot memory (w[slots] picks the chosen experts); sync() waits for the
+    stream and raises a failed read (stats as the CPU cache's, plus
+    "commands"). Built; not yet run on a GPU machine (docs/moe.md).
     """
 
-    def __init__(self, uri, path, slots, framework="np", *, nsid=1, partition=None, offset=None):
+    def __init__(self, uri, path, slots, framework="np", device="cpu", *, nsid=1, partition=None, offset=None):
         if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= 0xffffffff:
             raise Error(22, "slots=%r: expected the number of experts to keep, >= 1" % (slots,))
         self._fw = _framework(framework)
+        tier, self._dev, self.device = _device(device, None)
+        if tier != 0:
+            if self._fw != "pt":
+                raise Error(22, "device=%r: the GPU expert cache hands out torch tensors: framework=\"pt\""
+                            % (device,))
+            tier = 2
+        self._gpu = tier == 2
         vol, own = _volume(uri, nsid, partition, offset)
         try:
             model = vol.open_model(_path(path))
-            self._x = _gpunvme.Experts(model, slots)
+            self._x = _gpunvme.Experts(model, slots, tier, self._dev)
         except BaseException:
             if own:
                 vol.close()
@@ -82,10 +99,14 @@ class ExpertCache:
             return t
         return t.view(getattr(torch, tname)).reshape(shape)
 
-    def get(self, layer, ids):
-        """the experts ids of the model's layer `layer` -> [{projection: array}]"""
+    @staticmethod
+    def _layer(layer):
         if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
             raise Error(22, "layer=%r: expected a layer number" % (layer,))
+
+    def get(self, layer, ids):
+        """the experts ids of the model's layer `layer` -> [{projection: array}]"""
+        self._layer(layer)
         ids = list(ids)
         for e in ids:
             if isinstance(e, bool) or not isinstance(e, int) or not 0 <= e < self.n_experts:
@@ -101,11 +122,71 @@ class ExpertCache:
             out.append(d)
         return out
 
+    # ---- the GPU cache (device="cuda") ----
+
+    def fetch(self, layer, ids):
+        """queue the reads of the experts `ids` (a CUDA int32 tensor, the
+        router's choice) of the model's layer `layer` on the current CUDA
+        stream -> their slots (a CUDA int32 tensor of the same length)"""
+        self._layer(layer)
+        if not self._gpu:
+            raise Error(22, "fetch() is the GPU cache's (device=\"cuda\"); this one is on the CPU: get()")
+        import torch
+        if not isinstance(ids, torch.Tensor) or ids.device.type != "cuda" or ids.dim() != 1:
+            raise Error(22, "ids: expected a 1-D CUDA tensor of expert numbers, the router's output")
+        if ids.device.index != self._dev:
+            raise Error(22, "ids are on %s, the cache on cuda:%d" % (ids.device, self._dev))
+        ids = ids.to(torch.int32).contiguous()
+        slots = torch.empty_like(ids)
+        stream = torch.cuda.current_stream(self._dev)
+        self._x.fetch(layer, ids.data_ptr(), ids.numel(), slots.data_ptr(), stream.cuda_stream)
+        # ids and slots must live until the kernels have run: the caching
+        # allocator reuses a freed block only in stream order (same stream)
+        return slots
+
+    def sync(self):
+        """wait for the current stream; raise the first failed read since
+        the last sync -> statistics"""
+        if not self._gpu:
+            raise Error(22, "sync() is the GPU cache's (device=\"cuda\"); the CPU cache's get() waits itself")
+        import torch
+        return self._x.sync(torch.cuda.current_stream(self._dev).cuda_stream)
+
+    def weights(self, layer):
+        """{projection: tensor [slots, ...]}: views of the slot memory for
+        the model's layer `layer` (w[slots] picks the experts fetch() put
+        there; their contents follow the fetches in stream order). Every
+        expert of the layer must sit at the same place in a slot, which
+        holds when the experts' sizes are multiples of 4 KiB, as in
+        published checkpoints; otherwise gpunvme.Error"""
+        self._layer(layer)
+        if not self._gpu:
+            raise Error(22, "weights() is the GPU cache's (device=\"cuda\"); this one is on the CPU: get()")
+        import torch
+        pos = self._x.place(layer, 0)
+        for e in range(1, self.n_experts):
+            if self._x.place(layer, e) != pos:
+                raise Error(95, "layer %d: its experts sit at different places in a slot (sizes not multiples "
+                                "of 4 KiB): weights() needs one layout" % layer)
+        slot_bytes, nslots = self._x.layout()
+        mem = torch.from_dlpack(self._x)
+        out = {}
+        for p, (tensor, _off, nbytes) in enumerate(self._x.pieces(layer, 0)):
+            dt, shape = self._shape(layer, 0, p, tensor, nbytes)
+            raw = mem.as_strided((nslots, nbytes), (slot_bytes, 1), pos[p])
+            tname = _TORCH.get(dt)
+            if tname is None or not hasattr(torch, tname):
+                out[self.projections[p]] = raw
+            else:
+                out[self.projections[p]] = raw.view(getattr(torch, tname)).reshape((nslots,) + tuple(shape))
+        return out
+
     def pieces(self, layer, expert):
         """[(tensor_name, offset, nbytes)] of one expert, in projection order"""
         return [(self._tensors[t][0], off, n) for t, off, n in self._x.pieces(layer, expert)]
 
     def stats(self):
+        """the CPU cache's statistics (the GPU cache's come from sync())"""
         return self._x.stats()
 
     def close(self):

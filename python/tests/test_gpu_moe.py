@@ -1,0 +1,64 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""gpunvme.ExpertCache(device="cuda"): the GPU expert cache from torch (skipped
+without torch, CUDA and a GPU). The router's ids are a CUDA tensor; fetch()
+queues the reads of the missing experts on the current stream and returns
+their slots; weights() views the slot memory; every chosen expert's bytes
+are compared with the file; counts against the CPU cache fed the same ids;
+through an ext4 image and an md RAID0. Label: run by `pytest` on the GPU
+machine (bench/coherence_gpu_run.sh phase py runs python/tests)."""
+import numpy as np
+import pytest
+
+import gpunvme
+from test_moe import moe_images  # noqa: F401 (the fixture)
+
+torch = pytest.importorskip("torch")
+if not (gpunvme.HAVE_CUDA and torch.cuda.is_available()):
+    pytest.skip("needs the extension built with CUDA, torch with CUDA and a GPU", allow_module_level=True)
+
+
+def route(t, layer, n):
+    """a skewed top-2 router, computed here on the host and sent to the GPU"""
+    rng = np.random.default_rng(t * 131 + layer)
+    a = int(rng.integers(0, 3)) if rng.random() < 0.75 else int(rng.integers(0, n))
+    b = int(rng.integers(0, 3)) if rng.random() < 0.75 else int(rng.integers(0, n))
+    return [a, b if b != a else (a + 1) % n]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["image", "md-raid0"])
+def test_fetch_every_byte(moe_images, which):
+    uri = moe_images["uris"][which]
+    data = moe_images["mx"]
+    with gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=3, framework="pt", device="cuda") as g, \
+            gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=3) as h:
+        for t in range(12):
+            for layer in g.layers:
+                ids = route(t, layer, g.n_experts)
+                slots = g.fetch(layer, torch.tensor(ids, dtype=torch.int32, device="cuda"))
+                w = g.weights(layer)
+                got = {p: w[p][slots.long()].cpu() for p in g.projections}  # stream-ordered after the reads
+                h.get(layer, ids)
+                for j, e in enumerate(ids):
+                    for k, p in enumerate(g.projections):
+                        name = "model.layers.%d.block_sparse_moe.experts.%d.%s" % (layer, e, p)
+                        assert got[p][j].view(torch.uint8).numpy().tobytes() == data[name], name
+        st = g.sync()
+        hst = h.stats()
+        for k in ("requests", "hits", "misses", "evictions", "bytes_read"):
+            assert st[k] == hst[k], (k, st[k], hst[k])
+        assert st["commands"] > 0
+
+
+def test_gpu_refusals(moe_images):
+    uri = moe_images["uris"][0]
+    with gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=2, framework="pt", device="cuda") as g:
+        with pytest.raises(gpunvme.Error, match="1-D CUDA tensor"):
+            g.fetch(0, torch.tensor([0, 1], dtype=torch.int32))
+        with pytest.raises(gpunvme.Error, match="in GPU memory"):
+            g.get(0, [0])
+        g.fetch(0, torch.tensor([0, 9], dtype=torch.int32, device="cuda"))
+        with pytest.raises(gpunvme.Error, match="past 4"):
+            g.sync()
+        g.fetch(0, torch.tensor([0, 1, 2], dtype=torch.int32, device="cuda"))
+        with pytest.raises(gpunvme.Error, match="more distinct experts than its 2 slots"):
+            g.sync()
