@@ -91,6 +91,8 @@ void gpunvme_moe_index_free(struct gpunvme_moe_index *x);
  * model's layer number: gpunvme_moe_layer_find maps that); NULL when out
  * of range. */
 const struct gpunvme_moe_piece *gpunvme_moe_expert(const struct gpunvme_moe_index *x, uint32_t i, uint32_t e);
+/* "per-expert" or "stacked" */
+const char *gpunvme_moe_layout_str(enum gpunvme_moe_layout l);
 /* The MoE layer index of the model's layer `layer`, -1 when it has no
  * experts. */
 int gpunvme_moe_layer_find(const struct gpunvme_moe_index *x, uint32_t layer);

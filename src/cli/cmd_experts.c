@@ -105,12 +105,6 @@ static int parse(int argc, char **argv, struct opts *o)
 	return cli_uri_model_path(argc, argv, &o->vol, &o->uri, &o->path);
 }
 
-static void sha_hex(const uint8_t d[32], char *hex)
-{
-	for (int i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", d[i]);
-}
-
 /* The experts --read names, through the CPU cache; their hashes. */
 static int read_experts(struct cli_fs *f, struct gpunvme_model_set *set, const struct gpunvme_moe_index *x,
 			const struct opts *o, char (*hex)[65])
@@ -152,16 +146,11 @@ static int read_experts(struct cli_fs *f, struct gpunvme_model_set *set, const s
 			gpunvme_sha256_update(&h, gpunvme_expert_cache_piece(c, slot, p), pc[p].bytes);
 		uint8_t d[32];
 		gpunvme_sha256_final(&h, d);
-		sha_hex(d, hex[r]);
+		gpunvme_sha256_hex(d, hex[r]);
 	}
 	gpunvme_expert_cache_close(c);
 	gpunvme_layer_loader_destroy(l);
 	return rc;
-}
-
-static const char *layout_name(enum gpunvme_moe_layout l)
-{
-	return l == GPUNVME_MOE_PER_EXPERT ? "per-expert" : "stacked";
 }
 
 int cmd_experts(int argc, char **argv)
@@ -201,7 +190,7 @@ int cmd_experts(int argc, char **argv)
 			cj_init(&j, stdout);
 			cj_obj_begin(&j, NULL);
 			cj_str(&j, "path", o.path);
-			cj_str(&j, "layout", layout_name(x->layout));
+			cj_str(&j, "layout", gpunvme_moe_layout_str(x->layout));
 			cj_u64(&j, "experts_per_layer", x->n_experts);
 			cj_arr_begin(&j, "layers");
 			for (uint32_t i = 0; i < x->n_layers; i++)
@@ -236,7 +225,7 @@ int cmd_experts(int argc, char **argv)
 			cli_put_name(stdout, o.path, strlen(o.path));
 			printf(": %s experts, %u MoE layers (%u..%u), %u experts each, up to %s per expert, %s of experts "
 			       "in %s\n",
-			       layout_name(x->layout), x->n_layers, x->layer[0], x->layer[x->n_layers - 1], x->n_experts,
+			       gpunvme_moe_layout_str(x->layout), x->n_layers, x->layer[0], x->layer[x->n_layers - 1], x->n_experts,
 			       cli_human_bytes(x->max_expert_bytes, b1, sizeof(b1)), cli_human_bytes(all, b2, sizeof(b2)),
 			       cli_human_bytes(set->size, b3, sizeof(b3)));
 			for (uint32_t p = 0; p < x->n_proj; p++) {

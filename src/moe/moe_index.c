@@ -315,6 +315,11 @@ int gpunvme_moe_index_build(const struct gpunvme_model *m, struct gpunvme_moe_in
 	return 0;
 }
 
+const char *gpunvme_moe_layout_str(enum gpunvme_moe_layout l)
+{
+	return l == GPUNVME_MOE_PER_EXPERT ? "per-expert" : "stacked";
+}
+
 int gpunvme_moe_layer_find(const struct gpunvme_moe_index *x, uint32_t layer)
 {
 	uint32_t lo = 0, hi = x ? x->n_layers : 0;

@@ -128,8 +128,8 @@ static PyObject *Experts_index(Experts *ex, PyObject *unused)
 		Py_XDECREF(proj);
 		return NULL;
 	}
-	return Py_BuildValue("{s:s,s:N,s:I,s:N,s:K}", "layout",
-			     x->layout == GPUNVME_MOE_PER_EXPERT ? "per-expert" : "stacked", "layers", layers, "n_experts",
+	return Py_BuildValue("{s:s,s:N,s:I,s:N,s:K}", "layout", gpunvme_moe_layout_str(x->layout), "layers", layers,
+			     "n_experts",
 			     x->n_experts, "projections", proj, "max_expert_bytes", (unsigned long long)x->max_expert_bytes);
 }
 
@@ -143,17 +143,26 @@ static int layer_of(Experts *ex, unsigned int layer)
 	return i;
 }
 
+/* The MoE layer index of (layer, expert), both checked, or -1 with the error. */
+static int expert_of(Experts *ex, unsigned int layer, unsigned int e)
+{
+	int i = layer_of(ex, layer);
+	if (i >= 0 && e >= ex->x->n_experts) {
+		gnpy_raise_err(EINVAL, "expert %u: layer %u has %u experts", e, layer, ex->x->n_experts);
+		return -1;
+	}
+	return i;
+}
+
 /* pieces(layer, expert) -> [(tensor_index, offset, nbytes)] in projection order */
 static PyObject *Experts_pieces(Experts *ex, PyObject *args)
 {
 	unsigned int layer, e;
 	if (!PyArg_ParseTuple(args, "II", &layer, &e))
 		return NULL;
-	int i = layer_of(ex, layer);
+	int i = expert_of(ex, layer, e);
 	if (i < 0)
 		return NULL;
-	if (e >= ex->x->n_experts)
-		return gnpy_raise_err(EINVAL, "expert %u: layer %u has %u experts", e, layer, ex->x->n_experts);
 	const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(ex->x, (uint32_t)i, e);
 	PyObject *list = PyList_New(ex->x->n_proj);
 	for (uint32_t p = 0; list && p < ex->x->n_proj; p++) {
@@ -348,11 +357,9 @@ static PyObject *Experts_place(Experts *ex, PyObject *args)
 	unsigned int layer, e;
 	if (!PyArg_ParseTuple(args, "II", &layer, &e))
 		return NULL;
-	int i = layer_of(ex, layer);
+	int i = expert_of(ex, layer, e);
 	if (i < 0)
 		return NULL;
-	if (e >= ex->x->n_experts)
-		return gnpy_raise_err(EINVAL, "expert %u: layer %u has %u experts", e, layer, ex->x->n_experts);
 	uint64_t pos[GPUNVME_MOE_MAX_PROJ];
 	gpunvme_moe_place(ex->x, (uint32_t)i, e, pos);
 	PyObject *list = PyList_New(ex->x->n_proj);

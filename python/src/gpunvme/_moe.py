@@ -73,8 +73,8 @@ class ExpertCache:
         self._gguf = model.format == "gguf"
         self._shapes = {}
 
-    def _shape(self, layer, expert, p, tensor, nbytes):
-        """(dtype, shape) of one projection of one expert"""
+    def _shape(self, tensor, nbytes):
+        """(dtype, shape) of one expert's piece of `tensor` (nbytes long)"""
         key = (tensor, nbytes)
         if key not in self._shapes:
             name, dtype, stored, _off, tbytes, ggml = self._tensors[tensor]
@@ -116,9 +116,9 @@ class ExpertCache:
         for e, parts in zip(ids, got):
             pieces = self._x.pieces(layer, e)
             d = {}
-            for p, (b, (tensor, _off, nbytes)) in enumerate(zip(parts, pieces)):
-                dt, shape = self._shape(layer, e, p, tensor, nbytes)
-                d[self.projections[p]] = self._array(b, dt, shape)
+            for name, b, (tensor, _off, nbytes) in zip(self.projections, parts, pieces):
+                dt, shape = self._shape(tensor, nbytes)
+                d[name] = self._array(b, dt, shape)
             out.append(d)
         return out
 
@@ -172,7 +172,7 @@ class ExpertCache:
         mem = torch.from_dlpack(self._x)
         out = {}
         for p, (tensor, _off, nbytes) in enumerate(self._x.pieces(layer, 0)):
-            dt, shape = self._shape(layer, 0, p, tensor, nbytes)
+            dt, shape = self._shape(tensor, nbytes)
             raw = mem.as_strided((nslots, nbytes), (slot_bytes, 1), pos[p])
             tname = _TORCH.get(dt)
             if tname is None or not hasattr(torch, tname):
