@@ -62,8 +62,9 @@ rand_file() { # path bytes
 
 # gpunvme experts (moe.h): the expert index of a Mixtral-shaped model and of a
 # stacked-expert model; --read hashes chosen experts, compared with Python's
-# hashes of the same bytes from the file; on an ext4 image and on the same
-# image striped over an md RAID0 (experts cross members); every refusal.
+# hashes of the same bytes from the file; on an ext4 image, the same image
+# striped over an md RAID0 (experts cross members), in a GPT partition at an
+# unaligned start, and behind the NVMe/TCP fake target; every refusal.
 group_experts() {
 	command -v mkfs.ext4 >/dev/null 2>&1 || { echo "SKIP: no mkfs.ext4"; exit 77; }
 	command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
@@ -119,8 +120,23 @@ PY
 	truncate -s 8M "$img"
 	mkfs.ext4 -q -F -b 4096 -d "$d" "$img" || { fail "mkfs.ext4"; return; }
 	python3 "$(dirname "${BASH_SOURCE[0]}")/../../bench/md_mkraid0.py" "$img" 2 64 "$WORK/r" >/dev/null || { fail "md_mkraid0"; return; }
+	# the image in partition 1 of a GPT disk, at a start that is not 4 KiB
+	# aligned (2051 sectors), and behind the NVMe/TCP fake target
+	command -v sfdisk >/dev/null 2>&1 || { fail "sfdisk (util-linux fdisk) is not installed"; return; }
+	local sectors=$(($(stat -c %s "$img") / 512)) disk=$WORK/gpt.img
+	truncate -s $(((2051 + sectors + 2048) * 512)) "$disk"
+	printf 'label: gpt\nstart=2051, size=%d\n' "$sectors" | sfdisk -q "$disk" >/dev/null || { fail "sfdisk"; return; }
+	dd if="$img" of="$disk" bs=512 seek=2051 conv=notrunc status=none
+	local ft=$(dirname "$BIN")/gpunvme-fake-target
+	[ -x "$ft" ] || { fail "$ft is not built (the gpunvme-fake-target target)"; return; }
+	mkfifo "$WORK/ft.in"
+	"$ft" --image "$img" <"$WORK/ft.in" >"$WORK/ft.out" 2>"$WORK/ft.err" &
+	local ftpid=$!
+	exec 9>"$WORK/ft.in" # held open: the target runs until it closes
+	for _ in $(seq 100); do [ -s "$WORK/ft.out" ] && break; sleep 0.05; done
+	local tcp="tcp://127.0.0.1:$(awk '{print $2}' "$WORK/ft.out")/nqn.2026-11.io.gpunvme:fake"
 	local u
-	for u in "emu:$img" "md:emu:$WORK/r0.img;emu:$WORK/r1.img"; do
+	for u in "emu:$img" "md:emu:$WORK/r0.img;emu:$WORK/r1.img" "emu:$disk" "$tcp"; do
 		ok experts "$u" /m/model.safetensors && expect_out "per-expert experts, 3 MoE layers (0..2), 4 experts each"
 		expect_out "w2.weight  12288 bytes"
 		ok experts "$u" /m/model.safetensors --read 0:0,2:3,1:1,0:0 --slots 2
@@ -137,6 +153,8 @@ PY
 			grep -qF "layer 1 expert $le  sha256 $want" "$OUT" || { fail "$u: stacked expert $le hash differs"; show; }
 		done
 	done
+	exec 9>&-
+	wait $ftpid 2>/dev/null
 	bad 1 "not a mixture-of-experts model" experts "emu:$img" /dense/model.safetensors
 	bad 1 "layer 5 has no experts" experts "emu:$img" /m/model.safetensors --read 5:0
 	bad 1 "the layer has 4 experts (0..3)" experts "emu:$img" /m/model.safetensors --read 1:4
