@@ -630,7 +630,8 @@ TEST_CASE(gpu_proxy_cpu_agent)
  * queue's last tail, forwarded that many zeroed SQEs and posted their
  * completions, and on the GPU each re-created queue lost its first
  * commands until their 30 s timeout (the matrix's C layer stream x
- * NVMe/TCP x Tier 1 cell took 61 s). Also: IDs are handed out in
+ * NVMe/TCP x Tier 1 cell took 61 s). Each round then fills the queue:
+ * 15 reads rung at once into guarded buffers. Also: IDs are handed out in
  * rotation on TCP (qid_reuse_last), for CPU and GPU queues alike. */
 TEST_CASE(gpu_proxy_recreated_queue)
 {
@@ -676,6 +677,57 @@ TEST_CASE(gpu_proxy_recreated_queue)
 			CHECK(memcmp(buf, ft_ns_data(T) + (size_t)(round * 5 + i) * 16 * 512, 8192) == 0, "round %d read %u",
 			      round, i);
 		}
+		/* then the queue full: 15 reads (depth 16 keeps one slot
+		 * empty) rung at once into 15 buffers between guard pages,
+		 * completions in any order; every byte and every guard */
+		enum { NB = 15, GUARD = 4096, LEN = 8192 };
+		uint8_t *area = gpunvme_dma_alloc(c, NB * (LEN + GUARD) + GUARD);
+		uint64_t *lists = gpunvme_dma_alloc(c, NB * 4096);
+		REQUIRE(area && lists);
+		memset(area, 0x5c, NB * (LEN + GUARD) + GUARD);
+		uint16_t cids[NB];
+		for (uint32_t i = 0; i < NB; i++) {
+			struct gpunvme_sqe *e = &a.sq[a.tail];
+			memset(e, 0, sizeof(*e));
+			e->opc = GPUNVME_CMD_READ;
+			e->cid = cids[i] = a.cid++;
+			e->nsid = 1;
+			uint8_t *dst = area + GUARD + (size_t)i * (LEN + GUARD);
+			struct gpunvme_prp_addr pa = { gpunvme_dma_iova(c, dst), NULL, 0, 0 };
+			uint64_t li = gpunvme_dma_iova(c, lists + i * 512);
+			REQUIRE_OK(gpunvme_prp_fill(&pa, 0, LEN, 4096, lists + i * 512, &li, 1, &e->prp1, &e->prp2));
+			e->rw.slba = 1000 + (uint64_t)round * 100 + i * 16;
+			e->rw.nlb = LEN / 512 - 1;
+			if (++a.tail == a.depth)
+				a.tail = 0;
+		}
+		__atomic_store_n(a.sq_db, a.tail, __ATOMIC_RELEASE); /* one doorbell for all */
+		uint32_t seen = 0;
+		uint64_t t0 = gpunvme_now_ns();
+		while (seen < NB && gpunvme_now_ns() - t0 < 5000000000ull) {
+			const volatile uint32_t *dw = (const volatile uint32_t *)&a.cq[a.head];
+			uint32_t v = __atomic_load_n(&dw[3], __ATOMIC_ACQUIRE);
+			if (gpunvme_dw3_phase(v) != a.phase)
+				continue;
+			CHECK_EQ(gpunvme_dw3_status(v), 0);
+			if (++a.head == a.depth) {
+				a.head = 0;
+				a.phase ^= 1;
+			}
+			seen++;
+		}
+		REQUIRE(seen == NB, "round %d: %u of %d completions", round, seen, NB);
+		for (uint32_t i = 0; i < NB; i++) {
+			const uint8_t *got = area + GUARD + (size_t)i * (LEN + GUARD);
+			CHECK(memcmp(got, ft_ns_data(T) + (1000 + (size_t)round * 100 + i * 16) * 512, LEN) == 0,
+			      "round %d read %u (cid %u)", round, i, cids[i]);
+		}
+		for (uint32_t i = 0; i <= NB; i++)
+			for (uint32_t b = 0; b < GUARD; b++)
+				REQUIRE(area[(size_t)i * (LEN + GUARD) + b] == 0x5c, "round %d: guard %u byte %u written", round,
+					i, b);
+		gpunvme_dma_free(c, area);
+		gpunvme_dma_free(c, lists);
 		CHECK_OK(gpunvme_ctrl_delete_qpair_raw(c, qid));
 		gpunvme_ctrl_release_qid(c, qid);
 		gpunvme_dma_free(c, a.sq);
