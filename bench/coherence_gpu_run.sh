@@ -3,7 +3,7 @@
 # Issue 30 on the GPU machine: where features meet.
 #   OUT=/dir PHASES="build serial j4:3 tcp py" bash bench/coherence_gpu_run.sh
 # Phases (in the order given):
-#   build     Release, sm_90, into $BD (default bd/; kept between calls on a
+#   build     Release, sm_90, into $BD (default build-gpu/, git-ignored: kept between calls on a
 #             warm machine; one per GPU when several loops run at once, as
 #             tests write under their build directory)
 #   serial    ctest -L gpu, one test at a time (the baseline: all pass alone)
@@ -18,7 +18,7 @@
 #             loopback: load --tier cpu|1 --verify, perf --gpu at QD1, QD32,
 #             4x32 128 KiB against the CPU path's perf on the same target
 #   burn:N    N busy loops from here on (CPU starvation); unburn stops them
-#   venv      bd/pyvenv/bin/python for gpu.matrix: the machine's python3
+#   venv      $BD/pyvenv/bin/python for gpu.matrix: the machine's python3
 #             with the Python package built with CUDA for sm_90
 #   py        the Python package (pip install, CUDA) and its GPU tests:
 #             test_multi (two GPUs where there are two), test_md (the
@@ -29,7 +29,7 @@ mkdir -p "$R"
 exec > >(tee -a "$R/run.log") 2>&1
 log() { echo "[$(date -u +%T)] $*"; }
 { git log -1 --format="%h %s" 2>/dev/null; echo "tools: $(command -v zstd mkfs.ext4 python3 | tr "\n" " ")"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; echo "cores $(nproc), kernel $(uname -r)"; } | tee "$R/machine.txt"
-BD=${BD:-bd}
+BD=${BD:-build-gpu}
 B=$BD/bin
 for ph in ${PHASES:-build serial}; do
 	case $ph in

@@ -6,11 +6,11 @@
 # 24 MiB ext4 image) behind the fake target on loopback, matrix_stream at
 # Tier cpu and 1 with a timestamp on each window's line, the stream's trace
 # (GPUNVME_STREAM_TRACE), and the threads' kernel wait channels every 2 s.
-#   OUT=DIR BD=bd bash bench/tcp_stream_diag.sh
+#   OUT=DIR BD=build-gpu bash bench/tcp_stream_diag.sh
 set -u
 R=${OUT:?set OUT}/tcpdiag
 mkdir -p "$R"
-BD=${BD:-bd}
+BD=${BD:-build-gpu}
 B=$BD/bin
 [ "${SKIP_BUILD:-0}" = 1 ] || cmake -S . -B "$BD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$R/cmake.log" 2>&1 &&
 	cmake --build "$BD" -j"$(nproc)" --target matrix_stream gpunvme-mkmodel gpunvme-fake-target gpunvme-cli >"$R/build.log" 2>&1 ||
