@@ -97,7 +97,7 @@ struct gpunvme_emu;
 void gpunvme_emu_config_init(struct gpunvme_emu_config *cfg);
 
 /* Parse an emulator device string (what follows "emu:" in a URI) into *cfg,
- * on top of the defaults:
+ * on top of the defaults (but workers: half the online CPUs, 1 to 8):
  *   ram:SIZE | null:SIZE | PATH   [ "?" key=value ("&" key=value)* ]
  * SIZE takes K/M/G/T suffixes (powers of 1024). Keys: lbads (9|12), nsq
  * (I/O queue pairs), mqes, mdts, dstrd, workers, latency_us, read_mbps,
@@ -174,6 +174,12 @@ int gpunvme_emu_dma_unmap(struct gpunvme_emu *emu, uint64_t iova);
  * returning them to the kernel (which would break the pin). -ENODATA for a
  * null namespace, -EINVAL for a bad nsid. */
 int gpunvme_emu_ns_memory(struct gpunvme_emu *emu, uint32_t nsid, void **p, size_t *len);
+
+/* How namespace nsid is served: GPUNVME_EMU_BACK_RAM (also an image read
+ * into RAM with `snapshot`), _FILE (the file's mapping: page-cache pages,
+ * which a GPU library should not pin whole) or _NULL; -EINVAL for a bad
+ * nsid. */
+int gpunvme_emu_ns_backing(struct gpunvme_emu *emu, uint32_t nsid);
 
 /* Number of copy lanes (worker threads + the admin thread). */
 unsigned gpunvme_emu_lanes(const struct gpunvme_emu *emu);

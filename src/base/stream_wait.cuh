@@ -22,18 +22,42 @@
 /* 10 s: far beyond any copy either issues */
 #define GPUNVME_STREAM_WAIT_NS 10000000000ull
 
-static inline cudaError_t gpunvme_stream_wait(cudaStream_t s, uint64_t timeout_ns)
+/* One bounded poll loop for both waits: q(h) is cudaStreamQuery or
+ * cudaEventQuery. */
+static inline cudaError_t gpunvme_cuda_poll(cudaError_t (*q)(void *), void *h, uint64_t timeout_ns)
 {
 	const uint64_t t0 = gpunvme_now_ns();
 	unsigned spins = 0;
 	cudaError_t e;
-	while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
+	while ((e = q(h)) == cudaErrorNotReady) {
 		if (gpunvme_now_ns() - t0 > timeout_ns)
 			return cudaErrorNotReady;
 		if (++spins > 1000)
 			usleep(50);
 	}
 	return e;
+}
+
+static inline cudaError_t gpunvme_stream_query_(void *s)
+{
+	return cudaStreamQuery((cudaStream_t)s);
+}
+
+static inline cudaError_t gpunvme_event_query_(void *ev)
+{
+	return cudaEventQuery((cudaEvent_t)ev);
+}
+
+static inline cudaError_t gpunvme_stream_wait(cudaStream_t s, uint64_t timeout_ns)
+{
+	return gpunvme_cuda_poll(gpunvme_stream_query_, (void *)s, timeout_ns);
+}
+
+/* The same for the work before an event (cudaEventSynchronize has no
+ * deadline either). */
+static inline cudaError_t gpunvme_event_wait(cudaEvent_t ev, uint64_t timeout_ns)
+{
+	return gpunvme_cuda_poll(gpunvme_event_query_, (void *)ev, timeout_ns);
 }
 
 #endif

@@ -206,3 +206,9 @@ int gpunvme_emu_ns_memory(struct gpunvme_emu *emu, uint32_t nsid, void **p, size
 	*len = ns->map_len;
 	return 0;
 }
+
+int gpunvme_emu_ns_backing(struct gpunvme_emu *emu, uint32_t nsid)
+{
+	struct emu_ns *ns = emu ? emu_ns_get(emu, nsid) : NULL;
+	return ns ? (int)ns->backing : -EINVAL;
+}

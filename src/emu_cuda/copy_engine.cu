@@ -15,6 +15,7 @@
  */
 #include <cuda_runtime.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,40 @@ extern "C" {
 
 #define MAX_LANES 257
 
+/*
+ * Pinned staging for pageable memory (an image file's mapping, a RAM
+ * namespace too large to pin). A copy from or to pageable memory goes
+ * through the driver's own staging buffers, which (a) caps an emulated
+ * Tier 2 read from an image at a few GB/s and (b) waits behind this
+ * process's other pageable copies: a torch thread's `.cpu()` of a result
+ * that the GPU read kernels produce waits for those kernels, which wait for
+ * the emulator's copy, which waits for the `.cpu()` -- until the commands
+ * time out (seen on an H200 with the GPU expert cache, 10 s per fetch).
+ * So each lane owns a ring of pinned chunks: a read is memcpy'd from the
+ * mapping into the next chunk and copied from there; a write is copied into
+ * a chunk and memcpy'd out to the mapping once it landed (at the lane's
+ * sync, or when the ring comes round). Each chunk's event says when the
+ * copy engine is done with it. Only the lane's own emulator thread touches
+ * its ring (emu.h: one lane per emulator thread).
+ */
+#define STAGE_TOTAL (32u << 20)     /* pinned bytes per queue set at most */
+#define STAGE_LANE_MAX (4u << 20)   /* per lane: 8 chunks of 512 KiB */
+#define STAGE_LANE_MIN (256u << 10) /* per lane: 2 chunks of 128 KiB */
+#define STAGE_CHUNK_MAX (512u << 10)
+
+struct stage_chunk {
+	cudaEvent_t ev;
+	bool busy;      /* a copy was queued: ev not yet seen complete */
+	void *host_dst; /* a write's destination, filled from the chunk once ev completes */
+	size_t len;
+};
+
+struct lane_stage {
+	uint8_t *buf; /* nchunks * chunk bytes of the queue set's pinned block */
+	struct stage_chunk *c;
+	unsigned next;
+};
+
 /* One queue set's copy lanes: the handle the emu: bus is given is &ops
  * (its map_device passes it to gpunvme_emu_dma_map_gpu), ops.ctx is this. */
 struct emu_lanes {
@@ -37,7 +72,61 @@ struct emu_lanes {
 	cudaStream_t lane_stream[MAX_LANES];
 	bool batch_refused;              /* cudaMemcpyBatchAsync refused once: copy piece by piece */
 	bool lane_timeout_said;          /* a lane copy timed out: said once on stderr */
+	uint8_t *stage_mem;              /* pinned (cudaHostAlloc); NULL: none could be had */
+	struct stage_chunk *chunks;      /* lanes * nchunks */
+	unsigned nchunks;
+	size_t chunk;
+	struct lane_stage stage[MAX_LANES];
 };
+
+/* ---- which host memory is pinned ---------------------------------------- */
+
+/* The ranges this engine pinned (engine_pin_backing): a lane copies them
+ * directly, anything else through its staging ring. A handful per process
+ * (one per emulated namespace served at Tier 2); read on every copy, so a
+ * reader-writer lock. */
+#define MAX_PINNED 64
+static pthread_rwlock_t pinned_lock = PTHREAD_RWLOCK_INITIALIZER;
+static struct {
+	uintptr_t lo, hi;
+} pinned_range[MAX_PINNED];
+static unsigned n_pinned;
+
+static bool pinned_add(void *p, size_t len)
+{
+	bool ok = false;
+	pthread_rwlock_wrlock(&pinned_lock);
+	if (n_pinned < MAX_PINNED) {
+		pinned_range[n_pinned].lo = (uintptr_t)p;
+		pinned_range[n_pinned].hi = (uintptr_t)p + len;
+		n_pinned++;
+		ok = true;
+	}
+	pthread_rwlock_unlock(&pinned_lock);
+	return ok;
+}
+
+static void pinned_del(void *p)
+{
+	pthread_rwlock_wrlock(&pinned_lock);
+	for (unsigned i = 0; i < n_pinned; i++)
+		if (pinned_range[i].lo == (uintptr_t)p) {
+			pinned_range[i] = pinned_range[--n_pinned];
+			break;
+		}
+	pthread_rwlock_unlock(&pinned_lock);
+}
+
+static bool pinned_has(const void *p, size_t len)
+{
+	const uintptr_t a = (uintptr_t)p, b = a + len;
+	bool in = false;
+	pthread_rwlock_rdlock(&pinned_lock);
+	for (unsigned i = 0; i < n_pinned && !in; i++)
+		in = a >= pinned_range[i].lo && b <= pinned_range[i].hi;
+	pthread_rwlock_unlock(&pinned_lock);
+	return in;
+}
 
 static int cuda_err(cudaError_t e, const char *what)
 {
@@ -56,12 +145,89 @@ static void lane_trace(const char *what, unsigned lane, size_t len, uint64_t t0)
 		fprintf(stderr, "LANE_TRACE %s lane %u len %zu took %.3f s\n", what, lane, len, (double)dt / 1e9);
 }
 
+/* The lane's next staging chunk, free: a copy still using it is waited for
+ * (bounded) and a write it holds is delivered first. */
+static int stage_take(struct emu_lanes *g, unsigned lane, unsigned *idx)
+{
+	struct lane_stage *ls = &g->stage[lane];
+	const unsigned i = ls->next;
+	struct stage_chunk *c = &ls->c[i];
+	if (c->busy) {
+		cudaError_t e = gpunvme_event_wait(c->ev, GPUNVME_STREAM_WAIT_NS);
+		if (e != cudaSuccess)
+			return e == cudaErrorNotReady ? -ETIMEDOUT : -EIO;
+		if (c->host_dst)
+			memcpy(c->host_dst, ls->buf + (size_t)i * g->chunk, c->len);
+		c->busy = false;
+		c->host_dst = NULL;
+	}
+	ls->next = (i + 1) % g->nchunks;
+	*idx = i;
+	return 0;
+}
+
+/* len bytes through the lane's staging ring, a chunk at a time; the copies
+ * are queued on the lane's stream like direct ones. */
+static int lane_copy_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, uint8_t *host, size_t len, int to_gpu)
+{
+	struct lane_stage *ls = &g->stage[lane];
+	for (size_t d = 0; d < len;) {
+		const size_t n = len - d < g->chunk ? len - d : g->chunk;
+		unsigned i;
+		int rc = stage_take(g, lane, &i);
+		if (rc)
+			return rc;
+		struct stage_chunk *c = &ls->c[i];
+		uint8_t *st = ls->buf + (size_t)i * g->chunk;
+		cudaError_t e;
+		if (to_gpu) {
+			memcpy(st, host + d, n);
+			e = cudaMemcpyAsync((void *)(uintptr_t)(dev + d), st, n, cudaMemcpyHostToDevice, g->lane_stream[lane]);
+		} else {
+			e = cudaMemcpyAsync(st, (const void *)(uintptr_t)(dev + d), n, cudaMemcpyDeviceToHost,
+					    g->lane_stream[lane]);
+		}
+		/* the event follows the copy on the lane's stream: complete
+		 * once the chunk may be reused (stage_take) */
+		if (e == cudaSuccess)
+			e = cudaEventRecord(c->ev, g->lane_stream[lane]);
+		if (e != cudaSuccess)
+			return -EIO;
+		c->busy = true;
+		c->host_dst = to_gpu ? NULL : host + d;
+		c->len = n;
+		d += n;
+	}
+	return 0;
+}
+
+/* The lane's writes that landed in staging, delivered to their host
+ * memory, oldest first (a later write to the same bytes must win). Called
+ * once the lane's stream is idle. */
+static void stage_deliver(struct emu_lanes *g, unsigned lane)
+{
+	struct lane_stage *ls = &g->stage[lane];
+	for (unsigned k = 0; ls->c && k < g->nchunks; k++) {
+		const unsigned i = (ls->next + k) % g->nchunks;
+		struct stage_chunk *c = &ls->c[i];
+		if (c->host_dst)
+			memcpy(c->host_dst, ls->buf + (size_t)i * g->chunk, c->len);
+		c->busy = false;
+		c->host_dst = NULL;
+	}
+}
+
 static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu)
 {
 	struct emu_lanes *g = (struct emu_lanes *)ctx;
 	if (lane >= g->lanes)
 		return -EINVAL;
 	uint64_t t0 = gpunvme_now_ns();
+	if (g->stage_mem && !pinned_has(host, len)) {
+		int rc = lane_copy_staged(g, lane, dev, (uint8_t *)host, len, to_gpu);
+		lane_trace("staged copy", lane, len, t0);
+		return rc;
+	}
 	cudaError_t e = to_gpu ? cudaMemcpyAsync((void *)dev, host, len, cudaMemcpyHostToDevice, g->lane_stream[lane])
 			       : cudaMemcpyAsync(host, (void *)dev, len, cudaMemcpyDeviceToHost, g->lane_stream[lane]);
 	lane_trace("copy", lane, len, t0);
@@ -88,6 +254,13 @@ static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_co
 #if CUDART_VERSION >= 12080
 	while (n > 1 && !g->batch_refused) {
 		unsigned k = n < LANE_BATCH ? n : LANE_BATCH;
+		/* a piece in pageable memory goes through staging: this group
+		 * and the rest one by one */
+		bool pageable = false;
+		for (unsigned i = 0; i < k && !pageable; i++)
+			pageable = g->stage_mem && !pinned_has(v[i].host, v[i].len);
+		if (pageable)
+			break;
 		void *dst[LANE_BATCH];
 		const void *src[LANE_BATCH];
 		size_t len[LANE_BATCH], idx = 0, total = 0;
@@ -139,6 +312,8 @@ static int lane_sync(void *ctx, unsigned lane)
 	uint64_t t0 = gpunvme_now_ns();
 	cudaError_t e = gpunvme_stream_wait(g->lane_stream[lane], GPUNVME_STREAM_WAIT_NS);
 	lane_trace("sync", lane, 0, t0);
+	if (e == cudaSuccess)
+		stage_deliver(g, lane);
 	if (e == cudaErrorNotReady) {
 		/* the commands fail with a data transfer error; say why once */
 		if (!g->lane_timeout_said) {
@@ -154,6 +329,51 @@ static int lane_sync(void *ctx, unsigned lane)
 }
 
 /* ---- the emu: bus's device-memory DMA engine ----------------------------------- */
+
+static void stage_free(struct emu_lanes *g)
+{
+	for (unsigned i = 0; g->chunks && i < g->lanes * g->nchunks; i++)
+		if (g->chunks[i].ev)
+			cudaEventDestroy(g->chunks[i].ev);
+	free(g->chunks);
+	if (g->stage_mem)
+		cudaFreeHost(g->stage_mem);
+	g->chunks = NULL;
+	g->stage_mem = NULL;
+}
+
+/* The lanes' staging rings, allocated here, in the application's thread:
+ * an emulator thread allocating pinned memory could wait behind the
+ * application's CUDA calls. Without them (no pinned memory to be had),
+ * pageable copies go to the driver as before: slower, never wrong. */
+static void stage_alloc(struct emu_lanes *g)
+{
+	size_t per = STAGE_TOTAL / g->lanes;
+	per = per > STAGE_LANE_MAX ? STAGE_LANE_MAX : per < STAGE_LANE_MIN ? STAGE_LANE_MIN : per;
+	g->chunk = per / 8 < (128u << 10) ? (128u << 10) : per / 8;
+	g->chunk = g->chunk > STAGE_CHUNK_MAX ? STAGE_CHUNK_MAX : g->chunk;
+	g->nchunks = (unsigned)(per / g->chunk);
+	void *mem = NULL;
+	if (cudaHostAlloc(&mem, (size_t)g->lanes * g->nchunks * g->chunk, cudaHostAllocDefault) != cudaSuccess) {
+		cudaGetLastError();
+		return;
+	}
+	g->stage_mem = (uint8_t *)mem;
+	g->chunks = (struct stage_chunk *)calloc((size_t)g->lanes * g->nchunks, sizeof(*g->chunks));
+	bool ok = g->chunks != NULL;
+	for (unsigned i = 0; ok && i < g->lanes * g->nchunks; i++)
+		ok = cudaEventCreateWithFlags(&g->chunks[i].ev, cudaEventDisableTiming) == cudaSuccess;
+	if (!ok) {
+		cudaGetLastError();
+		stage_free(g);
+		return;
+	}
+	for (unsigned l = 0; l < g->lanes; l++) {
+		g->stage[l].buf = g->stage_mem + (size_t)l * g->nchunks * g->chunk;
+		g->stage[l].c = g->chunks + (size_t)l * g->nchunks;
+		g->stage[l].next = 0;
+	}
+}
 
 /* Copy lanes for GPU memory behind the emulator (it moves Tier 2 data with
  * the copy engine, one stream per lane), created in the calling thread's
@@ -171,6 +391,7 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 		g->lanes = MAX_LANES;
 	for (unsigned i = 0; i < g->lanes; i++)
 		cudaStreamCreateWithFlags(&g->lane_stream[i], cudaStreamNonBlocking);
+	stage_alloc(g);
 	g->ops.copy = lane_copy;
 	g->ops.sync = lane_sync;
 	g->ops.ctx = g;
@@ -215,8 +436,14 @@ static void engine_detach(void *engine)
 	if (!engine)
 		return;
 	struct emu_lanes *g = (struct emu_lanes *)((struct gpunvme_emu_gpu_ops *)engine)->ctx;
-	for (unsigned i = 0; i < g->lanes; i++)
+	/* the emulator has unmapped the queue set's memory (no copy is
+	 * queued any more); what a lane's stream still runs ends before its
+	 * staging goes: cudaStreamDestroy does not wait */
+	for (unsigned i = 0; i < g->lanes; i++) {
+		gpunvme_stream_wait(g->lane_stream[i], GPUNVME_STREAM_WAIT_NS);
 		cudaStreamDestroy(g->lane_stream[i]);
+	}
+	stage_free(g);
 	free(g);
 }
 
@@ -229,6 +456,7 @@ static void engine_detach(void *engine)
  * works, slower; someone else's pin is left alone. */
 static void unpin_host(void *p)
 {
+	pinned_del(p);
 	cudaHostUnregister(p);
 }
 
@@ -245,12 +473,23 @@ static void engine_pin_backing(struct gpunvme_bus *b, uint32_t nsid, const void 
 	*pinned = NULL;
 	*unpin = NULL;
 	struct gpunvme_emu *emu = gpunvme_bus_emu_get(b);
-	if (!emu || gpunvme_emu_ns_memory(emu, nsid, &nsmem, &nslen))
+	/* An image file's mapping is not pinned: pinning page-cache pages
+	 * costs time and memory in proportion to the image (seconds for a
+	 * big one, at open) and holds the pages for the process's life; its
+	 * copies go through the lanes' staging rings instead. */
+	if (!emu || gpunvme_emu_ns_backing(emu, nsid) != GPUNVME_EMU_BACK_RAM ||
+	    gpunvme_emu_ns_memory(emu, nsid, &nsmem, &nslen))
 		return;
 	if (kept == nsmem)
 		return;
 	if (cudaHostRegister(nsmem, nslen, cudaHostRegisterDefault) != cudaSuccess) {
-		cudaGetLastError(); /* clear the error: the copies still work */
+		cudaGetLastError(); /* clear the error: the copies still work, staged */
+		return;
+	}
+	if (!pinned_add(nsmem, nslen)) {
+		/* more pinned namespaces than the table holds: this one's
+		 * copies go staged, so its pin buys nothing */
+		cudaHostUnregister(nsmem);
 		return;
 	}
 	*pinned = nsmem;

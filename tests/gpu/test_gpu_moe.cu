@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "ctrl/ctrl_emu.h" /* the emulator behind the controller */
 #include "gpunvme/emu.h"
 #include "gpunvme/gpu.h"
@@ -195,8 +196,15 @@ static void rig_close(struct rig *r)
  * `tokens` tokens through every MoE layer: router -> fetch -> check on one
  * stream, synced every 8 tokens; then the counts against the host cache
  * fed the same ids (same slots, same policy).
+ *
+ * peek: after each fetch the host also reads the slots into pageable memory
+ * on the stream at once, as torch's `.cpu()` does: a copy the driver
+ * stages, which waits for the fetch's read kernels while they wait for the
+ * emulator's copies. Those must not queue behind it (an image file's pages
+ * are copied through the emulator's own pinned staging): before, every such
+ * fetch timed out.
  */
-static int decode(struct rig *r, enum gpunvme_tier tier, uint32_t slots, uint32_t tokens)
+static int decode(struct rig *r, enum gpunvme_tier tier, uint32_t slots, uint32_t tokens, bool peek = false)
 {
 	struct gpunvme_gpu_experts_opts o;
 	gpunvme_gpu_experts_opts_init(&o);
@@ -242,6 +250,22 @@ static int decode(struct rig *r, enum gpunvme_tier tier, uint32_t slots, uint32_
 			check_experts<<<8, 256, 0, s>>>(d_ids, d_slots, 2, i, ne, np, d_ref, d_file, base, piece_off, d_cnt,
 							d_cnt + 1);
 			CU(cudaGetLastError());
+			if (peek) {
+				uint32_t *h = (uint32_t *)malloc(2 * sizeof(uint32_t)); /* pageable */
+				REQUIRE(h);
+				const uint64_t t0 = gpunvme_now_ns();
+				CU(cudaMemcpyAsync(h, d_slots, 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, s));
+				CU(cudaStreamSynchronize(s));
+				const double sec = (double)(gpunvme_now_ns() - t0) / 1e9;
+				CHECK(h[0] != GPUNVME_GPU_EXPERTS_NO_SLOT && h[1] != GPUNVME_GPU_EXPERTS_NO_SLOT,
+				      "token %u layer %u: a fetch behind a pageable copy failed (%.3f s; the sync below says why)",
+				      t, i, sec);
+				CHECK(sec < 2.0, "token %u layer %u: the fetch took %.3f s behind a pageable copy", t, i, sec);
+				const bool failed = h[0] == GPUNVME_GPU_EXPERTS_NO_SLOT;
+				free(h);
+				if (failed)
+					break;
+			}
 		}
 		if (t % 8 == 7 || t + 1 == tokens) {
 			int rc = gpunvme_gpu_experts_sync(g, s, NULL);
@@ -322,7 +346,7 @@ TEST_CASE(md_tier2)
 	struct rig r;
 	int rc = rig_md(&r, dir);
 	if (!rc) {
-		rc = decode(&r, GPUNVME_TIER_2, 8, 24);
+		rc = decode(&r, GPUNVME_TIER_2, 8, 24, true);
 		/* tier 1 needs one host buffer both members reach: refused */
 		struct gpunvme_gpu_experts_opts o;
 		gpunvme_gpu_experts_opts_init(&o);

@@ -38,7 +38,8 @@ class ExpertCache:
     wait; weights(layer) -> {projection: tensor [slots, ...]} views of the
     slot memory (w[slots] picks the chosen experts); sync() waits for the
     stream and raises a failed read (stats as the CPU cache's, plus
-    "commands"). Built; not yet run on a GPU machine (docs/moe.md).
+    "commands"). On the emulator's Tier 2, call sync() before any blocking
+    CUDA call on the host (.cpu(), .item()): see docs/moe.md, Limit.
     """
 
     def __init__(self, uri, path, slots, framework="np", device="cpu", *, nsid=1, partition=None, offset=None):
