@@ -3,6 +3,7 @@
  * (NVMe 1.4 §3.1, §7.6). */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpunvme/gpunvme.h"
 #include "harness.h"
@@ -495,6 +496,15 @@ TEST_CASE(config_parse)
 	REQUIRE_EQ(cfg.ns[0].snapshot, 0);
 	REQUIRE_OK(gpunvme_emu_config_parse(&cfg, "/tmp/some-file.img?snapshot=1", &err));
 	REQUIRE_EQ(cfg.ns[0].snapshot, 1);
+	/* workers not given: half the online CPUs, 1 to 8 (the C API's own
+	 * default stays 1); given: as given */
+	long half = sysconf(_SC_NPROCESSORS_ONLN) / 2;
+	uint32_t want = half < 1 ? 1 : half > 8 ? 8 : (uint32_t)half;
+	REQUIRE_EQ(cfg.workers, want);
+	gpunvme_emu_config_init(&cfg);
+	REQUIRE_EQ(cfg.workers, 1);
+	REQUIRE_OK(gpunvme_emu_config_parse(&cfg, "ram:1M?workers=1", &err));
+	REQUIRE_EQ(cfg.workers, 1);
 	/* decimal, even with a leading zero; stray '&'s carry nothing; a
 	 * repeated option's later value wins (bench/ appends overrides) */
 	REQUIRE_OK(gpunvme_emu_config_parse(&cfg, "ram:1GiB?&nsq=010&&lbads=9&lbads=12&", &err));
