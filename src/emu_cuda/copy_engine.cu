@@ -31,20 +31,18 @@ extern "C" {
 #define MAX_LANES 257
 
 /*
- * Pinned staging for pageable memory (an image file's mapping, a RAM
- * namespace too large to pin). A copy from or to pageable memory goes
- * through the driver's own staging buffers, which (a) caps an emulated
- * Tier 2 read from an image at a few GB/s and (b) waits behind this
- * process's other pageable copies: a torch thread's `.cpu()` of a result
- * that the GPU read kernels produce waits for those kernels, which wait for
- * the emulator's copy, which waits for the `.cpu()` -- until the commands
- * time out (seen on an H200 with the GPU expert cache, 10 s per fetch).
- * So each lane owns a ring of pinned chunks: a read is memcpy'd from the
- * mapping into the next chunk and copied from there; a write is copied into
- * a chunk and memcpy'd out to the mapping once it landed (at the lane's
- * sync, or when the ring comes round). Each chunk's event says when the
- * copy engine is done with it. Only the lane's own emulator thread touches
- * its ring (emu.h: one lane per emulator thread).
+ * Pinned staging for reads from pageable memory (an image file's mapping,
+ * a RAM namespace too large to pin). A copy from pageable memory goes
+ * through the driver's own staging buffers, which held an emulated Tier 2
+ * load from an image to ~4 GB/s with eight workers on the H100 machine;
+ * through these rings, 14-15 GB/s (bench/results/emu-stage-2026-11-27).
+ * Each lane owns a ring of pinned chunks: a read is memcpy'd from the
+ * mapping into the next chunk and copied from there; each chunk's event
+ * says when the copy engine is done with it. Only the lane's own emulator
+ * thread touches its ring (emu.h: one lane per emulator thread). Writes
+ * (GPU memory to the namespace) still go to the driver as they are: no GPU
+ * test writes Tier 2 data to an image file yet, so a staged write path
+ * would be unchecked.
  */
 #define STAGE_TOTAL (32u << 20)     /* pinned bytes per queue set at most */
 #define STAGE_LANE_MAX (4u << 20)   /* per lane: 8 chunks of 512 KiB */
@@ -53,9 +51,7 @@ extern "C" {
 
 struct stage_chunk {
 	cudaEvent_t ev;
-	bool busy;      /* a copy was queued: ev not yet seen complete */
-	void *host_dst; /* a write's destination, filled from the chunk once ev completes */
-	size_t len;
+	bool busy; /* a copy was queued: ev not yet seen complete */
 };
 
 struct lane_stage {
@@ -146,7 +142,7 @@ static void lane_trace(const char *what, unsigned lane, size_t len, uint64_t t0)
 }
 
 /* The lane's next staging chunk, free: a copy still using it is waited for
- * (bounded) and a write it holds is delivered first. */
+ * (bounded). */
 static int stage_take(struct emu_lanes *g, unsigned lane, unsigned *idx)
 {
 	struct lane_stage *ls = &g->stage[lane];
@@ -156,19 +152,17 @@ static int stage_take(struct emu_lanes *g, unsigned lane, unsigned *idx)
 		cudaError_t e = gpunvme_event_wait(c->ev, GPUNVME_STREAM_WAIT_NS);
 		if (e != cudaSuccess)
 			return e == cudaErrorNotReady ? -ETIMEDOUT : -EIO;
-		if (c->host_dst)
-			memcpy(c->host_dst, ls->buf + (size_t)i * g->chunk, c->len);
 		c->busy = false;
-		c->host_dst = NULL;
 	}
 	ls->next = (i + 1) % g->nchunks;
 	*idx = i;
 	return 0;
 }
 
-/* len bytes through the lane's staging ring, a chunk at a time; the copies
- * are queued on the lane's stream like direct ones. */
-static int lane_copy_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, uint8_t *host, size_t len, int to_gpu)
+/* len bytes from host to GPU memory through the lane's staging ring, a
+ * chunk at a time; the copies are queued on the lane's stream like direct
+ * ones. */
+static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, const uint8_t *host, size_t len)
 {
 	struct lane_stage *ls = &g->stage[lane];
 	for (size_t d = 0; d < len;) {
@@ -179,14 +173,9 @@ static int lane_copy_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, ui
 			return rc;
 		struct stage_chunk *c = &ls->c[i];
 		uint8_t *st = ls->buf + (size_t)i * g->chunk;
-		cudaError_t e;
-		if (to_gpu) {
-			memcpy(st, host + d, n);
-			e = cudaMemcpyAsync((void *)(uintptr_t)(dev + d), st, n, cudaMemcpyHostToDevice, g->lane_stream[lane]);
-		} else {
-			e = cudaMemcpyAsync(st, (const void *)(uintptr_t)(dev + d), n, cudaMemcpyDeviceToHost,
-					    g->lane_stream[lane]);
-		}
+		memcpy(st, host + d, n);
+		cudaError_t e = cudaMemcpyAsync((void *)(uintptr_t)(dev + d), st, n, cudaMemcpyHostToDevice,
+						g->lane_stream[lane]);
 		/* the event follows the copy on the lane's stream: complete
 		 * once the chunk may be reused (stage_take) */
 		if (e == cudaSuccess)
@@ -194,27 +183,9 @@ static int lane_copy_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, ui
 		if (e != cudaSuccess)
 			return -EIO;
 		c->busy = true;
-		c->host_dst = to_gpu ? NULL : host + d;
-		c->len = n;
 		d += n;
 	}
 	return 0;
-}
-
-/* The lane's writes that landed in staging, delivered to their host
- * memory, oldest first (a later write to the same bytes must win). Called
- * once the lane's stream is idle. */
-static void stage_deliver(struct emu_lanes *g, unsigned lane)
-{
-	struct lane_stage *ls = &g->stage[lane];
-	for (unsigned k = 0; ls->c && k < g->nchunks; k++) {
-		const unsigned i = (ls->next + k) % g->nchunks;
-		struct stage_chunk *c = &ls->c[i];
-		if (c->host_dst)
-			memcpy(c->host_dst, ls->buf + (size_t)i * g->chunk, c->len);
-		c->busy = false;
-		c->host_dst = NULL;
-	}
 }
 
 static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu)
@@ -223,8 +194,8 @@ static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t 
 	if (lane >= g->lanes)
 		return -EINVAL;
 	uint64_t t0 = gpunvme_now_ns();
-	if (g->stage_mem && !pinned_has(host, len)) {
-		int rc = lane_copy_staged(g, lane, dev, (uint8_t *)host, len, to_gpu);
+	if (to_gpu && g->stage_mem && !pinned_has(host, len)) {
+		int rc = lane_read_staged(g, lane, dev, (const uint8_t *)host, len);
 		lane_trace("staged copy", lane, len, t0);
 		return rc;
 	}
@@ -258,7 +229,7 @@ static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_co
 		 * and the rest one by one */
 		bool pageable = false;
 		for (unsigned i = 0; i < k && !pageable; i++)
-			pageable = g->stage_mem && !pinned_has(v[i].host, v[i].len);
+			pageable = v[i].to_gpu && g->stage_mem && !pinned_has(v[i].host, v[i].len);
 		if (pageable)
 			break;
 		void *dst[LANE_BATCH];
@@ -312,8 +283,6 @@ static int lane_sync(void *ctx, unsigned lane)
 	uint64_t t0 = gpunvme_now_ns();
 	cudaError_t e = gpunvme_stream_wait(g->lane_stream[lane], GPUNVME_STREAM_WAIT_NS);
 	lane_trace("sync", lane, 0, t0);
-	if (e == cudaSuccess)
-		stage_deliver(g, lane);
 	if (e == cudaErrorNotReady) {
 		/* the commands fail with a data transfer error; say why once */
 		if (!g->lane_timeout_said) {
@@ -438,7 +407,7 @@ static void engine_detach(void *engine)
 	struct emu_lanes *g = (struct emu_lanes *)((struct gpunvme_emu_gpu_ops *)engine)->ctx;
 	/* the emulator has unmapped the queue set's memory (no copy is
 	 * queued any more); what a lane's stream still runs ends before its
-	 * staging goes: cudaStreamDestroy does not wait */
+	 * staging is freed: cudaStreamDestroy does not wait */
 	for (unsigned i = 0; i < g->lanes; i++) {
 		gpunvme_stream_wait(g->lane_stream[i], GPUNVME_STREAM_WAIT_NS);
 		cudaStreamDestroy(g->lane_stream[i]);
