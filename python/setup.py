@@ -82,6 +82,10 @@ class CMakeBuildExt(build_ext):
         ext.extra_objects = ([os.path.join(lib, "libgpunvme_cuda.a"),
                               os.path.join(lib, "libgpunvme_emu_cuda.a")] if have_cuda else []) + \
             [os.path.join(lib, "libgpunvme.a")]
+        # setuptools relinks only when a dependency is newer than the
+        # extension, and extra_objects are not dependencies: without this
+        # a library change (src/) left an in-tree rebuild with the old code
+        ext.depends = list(ext.extra_objects)
         if have_cuda:
             ext.extra_link_args = ["-Wl,--undefined=gpunvme_emu_cuda_engine"]
         ext.include_dirs = [os.path.join(REPO, "include")]
