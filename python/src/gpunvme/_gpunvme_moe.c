@@ -154,14 +154,23 @@ static int expert_of(Experts *ex, unsigned int layer, unsigned int e)
 	return i;
 }
 
+/* The arguments (layer, expert) -> the MoE layer index *i and the expert
+ * *e, both checked; -1 with the error. */
+static int layer_expert_args(Experts *ex, PyObject *args, int *i, unsigned int *e)
+{
+	unsigned int layer;
+	if (!PyArg_ParseTuple(args, "II", &layer, e))
+		return -1;
+	*i = expert_of(ex, layer, *e);
+	return *i < 0 ? -1 : 0;
+}
+
 /* pieces(layer, expert) -> [(tensor_index, offset, nbytes)] in projection order */
 static PyObject *Experts_pieces(Experts *ex, PyObject *args)
 {
-	unsigned int layer, e;
-	if (!PyArg_ParseTuple(args, "II", &layer, &e))
-		return NULL;
-	int i = expert_of(ex, layer, e);
-	if (i < 0)
+	int i;
+	unsigned int e;
+	if (layer_expert_args(ex, args, &i, &e))
 		return NULL;
 	const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(ex->x, (uint32_t)i, e);
 	PyObject *list = PyList_New(ex->x->n_proj);
@@ -354,17 +363,21 @@ static PyObject *Experts_sync(Experts *ex, PyObject *args)
  * (gpunvme_moe_place): where an expert's pieces sit in whichever slot */
 static PyObject *Experts_place(Experts *ex, PyObject *args)
 {
-	unsigned int layer, e;
-	if (!PyArg_ParseTuple(args, "II", &layer, &e))
-		return NULL;
-	int i = expert_of(ex, layer, e);
-	if (i < 0)
+	int i;
+	unsigned int e;
+	if (layer_expert_args(ex, args, &i, &e))
 		return NULL;
 	uint64_t pos[GPUNVME_MOE_MAX_PROJ];
 	gpunvme_moe_place(ex->x, (uint32_t)i, e, pos);
 	PyObject *list = PyList_New(ex->x->n_proj);
-	for (uint32_t p = 0; list && p < ex->x->n_proj; p++)
-		PyList_SET_ITEM(list, p, PyLong_FromUnsignedLongLong(pos[p]));
+	for (uint32_t p = 0; list && p < ex->x->n_proj; p++) {
+		PyObject *it = PyLong_FromUnsignedLongLong(pos[p]);
+		if (!it) {
+			Py_CLEAR(list);
+			break;
+		}
+		PyList_SET_ITEM(list, p, it);
+	}
 	return list;
 }
 
