@@ -54,12 +54,6 @@ struct stage_chunk {
 	bool busy; /* a copy was queued: ev not yet seen complete */
 };
 
-struct lane_stage {
-	uint8_t *buf; /* nchunks * chunk bytes of the queue set's pinned block */
-	struct stage_chunk *c;
-	unsigned next;
-};
-
 /* One queue set's copy lanes: the handle the emu: bus is given is &ops
  * (its map_device passes it to gpunvme_emu_dma_map_gpu), ops.ctx is this. */
 struct emu_lanes {
@@ -68,11 +62,14 @@ struct emu_lanes {
 	cudaStream_t lane_stream[MAX_LANES];
 	bool batch_refused;              /* cudaMemcpyBatchAsync refused once: copy piece by piece */
 	bool lane_timeout_said;          /* a lane copy timed out: said once on stderr */
-	uint8_t *stage_mem;              /* pinned (cudaHostAlloc); NULL: none could be had */
-	struct stage_chunk *chunks;      /* lanes * nchunks */
+	/* lane l's ring: chunks [l * nchunks, (l + 1) * nchunks) of
+	 * stage_mem (pinned, cudaHostAlloc; NULL: none could be had) and of
+	 * chunks, the next one to use at stage_next[l] */
+	uint8_t *stage_mem;
+	struct stage_chunk *chunks;
 	unsigned nchunks;
 	size_t chunk;
-	struct lane_stage stage[MAX_LANES];
+	unsigned stage_next[MAX_LANES];
 };
 
 /* ---- which host memory is pinned ---------------------------------------- */
@@ -141,20 +138,20 @@ static void lane_trace(const char *what, unsigned lane, size_t len, uint64_t t0)
 		fprintf(stderr, "LANE_TRACE %s lane %u len %zu took %.3f s\n", what, lane, len, (double)dt / 1e9);
 }
 
-/* The lane's next staging chunk, free: a copy still using it is waited for
- * (bounded). */
-static int stage_take(struct emu_lanes *g, unsigned lane, unsigned *idx)
+/* The lane's next staging chunk (an index into chunks and stage_mem), free:
+ * a copy still using it is waited for (bounded). */
+static int stage_take(struct emu_lanes *g, unsigned lane, size_t *idx)
 {
-	struct lane_stage *ls = &g->stage[lane];
-	const unsigned i = ls->next;
-	struct stage_chunk *c = &ls->c[i];
+	const unsigned k = g->stage_next[lane];
+	const size_t i = (size_t)lane * g->nchunks + k;
+	struct stage_chunk *c = &g->chunks[i];
 	if (c->busy) {
 		cudaError_t e = gpunvme_event_wait(c->ev, GPUNVME_STREAM_WAIT_NS);
 		if (e != cudaSuccess)
 			return e == cudaErrorNotReady ? -ETIMEDOUT : -EIO;
 		c->busy = false;
 	}
-	ls->next = (i + 1) % g->nchunks;
+	g->stage_next[lane] = (k + 1) % g->nchunks;
 	*idx = i;
 	return 0;
 }
@@ -164,15 +161,14 @@ static int stage_take(struct emu_lanes *g, unsigned lane, unsigned *idx)
  * ones. */
 static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, const uint8_t *host, size_t len)
 {
-	struct lane_stage *ls = &g->stage[lane];
 	for (size_t d = 0; d < len;) {
 		const size_t n = len - d < g->chunk ? len - d : g->chunk;
-		unsigned i;
+		size_t i;
 		int rc = stage_take(g, lane, &i);
 		if (rc)
 			return rc;
-		struct stage_chunk *c = &ls->c[i];
-		uint8_t *st = ls->buf + (size_t)i * g->chunk;
+		struct stage_chunk *c = &g->chunks[i];
+		uint8_t *st = g->stage_mem + i * g->chunk;
 		memcpy(st, host + d, n);
 		cudaError_t e = cudaMemcpyAsync((void *)(uintptr_t)(dev + d), st, n, cudaMemcpyHostToDevice,
 						g->lane_stream[lane]);
@@ -335,12 +331,6 @@ static void stage_alloc(struct emu_lanes *g)
 	if (!ok) {
 		cudaGetLastError();
 		stage_free(g);
-		return;
-	}
-	for (unsigned l = 0; l < g->lanes; l++) {
-		g->stage[l].buf = g->stage_mem + (size_t)l * g->nchunks * g->chunk;
-		g->stage[l].c = g->chunks + (size_t)l * g->nchunks;
-		g->stage[l].next = 0;
 	}
 }
 
