@@ -17,6 +17,12 @@
  *                  a removal and return, Tier 1 and Tier 2: failed commands
  *                  never succeed, their buffers stay untouched after the
  *                  recovery, the same descriptor works at the next launch
+ *   tier2_image_staged  Tier 2 reads from an image file (the copy engine's
+ *                  pinned staging rings): 96 threads on one queue of 3
+ *                  free slots, 1 block to 3 MiB each (commands of 1 MiB
+ *                  over 512 KiB chunks), every byte of each range and of
+ *                  the 8 KiB guards between them checked; the image not
+ *                  pinned whole
  *   devmem_engine  the emu: bus's device-memory DMA engine (src/emu_cuda)
  *                  is linked into a program of the GPU data path and reached
  *                  through the controller's generic hooks (ctrl_gpu.h)
@@ -27,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gpunvme/device.cuh"
 #include "ctrl/ctrl_emu.h" /* the emulator behind the controller */
@@ -797,6 +804,78 @@ TEST_CASE(recover)
 	free(ref);
 	gpunvme_close(c);
 	return 0;
+}
+
+/* Tier 2 from an image file: the emulator's copies go through its lanes'
+ * pinned staging rings (src/emu_cuda/copy_engine.cu), which wrap many times
+ * here, with commands larger than a chunk, many more requests than queue
+ * slots, each into its own range between guards. */
+TEST_CASE(tier2_image_staged)
+{
+	char path[] = "/tmp/gpunvme-staged.XXXXXX";
+	int fd = mkstemp(path);
+	REQUIRE(fd >= 0);
+	const size_t flen = 32u << 20;
+	uint8_t *src = (uint8_t *)malloc(flen);
+	REQUIRE(src);
+	fill(src, flen, 21);
+	REQUIRE(pwrite(fd, src, flen, 0) == (ssize_t)flen);
+	close(fd);
+	char uri[128];
+	snprintf(uri, sizeof(uri), "emu:%s?mdts=8&workers=2", path);
+	struct gpunvme_ctrl *c = open_emu(uri);
+	unlink(path); /* the mapping keeps the data */
+	REQUIRE(c);
+	/* an image file is not pinned whole: its reads are staged */
+	void *pin = NULL;
+	void (*unpin)(void *) = NULL;
+	gpunvme_ctrl_devmem_pin(c, 1, &pin, &unpin);
+	CHECK(pin == NULL, "the image file's mapping was pinned (%p)", pin);
+	enum { N = 96 };
+	static const uint64_t sizes[] = { 1, 7, 1000, 2048, 2049, 6144 }; /* blocks of 512 B */
+	const uint64_t GUARD = 8192, nblocks = flen / 512;
+	struct range hr[N];
+	uint64_t off = GUARD, rng = 0x5eed;
+	for (int i = 0; i < N; i++) {
+		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+		hr[i].nlb = sizes[i % 6];
+		hr[i].slba = (rng >> 20) % (nblocks - hr[i].nlb + 1);
+		hr[i].off = off;
+		off += (hr[i].nlb * 512 + 4095) / 4096 * 4096 + GUARD;
+	}
+	const size_t len = off;
+	struct gpunvme_gpu_queues *g;
+	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 1, 4, &g)); /* depth 4: 3 commands in flight */
+	struct gpunvme_gpu_buf *b;
+	void *vram;
+	REQUIRE_OK(gpunvme_gpu_buf_device(g, len, &b, &vram));
+	REQUIRE_CUDA(cudaMemset(vram, 0xA5, len));
+	REQUIRE_CUDA(cudaDeviceSynchronize());
+	int rc = run_ranges(g, b, hr, N, GPUNVME_CMD_READ, 10 * SEC);
+	uint8_t *back = (uint8_t *)malloc(len);
+	REQUIRE(back);
+	REQUIRE_CUDA(cudaMemcpy(back, vram, len, cudaMemcpyDeviceToHost));
+	uint64_t end = 0;
+	for (int i = 0; i < N && !rc; i++) {
+		for (uint64_t k = end; k < hr[i].off; k++)
+			if (back[k] != 0xA5)
+				FAIL("byte %llu before range %d changed: 0x%02x", (unsigned long long)k, i, back[k]);
+		if (memcmp(back + hr[i].off, src + hr[i].slba * 512, hr[i].nlb * 512))
+			FAIL("range %d (slba %llu, %llu blocks): data mismatch", i, (unsigned long long)hr[i].slba,
+			     (unsigned long long)hr[i].nlb);
+		end = hr[i].off + hr[i].nlb * 512;
+	}
+	for (uint64_t k = end; k < len && !rc; k++)
+		if (back[k] != 0xA5)
+			FAIL("byte %llu after the last range changed: 0x%02x", (unsigned long long)k, back[k]);
+	printf("tier2_image_staged: %d reads (%.1f MiB) from an image through 3 queue slots, every byte and guard: %s\n",
+	       N, (double)len / 1048576, rc ? "FAILED" : "ok");
+	free(back);
+	free(src);
+	gpunvme_gpu_buf_free(b);
+	gpunvme_gpu_queues_destroy(g);
+	gpunvme_close(c);
+	return rc;
 }
 
 /* The seam between the GPU queues and the emulator's copy engine: the emu:
