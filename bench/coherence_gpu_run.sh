@@ -18,6 +18,7 @@
 #             loopback: load --tier cpu|1 --verify, perf --gpu at QD1, QD32,
 #             4x32 128 KiB against the CPU path's perf on the same target
 #   burn:N    N busy loops from here on (CPU starvation); unburn stops them
+#   pyt       test_stream, test_md, test_gpu_moe with the package venv installed
 #   venv      $BD/pyvenv/bin/python for gpu.matrix: the machine's python3
 #             with the Python package built with CUDA for sm_90
 #   py        the Python package (pip install, CUDA) and its GPU tests:
@@ -113,6 +114,15 @@ for ph in ${PHASES:-build serial}; do
 		kill $FT 2>/dev/null
 		wait $FT 2>/dev/null
 		rm -rf "$W"
+		;;
+	pyt)
+		# the Python GPU tests that read Tier 2 behind blocking host
+		# copies (no sync_reads), with the package venv installed
+		log "python: stream, md and expert cache tests (installed package)"
+		(cd python && timeout 400 python3 -m pytest -q -rs tests/test_stream.py tests/test_md.py tests/test_gpu_moe.py \
+			>"$R/pytest-t2.log" 2>&1)
+		echo "pytest rc=$?: $(tail -n 1 "$R/pytest-t2.log")"
+		grep -E "^(FAILED|ERROR)" "$R/pytest-t2.log" | head -20
 		;;
 	venv)
 		# $BD/pyvenv/bin/python runs the machine's python3 (its venv has

@@ -457,8 +457,7 @@ def cell_c_stream(v, tier):
 def cell_py_stream(v, tier):
     d = py_dev(tier)
     try:
-        s = gpunvme.stream(v.uri, v.model, layers="model.layers.{i}.", window=2, no_fallback=True,
-                           sync_reads=tier != "cpu", **d)
+        s = gpunvme.stream(v.uri, v.model, layers="model.layers.{i}.", window=2, no_fallback=True, **d)
     except gpunvme.Error as e:
         gpu_error(e)
     want = {n: t[2] for n, t in v.tensors.items()}

@@ -133,7 +133,7 @@ def test_md_stream_fixture_cuda(md_fixture, tier):
     uri, blob = md_fixture
     data = _st_ranges(blob)
     s = gpunvme.stream(uri, MODEL, layers="model.layers.{i}.", window=2, device="cuda", tier=tier,
-                       no_fallback=True, sync_reads=True)
+                       no_fallback=True)
     assert s.tier == tier
     for _ in range(2):
         for i, layer in s:

@@ -65,6 +65,14 @@ struct gpunvme_devmem_engine_ops {
 	 * alone); else unpin(*pinned) undoes it. */
 	void (*pin_backing)(struct gpunvme_bus *b, uint32_t nsid, const void *kept, void **pinned,
 			    void (**unpin)(void *p));
+	/* The bus mapped device memory [addr, addr + len) for this engine's
+	 * copies, in the mapping thread; unmap when no command uses it any
+	 * more. An engine that copies from outside the application (the
+	 * emulator's DMA process) makes the memory reachable there. Never
+	 * fails: memory it cannot reach is copied from the application.
+	 * Returns 1 when unmap is to follow, 0 when nothing was mapped. */
+	int (*map)(void *engine, uint64_t addr, size_t len);
+	void (*unmap)(void *engine, uint64_t addr);
 };
 
 struct gpunvme_bus_ops {

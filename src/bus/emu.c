@@ -17,8 +17,15 @@
 
 /* A GPU range mapped page by page (gpu_pages=1): the bus address of each
  * 4 KiB page, with an unmapped page between any two. */
+/* One map_device: its engine and GPU range (the engine's unmap hook needs
+ * them) and, with gpu_pages=1, its page table (n pages; otherwise n = 0
+ * and the range is contiguous from iova). */
 struct emu_devmap {
 	struct emu_devmap *next;
+	uint64_t iova;
+	void *engine;
+	uint64_t addr;
+	int engine_mapped; /* the engine's unmap hook is owed */
 	size_t n;
 	uint64_t table[];
 };
@@ -187,6 +194,19 @@ static const struct gpunvme_emu_gpu_ops *devmem_copy(const struct gpunvme_devmem
 	return (const struct gpunvme_emu_gpu_ops *)m->engine;
 }
 
+static void devmap_add(struct emu_bus *eb, struct emu_devmap *d, const struct gpunvme_devmem *m)
+{
+	d->engine = m->engine;
+	d->addr = m->addr;
+	d->engine_mapped = 0;
+	if (&gpunvme_emu_cuda_engine && gpunvme_emu_cuda_engine.map && m->engine)
+		d->engine_mapped = gpunvme_emu_cuda_engine.map(m->engine, m->addr, m->len);
+	pthread_mutex_lock(&eb->lock);
+	d->next = eb->devmaps;
+	eb->devmaps = d;
+	pthread_mutex_unlock(&eb->lock);
+}
+
 /* GPU memory in the emulator's address table: data moves with the copy
  * engine through m->engine. */
 static int emu_map_pages(struct emu_bus *eb, const struct gpunvme_devmem *m, uint64_t *iova)
@@ -213,11 +233,9 @@ static int emu_map_pages(struct emu_bus *eb, const struct gpunvme_devmem *m, uin
 			return gpunvme_set_error(rc, "emulator: cannot map GPU memory: %s", strerror(-rc));
 		}
 	}
-	pthread_mutex_lock(&eb->lock);
-	d->next = eb->devmaps;
-	eb->devmaps = d;
-	pthread_mutex_unlock(&eb->lock);
-	*iova = d->table[0];
+	d->iova = d->table[0];
+	devmap_add(eb, d, m);
+	*iova = d->iova;
 	return 0;
 }
 
@@ -226,7 +244,7 @@ static struct emu_devmap *devmap_find(struct emu_bus *eb, uint64_t iova, int unl
 	struct emu_devmap **pp, *d = NULL;
 	pthread_mutex_lock(&eb->lock);
 	for (pp = &eb->devmaps; *pp; pp = &(*pp)->next)
-		if ((*pp)->table[0] == iova) {
+		if ((*pp)->iova == iova) {
 			d = *pp;
 			if (unlink)
 				*pp = d->next;
@@ -239,7 +257,7 @@ static struct emu_devmap *devmap_find(struct emu_bus *eb, uint64_t iova, int unl
 static int emu_device_table(struct gpunvme_bus *b, uint64_t iova, const uint64_t **table, size_t *n)
 {
 	struct emu_devmap *d = devmap_find(b->priv, iova, 0);
-	if (!d)
+	if (!d || !d->n)
 		return -EOPNOTSUPP; /* a contiguous mapping */
 	*table = d->table;
 	*n = d->n;
@@ -257,9 +275,16 @@ static int emu_map_device(struct gpunvme_bus *b, const struct gpunvme_devmem *m,
 	uint64_t lo = m->addr & 4095;
 	uint64_t span = ((lo + m->len + 4095) & ~(uint64_t)4095) + 4096; /* + a guard page */
 	uint64_t a = __atomic_fetch_add(&eb->next_iova, span, __ATOMIC_RELAXED) + lo;
+	struct emu_devmap *d = calloc(1, sizeof(*d));
+	if (!d)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
 	int rc = gpunvme_emu_dma_map_gpu(eb->emu, a, m->addr, m->len, devmem_copy(m));
-	if (rc)
+	if (rc) {
+		free(d);
 		return gpunvme_set_error(rc, "emulator: cannot map GPU memory: %s", strerror(-rc));
+	}
+	d->iova = a;
+	devmap_add(eb, d, m);
 	*iova = a;
 	return 0;
 }
@@ -270,12 +295,16 @@ static int emu_unmap_device(struct gpunvme_bus *b, uint64_t iova)
 	struct emu_devmap *d = devmap_find(eb, iova, 1);
 	if (!d)
 		return gpunvme_emu_dma_unmap(eb->emu, iova);
-	int rc = 0;
+	/* the emulator's unmap waits for the commands using the range, so
+	 * the engine's unmap hook comes after it */
+	int rc = d->n ? 0 : gpunvme_emu_dma_unmap(eb->emu, iova);
 	for (size_t k = 0; k < d->n; k++) {
 		int r = gpunvme_emu_dma_unmap(eb->emu, d->table[k]);
 		if (r && !rc)
 			rc = r;
 	}
+	if (d->engine_mapped)
+		gpunvme_emu_cuda_engine.unmap(d->engine, d->addr);
 	free(d);
 	return rc;
 }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "base/stream_wait.cuh"
+#include "emu_cuda/dma_client.h"
 #include "gpunvme/emu.h"
 
 extern "C" {
@@ -70,6 +71,14 @@ struct emu_lanes {
 	unsigned nchunks;
 	size_t chunk;
 	unsigned stage_next[MAX_LANES];
+	/* The emulator's DMA process (dma_proto.h), NULL: copies stay here.
+	 * This engine's lanes are its lanes [edma_first, edma_first +
+	 * lanes); a range in an allocation it could not map is copied here
+	 * (said once, inproc_said). */
+	struct edma *edma;
+	unsigned edma_first;
+	bool inproc_said;
+	bool inproc_pending[MAX_LANES]; /* lane l queued copies here since its last sync */
 };
 
 /* ---- which host memory is pinned ---------------------------------------- */
@@ -190,6 +199,12 @@ static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t 
 	if (lane >= g->lanes)
 		return -EINVAL;
 	uint64_t t0 = gpunvme_now_ns();
+	if (g->edma && edma_mapped(g->edma, dev, len)) {
+		int rc = edma_copy(g->edma, g->edma_first + lane, dev, host, len, to_gpu);
+		lane_trace("process copy", lane, len, t0);
+		return rc;
+	}
+	g->inproc_pending[lane] = true;
 	if (to_gpu && g->stage_mem && !pinned_has(host, len)) {
 		int rc = lane_read_staged(g, lane, dev, (const uint8_t *)host, len);
 		lane_trace("staged copy", lane, len, t0);
@@ -219,7 +234,7 @@ static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_co
 	if (lane >= g->lanes)
 		return -EINVAL;
 #if CUDART_VERSION >= 12080
-	while (n > 1 && !g->batch_refused) {
+	while (n > 1 && !g->batch_refused && !g->edma) {
 		unsigned k = n < LANE_BATCH ? n : LANE_BATCH;
 		/* a piece in pageable memory goes through staging: this group
 		 * and the rest one by one */
@@ -277,6 +292,23 @@ static int lane_sync(void *ctx, unsigned lane)
 	if (lane >= g->lanes)
 		return -EINVAL;
 	uint64_t t0 = gpunvme_now_ns();
+	if (g->edma) {
+		int rc = edma_sync(g->edma, g->edma_first + lane);
+		lane_trace("process sync", lane, 0, t0);
+		if (rc == -ETIMEDOUT && !g->lane_timeout_said) {
+			g->lane_timeout_said = true;
+			fprintf(stderr, "gpunvme: the emulator's DMA process did not finish its copies to GPU memory "
+					"within %llu s; their commands fail with a data transfer error\n",
+				GPUNVME_STREAM_WAIT_NS / 1000000000ull);
+		}
+		if (rc)
+			return rc;
+	}
+	/* the lane's own stream only when it was used: a CUDA call from this
+	 * thread is what the DMA process is there to avoid */
+	if (!g->inproc_pending[lane])
+		return 0;
+	g->inproc_pending[lane] = false;
 	cudaError_t e = gpunvme_stream_wait(g->lane_stream[lane], GPUNVME_STREAM_WAIT_NS);
 	lane_trace("sync", lane, 0, t0);
 	if (e == cudaErrorNotReady) {
@@ -334,6 +366,18 @@ static void stage_alloc(struct emu_lanes *g)
 	}
 }
 
+/* Copies that stay in the application's context can be held up by its
+ * blocking CUDA calls (dma_proto.h): said once per process, with why. */
+static void say_inproc(const char *why)
+{
+	static int said;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		fprintf(stderr, "gpunvme: the emulator's copies to GPU memory run in this process's CUDA context (%s): "
+				"a blocking CUDA call here (a copy into pageable memory, such as torch's .cpu()) "
+				"while GPU reads are in flight can hold them up until the reads time out\n",
+			why);
+}
+
 /* Copy lanes for GPU memory behind the emulator (it moves Tier 2 data with
  * the copy engine, one stream per lane), created in the calling thread's
  * GPU context: the GPU queue set's, when it is created. */
@@ -351,6 +395,12 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 	for (unsigned i = 0; i < g->lanes; i++)
 		cudaStreamCreateWithFlags(&g->lane_stream[i], cudaStreamNonBlocking);
 	stage_alloc(g);
+	char why[200];
+	g->edma = edma_get(why, sizeof(why));
+	if (g->edma && edma_open(g->edma, g->lanes, &g->edma_first, why, sizeof(why)))
+		g->edma = NULL;
+	if (!g->edma && strcmp(why, "GPUNVME_EMU_DMA=inproc"))
+		say_inproc(why);
 	g->ops.copy = lane_copy;
 	g->ops.sync = lane_sync;
 	g->ops.ctx = g;
@@ -377,6 +427,14 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 static int engine_sync(void *engine)
 {
 	struct emu_lanes *g = (struct emu_lanes *)((struct gpunvme_emu_gpu_ops *)engine)->ctx;
+	for (unsigned i = 0; g->edma && i < g->lanes; i++) {
+		int rc = edma_sync(g->edma, g->edma_first + i);
+		if (rc == -ETIMEDOUT)
+			return gpunvme_set_error(rc, "GPU queues: the emulator's DMA process did not finish its copies "
+						     "to GPU memory within %llu s; the GPU is not making progress "
+						     "(check nvidia-smi and the kernel log for Xid errors)",
+						 GPUNVME_STREAM_WAIT_NS / 1000000000ull);
+	}
 	for (unsigned i = 0; i < g->lanes; i++) {
 		cudaError_t ce = gpunvme_stream_wait(g->lane_stream[i], GPUNVME_STREAM_WAIT_NS);
 		if (ce == cudaErrorNotReady)
@@ -402,6 +460,8 @@ static void engine_detach(void *engine)
 		gpunvme_stream_wait(g->lane_stream[i], GPUNVME_STREAM_WAIT_NS);
 		cudaStreamDestroy(g->lane_stream[i]);
 	}
+	if (g->edma)
+		edma_close(g->edma, g->edma_first, g->lanes);
 	stage_free(g);
 	free(g);
 }
@@ -455,10 +515,36 @@ static void engine_pin_backing(struct gpunvme_bus *b, uint32_t nsid, const void 
 	*unpin = unpin_host;
 }
 
+/* ---- GPU memory for the DMA process ---- */
+
+/* In the mapping thread (the application's): the allocation is opened in
+ * the DMA process from its IPC handle. Memory CUDA will not share that way
+ * (cuMemCreate's, a memory pool's) is copied here, said once. */
+static int engine_map(void *engine, uint64_t addr, size_t len)
+{
+	struct emu_lanes *g = (struct emu_lanes *)((struct gpunvme_emu_gpu_ops *)engine)->ctx;
+	if (!g->edma)
+		return 0;
+	char why[200];
+	if (edma_map(g->edma, addr, len, why, sizeof(why)) == 0)
+		return 1;
+	if (!__atomic_exchange_n(&g->inproc_said, true, __ATOMIC_RELAXED)) {
+		char what[300];
+		snprintf(what, sizeof(what), "GPU memory at 0x%llx cannot be shared with the emulator's DMA process: %s",
+			 (unsigned long long)addr, why);
+		say_inproc(what);
+	}
+	return 0;
+}
+
+static void engine_unmap(void *engine, uint64_t addr)
+{
+	struct emu_lanes *g = (struct emu_lanes *)((struct gpunvme_emu_gpu_ops *)engine)->ctx;
+	if (g->edma)
+		edma_unmap(g->edma, addr);
+}
+
 /* Found by the emu: bus through a weak reference (src/bus/emu.c). */
 extern "C" const struct gpunvme_devmem_engine_ops gpunvme_emu_cuda_engine = {
-	engine_attach,
-	engine_sync,
-	engine_detach,
-	engine_pin_backing,
+	engine_attach, engine_sync, engine_detach, engine_pin_backing, engine_map, engine_unmap,
 };

@@ -1,0 +1,480 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The application's side of the emulator's DMA process (dma_proto.h,
+ * dma_client.h). The process's program is linked into this library
+ * (dma_exe.S embeds it) and started from a memfd, so that every program
+ * and Python module that has the copy engine has it too, with no file to
+ * find at run time.
+ */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "emu_cuda/dma_client.h"
+#include "emu_cuda/dma_proto.h"
+
+extern char **environ;
+extern "C" const unsigned char gpunvme_emu_dma_exe[], gpunvme_emu_dma_exe_end[];
+
+#define EDMA_START_MS 60000 /* the child's CUDA start: seconds on a busy machine */
+#define EDMA_CTL_MS 10000   /* one set-up request */
+#define EDMA_WAIT_NS 10000000000ull /* copies: as the in-process lanes (GPUNVME_STREAM_WAIT_NS) */
+#define MAX_GPUS 16
+#define MAX_MAPS 1024
+
+struct lane_state {
+	uint32_t posted;  /* requests this lane posted (the shared counter's only writer) */
+	unsigned next;    /* the next staging chunk */
+	uint32_t chunk_done[EDMA_LANE_CHUNKS]; /* chunk k is free once done reaches this */
+};
+
+struct edma {
+	char bus_id[32];
+	pid_t pid;
+	int sock;
+	struct edma_shm *shm;
+	uint8_t *stage;
+	pthread_mutex_t ctl; /* one set-up request at a time */
+	pthread_rwlock_t maps_lock;
+	struct {
+		uint64_t base, size;
+		unsigned refs;
+	} maps[MAX_MAPS];
+	unsigned n_maps;
+	struct lane_state lane[EDMA_LANES];
+};
+
+static pthread_mutex_t procs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct edma *procs[MAX_GPUS];
+
+static long futex(uint32_t *a, int op, uint32_t v, const struct timespec *t)
+{
+	return syscall(SYS_futex, a, op, v, t, NULL, 0);
+}
+
+/* ---- starting the process ---- */
+
+static int recv_reply(int sock, struct edma_reply *r, int ms)
+{
+	struct pollfd p = {sock, POLLIN, 0};
+	int n = poll(&p, 1, ms);
+	if (n == 0)
+		return -ETIMEDOUT;
+	if (n < 0)
+		return -errno;
+	ssize_t got = recv(sock, r, sizeof(*r), 0);
+	if (got != (ssize_t)sizeof(*r))
+		return -EPIPE;
+	return 0;
+}
+
+static struct edma *start(const char *bus_id, char *why, size_t wlen)
+{
+	struct edma *d = (struct edma *)calloc(1, sizeof(*d));
+	int exe = -1, mem = -1, sv[2] = {-1, -1};
+	void *m = MAP_FAILED;
+	if (!d) {
+		snprintf(why, wlen, "out of memory");
+		return NULL;
+	}
+	snprintf(d->bus_id, sizeof(d->bus_id), "%s", bus_id);
+	const size_t exe_len = (size_t)(gpunvme_emu_dma_exe_end - gpunvme_emu_dma_exe);
+	exe = (int)syscall(SYS_memfd_create, "gpunvme-emu-dma", MFD_CLOEXEC);
+	mem = (int)syscall(SYS_memfd_create, "gpunvme-emu-dma-shm", MFD_CLOEXEC);
+	if (exe < 0 || mem < 0 || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
+		snprintf(why, wlen, "memfd_create/socketpair: %s", strerror(errno));
+		goto fail;
+	}
+	for (size_t off = 0; off < exe_len;) {
+		ssize_t n = write(exe, gpunvme_emu_dma_exe + off, exe_len - off);
+		if (n <= 0) {
+			snprintf(why, wlen, "writing the program to a memfd: %s", strerror(errno));
+			goto fail;
+		}
+		off += (size_t)n;
+	}
+	/* the shared memory: pages appear when first touched, so only the
+	 * lanes in use cost memory */
+	if (ftruncate(mem, (off_t)EDMA_SHM_SIZE) ||
+	    (m = mmap(NULL, EDMA_SHM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0)) == MAP_FAILED) {
+		snprintf(why, wlen, "shared memory of %llu MiB: %s", (unsigned long long)(EDMA_SHM_SIZE >> 20),
+			 strerror(errno));
+		goto fail;
+	}
+	d->shm = (struct edma_shm *)m;
+	d->shm->magic = EDMA_MAGIC;
+	d->shm->lanes = EDMA_LANES;
+	d->shm->stage_off = (sizeof(struct edma_shm) + 4095) & ~(uint64_t)4095;
+	d->stage = (uint8_t *)m + d->shm->stage_off;
+	{
+		posix_spawn_file_actions_t fa;
+		posix_spawn_file_actions_init(&fa);
+		posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+		posix_spawn_file_actions_adddup2(&fa, mem, 4);
+		char path[64], bus[32];
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", exe);
+		snprintf(bus, sizeof(bus), "%s", bus_id);
+		char *argv[] = {(char *)"gpunvme-emu-dma", bus, NULL};
+		int rc = posix_spawn(&d->pid, path, &fa, NULL, argv, environ);
+		posix_spawn_file_actions_destroy(&fa);
+		if (rc) {
+			snprintf(why, wlen, "cannot start it (posix_spawn of a memfd: %s)", strerror(rc));
+			goto fail;
+		}
+	}
+	close(sv[1]);
+	sv[1] = -1;
+	close(exe);
+	exe = -1;
+	close(mem);
+	mem = -1;
+	d->sock = sv[0];
+	{
+		struct edma_reply hello;
+		int rc = recv_reply(d->sock, &hello, EDMA_START_MS);
+		if (rc || hello.rc) {
+			snprintf(why, wlen, "it did not start: %s",
+				 rc ? (rc == -ETIMEDOUT ? "no answer within 60 s" : "it exited") : hello.why);
+			kill(d->pid, SIGKILL);
+			waitpid(d->pid, NULL, 0);
+			goto fail;
+		}
+	}
+	pthread_mutex_init(&d->ctl, NULL);
+	pthread_rwlock_init(&d->maps_lock, NULL);
+	return d;
+fail:
+	if (sv[0] >= 0)
+		close(sv[0]);
+	if (sv[1] >= 0)
+		close(sv[1]);
+	if (exe >= 0)
+		close(exe);
+	if (mem >= 0)
+		close(mem);
+	if (m != MAP_FAILED)
+		munmap(m, EDMA_SHM_SIZE);
+	free(d);
+	return NULL;
+}
+
+struct edma *edma_get(char *why, size_t wlen)
+{
+	const char *env = getenv("GPUNVME_EMU_DMA");
+	if (env && !strcmp(env, "inproc")) {
+		snprintf(why, wlen, "GPUNVME_EMU_DMA=inproc");
+		return NULL;
+	}
+	int dev;
+	char bus[32];
+	if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(why, wlen, "no current GPU");
+		return NULL;
+	}
+	struct edma *d = NULL;
+	pthread_mutex_lock(&procs_lock);
+	unsigned i;
+	for (i = 0; i < MAX_GPUS && procs[i]; i++)
+		if (!strcmp(procs[i]->bus_id, bus)) {
+			d = procs[i];
+			break;
+		}
+	if (!d && i < MAX_GPUS) {
+		d = start(bus, why, wlen);
+		procs[i] = d;
+	} else if (!d) {
+		snprintf(why, wlen, "more than %d GPUs", MAX_GPUS);
+	}
+	pthread_mutex_unlock(&procs_lock);
+	return d;
+}
+
+/* ---- set-up requests ---- */
+
+static int ctl(struct edma *d, struct edma_ctl *c, struct edma_reply *r)
+{
+	pthread_mutex_lock(&d->ctl);
+	memset(r, 0, sizeof(*r));
+	int rc = send(d->sock, c, sizeof(*c), MSG_NOSIGNAL) == (ssize_t)sizeof(*c) ? 0 : -EPIPE;
+	if (!rc)
+		rc = recv_reply(d->sock, r, EDMA_CTL_MS);
+	pthread_mutex_unlock(&d->ctl);
+	if (rc)
+		snprintf(r->why, sizeof(r->why), "the emulator's DMA process %s",
+			 rc == -ETIMEDOUT ? "did not answer within 10 s" : "is gone");
+	return rc ? rc : r->rc;
+}
+
+int edma_open(struct edma *d, unsigned n, unsigned *first, char *why, size_t wlen)
+{
+	struct edma_ctl c;
+	struct edma_reply r;
+	memset(&c, 0, sizeof(c));
+	c.msg = EDMA_OPEN;
+	c.n = n;
+	int rc = ctl(d, &c, &r);
+	if (rc) {
+		snprintf(why, wlen, "%s", r.why);
+		return rc;
+	}
+	*first = r.first;
+	for (unsigned l = r.first; l < r.first + n; l++)
+		memset(&d->lane[l], 0, sizeof(d->lane[l]));
+	return 0;
+}
+
+void edma_close(struct edma *d, unsigned first, unsigned n)
+{
+	struct edma_ctl c;
+	struct edma_reply r;
+	memset(&c, 0, sizeof(c));
+	c.msg = EDMA_CLOSE;
+	c.first = first;
+	c.n = n;
+	ctl(d, &c, &r);
+}
+
+/* ---- GPU allocations ---- */
+
+typedef CUresult (*range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
+
+static range_fn range_fn_found;
+static pthread_once_t range_once = PTHREAD_ONCE_INIT;
+
+/* cuMemGetAddressRange through the runtime's entry point table, so that
+ * the library links only the runtime (as gpu_queues.cu does) */
+static void range_find(void)
+{
+	void *p = NULL;
+	cudaDriverEntryPointQueryResult q;
+	if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 3020, cudaEnableDefault, &q) == cudaSuccess &&
+	    q == cudaDriverEntryPointSuccess)
+		range_fn_found = (range_fn)p;
+	else
+		cudaGetLastError();
+}
+
+static range_fn address_range(void)
+{
+	pthread_once(&range_once, range_find);
+	return range_fn_found;
+}
+
+static int map_at(struct edma *d, uint64_t addr, size_t len)
+{
+	for (unsigned i = 0; i < d->n_maps; i++)
+		if (addr >= d->maps[i].base && addr + len <= d->maps[i].base + d->maps[i].size)
+			return (int)i;
+	return -1;
+}
+
+int edma_mapped(struct edma *d, uint64_t addr, size_t len)
+{
+	pthread_rwlock_rdlock(&d->maps_lock);
+	int i = map_at(d, addr, len);
+	pthread_rwlock_unlock(&d->maps_lock);
+	return i >= 0;
+}
+
+int edma_map(struct edma *d, uint64_t addr, size_t len, char *why, size_t wlen)
+{
+	range_fn range = address_range();
+	CUdeviceptr base = 0;
+	size_t size = 0;
+	if (!range || range(&base, &size, (CUdeviceptr)addr) != CUDA_SUCCESS) {
+		snprintf(why, wlen, "cuMemGetAddressRange refused the address");
+		return -EINVAL;
+	}
+	if (addr + len > (uint64_t)base + size) {
+		snprintf(why, wlen, "the range spans several allocations");
+		return -EINVAL;
+	}
+	/* the set-up lock also orders the table against the process's */
+	pthread_mutex_lock(&d->ctl);
+	pthread_rwlock_wrlock(&d->maps_lock);
+	int i = map_at(d, (uint64_t)base, size);
+	if (i >= 0)
+		d->maps[i].refs++;
+	pthread_rwlock_unlock(&d->maps_lock);
+	pthread_mutex_unlock(&d->ctl);
+	if (i >= 0)
+		return 0;
+	struct edma_ctl c;
+	struct edma_reply r;
+	memset(&c, 0, sizeof(c));
+	cudaIpcMemHandle_t h;
+	cudaError_t e = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(why, wlen, "cudaIpcGetMemHandle: %s", cudaGetErrorString(e));
+		return -EINVAL;
+	}
+	c.msg = EDMA_MAP;
+	c.base = base;
+	c.size = size;
+	memcpy(c.handle, &h, sizeof(h));
+	int rc = ctl(d, &c, &r);
+	if (rc) {
+		snprintf(why, wlen, "%s", r.why);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&d->maps_lock);
+	i = map_at(d, (uint64_t)base, size);
+	if (i >= 0) {
+		/* another thread mapped it meanwhile: the process opened it
+		 * once (a second open fails there), so this one is counted */
+		d->maps[i].refs++;
+	} else if (d->n_maps < MAX_MAPS) {
+		d->maps[d->n_maps].base = base;
+		d->maps[d->n_maps].size = size;
+		d->maps[d->n_maps].refs = 1;
+		d->n_maps++;
+	} else {
+		rc = -ENOSPC;
+		snprintf(why, wlen, "more than %d GPU allocations mapped", MAX_MAPS);
+	}
+	pthread_rwlock_unlock(&d->maps_lock);
+	return rc;
+}
+
+void edma_unmap(struct edma *d, uint64_t addr)
+{
+	uint64_t base = 0;
+	pthread_rwlock_wrlock(&d->maps_lock);
+	int i = map_at(d, addr, 1);
+	if (i >= 0 && --d->maps[i].refs == 0) {
+		base = d->maps[i].base;
+		d->maps[i] = d->maps[--d->n_maps];
+	}
+	pthread_rwlock_unlock(&d->maps_lock);
+	if (base) {
+		struct edma_ctl c;
+		struct edma_reply r;
+		memset(&c, 0, sizeof(c));
+		c.msg = EDMA_UNMAP;
+		c.base = base;
+		ctl(d, &c, &r);
+	}
+}
+
+/* ---- the data path ---- */
+
+/* Until lane L's done reaches target (free-running counters), bounded:
+ * spin briefly (copies of a few hundred KiB land within tens of
+ * microseconds), then sleep on done. */
+static int wait_done(struct edma_lane *L, uint32_t target)
+{
+	const uint64_t t0 = gpunvme_now_ns();
+	unsigned spins = 0;
+	for (;;) {
+		/* pairs with the process's release of done (dma_server.cu) */
+		uint32_t done = __atomic_load_n(&L->done, __ATOMIC_ACQUIRE);
+		if ((int32_t)(done - target) >= 0)
+			return 0;
+		if (gpunvme_now_ns() - t0 > EDMA_WAIT_NS)
+			return -ETIMEDOUT;
+		if (++spins < 4000) {
+			__builtin_ia32_pause();
+			continue;
+		}
+		__atomic_store_n(&L->app_sleep, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&L->done, __ATOMIC_SEQ_CST) == done) {
+			struct timespec t = {0, 1000 * 1000};
+			futex(&L->done, FUTEX_WAIT, done, &t);
+		}
+		__atomic_store_n(&L->app_sleep, 0, __ATOMIC_SEQ_CST);
+	}
+}
+
+/* Post one request on lane l; its staging chunk is *chunk (free). */
+static int post(struct edma *d, unsigned l, unsigned op, uint64_t dev, size_t len, unsigned *chunk)
+{
+	struct lane_state *s = &d->lane[l];
+	struct edma_lane *L = &d->shm->lane[l];
+	const unsigned k = s->next;
+	int rc = 0;
+	if (s->chunk_done[k])
+		rc = wait_done(L, s->chunk_done[k]);
+	if (!rc && s->posted - __atomic_load_n(&L->done, __ATOMIC_ACQUIRE) >= EDMA_RING)
+		rc = wait_done(L, s->posted - EDMA_RING + 1);
+	if (rc)
+		return rc;
+	s->next = (k + 1) % EDMA_LANE_CHUNKS;
+	*chunk = k;
+	struct edma_req *r = &L->ring[s->posted % EDMA_RING];
+	r->dev = dev;
+	r->off = (uint64_t)l * EDMA_LANE_STAGE + (uint64_t)k * EDMA_CHUNK;
+	r->len = (uint32_t)len;
+	r->op = op;
+	s->chunk_done[k] = ++s->posted;
+	return 0;
+}
+
+/* Make the requests posted so far visible to the process: the release
+ * pairs with its acquire of posted (dma_server.cu), after which it reads
+ * the requests and their staging bytes. */
+static void publish(struct edma *d, unsigned l)
+{
+	struct edma_lane *L = &d->shm->lane[l];
+	__atomic_store_n(&L->posted, d->lane[l].posted, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&L->srv_sleep, __ATOMIC_SEQ_CST))
+		futex(&L->posted, FUTEX_WAKE, 1, NULL);
+}
+
+static uint8_t *chunk_mem(struct edma *d, unsigned l, unsigned k)
+{
+	return d->stage + (uint64_t)l * EDMA_LANE_STAGE + (uint64_t)k * EDMA_CHUNK;
+}
+
+int edma_copy(struct edma *d, unsigned l, uint64_t dev, void *host, size_t len, int to_gpu)
+{
+	if (l >= EDMA_LANES)
+		return -EINVAL;
+	struct edma_lane *L = &d->shm->lane[l];
+	for (size_t off = 0; off < len;) {
+		const size_t n = len - off < EDMA_CHUNK ? len - off : EDMA_CHUNK;
+		unsigned k;
+		int rc = post(d, l, to_gpu ? EDMA_H2D : EDMA_D2H, dev + off, n, &k);
+		if (rc)
+			return rc;
+		if (to_gpu) {
+			memcpy(chunk_mem(d, l, k), (const uint8_t *)host + off, n);
+			publish(d, l);
+		} else {
+			/* a write: its bytes are in staging once done passes it */
+			publish(d, l);
+			rc = wait_done(L, d->lane[l].posted);
+			int32_t err = __atomic_exchange_n(&L->err, 0, __ATOMIC_RELAXED);
+			if (rc || err)
+				return rc ? rc : err;
+			memcpy((uint8_t *)host + off, chunk_mem(d, l, k), n);
+		}
+		off += n;
+	}
+	return 0;
+}
+
+int edma_sync(struct edma *d, unsigned l)
+{
+	if (l >= EDMA_LANES)
+		return -EINVAL;
+	struct edma_lane *L = &d->shm->lane[l];
+	int rc = wait_done(L, d->lane[l].posted);
+	int32_t err = __atomic_exchange_n(&L->err, 0, __ATOMIC_RELAXED);
+	return rc ? rc : err;
+}

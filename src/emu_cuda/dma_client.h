@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The application's side of the emulator's DMA process (dma_proto.h says
+ * why it exists). One process per GPU, started at the first use and kept
+ * for the application's life; the copy engine (copy_engine.cu) opens lanes
+ * in it and maps GPU allocations into it.
+ */
+#ifndef GPUNVME_EMU_CUDA_DMA_CLIENT_H
+#define GPUNVME_EMU_CUDA_DMA_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct edma;
+
+/* The DMA process for the calling thread's current GPU, started if need
+ * be. NULL when it cannot be had: why says so (the caller then copies in
+ * its own context, and says so once). GPUNVME_EMU_DMA=inproc asks for
+ * NULL (why: "GPUNVME_EMU_DMA=inproc"). */
+struct edma *edma_get(char *why, size_t wlen);
+
+/* n lanes of the process: the first in *first. 0 or negative errno (why). */
+int edma_open(struct edma *d, unsigned n, unsigned *first, char *why, size_t wlen);
+void edma_close(struct edma *d, unsigned first, unsigned n);
+
+/* Make the GPU allocation holding [addr, addr + len) reachable by the
+ * process (counted: each map needs its unmap). 0, or negative errno with
+ * why (memory CUDA cannot share by IPC handle, e.g. cuMemCreate's or a
+ * memory pool's): its copies then stay in the application's context. */
+int edma_map(struct edma *d, uint64_t addr, size_t len, char *why, size_t wlen);
+void edma_unmap(struct edma *d, uint64_t addr);
+/* Whether [addr, addr + len) lies in a mapped allocation. */
+int edma_mapped(struct edma *d, uint64_t addr, size_t len);
+
+/* Lane l's copies: host memory anywhere (copied through the lane's staging
+ * memory), GPU memory in a mapped allocation. A read (to_gpu) is queued,
+ * a write is complete on return. Bounded waits; 0 or negative errno. */
+int edma_copy(struct edma *d, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu);
+/* Every copy lane l queued has landed: 0, -ETIMEDOUT, -EIO or -EFAULT. */
+int edma_sync(struct edma *d, unsigned lane);
+
+#endif

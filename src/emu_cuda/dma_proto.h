@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The emulator's DMA process: what it and the application share.
+ *
+ * Why a process: the emulator is a controller inside the application, and
+ * it moves Tier 2 data with the GPU's copy engine. Copies queued from the
+ * application's CUDA context wait whenever one of the application's
+ * threads is blocked in a copy into pageable memory (torch's `.cpu()`), so
+ * a read kernel that waits for the emulator and a host thread that waits
+ * for the read kernel wait for each other until the reads time out. A
+ * context of the emulator's own in the same process is held up the same way
+ * by a pageable copy on the legacy stream; a process of its own is not
+ * (bench/ctx_stall_probe.cu, bench/results/emu-dma-2026-11-27). So the
+ * copies run in a child process (src/emu_cuda/server/), which reaches the
+ * application's GPU buffers through CUDA IPC handles and its host data
+ * through staging memory both processes map.
+ *
+ * Two channels:
+ * - a SOCK_SEQPACKET socket (fd 3 in the child) for set-up: open and close
+ *   lanes, map and unmap GPU allocations; one request, one reply;
+ * - a memfd (fd 4 in the child) with the lanes' request rings and staging
+ *   memory: the data path, no system call while both sides are busy.
+ *
+ * A lane is one emulator thread's copy queue (emu.h: one lane per thread).
+ * Its ring is single-producer (the emulator thread), single-consumer (the
+ * child's thread for that lane); `posted` and `done` are free-running
+ * counters.
+ */
+#ifndef GPUNVME_EMU_CUDA_DMA_PROTO_H
+#define GPUNVME_EMU_CUDA_DMA_PROTO_H
+
+#include <stdint.h>
+
+#define EDMA_MAGIC 0x31616d64u      /* "dma1" */
+#define EDMA_LANES 64               /* lanes in one child: 7 queue sets of 8 workers + admin */
+#define EDMA_RING 64                /* requests in flight per lane */
+#define EDMA_CHUNK (512u << 10)     /* one staging chunk: the largest piece one request moves */
+#define EDMA_LANE_CHUNKS 8          /* chunks per lane: 4 MiB of staging each */
+#define EDMA_LANE_STAGE ((uint64_t)EDMA_CHUNK * EDMA_LANE_CHUNKS)
+
+enum edma_op { EDMA_H2D = 1, EDMA_D2H = 2 };
+
+/* One copy: staging bytes [off, off + len) of the shared memory to or from
+ * the application's GPU address dev. */
+struct edma_req {
+	uint64_t dev;
+	uint64_t off;
+	uint32_t len;
+	uint32_t op;
+};
+
+/* Written by one side each, as marked; 64-byte lines apart so the two
+ * sides' stores do not share a cache line. */
+struct edma_lane {
+	uint32_t posted;     /* app: requests posted (release: the request and its staging bytes) */
+	uint32_t srv_sleep;  /* child: 1 while it may sleep on posted (futex) */
+	uint8_t pad0[56];
+	uint32_t done;       /* child: requests complete on the GPU (release: D2H bytes in staging) */
+	uint32_t app_sleep;  /* app: 1 while it may sleep on done (futex) */
+	int32_t err;         /* child: a failure since the app last took it (negative errno) */
+	uint8_t pad1[52];
+	struct edma_req ring[EDMA_RING];
+};
+
+struct edma_shm {
+	uint32_t magic;
+	uint32_t lanes;
+	uint64_t stage_off; /* lane l's staging: stage_off + l * EDMA_LANE_STAGE */
+	uint8_t pad[48];
+	struct edma_lane lane[EDMA_LANES];
+};
+
+#define EDMA_SHM_SIZE (((sizeof(struct edma_shm) + 4095) & ~(uint64_t)4095) + EDMA_LANES * EDMA_LANE_STAGE)
+
+/* Set-up messages on the socket. Replies: struct edma_reply. */
+enum edma_msg { EDMA_OPEN = 1, EDMA_CLOSE = 2, EDMA_MAP = 3, EDMA_UNMAP = 4 };
+
+struct edma_ctl {
+	uint32_t msg;
+	uint32_t n;           /* OPEN, CLOSE: lanes; CLOSE: base lane in first */
+	uint32_t first;
+	uint32_t pad;
+	uint64_t base;        /* MAP, UNMAP: the allocation's base address in the application */
+	uint64_t size;        /* MAP: its size */
+	uint8_t handle[64];   /* MAP: cudaIpcMemHandle_t */
+};
+
+struct edma_reply {
+	int32_t rc;           /* 0 or negative errno */
+	uint32_t first;       /* OPEN: the first lane given */
+	char why[120];        /* rc != 0: the reason, for the message the app prints */
+};
+
+#endif

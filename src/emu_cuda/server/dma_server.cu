@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * gpunvme-emu-dma: the emulator's copy engine in a process of its own
+ * (../dma_proto.h says why). Started by the application's copy engine
+ * (../dma_client.cu), never by hand:
+ *
+ *   gpunvme-emu-dma PCI_BUS_ID      fd 3: set-up socket, fd 4: shared memory
+ *
+ * One thread serves the socket; one thread per open lane moves the lane's
+ * requests: each becomes a cudaMemcpyAsync on the lane's stream and an
+ * event; `done` advances as the events complete, in order. The process
+ * exits when the socket closes (the application exited or closed it).
+ */
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../dma_proto.h"
+
+static struct edma_shm *shm;
+static uint8_t *stage;
+
+/* ---- the application's GPU allocations, opened from their IPC handles ---- */
+
+#define MAX_MAPS 1024
+static pthread_rwlock_t map_lock = PTHREAD_RWLOCK_INITIALIZER;
+static struct {
+	uint64_t base, size;
+	uint8_t *local;
+} maps[MAX_MAPS];
+static unsigned n_maps;
+
+/* the local address of [dev, dev + len), NULL when no allocation holds it */
+static void *map_find(uint64_t dev, uint64_t len)
+{
+	void *p = NULL;
+	pthread_rwlock_rdlock(&map_lock);
+	for (unsigned i = 0; i < n_maps && !p; i++)
+		if (dev >= maps[i].base && dev + len <= maps[i].base + maps[i].size)
+			p = maps[i].local + (dev - maps[i].base);
+	pthread_rwlock_unlock(&map_lock);
+	return p;
+}
+
+/* ---- lanes ---- */
+
+struct lane {
+	pthread_t th;
+	int running, stop;
+	cudaStream_t s;
+	cudaEvent_t ev[EDMA_RING];
+};
+static struct lane lanes[EDMA_LANES];
+
+static long futex(uint32_t *a, int op, uint32_t v, const struct timespec *t)
+{
+	return syscall(SYS_futex, a, op, v, t, NULL, 0);
+}
+
+static uint32_t ld(const uint32_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static void fail(struct edma_lane *L, int err)
+{
+	int32_t z = 0;
+	__atomic_compare_exchange_n(&L->err, &z, err, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+static void publish_done(struct edma_lane *L, uint32_t done)
+{
+	/* pairs with the application's acquire of done (dma_client.cu): the
+	 * D2H bytes in staging are complete before it reads them */
+	__atomic_store_n(&L->done, done, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&L->app_sleep, __ATOMIC_SEQ_CST))
+		futex(&L->done, FUTEX_WAKE, 1, NULL);
+}
+
+static void *lane_main(void *arg)
+{
+	const unsigned l = (unsigned)(uintptr_t)arg;
+	struct lane *me = &lanes[l];
+	struct edma_lane *L = &shm->lane[l];
+	uint32_t next = ld(&L->posted), done = next;
+	unsigned idle = 0;
+	while (!__atomic_load_n(&me->stop, __ATOMIC_ACQUIRE)) {
+		/* pairs with the application's release of posted: the request
+		 * and its staging bytes are visible */
+		uint32_t posted = ld(&L->posted);
+		if (next != posted && next - done < EDMA_RING) {
+			const struct edma_req *r = &L->ring[next % EDMA_RING];
+			void *dev = map_find(r->dev, r->len);
+			uint8_t *host = stage + r->off;
+			cudaError_t e = cudaErrorInvalidValue;
+			if (dev && r->len <= EDMA_CHUNK && r->off + r->len <= EDMA_LANES * EDMA_LANE_STAGE)
+				e = r->op == EDMA_H2D ? cudaMemcpyAsync(dev, host, r->len, cudaMemcpyHostToDevice, me->s)
+						      : cudaMemcpyAsync(host, dev, r->len, cudaMemcpyDeviceToHost, me->s);
+			if (e == cudaSuccess)
+				e = cudaEventRecord(me->ev[next % EDMA_RING], me->s);
+			if (e != cudaSuccess) {
+				cudaGetLastError();
+				fail(L, dev ? -EIO : -EFAULT);
+				/* an event never recorded reads complete: the
+				 * request ends with its error set */
+			}
+			next++;
+			idle = 0;
+			continue;
+		}
+		if (done != next) {
+			cudaError_t q = cudaEventQuery(me->ev[done % EDMA_RING]);
+			if (q != cudaErrorNotReady) {
+				if (q != cudaSuccess) {
+					cudaGetLastError();
+					fail(L, -EIO);
+				}
+				publish_done(L, ++done);
+				idle = 0;
+			}
+			continue;
+		}
+		/* nothing queued: spin a little (the next command of a busy
+		 * worker follows within microseconds), then sleep on posted */
+		if (++idle < 20000) {
+			__builtin_ia32_pause();
+			continue;
+		}
+		__atomic_store_n(&L->srv_sleep, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&L->posted, __ATOMIC_SEQ_CST) == posted) {
+			struct timespec t = {0, 50 * 1000 * 1000}; /* wakes to see stop */
+			futex(&L->posted, FUTEX_WAIT, posted, &t);
+		}
+		__atomic_store_n(&L->srv_sleep, 0, __ATOMIC_SEQ_CST);
+	}
+	cudaStreamSynchronize(me->s);
+	return NULL;
+}
+
+static int lane_stop(unsigned l)
+{
+	struct lane *me = &lanes[l];
+	if (!me->running)
+		return 0;
+	__atomic_store_n(&me->stop, 1, __ATOMIC_RELEASE);
+	pthread_join(me->th, NULL);
+	for (unsigned i = 0; i < EDMA_RING; i++)
+		cudaEventDestroy(me->ev[i]);
+	cudaStreamDestroy(me->s);
+	cudaHostUnregister(stage + (uint64_t)l * EDMA_LANE_STAGE);
+	memset(me, 0, sizeof(*me));
+	return 0;
+}
+
+static int lane_start(unsigned l, char *why, size_t wlen)
+{
+	struct lane *me = &lanes[l];
+	struct edma_lane *L = &shm->lane[l];
+	memset(me, 0, sizeof(*me));
+	memset(L, 0, sizeof(*L));
+	cudaError_t e = cudaHostRegister(stage + (uint64_t)l * EDMA_LANE_STAGE, EDMA_LANE_STAGE, cudaHostRegisterDefault);
+	if (e == cudaSuccess)
+		e = cudaStreamCreateWithFlags(&me->s, cudaStreamNonBlocking);
+	for (unsigned i = 0; e == cudaSuccess && i < EDMA_RING; i++)
+		e = cudaEventCreateWithFlags(&me->ev[i], cudaEventDisableTiming);
+	if (e != cudaSuccess) {
+		snprintf(why, wlen, "lane set-up: %s", cudaGetErrorString(e));
+		return -ENOMEM;
+	}
+	if (pthread_create(&me->th, NULL, lane_main, (void *)(uintptr_t)l)) {
+		snprintf(why, wlen, "cannot start a thread");
+		return -EAGAIN;
+	}
+	me->running = 1;
+	return 0;
+}
+
+/* ---- set-up requests ---- */
+
+static void serve(const struct edma_ctl *c, struct edma_reply *r)
+{
+	switch (c->msg) {
+	case EDMA_OPEN: {
+		unsigned run = 0, first = 0;
+		for (unsigned l = 0; l < EDMA_LANES && run < c->n; l++) {
+			if (lanes[l].running) {
+				run = 0;
+				continue;
+			}
+			if (!run)
+				first = l;
+			run++;
+		}
+		if (c->n == 0 || run < c->n) {
+			r->rc = -ENOSPC;
+			snprintf(r->why, sizeof(r->why), "%u lanes wanted, no %u free of %u", c->n, c->n, EDMA_LANES);
+			return;
+		}
+		for (unsigned l = first; l < first + c->n; l++) {
+			r->rc = lane_start(l, r->why, sizeof(r->why));
+			if (r->rc) {
+				while (l-- > first)
+					lane_stop(l);
+				return;
+			}
+		}
+		r->first = first;
+		return;
+	}
+	case EDMA_CLOSE:
+		for (unsigned l = c->first; l < c->first + c->n && l < EDMA_LANES; l++)
+			lane_stop(l);
+		return;
+	case EDMA_MAP: {
+		cudaIpcMemHandle_t h;
+		memcpy(&h, c->handle, sizeof(h));
+		void *p = NULL;
+		cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+		if (e != cudaSuccess) {
+			cudaGetLastError();
+			r->rc = -EINVAL;
+			snprintf(r->why, sizeof(r->why), "cudaIpcOpenMemHandle: %s", cudaGetErrorString(e));
+			return;
+		}
+		pthread_rwlock_wrlock(&map_lock);
+		if (n_maps == MAX_MAPS) {
+			pthread_rwlock_unlock(&map_lock);
+			cudaIpcCloseMemHandle(p);
+			r->rc = -ENOSPC;
+			snprintf(r->why, sizeof(r->why), "more than %u GPU allocations mapped", MAX_MAPS);
+			return;
+		}
+		maps[n_maps].base = c->base;
+		maps[n_maps].size = c->size;
+		maps[n_maps].local = (uint8_t *)p;
+		n_maps++;
+		pthread_rwlock_unlock(&map_lock);
+		return;
+	}
+	case EDMA_UNMAP: {
+		void *p = NULL;
+		pthread_rwlock_wrlock(&map_lock);
+		for (unsigned i = 0; i < n_maps; i++)
+			if (maps[i].base == c->base) {
+				p = maps[i].local;
+				maps[i] = maps[--n_maps];
+				break;
+			}
+		pthread_rwlock_unlock(&map_lock);
+		/* the application unmaps only when no copy of its lanes uses
+		 * the range (the emulator's unmap waits for the commands) */
+		if (p)
+			cudaIpcCloseMemHandle(p);
+		else
+			r->rc = -ENOENT;
+		return;
+	}
+	default:
+		r->rc = -EINVAL;
+		snprintf(r->why, sizeof(r->why), "unknown request %u", c->msg);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "gpunvme-emu-dma: started by the gpunvme library, not by hand\n");
+		return 2;
+	}
+	/* its name in ps and /proc (the program is a memfd: the name would
+	 * be a file descriptor's number) */
+	prctl(PR_SET_NAME, "gpunvme-emu-dma", 0, 0, 0);
+	int dev;
+	cudaError_t e = cudaDeviceGetByPCIBusId(&dev, argv[1]);
+	if (e == cudaSuccess)
+		e = cudaSetDevice(dev);
+	if (e == cudaSuccess)
+		e = cudaFree(0);
+	void *m = mmap(NULL, EDMA_SHM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, 4, 0);
+	struct edma_reply hello;
+	memset(&hello, 0, sizeof(hello));
+	if (e != cudaSuccess) {
+		hello.rc = -ENODEV;
+		snprintf(hello.why, sizeof(hello.why), "GPU %s: %s", argv[1], cudaGetErrorString(e));
+	} else if (m == MAP_FAILED) {
+		hello.rc = -ENOMEM;
+		snprintf(hello.why, sizeof(hello.why), "cannot map the shared memory: %s", strerror(errno));
+	} else {
+		shm = (struct edma_shm *)m;
+		stage = (uint8_t *)m + shm->stage_off;
+		if (shm->magic != EDMA_MAGIC) {
+			hello.rc = -EPROTO;
+			snprintf(hello.why, sizeof(hello.why), "the library and this program disagree");
+		}
+	}
+	if (send(3, &hello, sizeof(hello), 0) != (ssize_t)sizeof(hello) || hello.rc)
+		return 1;
+	for (;;) {
+		struct edma_ctl c;
+		ssize_t n = recv(3, &c, sizeof(c), 0);
+		if (n <= 0)
+			break; /* the application is gone, or done with us */
+		struct edma_reply r;
+		memset(&r, 0, sizeof(r));
+		if (n != (ssize_t)sizeof(c)) {
+			r.rc = -EPROTO;
+			snprintf(r.why, sizeof(r.why), "a request of %zd bytes", n);
+		} else {
+			serve(&c, &r);
+		}
+		if (send(3, &r, sizeof(r), 0) != (ssize_t)sizeof(r))
+			break;
+	}
+	for (unsigned l = 0; l < EDMA_LANES; l++)
+		lane_stop(l);
+	return 0;
+}
