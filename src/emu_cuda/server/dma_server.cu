@@ -93,7 +93,7 @@ static void *lane_main(void *arg)
 	struct lane *me = &lanes[l];
 	struct edma_lane *L = &shm->lane[l];
 	uint32_t next = ld(&L->posted), done = next;
-	unsigned idle = 0;
+	unsigned idle = 0, polls = 0;
 	while (!__atomic_load_n(&me->stop, __ATOMIC_ACQUIRE)) {
 		/* pairs with the application's release of posted: the request
 		 * and its staging bytes are visible */
@@ -126,13 +126,20 @@ static void *lane_main(void *arg)
 					fail(L, -EIO);
 				}
 				publish_done(L, ++done);
-				idle = 0;
+				idle = polls = 0;
+			} else if (++polls > 1000) {
+				/* a copy held up (a busy GPU): as the in-process
+				 * lanes' wait (stream_wait.cuh), poll in short
+				 * sleeps rather than take a core */
+				usleep(20);
 			}
 			continue;
 		}
 		/* nothing queued: spin a little (the next command of a busy
-		 * worker follows within microseconds), then sleep on posted */
-		if (++idle < 20000) {
+		 * worker follows within microseconds: ~100 us here), then
+		 * sleep on posted. Every lane of every process spins so, so
+		 * more would take the cores the emulator's workers need */
+		if (++idle < 2000) {
 			__builtin_ia32_pause();
 			continue;
 		}
