@@ -1,0 +1,48 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
+# Issue 32: the emulator's copies in a process of their own (GPUNVME_EMU_DMA
+# unset) against in the application's context (=inproc), same machine, same
+# run: the GPU fault soak and the multi-process test alone (time, result),
+# and `gpunvme load` of a model from an ext4 image at Tier 2 (load rate and
+# command wall time).
+#   OUT=/dir [BD=build-gpu] [SIZE=4G] [PHASES="soak mp load"] bash bench/emu_dma_diag.sh
+R=${OUT:?set OUT}
+mkdir -p "$R"
+exec > >(tee -a "$R/diag.log") 2>&1
+BD=${BD:-build-gpu}
+B=$PWD/$BD/bin
+log() { echo "[$(date -u +%T)] $*"; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+for ph in ${PHASES:-soak mp load}; do
+	for mode in process inproc; do
+		if [ $mode = inproc ]; then export GPUNVME_EMU_DMA=inproc; else unset GPUNVME_EMU_DMA; fi
+		case $ph in
+		soak | mp)
+			t=gpu.soak_gpu_faults
+			[ $ph = mp ] && t=gpu.multiproc
+			[ $ph = soak ] && [ $mode = inproc ] && [ "${SOAK_BASE:-0}" = 0 ] && continue
+			t0=$(date +%s.%N)
+			(cd "$BD" && timeout 300 ctest -R "^$t\$" --output-on-failure >"$R/$ph-$mode.log" 2>&1)
+			rc=$?
+			log "$ph $mode: rc $rc, $(echo "$(date +%s.%N) - $t0" | bc) s, $(grep -E 'tests passed|result:|unexplained' "$R/$ph-$mode.log" | tr '\n' ' ')"
+			;;
+		load)
+			W=${W:-$(mktemp -d /tmp/emudma.XXXXXX)}
+			if [ ! -f "$W/fs.img" ]; then
+				mkdir -p "$W/tree"
+				"$B/gpunvme-mkmodel" --format safetensors --size "${SIZE:-4G}" --seed 5 -o "$W/tree/m.safetensors" >/dev/null
+				truncate -s $(( $(stat -c %s "$W/tree/m.safetensors") / 1048576 * 11 / 10 + 64 ))M "$W/fs.img"
+				mkfs.ext4 -q -F -d "$W/tree" "$W/fs.img"
+				cat "$W/fs.img" >/dev/null # page cache warm
+			fi
+			for i in 1 2; do
+				t0=$(date +%s.%N)
+				out=$(timeout 120 "$B/gpunvme" load "emu:$W/fs.img" /m.safetensors --tier 2 --no-progress 2>&1 | tail -2 | tr '\n' ' ')
+				log "load $mode $i: $(echo "$(date +%s.%N) - $t0" | bc) s wall: $out"
+			done
+			;;
+		esac
+	done
+done
+[ -n "${W:-}" ] && rm -rf "$W"
+log done
