@@ -12,6 +12,7 @@ exec > >(tee -a "$R/diag.log") 2>&1
 BD=${BD:-build-gpu}
 B=$PWD/$BD/bin
 log() { echo "[$(date -u +%T)] $*"; }
+el() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for ph in ${PHASES:-soak mp load}; do
 	for mode in process inproc; do
@@ -24,7 +25,7 @@ for ph in ${PHASES:-soak mp load}; do
 			t0=$(date +%s.%N)
 			(cd "$BD" && timeout 300 ctest -R "^$t\$" --output-on-failure >"$R/$ph-$mode.log" 2>&1)
 			rc=$?
-			log "$ph $mode: rc $rc, $(echo "$(date +%s.%N) - $t0" | bc) s, $(grep -E 'tests passed|result:|unexplained' "$R/$ph-$mode.log" | tr '\n' ' ')"
+			log "$ph $mode: rc $rc, $(el $t0) s, $(grep -E 'tests passed|result:|unexplained' "$R/$ph-$mode.log" | tr '\n' ' ')"
 			;;
 		load)
 			W=${W:-$(mktemp -d /tmp/emudma.XXXXXX)}
@@ -38,7 +39,7 @@ for ph in ${PHASES:-soak mp load}; do
 			for i in 1 2; do
 				t0=$(date +%s.%N)
 				out=$(timeout 120 "$B/gpunvme" load "emu:$W/fs.img" /m.safetensors --tier 2 --no-progress 2>&1 | tail -2 | tr '\n' ' ')
-				log "load $mode $i: $(echo "$(date +%s.%N) - $t0" | bc) s wall: $out"
+				log "load $mode $i: $(el $t0) s wall: $out"
 			done
 			;;
 		esac
