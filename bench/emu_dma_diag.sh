@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-2-Clause
-# Issue 32: the emulator's copies in a process of their own (GPUNVME_EMU_DMA
-# unset) against in the application's context (=inproc), same machine, same
+# Issue 32: the emulator's copies in a process of their own
+# (GPUNVME_EMU_DMA=process) against in the application's context (=inproc), same machine, same
 # run: the GPU fault soak and the multi-process test alone (time, result),
 # and `gpunvme load` of a model from an ext4 image at Tier 2 (load rate and
 # command wall time).
@@ -16,7 +16,7 @@ el() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for ph in ${PHASES:-soak mp load}; do
 	for mode in process inproc; do
-		if [ $mode = inproc ]; then export GPUNVME_EMU_DMA=inproc; else unset GPUNVME_EMU_DMA; fi
+		export GPUNVME_EMU_DMA=$mode
 		case $ph in
 		soak | mp)
 			t=gpu.soak_gpu_faults

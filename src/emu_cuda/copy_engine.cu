@@ -378,6 +378,31 @@ static void say_inproc(const char *why)
 			why);
 }
 
+/*
+ * Where the copies run: GPUNVME_EMU_DMA=process (the emulator's DMA
+ * process) or inproc (here; unset is inproc). A process costs a second
+ * CUDA context: ~1.6 s more per `gpunvme load` and 5x the time of eight
+ * processes loading at once (gpu.multiproc) on the H100 machine
+ * (bench/results/emu-dma-2026-11-27), so it is there for programs whose own
+ * threads block in CUDA while reads are in flight: the Python module, for
+ * torch code, sets process unless the variable is set already. Programs of
+ * this project wait for reads with bounded waits on their own streams.
+ */
+static bool want_process(void)
+{
+	const char *m = getenv("GPUNVME_EMU_DMA");
+	if (!m || !*m || !strcmp(m, "inproc"))
+		return false;
+	if (!strcmp(m, "process"))
+		return true;
+	static int said;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		fprintf(stderr, "gpunvme: GPUNVME_EMU_DMA=%s is neither process nor inproc: the emulator copies in "
+				"this process\n",
+			m);
+	return false;
+}
+
 /* Copy lanes for GPU memory behind the emulator (it moves Tier 2 data with
  * the copy engine, one stream per lane), created in the calling thread's
  * GPU context: the GPU queue set's, when it is created. */
@@ -395,12 +420,14 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 	for (unsigned i = 0; i < g->lanes; i++)
 		cudaStreamCreateWithFlags(&g->lane_stream[i], cudaStreamNonBlocking);
 	stage_alloc(g);
-	char why[200];
-	g->edma = edma_get(why, sizeof(why));
-	if (g->edma && edma_open(g->edma, g->lanes, &g->edma_first, why, sizeof(why)))
-		g->edma = NULL;
-	if (!g->edma && strcmp(why, "GPUNVME_EMU_DMA=inproc"))
-		say_inproc(why);
+	if (want_process()) {
+		char why[200];
+		g->edma = edma_get(why, sizeof(why));
+		if (g->edma && edma_open(g->edma, g->lanes, &g->edma_first, why, sizeof(why)))
+			g->edma = NULL;
+		if (!g->edma)
+			say_inproc(why);
+	}
 	g->ops.copy = lane_copy;
 	g->ops.sync = lane_sync;
 	g->ops.ctx = g;

@@ -125,6 +125,12 @@ static struct edma *start(const char *bus_id, char *why, size_t wlen)
 		posix_spawn_file_actions_init(&fa);
 		posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
 		posix_spawn_file_actions_adddup2(&fa, mem, 4);
+		/* its stdio on /dev/null: it reports through the socket, and
+		 * a pipe it held would keep the application's reader (a shell,
+		 * ctest) waiting after the application exits */
+		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+		posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 		char path[64], bus[32];
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", exe);
 		snprintf(bus, sizeof(bus), "%s", bus_id);
@@ -174,11 +180,6 @@ fail:
 
 struct edma *edma_get(char *why, size_t wlen)
 {
-	const char *env = getenv("GPUNVME_EMU_DMA");
-	if (env && !strcmp(env, "inproc")) {
-		snprintf(why, wlen, "GPUNVME_EMU_DMA=inproc");
-		return NULL;
-	}
 	int dev;
 	char bus[32];
 	if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) != cudaSuccess) {

@@ -15,8 +15,7 @@ struct edma;
 
 /* The DMA process for the calling thread's current GPU, started if need
  * be. NULL when it cannot be had: why says so (the caller then copies in
- * its own context, and says so once). GPUNVME_EMU_DMA=inproc asks for
- * NULL (why: "GPUNVME_EMU_DMA=inproc"). */
+ * its own context, and says so once). */
 struct edma *edma_get(char *why, size_t wlen);
 
 /* n lanes of the process: the first in *first. 0 or negative errno (why). */

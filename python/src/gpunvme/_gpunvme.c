@@ -8,6 +8,7 @@
 #include "_gpunvme.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -80,6 +81,10 @@ static struct PyModuleDef moddef = {
 
 PyMODINIT_FUNC PyInit__gpunvme(void)
 {
+	/* Torch code blocks in CUDA (.cpu(), .item()) while reads may be in
+	 * flight: against the emulator, its copies then run in a process of
+	 * their own (src/emu_cuda/dma_proto.h), unless the user chose */
+	setenv("GPUNVME_EMU_DMA", "process", 0);
 	PyTypeObject *types[] = { &gnpy_VolumeType, &gnpy_ModelType,  &gnpy_LoaderType, &gnpy_BuffersType,
 				  &gnpy_TensorType, &gnpy_StreamType, &gnpy_ViewType,  &gnpy_ExpertsType };
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
