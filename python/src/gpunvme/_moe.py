@@ -38,8 +38,9 @@ class ExpertCache:
     wait; weights(layer) -> {projection: tensor [slots, ...]} views of the
     slot memory (w[slots] picks the chosen experts); sync() waits for the
     stream and raises a failed read (stats as the CPU cache's, plus
-    "commands"). On the emulator's Tier 2, call sync() before any blocking
-    CUDA call on the host (.cpu(), .item()): see docs/moe.md, Limit.
+    "commands"). Blocking CUDA calls on the host (.cpu(), .item()) behind a
+    fetch are fine on the emulator too: from Python its copies run in a
+    process of their own (GPUNVME_EMU_DMA=process, docs/emulator.md).
     """
 
     def __init__(self, uri, path, slots, framework="np", device="cpu", *, nsid=1, partition=None, offset=None):
