@@ -44,7 +44,9 @@ struct lane_state {
 
 struct edma {
 	char bus_id[32];
+	pid_t owner;  /* the process that started it (a forked child must not share its lanes) */
 	pid_t pid;
+	int dead;     /* the process exited: every wait fails at once */
 	int sock;
 	struct edma_shm *shm;
 	uint8_t *stage;
@@ -60,6 +62,13 @@ struct edma {
 
 static pthread_mutex_t procs_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct edma *procs[MAX_GPUS];
+/* GPUs whose process would not start, and why: not tried again (a start
+ * can take up to EDMA_START_MS) */
+static struct {
+	pid_t owner;
+	char bus_id[32];
+	char why[200];
+} failed[MAX_GPUS];
 
 static long futex(uint32_t *a, int op, uint32_t v, const struct timespec *t)
 {
@@ -162,6 +171,7 @@ static struct edma *start(const char *bus_id, char *why, size_t wlen)
 	}
 	pthread_mutex_init(&d->ctl, NULL);
 	pthread_rwlock_init(&d->maps_lock, NULL);
+	d->owner = getpid();
 	return d;
 fail:
 	if (sv[0] >= 0)
@@ -188,16 +198,31 @@ struct edma *edma_get(char *why, size_t wlen)
 		return NULL;
 	}
 	struct edma *d = NULL;
+	const pid_t me = getpid();
 	pthread_mutex_lock(&procs_lock);
-	unsigned i;
-	for (i = 0; i < MAX_GPUS && procs[i]; i++)
+	unsigned i, f;
+	for (f = 0; f < MAX_GPUS && failed[f].owner; f++)
+		if (failed[f].owner == me && !strcmp(failed[f].bus_id, bus)) {
+			snprintf(why, wlen, "%s", failed[f].why);
+			pthread_mutex_unlock(&procs_lock);
+			return NULL;
+		}
+	/* a slot of another process (inherited by fork) is this one's to
+	 * reuse: its lanes belong to the parent */
+	for (i = 0; i < MAX_GPUS && procs[i] && procs[i]->owner == me; i++)
 		if (!strcmp(procs[i]->bus_id, bus)) {
 			d = procs[i];
 			break;
 		}
 	if (!d && i < MAX_GPUS) {
 		d = start(bus, why, wlen);
-		procs[i] = d;
+		if (d)
+			procs[i] = d;
+		else if (f < MAX_GPUS) {
+			failed[f].owner = me;
+			snprintf(failed[f].bus_id, sizeof(failed[f].bus_id), "%s", bus);
+			snprintf(failed[f].why, sizeof(failed[f].why), "%s", why);
+		}
 	} else if (!d) {
 		snprintf(why, wlen, "more than %d GPUs", MAX_GPUS);
 	}
@@ -378,7 +403,7 @@ void edma_unmap(struct edma *d, uint64_t addr)
 /* Until lane L's done reaches target (free-running counters), bounded:
  * spin briefly (copies of a few hundred KiB land within tens of
  * microseconds), then sleep on done. */
-static int wait_done(struct edma_lane *L, uint32_t target)
+static int wait_done(struct edma *d, struct edma_lane *L, uint32_t target)
 {
 	const uint64_t t0 = gpunvme_now_ns();
 	unsigned spins = 0;
@@ -387,10 +412,21 @@ static int wait_done(struct edma_lane *L, uint32_t target)
 		uint32_t done = __atomic_load_n(&L->done, __ATOMIC_ACQUIRE);
 		if ((int32_t)(done - target) >= 0)
 			return 0;
+		if (__atomic_load_n(&d->dead, __ATOMIC_RELAXED))
+			return -EIO;
 		if (gpunvme_now_ns() - t0 > EDMA_WAIT_NS)
 			return -ETIMEDOUT;
 		if (++spins < 4000) {
 			__builtin_ia32_pause();
+			continue;
+		}
+		/* asleep from here on: is the process still there? (a copy
+		 * that lands after this check is still seen next round) */
+		if (spins % 64 == 0 && waitpid(d->pid, NULL, WNOHANG) == d->pid) {
+			__atomic_store_n(&d->dead, 1, __ATOMIC_RELAXED);
+			fprintf(stderr, "gpunvme: the emulator's DMA process (pid %d) exited: its copies fail with a data "
+					"transfer error\n",
+				(int)d->pid);
 			continue;
 		}
 		__atomic_store_n(&L->app_sleep, 1, __ATOMIC_SEQ_CST);
@@ -410,9 +446,9 @@ static int post(struct edma *d, unsigned l, unsigned op, uint64_t dev, size_t le
 	const unsigned k = s->next;
 	int rc = 0;
 	if (s->chunk_done[k])
-		rc = wait_done(L, s->chunk_done[k]);
+		rc = wait_done(d, L, s->chunk_done[k]);
 	if (!rc && s->posted - __atomic_load_n(&L->done, __ATOMIC_ACQUIRE) >= EDMA_RING)
-		rc = wait_done(L, s->posted - EDMA_RING + 1);
+		rc = wait_done(d, L, s->posted - EDMA_RING + 1);
 	if (rc)
 		return rc;
 	s->next = (k + 1) % EDMA_LANE_CHUNKS;
@@ -422,7 +458,9 @@ static int post(struct edma *d, unsigned l, unsigned op, uint64_t dev, size_t le
 	r->off = (uint64_t)l * EDMA_LANE_STAGE + (uint64_t)k * EDMA_CHUNK;
 	r->len = (uint32_t)len;
 	r->op = op;
-	s->chunk_done[k] = ++s->posted;
+	/* posted is read by engine_sync's thread too (edma_sync) */
+	__atomic_store_n(&s->posted, s->posted + 1, __ATOMIC_RELAXED);
+	s->chunk_done[k] = s->posted;
 	return 0;
 }
 
@@ -459,7 +497,7 @@ int edma_copy(struct edma *d, unsigned l, uint64_t dev, void *host, size_t len, 
 		} else {
 			/* a write: its bytes are in staging once done passes it */
 			publish(d, l);
-			rc = wait_done(L, d->lane[l].posted);
+			rc = wait_done(d, L, d->lane[l].posted);
 			int32_t err = __atomic_exchange_n(&L->err, 0, __ATOMIC_RELAXED);
 			if (rc || err)
 				return rc ? rc : err;
@@ -475,7 +513,7 @@ int edma_sync(struct edma *d, unsigned l)
 	if (l >= EDMA_LANES)
 		return -EINVAL;
 	struct edma_lane *L = &d->shm->lane[l];
-	int rc = wait_done(L, d->lane[l].posted);
+	int rc = wait_done(d, L, __atomic_load_n(&d->lane[l].posted, __ATOMIC_RELAXED));
 	int32_t err = __atomic_exchange_n(&L->err, 0, __ATOMIC_RELAXED);
 	return rc ? rc : err;
 }
