@@ -44,7 +44,7 @@ from . import _gpunvme
 from ._gpunvme import Error, HAVE_CUDA
 
 __all__ = ["Error", "TIER_AUTO", "Volume", "load_file", "safe_open", "load_pretrained", "StateDict", "HAVE_CUDA", "cuda_available",
-           "stream", "LayerStream", "stream_decoder", "ExpertCache"]
+           "stream", "LayerStream", "stream_decoder", "moe_decoder", "ExpertCache"]
 
 # The package by concern (docs/python.md); the names below are its API, and
 # the private ones the tests reach for.
@@ -54,5 +54,5 @@ from ._loading import StateDict, _Progress, _fill, _index, _load, _queue_opts, _
 from ._placement import PLACEMENTS, _LAYER_RE, _devices, _layer_of, _load_multi, _place, _split_rows  # noqa: F401
 from ._safetensors import _Slice, cuda_available, load_file, load_pretrained, safe_open  # noqa: F401
 from ._stream import LayerStream, _cuda_stream_ptr, stream  # noqa: F401
-from ._transformers import _rebuild_rotary, stream_decoder  # noqa: F401
+from ._transformers import _rebuild_rotary, moe_decoder, stream_decoder  # noqa: F401
 from ._moe import ExpertCache  # noqa: F401

@@ -120,3 +120,193 @@ def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, 
         mod.register_forward_hook(post(i))
     model._gpunvme_stream = s
     return s
+
+
+# ---- mixture-of-experts models: experts read on demand (docs/moe.md) ------------------
+
+# An expert's projections as the expert index names them (ExpertCache.projections) -> their
+# role in transformers 5's fused experts module (gate_up_proj [E, 2I, H] with the gate rows
+# first, down_proj [E, H, I]): per-expert checkpoints as save_pretrained writes them for
+# Mixtral (w1 gate, w3 up, w2 down) and Qwen-MoE, or the fused tensors themselves.
+_MOE_ROLES = {
+    "w1.weight": "gate", "w3.weight": "up", "w2.weight": "down",
+    "gate_proj.weight": "gate", "up_proj.weight": "up", "down_proj.weight": "down",
+    "gate_up_proj": "gate_up", "down_proj": "down",
+}
+
+# checkpoint name -> module name, where save_pretrained writes the old layout (transformers 5's
+# conversion mapping, reversed on save: Mixtral's .block_sparse_moe. is the model's .mlp.)
+_MOE_RENAMES = ((".block_sparse_moe.", ".mlp."),)
+
+
+class _MoELayer:
+    """One experts module of the model, served from the cache: its forward
+    is the reference's "eager" computation (transformers' experts module:
+    the experts a token chose, in ascending id order, each one's output
+    scaled and index_add_-ed into the result), with each expert's weights
+    from its cache slot. The same operations in the same order on the same
+    shapes as the resident model's eager experts, so the logits are bitwise
+    equal to it (the test compares them)."""
+
+    def __init__(self, cache, layer, roles, weights, act_fn, n_experts):
+        self.cache, self.layer, self.roles, self.w = cache, layer, roles, weights
+        self.act_fn, self.n_experts = act_fn, n_experts
+        self.fetches = 0
+
+    def _gate_up(self, s):
+        """the expert in slot s (a 1-element CUDA tensor: no host wait) ->
+        gate_up [2I, H], down [H, I], copies out of the slot (a slot is
+        refilled by later fetches, in stream order after these copies)"""
+        import torch
+        r = self.roles
+
+        def pick(p):
+            return torch.index_select(self.w[r[p]], 0, s)[0]
+        gu = pick("gate_up") if "gate_up" in r else torch.cat([pick("gate"), pick("up")], dim=0)
+        return gu, pick("down")
+
+    def _expert(self, s, bad, hidden_states, token_idx, top_k_pos, top_k_weights, final):
+        import torch
+        from torch.nn import functional as F
+        gu, down = self._gate_up(s)
+        current = hidden_states[token_idx]
+        gate, up = F.linear(current, gu).chunk(2, dim=-1)
+        h = self.act_fn(gate) * up
+        h = F.linear(h, down)
+        h = h * top_k_weights[token_idx, top_k_pos, None]
+        # a failed read (slot -1): its contribution is NaN, never another
+        # expert's numbers; sync() at the end of the forward raises it
+        h = torch.where(bad, torch.full_like(h, float("nan")), h)
+        final.index_add_(0, token_idx, h.to(final.dtype))
+
+    def forward(self, mod, hidden_states, top_k_index, top_k_weights):
+        import torch
+        final = torch.zeros_like(hidden_states)
+        T, k = top_k_index.shape
+        if T == 1:
+            # decode: the router's ids go to the reads as they are, no host
+            # wait between the router and the reads (the GPU threads pick
+            # the misses and read them); the k experts then run in
+            # ascending id order, as the reference's loop does
+            slots = self.cache.fetch(self.layer, top_k_index.reshape(-1).to(torch.int32))
+            self.fetches += 1
+            order = torch.argsort(top_k_index[0])
+            token_idx = torch.zeros(1, dtype=torch.long, device=hidden_states.device)
+            for j in range(k):
+                pos = order[j:j + 1]
+                sl = slots[pos].long()
+                bad = sl < 0
+                self._expert(sl.clamp(min=0), bad, hidden_states, token_idx, pos, top_k_weights, final)
+            return final
+        # prefill: the reference's own expert loop (its host wait included);
+        # the experts hit are read in groups of at most the cache's slots,
+        # each group before its experts run, in ascending id order
+        with torch.no_grad():
+            mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.n_experts).permute(2, 1, 0)
+            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()[:, 0]
+        n = self.cache.slots
+        for g in range(0, hit.numel(), n):
+            group = hit[g:g + n]
+            slots = self.cache.fetch(self.layer, group.to(torch.int32))
+            self.fetches += 1
+            for j in range(group.numel()):
+                e = group[j]
+                top_k_pos, token_idx = torch.where(mask[e])
+                sl = slots[j:j + 1].long()
+                self._expert(sl.clamp(min=0), sl < 0, hidden_states, token_idx, top_k_pos, top_k_weights, final)
+        return final
+
+
+def moe_decoder(model, uri, model_dir, slots, device="cuda", *, nsid=1, partition=None, offset=None):
+    """Run a transformers mixture-of-experts model (Mixtral, Qwen2-MoE,
+    Qwen3-MoE: transformers 5's fused experts modules, `...layers.L.mlp.experts`
+    with gate_up_proj and down_proj) with every tensor outside the experts
+    resident on the GPU and the experts read on demand, by GPU threads, into
+    a GPU expert cache of `slots` experts (all layers together; at least the
+    router's top-k). Build the model on the meta device (`with
+    torch.device("meta"): AutoModelForCausalLM.from_config(config,
+    torch_dtype=...)`). A decode step's expert reads are queued from the
+    router's ids with no host wait; a prefill reads the experts its tokens
+    chose, in groups of at most `slots`. A failed read raises gpunvme.Error
+    from the forward. Returns the ExpertCache (sync() -> its statistics); the
+    model keeps it as model._gpunvme_experts."""
+    import re
+    import torch
+    from ._moe import ExpertCache
+    from ._safetensors import load_pretrained
+    from ._volumes import _path, _volume
+    vol, own = _volume(uri, nsid, partition, offset)
+    try:
+        cache = ExpertCache(vol, model_dir, slots, framework="pt", device=device)
+    except BaseException:
+        if own:
+            vol.close()
+        raise
+    cache.slots = slots
+    dev = torch.device(cache.device)
+    roles = {}
+    for p in cache.projections:
+        if p not in _MOE_ROLES:
+            raise Error(95, "%s: expert projection %r is not a layout transformers' fused experts take "
+                            "(known: %s)" % (model_dir, p, ", ".join(sorted(_MOE_ROLES))))
+        roles[_MOE_ROLES[p]] = p
+    if not ({"gate", "up", "down"} <= set(roles) or {"gate_up", "down"} <= set(roles)):
+        raise Error(95, "%s: expert projections %s: need gate, up and down (or gate_up and down)"
+                    % (model_dir, cache.projections))
+    mods = {}
+    for name, mod in model.named_modules():
+        m = re.search(r"(?:^|\.)layers\.(\d+)\.mlp\.experts$", name)
+        if m and hasattr(mod, "gate_up_proj") and hasattr(mod, "down_proj"):
+            mods[int(m.group(1))] = mod
+    if sorted(mods) != sorted(cache.layers):
+        raise Error(22, "%s: the checkpoint has experts in layers %s, the model's fused experts modules are in "
+                        "layers %s" % (model_dir, sorted(cache.layers), sorted(mods)))
+    for layer, mod in mods.items():
+        if getattr(mod, "num_experts", cache.n_experts) != cache.n_experts:
+            raise Error(22, "%s: layer %d has %d experts in the checkpoint, %d in the model"
+                        % (model_dir, layer, cache.n_experts, mod.num_experts))
+    # every tensor but the experts, resident
+    experts = set()
+    for layer in cache.layers:
+        for e in range(cache.n_experts):
+            experts.update(name for name, _off, _n in cache.pieces(layer, e))
+    resident = [t[0] for t in vol.open_model(_path(model_dir)).tensors() if t[0] not in experts]
+    sd = load_pretrained(vol, model_dir, device=str(dev), tensors=resident)
+    for old, new in _MOE_RENAMES:
+        sd = {k.replace(old, new): v for k, v in sd.items()}
+    missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
+    if unexpected:
+        raise Error(22, "%s: tensors the model does not have: %s" % (model_dir, ", ".join(sorted(unexpected)[:5])))
+    if getattr(getattr(model, "config", None), "tie_word_embeddings", False) and hasattr(model, "tie_weights"):
+        model.tie_weights()
+    for name, mod in list(model.named_modules()):
+        if type(mod).__name__.endswith("RotaryEmbedding") and any(b.device != dev for b in mod.buffers(recurse=False)):
+            _rebuild_rotary(model, name, mod, dev)
+    served = {}
+    for layer, mod in mods.items():
+        # the experts' stacked parameters hold nothing: the slots do
+        for p in ("gate_up_proj", "down_proj"):
+            mod._parameters[p] = torch.nn.Parameter(torch.empty(0, dtype=torch.bfloat16, device=dev),
+                                                    requires_grad=False)
+        served[layer] = _MoELayer(cache, layer, roles, cache.weights(layer), mod.act_fn, cache.n_experts)
+
+        def fwd(hidden_states, top_k_index, top_k_weights, _m=mod, _s=served[layer]):
+            return _s.forward(_m, hidden_states, top_k_index, top_k_weights)
+        # an instance attribute: nn.Module.__call__ runs it instead of the
+        # class's forward (transformers' experts-implementation dispatch)
+        mod.forward = fwd
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if t.device != dev:
+            raise Error(22, "%s: %s is on %s, not in the checkpoint's resident tensors" % (model_dir, name, t.device))
+
+    def done(_mod, _args, out):
+        # every read of this forward done and good before its output is
+        # used (a failed one made its expert's output NaN)
+        cache.sync()
+        return out
+    model.register_forward_hook(done)
+    model._gpunvme_experts = cache
+    cache._served = served
+    cache._own_vol = vol if own else None
+    return cache
+
