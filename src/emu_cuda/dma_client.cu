@@ -498,7 +498,9 @@ int edma_copy(struct edma *d, unsigned l, uint64_t dev, void *host, size_t len, 
 			/* a write: its bytes are in staging once done passes it */
 			publish(d, l);
 			rc = wait_done(d, L, d->lane[l].posted);
-			int32_t err = __atomic_exchange_n(&L->err, 0, __ATOMIC_RELAXED);
+			/* read, not taken: a failure may be an earlier read's of
+			 * this pass, which the lane's sync must still report */
+			int32_t err = __atomic_load_n(&L->err, __ATOMIC_RELAXED);
 			if (rc || err)
 				return rc ? rc : err;
 			memcpy((uint8_t *)host + off, chunk_mem(d, l, k), n);
