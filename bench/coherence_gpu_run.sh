@@ -18,6 +18,7 @@
 #             loopback: load --tier cpu|1 --verify, perf --gpu at QD1, QD32,
 #             4x32 128 KiB against the CPU path's perf on the same target
 #   burn:N    N busy loops from here on (CPU starvation); unburn stops them
+#   moebench  bench/moe_bench.py --small for both model kinds (a smoke run of every row)
 #   pyt       test_stream, test_md, test_gpu_moe with the package venv installed
 #   venv      $BD/pyvenv/bin/python for gpu.matrix: the machine's python3
 #             with the Python package built with CUDA for sm_90
@@ -114,6 +115,14 @@ for ph in ${PHASES:-build serial}; do
 		kill $FT 2>/dev/null
 		wait $FT 2>/dev/null
 		rm -rf "$W"
+		;;
+	moebench)
+		# issue 33's benchmark on tiny models: every row runs (bench/moe_bench.py)
+		log "moe_bench --small (mixtral, finegrained)"
+		for k in mixtral finegrained; do
+			timeout 300 python3 bench/moe_bench.py --kind $k --small --work /tmp/moebench --out "$R/moebench" \
+				--media ssd --tokens 4 2>&1 | tail -12
+		done
 		;;
 	pyt)
 		# the Python GPU tests that read Tier 2 behind blocking host

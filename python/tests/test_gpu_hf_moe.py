@@ -101,3 +101,11 @@ def test_refusals(checkpoint):
         m = transformers.AutoModelForCausalLM.from_config(other, dtype=torch.bfloat16)
     with pytest.raises(gpunvme.Error, match="experts in layers"):
         gpunvme.moe_decoder(m, uri, "/m", slots=cfg.num_experts_per_tok + 2)
+
+
+def test_too_few_slots(checkpoint):
+    kind, path, uri, cfg = checkpoint
+    with torch.device("meta"):
+        m = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    with pytest.raises(gpunvme.Error, match="fewer than the router's top-k"):
+        gpunvme.moe_decoder(m, uri, "/m", slots=cfg.num_experts_per_tok - 1)

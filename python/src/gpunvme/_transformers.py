@@ -244,6 +244,11 @@ def moe_decoder(model, uri, model_dir, slots, device="cuda", *, nsid=1, partitio
         raise
     cache.slots = slots
     dev = torch.device(cache.device)
+    k = getattr(getattr(model, "config", None), "num_experts_per_tok", None)
+    if isinstance(k, int) and slots < k:
+        cache.close()
+        raise Error(22, "slots=%d: fewer than the router's top-k (%d experts per token); at least %d"
+                    % (slots, k, k))
     roles = {}
     for p in cache.projections:
         if p not in _MOE_ROLES:

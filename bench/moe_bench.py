@@ -1,0 +1,383 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
+"""Issue 33's benchmark: a mixture-of-experts model bigger than its GPU
+memory budget, batch-1 greedy decoding, five ways in one run (GPU machine):
+
+  a  ours: gpunvme.moe_decoder, experts read by GPU threads as the router picks them
+  b  CPU-issued on demand: the router's ids copied to the host every layer, the chosen
+     experts read by the CPU path (ExpertCache on the CPU tier) and copied to the GPU
+  c  our whole-layer stream: every expert of every layer, each layer streamed
+  d  accelerate disk offload (from_pretrained with device_map="auto", max_memory=budget):
+     reads the offload folder's files through the page cache, no modeled SSD
+  e  the resident model (reference: transformers' eager experts)
+
+The checkpoint: random bf16 weights from a config, saved by save_pretrained
+(per-expert tensors), put in an ext4 image; read through the emulator with a
+modeled 7 GB/s SSD ("ssd") or from RAM ("ram": the image read into memory).
+Reported per row: time per token (median of the decode steps), bytes read per
+token, cache hit rate, GPU memory (torch's peak + the cache's slots), logits
+against (e) bitwise; the floor is the bytes of the experts missing from the
+cache per token / the SSD's rate.
+
+  python3 bench/moe_bench.py --kind mixtral --work /tmp/moe --out $OUT [--small] [--skew]
+        [--rows e,a,b,c,d] [--media ssd,ram] [--tokens 16] [--trace]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import transformers
+
+import gpunvme
+from gpunvme._transformers import _MOE_RENAMES, _rebuild_rotary
+
+SSD = "latency_us=80&read_mbps=7000&iops=1000000"
+SSD_BPS = 7.0e9
+
+# (config class, fields, slots): total experts >= 3x the budget (resident + slots)
+SHAPES = {
+    "mixtral": ("MixtralConfig", dict(hidden_size=2048, intermediate_size=5632, num_local_experts=8,
+                                      num_experts_per_tok=2, num_hidden_layers=12, num_attention_heads=16,
+                                      num_key_value_heads=8, vocab_size=32000), 20),
+    "finegrained": ("Qwen3MoeConfig", dict(hidden_size=2048, moe_intermediate_size=768, intermediate_size=4096,
+                                           num_experts=64, num_experts_per_tok=8, norm_topk_prob=True,
+                                           decoder_sparse_step=1, num_hidden_layers=12,
+                                           num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                                           vocab_size=32000), 120),
+}
+SMALL = dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_hidden_layers=3,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=512)
+
+
+def log(*a):
+    print("[%s]" % time.strftime("%H:%M:%S"), *a, flush=True)
+
+
+def config(kind, small):
+    cls, fields, slots = SHAPES[kind]
+    fields = dict(fields, max_position_embeddings=4096, tie_word_embeddings=False)
+    if small:
+        fields.update({k: v for k, v in SMALL.items() if k in fields or k == "head_dim" and kind != "mixtral"})
+        slots = fields.get("num_experts_per_tok", 2) + 2
+    cfg = getattr(transformers, cls)(**fields)
+    cfg._attn_implementation = "eager"
+    return cfg, slots
+
+
+def n_experts(cfg):
+    return getattr(cfg, "num_local_experts", None) or cfg.num_experts
+
+
+def checkpoint(kind, work, small, skew):
+    """the model directory and its ext4 image (made once, kept in work)"""
+    name = "%s%s%s" % (kind, "-small" if small else "", "-skew" if skew else "")
+    d, img = os.path.join(work, name), os.path.join(work, name + ".img")
+    cfg, slots = config(kind, small)
+    if not os.path.exists(img):
+        log("making", name)
+        torch.manual_seed(11)
+        with torch.device("cuda"):
+            m = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        if skew:
+            # a skewed router: experts 0..k-1 far more popular (their router rows larger)
+            k = cfg.num_experts_per_tok
+            with torch.no_grad():
+                for name_, p in m.named_parameters():
+                    if name_.endswith("mlp.gate.weight"):
+                        p[:k] *= 3.0
+        m.save_pretrained(os.path.join(d, "m"), max_shard_size="2GB")
+        del m
+        torch.cuda.empty_cache()
+        size = sum(os.path.getsize(os.path.join(d, "m", f)) for f in os.listdir(os.path.join(d, "m")))
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-b", "4096", "-d", d, img, "%dM" % (size * 11 // 10 // 2**20 + 64)],
+                       check=True)
+        subprocess.run(["cat", img], stdout=subprocess.DEVNULL, check=True)  # page cache warm
+    return os.path.join(d, "m"), img, cfg, slots
+
+
+def decode(model, ids, steps, trace=None):
+    """prefill ids, then `steps` greedy steps -> (logits per step as int16 CPU tensors, seconds per step)"""
+    out, times = [], []
+    with torch.no_grad():
+        r = model(ids, use_cache=True)
+        out.append(r.logits[:, -1].view(torch.int16).cpu())
+        pkv, nxt = r.past_key_values, r.logits[:, -1:].argmax(-1)
+        for s in range(steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            if trace and s == steps // 2:
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                        torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    r = model(nxt, past_key_values=pkv, use_cache=True)
+                    torch.cuda.synchronize()
+                prof.export_chrome_trace(trace)
+            else:
+                r = model(nxt, past_key_values=pkv, use_cache=True)
+            nxt = r.logits[:, -1:].argmax(-1)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+            out.append(r.logits[:, -1].view(torch.int16).cpu())
+            pkv = r.past_key_values
+    return out, times
+
+
+def meta_model(cfg):
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+
+
+def row_e(path, cfg, ids, steps):
+    m = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager",
+                                                          device_map="cuda")
+    m.set_experts_implementation("eager")
+    m.eval()
+    torch.cuda.reset_peak_memory_stats()
+    logits, times = decode(m, ids, steps)
+    res = dict(peak_gpu=torch.cuda.max_memory_allocated())
+    del m
+    torch.cuda.empty_cache()
+    return logits, times, res
+
+
+def row_a(uri, cfg, ids, steps, slots, trace):
+    m = meta_model(cfg)
+    cache = gpunvme.moe_decoder(m, uri, "/m", slots=slots, device="cuda")
+    m.eval()
+    slot_bytes, nslots = cache._x.layout()
+    torch.cuda.reset_peak_memory_stats()
+    s0 = cache.sync()
+    logits, times = decode(m, ids, steps, trace)
+    s1 = cache.sync()
+    res = dict(peak_gpu=torch.cuda.max_memory_allocated(), slots_bytes=slot_bytes * nslots,
+               **{k: s1[k] - s0.get(k, 0) for k in ("requests", "hits", "misses", "bytes_read")})
+    del m
+    cache.close()
+    torch.cuda.empty_cache()
+    return logits, times, res
+
+
+class _CpuIssued:
+    """(b): the router's ids to the host, the experts read by the CPU path
+    into host memory, copied to the GPU, then the same operations as (a)"""
+
+    def __init__(self, cpu_cache, layer, roles, act_fn):
+        self.c, self.layer, self.roles, self.act_fn = cpu_cache, layer, roles, act_fn
+
+    def weights(self, ids):
+        got = self.c.get(self.layer, ids)  # host wait: the CPU issues the reads
+        r, out = self.roles, []
+        for d in got:
+            g = {k: d[p].to("cuda") for k, p in r.items()}
+            gu = g["gate_up"] if "gate_up" in g else torch.cat([g["gate"], g["up"]], dim=0)
+            out.append((gu, g["down"]))
+        return out
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        from torch.nn import functional as F
+        final = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.c.n_experts).permute(2, 1, 0)
+            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()[:, 0]
+        ids = hit.tolist()
+        n = self.c.slots
+        for g0 in range(0, len(ids), n):
+            group = ids[g0:g0 + n]
+            for e, (gu, down) in zip(group, self.weights(group)):
+                top_k_pos, token_idx = torch.where(mask[e])
+                current = hidden_states[token_idx]
+                gate, up = F.linear(current, gu).chunk(2, dim=-1)
+                h = F.linear(self.act_fn(gate) * up, down)
+                h = h * top_k_weights[token_idx, top_k_pos, None]
+                final.index_add_(0, token_idx, h.to(final.dtype))
+        return final
+
+
+def row_b(uri, cfg, ids, steps, slots):
+    m = meta_model(cfg)
+    # resident weights as (a) does; a GPU cache of the fewest slots, unused
+    gc = gpunvme.moe_decoder(m, uri, "/m", slots=cfg.num_experts_per_tok, device="cuda")
+    cpu = gpunvme.ExpertCache(uri, "/m", slots=slots, framework="pt")
+    cpu.slots = slots
+    for layer, served in gc._served.items():
+        mod = dict(m.named_modules())["model.layers.%d.mlp.experts" % layer]
+        mod.forward = _CpuIssued(cpu, layer, served.roles, mod.act_fn).forward
+    m.eval()
+    torch.cuda.reset_peak_memory_stats()
+    s0 = cpu.stats()
+    logits, times = decode(m, ids, steps)
+    s1 = cpu.stats()
+    res = dict(peak_gpu=torch.cuda.max_memory_allocated(),
+               **{k: s1[k] - s0.get(k, 0) for k in ("requests", "hits", "misses", "bytes_read")})
+    del m
+    cpu.close()
+    gc.close()
+    torch.cuda.empty_cache()
+    return logits, times, res
+
+
+def row_c(uri, cfg, ids, steps):
+    """every tensor of a layer streamed (window 2), its experts fused into the
+    module's stacked parameters as transformers' loading does"""
+    m = meta_model(cfg)
+    s = gpunvme.stream(uri, "/m", layers="model.layers.{i}.", window=2, device="cuda")
+    dev = torch.device("cuda")
+    res_sd = dict(s.resident)
+    for old, new in _MOE_RENAMES:
+        res_sd = {k.replace(old, new): v for k, v in res_sd.items()}
+    m.load_state_dict(res_sd, strict=False, assign=True)
+    for name, mod in list(m.named_modules()):
+        if type(mod).__name__.endswith("RotaryEmbedding"):
+            _rebuild_rotary(m, name, mod, dev)
+    E = n_experts(cfg)
+    layers = m.get_submodule("model.layers")
+
+    def pre(i):
+        def hook(mod, args, kwargs=None):
+            t = s.acquire(i)
+            pre_ = "model.layers.%d." % i
+            ex = {}
+            for name, v in t.items():
+                rel = name[len(pre_):]
+                for old, new in _MOE_RENAMES:
+                    rel = ("." + rel).replace(old, new)[1:]
+                if ".experts." in rel:
+                    ex[rel.split(".experts.", 1)[1]] = v
+                    continue
+                path, _, leaf = rel.rpartition(".")
+                sub = mod.get_submodule(path) if path else mod
+                sub._parameters[leaf] = torch.nn.Parameter(v, requires_grad=False)
+            experts = mod.get_submodule("mlp.experts")
+            if "gate_up_proj" in ex:
+                gu, down = ex["gate_up_proj"], ex["down_proj"]
+            else:
+                names = ("w1.weight", "w3.weight", "w2.weight") if "0.w1.weight" in ex else \
+                        ("gate_proj.weight", "up_proj.weight", "down_proj.weight")
+                gu = torch.stack([torch.cat([ex["%d.%s" % (e, names[0])], ex["%d.%s" % (e, names[1])]], 0)
+                                  for e in range(E)])
+                down = torch.stack([ex["%d.%s" % (e, names[2])] for e in range(E)])
+            experts._parameters["gate_up_proj"] = torch.nn.Parameter(gu, requires_grad=False)
+            experts._parameters["down_proj"] = torch.nn.Parameter(down, requires_grad=False)
+        return hook
+
+    def post(i):
+        def hook(mod, args, out):
+            s.release(i)
+            if i == len(layers) - 1:
+                s.check(i)
+        return hook
+
+    for i, mod in enumerate(layers):
+        mod.register_forward_pre_hook(pre(i))
+        mod.register_forward_hook(post(i))
+    m.set_experts_implementation("eager")
+    m.eval()
+    torch.cuda.reset_peak_memory_stats()
+    b0 = s.stats()["bytes_read"]
+    logits, times = decode(m, ids, steps)
+    res = dict(peak_gpu=torch.cuda.max_memory_allocated(), bytes_read=s.stats()["bytes_read"] - b0)
+    s.close()
+    del m
+    torch.cuda.empty_cache()
+    return logits, times, res
+
+
+def row_d(path, cfg, ids, steps, budget, work):
+    import accelerate  # noqa: F401  (device_map="auto" needs it)
+    off = os.path.join(work, "offload")
+    m = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager",
+                                                          device_map="auto", max_memory={0: budget, "cpu": 0},
+                                                          offload_folder=off)
+    m.set_experts_implementation("eager")
+    m.eval()
+    torch.cuda.reset_peak_memory_stats()
+    logits, times = decode(m, ids, steps)
+    res = dict(peak_gpu=torch.cuda.max_memory_allocated())
+    del m
+    torch.cuda.empty_cache()
+    return logits, times, res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kind", choices=sorted(SHAPES), required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--small", action="store_true", help="a tiny model: a smoke run of every row")
+    ap.add_argument("--skew", action="store_true", help="a skewed router (experts 0..k-1 popular)")
+    ap.add_argument("--rows", default="e,a,b,c,d")
+    ap.add_argument("--media", default="ssd,ram")
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--trace", action="store_true", help="a profiler trace of one decode step of (a)")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    os.makedirs(a.out, exist_ok=True)
+    path, img, cfg, slots = checkpoint(a.kind, a.work, a.small, a.skew)
+    total = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".safetensors"))
+    ids = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(5)).cuda()
+    rows = a.rows.split(",")
+    results, ref = [], None
+    for row in rows:
+        for media in (a.media.split(",") if row in ("a", "b", "c") else ["-"]):
+            uri = "emu:%s?%s" % (img, SSD if media == "ssd" else "snapshot=1")
+            log("row", row, media)
+            t0 = time.perf_counter()
+            try:
+                if row == "e":
+                    logits, times, res = row_e(path, cfg, ids, a.tokens)
+                elif row == "a":
+                    tr = os.path.join(a.out, "trace-%s-%s.json" % (a.kind, media)) if a.trace else None
+                    logits, times, res = row_a(uri, cfg, ids, a.tokens, slots, tr)
+                elif row == "b":
+                    logits, times, res = row_b(uri, cfg, ids, a.tokens, slots)
+                elif row == "c":
+                    logits, times, res = row_c(uri, cfg, ids, a.tokens)
+                else:
+                    # (a)'s budget: its peak GPU memory and the cache's slots
+                    budget = next((x["budget"] for x in results if "budget" in x), 2 << 30)
+                    logits, times, res = row_d(path, cfg, ids, a.tokens, budget, a.work)
+            except Exception as x:  # a row that fails is reported, the others still run
+                log("row", row, media, "FAILED:", repr(x))
+                results.append(dict(row=row, media=media, error=repr(x)))
+                continue
+            r = dict(row=row, media=media, kind=a.kind, skew=a.skew, tokens=a.tokens,
+                     s_per_token=statistics.median(times), wall_s=time.perf_counter() - t0, **res)
+            if row == "e":
+                ref = logits
+            elif ref is not None:
+                r["bitwise_equal_steps"] = sum(torch.equal(x, y) for x, y in zip(logits, ref))
+                r["steps"] = len(ref)
+            if "bytes_read" in r:
+                r["bytes_per_token"] = r["bytes_read"] / (a.tokens + 1)
+            if "misses" in r and r.get("requests"):
+                r["hit_rate"] = r["hits"] / max(1, r["hits"] + r["misses"])
+                r["floor_s"] = r["bytes_per_token"] / SSD_BPS if media == "ssd" else None
+            if row == "a":
+                r["budget"] = r["peak_gpu"] + r["slots_bytes"]
+            results.append(r)
+            log(json.dumps(r))
+    out = dict(kind=a.kind, small=a.small, skew=a.skew, checkpoint_bytes=total, slots=slots,
+               gpu=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d %H:%M"),
+               command=" ".join(sys.argv), rows=results)
+    with open(os.path.join(a.out, "moe-%s%s%s.json" % (a.kind, "-small" if a.small else "", "-skew" if a.skew else "")),
+              "w") as f:
+        json.dump(out, f, indent=1)
+    print("| row | media | s/token | bytes/token | hit rate | floor s | GPU bytes | bitwise |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        if "error" in r:
+            print("| %s | %s | FAILED: %s |" % (r["row"], r["media"], r["error"][:80]))
+            continue
+        print("| %s | %s | %.4f | %s | %s | %s | %s | %s |" % (
+            r["row"], r["media"], r["s_per_token"], "%.3g" % r["bytes_per_token"] if "bytes_per_token" in r else "-",
+            "%.2f" % r["hit_rate"] if "hit_rate" in r else "-", "%.4f" % r["floor_s"] if r.get("floor_s") else "-",
+            r.get("budget", r["peak_gpu"]),
+            "%d/%d" % (r["bitwise_equal_steps"], r["steps"]) if "steps" in r else "ref"))
+
+
+if __name__ == "__main__":
+    main()
