@@ -13,6 +13,7 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,19 @@ static int recv_reply(int sock, struct edma_reply *r, int ms)
 	return 0;
 }
 
+/* *fd moved to a number above the child's fixed ones (3, 4) */
+static int above(int *fd)
+{
+	if (*fd > 4)
+		return 0;
+	int n = fcntl(*fd, F_DUPFD_CLOEXEC, 5);
+	if (n < 0)
+		return -1;
+	close(*fd);
+	*fd = n;
+	return 0;
+}
+
 static struct edma *start(const char *bus_id, char *why, size_t wlen)
 {
 	struct edma *d = (struct edma *)calloc(1, sizeof(*d));
@@ -106,6 +120,14 @@ static struct edma *start(const char *bus_id, char *why, size_t wlen)
 	mem = (int)syscall(SYS_memfd_create, "gpunvme-emu-dma-shm", MFD_CLOEXEC);
 	if (exe < 0 || mem < 0 || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
 		snprintf(why, wlen, "memfd_create/socketpair: %s", strerror(errno));
+		goto fail;
+	}
+	/* the child gets the socket and the memory as fds 3 and 4 (dup2 in
+	 * the spawn's file actions): none of the fds named there may be 3 or
+	 * 4 itself, or one dup2 would replace another before the exec (a
+	 * program with few fds open has its first memfd at 3) */
+	if (above(&exe) || above(&mem) || above(&sv[1])) {
+		snprintf(why, wlen, "fcntl(F_DUPFD_CLOEXEC): %s", strerror(errno));
 		goto fail;
 	}
 	for (size_t off = 0; off < exe_len;) {
@@ -186,6 +208,30 @@ fail:
 		munmap(m, EDMA_SHM_SIZE);
 	free(d);
 	return NULL;
+}
+
+static void stop(struct edma *d)
+{
+	close(d->sock); /* the process sees the end of its socket and exits */
+	for (int i = 0; i < 1000 && waitpid(d->pid, NULL, WNOHANG) == 0; i++)
+		usleep(10000);
+	if (waitpid(d->pid, NULL, WNOHANG) == 0) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, NULL, 0);
+	}
+	munmap(d->shm, EDMA_SHM_SIZE);
+	pthread_mutex_destroy(&d->ctl);
+	pthread_rwlock_destroy(&d->maps_lock);
+	free(d);
+}
+
+int edma_spawn_check(const char *bus_id, char *why, size_t wlen)
+{
+	struct edma *d = start(bus_id, why, wlen);
+	if (!d)
+		return -EIO;
+	stop(d);
+	return 0;
 }
 
 struct edma *edma_get(char *why, size_t wlen)

@@ -18,6 +18,12 @@ struct edma;
  * its own context, and says so once). */
 struct edma *edma_get(char *why, size_t wlen);
 
+/* Start a DMA process for the GPU at PCI address bus_id, wait for its
+ * greeting, and end it: 0, or negative errno with why (the program's own
+ * reason where it started). For tests: the embedded program, its start
+ * from a memfd and its set-up are checked without copying anything. */
+int edma_spawn_check(const char *bus_id, char *why, size_t wlen);
+
 /* n lanes of the process: the first in *first. 0 or negative errno (why). */
 int edma_open(struct edma *d, unsigned n, unsigned *first, char *why, size_t wlen);
 void edma_close(struct edma *d, unsigned first, unsigned n);
