@@ -181,6 +181,25 @@ int gpunvme_emu_ns_memory(struct gpunvme_emu *emu, uint32_t nsid, void **p, size
  * nsid. */
 int gpunvme_emu_ns_backing(struct gpunvme_emu *emu, uint32_t nsid);
 
+/* Where the emulator's copies to GPU memory (Tier 2) run, for queue sets
+ * created from now on in this process (src/emu_cuda, docs/emulator.md):
+ * - GPUNVME_EMU_COPIES_INPROC (the default): in the application's CUDA
+ *   context. A thread of the application blocked in a copy into pageable
+ *   memory while reads are in flight holds them up until the reads time out.
+ * - GPUNVME_EMU_COPIES_PROCESS: in a child process of the library's own,
+ *   which no blocking call of the application holds up; it costs a second
+ *   CUDA context (~1.6 s per program on the H100 machine). The Python
+ *   module chooses it at import.
+ * The environment variable GPUNVME_EMU_DMA (process or inproc), when set,
+ * wins over both. gpunvme_emu_copies() says which applies now (a value of
+ * the variable that is neither: what was set, said once on stderr). */
+enum gpunvme_emu_copies {
+	GPUNVME_EMU_COPIES_INPROC = 0,
+	GPUNVME_EMU_COPIES_PROCESS = 1,
+};
+void gpunvme_emu_set_copies(enum gpunvme_emu_copies where);
+enum gpunvme_emu_copies gpunvme_emu_copies(void);
+
 /* Number of copy lanes (worker threads + the admin thread). */
 unsigned gpunvme_emu_lanes(const struct gpunvme_emu *emu);
 

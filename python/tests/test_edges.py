@@ -267,3 +267,18 @@ def test_make_clean_removes_only_build_outputs(checkout):
     assert words, r.stdout
     for w in words:
         assert not _git("ls-files", "--", w).stdout, "make clean removes tracked files: %s" % w
+
+
+def test_import_leaves_the_environment():
+    """the module chooses where the emulator's GPU copies run without the
+    environment, so programs it starts (the CLI) keep their own default"""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "GPUNVME_EMU_DMA"}
+    # what a program started after the import sees (the C-level
+    # environment: os.environ is a copy taken at start-up)
+    code = ("import subprocess, gpunvme; "
+            "print(subprocess.run(['sh', '-c', 'echo x$GPUNVME_EMU_DMA'], capture_output=True, text=True).stdout)")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd="/")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "x", r.stdout

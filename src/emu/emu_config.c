@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -348,4 +350,28 @@ int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec, c
 				       1u << lba_shift);
 	}
 	return 0;
+}
+
+/* ---- where the copies to GPU memory run (emu.h) ---- */
+
+static int copies_set; /* enum gpunvme_emu_copies; read by other threads' queue set-ups */
+
+void gpunvme_emu_set_copies(enum gpunvme_emu_copies where)
+{
+	__atomic_store_n(&copies_set, where == GPUNVME_EMU_COPIES_PROCESS, __ATOMIC_RELAXED);
+}
+
+enum gpunvme_emu_copies gpunvme_emu_copies(void)
+{
+	const char *m = getenv("GPUNVME_EMU_DMA");
+	if (m && !strcmp(m, "process"))
+		return GPUNVME_EMU_COPIES_PROCESS;
+	if (m && !strcmp(m, "inproc"))
+		return GPUNVME_EMU_COPIES_INPROC;
+	if (m && *m) {
+		static int said;
+		if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+			fprintf(stderr, "gpunvme: GPUNVME_EMU_DMA=%s is neither process nor inproc: ignored\n", m);
+	}
+	return __atomic_load_n(&copies_set, __ATOMIC_RELAXED) ? GPUNVME_EMU_COPIES_PROCESS : GPUNVME_EMU_COPIES_INPROC;
 }

@@ -379,28 +379,17 @@ static void say_inproc(const char *why)
 }
 
 /*
- * Where the copies run: GPUNVME_EMU_DMA=process (the emulator's DMA
- * process) or inproc (here; unset is inproc). A process costs a second
- * CUDA context: ~1.6 s more per `gpunvme load` and 5x the time of eight
- * processes loading at once (gpu.multiproc) on the H100 machine
- * (bench/results/emu-dma-2026-11-27), so it is there for programs whose own
- * threads block in CUDA while reads are in flight: the Python module, for
- * torch code, sets process unless the variable is set already. Programs of
+ * Where the copies run (emu.h, gpunvme_emu_copies): in the DMA process or
+ * here. The process costs a second CUDA context: ~1.6 s more per
+ * `gpunvme load` and 5x the time of eight processes loading at once
+ * (gpu.multiproc) on the H100 machine (bench/results/emu-dma-2026-11-27),
+ * so it is there for programs whose own threads block in CUDA while reads
+ * are in flight: the Python module, for torch code, chooses it. Programs of
  * this project wait for reads with bounded waits on their own streams.
  */
 static bool want_process(void)
 {
-	const char *m = getenv("GPUNVME_EMU_DMA");
-	if (!m || !*m || !strcmp(m, "inproc"))
-		return false;
-	if (!strcmp(m, "process"))
-		return true;
-	static int said;
-	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-		fprintf(stderr, "gpunvme: GPUNVME_EMU_DMA=%s is neither process nor inproc: the emulator copies in "
-				"this process\n",
-			m);
-	return false;
+	return gpunvme_emu_copies() == GPUNVME_EMU_COPIES_PROCESS;
 }
 
 /* Copy lanes for GPU memory behind the emulator (it moves Tier 2 data with

@@ -2,6 +2,7 @@
 /* Controller registers and the enable / disable / shutdown handshakes
  * (NVMe 1.4 §3.1, §7.6). */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -629,3 +630,24 @@ TEST_CASE(config_messages)
 }
 
 int main(int argc, char **argv) { return check_main(argc, argv); }
+
+/* Where the copies to GPU memory run (emu.h): the setting, and the
+ * environment variable over it; a value that is neither is ignored. */
+TEST_CASE(copies_choice)
+{
+	unsetenv("GPUNVME_EMU_DMA");
+	REQUIRE_EQ(gpunvme_emu_copies(), GPUNVME_EMU_COPIES_INPROC);
+	gpunvme_emu_set_copies(GPUNVME_EMU_COPIES_PROCESS);
+	REQUIRE_EQ(gpunvme_emu_copies(), GPUNVME_EMU_COPIES_PROCESS);
+	setenv("GPUNVME_EMU_DMA", "inproc", 1);
+	REQUIRE_EQ(gpunvme_emu_copies(), GPUNVME_EMU_COPIES_INPROC);
+	setenv("GPUNVME_EMU_DMA", "bogus", 1);
+	REQUIRE_EQ(gpunvme_emu_copies(), GPUNVME_EMU_COPIES_PROCESS);
+	gpunvme_emu_set_copies(GPUNVME_EMU_COPIES_INPROC);
+	setenv("GPUNVME_EMU_DMA", "process", 1);
+	REQUIRE_EQ(gpunvme_emu_copies(), GPUNVME_EMU_COPIES_PROCESS);
+	setenv("GPUNVME_EMU_DMA", "", 1);
+	REQUIRE_EQ(gpunvme_emu_copies(), GPUNVME_EMU_COPIES_INPROC);
+	unsetenv("GPUNVME_EMU_DMA");
+	return 0;
+}

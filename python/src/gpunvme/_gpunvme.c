@@ -8,11 +8,11 @@
 #include "_gpunvme.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "gpunvme/emu.h"
 #include "gpunvme/gpunvme.h"
 #include "gpunvme/tier.h"
 
@@ -83,8 +83,9 @@ PyMODINIT_FUNC PyInit__gpunvme(void)
 {
 	/* Torch code blocks in CUDA (.cpu(), .item()) while reads may be in
 	 * flight: against the emulator, its copies then run in a process of
-	 * their own (src/emu_cuda/dma_proto.h), unless the user chose */
-	setenv("GPUNVME_EMU_DMA", "process", 0);
+	 * their own (src/emu_cuda/dma_proto.h; GPUNVME_EMU_DMA, set, wins).
+	 * Not through the environment: programs this one starts keep theirs */
+	gpunvme_emu_set_copies(GPUNVME_EMU_COPIES_PROCESS);
 	PyTypeObject *types[] = { &gnpy_VolumeType, &gnpy_ModelType,  &gnpy_LoaderType, &gnpy_BuffersType,
 				  &gnpy_TensorType, &gnpy_StreamType, &gnpy_ViewType,  &gnpy_ExpertsType };
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)

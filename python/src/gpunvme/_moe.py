@@ -40,7 +40,7 @@ class ExpertCache:
     stream and raises a failed read (stats as the CPU cache's, plus
     "commands"). Blocking CUDA calls on the host (.cpu(), .item()) behind a
     fetch are fine on the emulator too: from Python its copies run in a
-    process of their own (GPUNVME_EMU_DMA=process, docs/emulator.md).
+    process of their own (docs/emulator.md).
     """
 
     def __init__(self, uri, path, slots, framework="np", device="cpu", *, nsid=1, partition=None, offset=None):
