@@ -131,9 +131,10 @@ def meta_model(cfg):
         return transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
 
 
-def row_e(path, cfg, ids, steps):
+def row_hf(path, ids, steps, **placement):
+    """(e) resident (device_map="cuda") or (d) accelerate's offload: transformers' own loading"""
     m = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager",
-                                                          device_map="cuda")
+                                                          **placement)
     m.set_experts_implementation("eager")
     m.eval()
     torch.cuda.reset_peak_memory_stats()
@@ -286,21 +287,10 @@ def row_c(uri, cfg, ids, steps):
     return logits, times, res
 
 
-def row_d(path, cfg, ids, steps, budget, work):
+def row_d(path, ids, steps, budget, work):
     import accelerate  # noqa: F401  (device_map="auto" needs it)
-    off = os.path.join(work, "offload")
-    m = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager",
-                                                          device_map="auto", max_memory={0: budget, "cpu": 0},
-                                                          offload_folder=off)
-    m.set_experts_implementation("eager")
-    m.eval()
-    torch.cuda.reset_peak_memory_stats()
-    logits, times = decode(m, ids, steps)
-    res = dict(peak_gpu=torch.cuda.max_memory_allocated())
-    del m
-    torch.cuda.empty_cache()
-    return logits, times, res
-
+    return row_hf(path, ids, steps, device_map="auto", max_memory={0: budget, "cpu": 0},
+                  offload_folder=os.path.join(work, "offload"))
 
 def main():
     ap = argparse.ArgumentParser()
@@ -328,7 +318,7 @@ def main():
             t0 = time.perf_counter()
             try:
                 if row == "e":
-                    logits, times, res = row_e(path, cfg, ids, a.tokens)
+                    logits, times, res = row_hf(path, ids, a.tokens, device_map="cuda")
                 elif row == "a":
                     tr = os.path.join(a.out, "trace-%s-%s.json" % (a.kind, media)) if a.trace else None
                     logits, times, res = row_a(uri, cfg, ids, a.tokens, slots, tr)
@@ -339,7 +329,7 @@ def main():
                 else:
                     # (a)'s budget: its peak GPU memory and the cache's slots
                     budget = next((x["budget"] for x in results if "budget" in x), 2 << 30)
-                    logits, times, res = row_d(path, cfg, ids, a.tokens, budget, a.work)
+                    logits, times, res = row_d(path, ids, a.tokens, budget, a.work)
             except Exception as x:  # a row that fails is reported, the others still run
                 log("row", row, media, "FAILED:", repr(x))
                 results.append(dict(row=row, media=media, error=repr(x)))

@@ -14,6 +14,16 @@ def _rebuild_rotary(model, module_name, module, dev):
         setattr(parent, leaf, type(module)(config=model.config))
 
 
+def _load_resident(model, sd, model_dir):
+    """the checkpoint's tensors outside what is streamed or read on demand,
+    into the model (assign: no copy); one the model lacks is refused"""
+    _missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
+    if unexpected:
+        raise Error(22, "%s: tensors the model does not have: %s" % (model_dir, ", ".join(sorted(unexpected)[:5])))
+    if getattr(getattr(model, "config", None), "tie_word_embeddings", False) and hasattr(model, "tie_weights"):
+        model.tie_weights()
+
+
 def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, device="cuda", **kw):
     """Run a Hugging Face decoder (Llama architecture and alike) with its
     decoder layers streamed: every tensor outside the layers is loaded once
@@ -37,12 +47,7 @@ def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, 
     if len(container) != s.n_layers:
         raise Error(22, "%s: the model has %d decoder layers under %r, the checkpoint %d"
                     % (model_dir, len(container), prefix.rstrip("."), s.n_layers))
-    res = {k: (v.to(dev) if copy else v) for k, v in s.resident.items()}
-    missing, unexpected = model.load_state_dict(res, strict=False, assign=True)
-    if unexpected:
-        raise Error(22, "%s: tensors the model does not have: %s" % (model_dir, ", ".join(sorted(unexpected)[:5])))
-    if getattr(getattr(model, "config", None), "tie_word_embeddings", False) and hasattr(model, "tie_weights"):
-        model.tie_weights()
+    _load_resident(model, {k: (v.to(dev) if copy else v) for k, v in s.resident.items()}, model_dir)
     for name, mod in list(model.named_modules()):
         if name.startswith(prefix) or not type(mod).__name__.endswith("RotaryEmbedding"):
             continue
@@ -279,11 +284,7 @@ def moe_decoder(model, uri, model_dir, slots, device="cuda", *, nsid=1, partitio
     sd = load_pretrained(vol, model_dir, device=str(dev), tensors=resident)
     for old, new in _MOE_RENAMES:
         sd = {k.replace(old, new): v for k, v in sd.items()}
-    missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
-    if unexpected:
-        raise Error(22, "%s: tensors the model does not have: %s" % (model_dir, ", ".join(sorted(unexpected)[:5])))
-    if getattr(getattr(model, "config", None), "tie_word_embeddings", False) and hasattr(model, "tie_weights"):
-        model.tie_weights()
+    _load_resident(model, sd, model_dir)
     for name, mod in list(model.named_modules()):
         if type(mod).__name__.endswith("RotaryEmbedding") and any(b.device != dev for b in mod.buffers(recurse=False)):
             _rebuild_rotary(model, name, mod, dev)
