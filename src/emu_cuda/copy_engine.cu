@@ -515,6 +515,11 @@ static void engine_pin_backing(struct gpunvme_bus *b, uint32_t nsid, const void 
 	if (!emu || gpunvme_emu_ns_backing(emu, nsid) != GPUNVME_EMU_BACK_RAM ||
 	    gpunvme_emu_ns_memory(emu, nsid, &nsmem, &nslen))
 		return;
+	/* the DMA process copies from its own staging: a pin here would cost
+	 * seconds for a big namespace and buy nothing (where the process
+	 * cannot start, the copies go through this process's staging rings) */
+	if (want_process())
+		return;
 	if (kept == nsmem)
 		return;
 	if (cudaHostRegister(nsmem, nslen, cudaHostRegisterDefault) != cudaSuccess) {
