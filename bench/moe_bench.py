@@ -7,8 +7,9 @@ memory budget, batch-1 greedy decoding, five ways in one run (GPU machine):
   b  CPU-issued on demand: the router's ids copied to the host every layer, the chosen
      experts read by the CPU path (ExpertCache on the CPU tier) and copied to the GPU
   c  our whole-layer stream: every expert of every layer, each layer streamed
-  d  accelerate disk offload (from_pretrained with device_map="auto", max_memory=budget):
-     reads the offload folder's files through the page cache, no modeled SSD
+  d  accelerate disk offload of the experts (from_pretrained with a device_map putting each
+     layer's experts on "disk"): reads the offload folder's files through the page cache,
+     no modeled SSD
   e  the resident model (reference: transformers' eager experts)
 
 The checkpoint: random bf16 weights from a config, saved by save_pretrained
@@ -287,10 +288,24 @@ def row_c(uri, cfg, ids, steps):
     return logits, times, res
 
 
-def row_d(path, ids, steps, budget, work):
-    import accelerate  # noqa: F401  (device_map="auto" needs it)
-    return row_hf(path, ids, steps, device_map="auto", max_memory={0: budget, "cpu": 0},
-                  offload_folder=os.path.join(work, "offload"))
+def row_d(path, cfg, ids, steps, work):
+    """accelerate's disk offload of the experts only (every other module on
+    the GPU): an explicit device_map, as bench/stream_llm.py's accelerate row
+    (which ran on transformers 5.17), with each layer's experts on "disk" """
+    import accelerate  # noqa: F401  (device_map needs it)
+    m = meta_model(cfg)
+    dm = {"lm_head": 0}
+    for name, _ in m.model.named_children():
+        if name != "layers":
+            dm["model." + name] = 0
+    for i, layer in enumerate(m.model.layers):
+        for name, child in layer.named_children():
+            if name == "mlp":
+                for c, _ in child.named_children():
+                    dm["model.layers.%d.mlp.%s" % (i, c)] = "disk" if c == "experts" else 0
+            else:
+                dm["model.layers.%d.%s" % (i, name)] = 0
+    return row_hf(path, ids, steps, device_map=dm, offload_folder=os.path.join(work, "offload"))
 
 def main():
     ap = argparse.ArgumentParser()
@@ -327,9 +342,7 @@ def main():
                 elif row == "c":
                     logits, times, res = row_c(uri, cfg, ids, a.tokens)
                 else:
-                    # (a)'s budget: its peak GPU memory and the cache's slots
-                    budget = next((x["budget"] for x in results if "budget" in x), 2 << 30)
-                    logits, times, res = row_d(path, ids, a.tokens, budget, a.work)
+                    logits, times, res = row_d(path, cfg, ids, a.tokens, a.work)
             except Exception as x:  # a row that fails is reported, the others still run
                 log("row", row, media, "FAILED:", repr(x))
                 results.append(dict(row=row, media=media, error=repr(x)))
