@@ -444,12 +444,17 @@ static int engine_sync(void *engine)
 {
 	struct emu_lanes *g = (struct emu_lanes *)((struct gpunvme_emu_gpu_ops *)engine)->ctx;
 	for (unsigned i = 0; g->edma && i < g->lanes; i++) {
-		int rc = edma_sync(g->edma, g->edma_first + i);
+		/* a wait only: a failed copy is its lane's to report, with the
+		 * commands of its pass (taken here, they would complete as good) */
+		int rc = edma_drain(g->edma, g->edma_first + i);
 		if (rc == -ETIMEDOUT)
 			return gpunvme_set_error(rc, "GPU queues: the emulator's DMA process did not finish its copies "
 						     "to GPU memory within %llu s; the GPU is not making progress "
 						     "(check nvidia-smi and the kernel log for Xid errors)",
 						 GPUNVME_STREAM_WAIT_NS / 1000000000ull);
+		if (rc)
+			return gpunvme_set_error(rc, "GPU queues: the emulator's DMA process exited; open the queues "
+						     "again (GPUNVME_EMU_DMA=inproc keeps the copies in this process)");
 	}
 	for (unsigned i = 0; i < g->lanes; i++) {
 		cudaError_t ce = gpunvme_stream_wait(g->lane_stream[i], GPUNVME_STREAM_WAIT_NS);

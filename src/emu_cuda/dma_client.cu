@@ -556,12 +556,16 @@ int edma_copy(struct edma *d, unsigned l, uint64_t dev, void *host, size_t len, 
 	return 0;
 }
 
-int edma_sync(struct edma *d, unsigned l)
+int edma_drain(struct edma *d, unsigned l)
 {
 	if (l >= EDMA_LANES)
 		return -EINVAL;
-	struct edma_lane *L = &d->shm->lane[l];
-	int rc = wait_done(d, L, __atomic_load_n(&d->lane[l].posted, __ATOMIC_RELAXED));
-	int32_t err = __atomic_exchange_n(&L->err, 0, __ATOMIC_RELAXED);
+	return wait_done(d, &d->shm->lane[l], __atomic_load_n(&d->lane[l].posted, __ATOMIC_RELAXED));
+}
+
+int edma_sync(struct edma *d, unsigned l)
+{
+	int rc = edma_drain(d, l);
+	int32_t err = l < EDMA_LANES ? __atomic_exchange_n(&d->shm->lane[l].err, 0, __ATOMIC_RELAXED) : 0;
 	return rc ? rc : err;
 }

@@ -41,7 +41,12 @@ int edma_mapped(struct edma *d, uint64_t addr, size_t len);
  * memory), GPU memory in a mapped allocation. A read (to_gpu) is queued,
  * a write is complete on return. Bounded waits; 0 or negative errno. */
 int edma_copy(struct edma *d, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu);
-/* Every copy lane l queued has landed: 0, -ETIMEDOUT, -EIO or -EFAULT. */
+/* Every copy lane l queued has landed: 0, -ETIMEDOUT, -EIO or -EFAULT,
+ * the lane's failure since its last sync (taken: its emulator thread's
+ * call, which fails the commands of its pass). */
 int edma_sync(struct edma *d, unsigned lane);
+/* The same wait, from another thread (a recovery): the failure is left
+ * for the lane's own sync. 0, -ETIMEDOUT or -EIO (the process exited). */
+int edma_drain(struct edma *d, unsigned lane);
 
 #endif
