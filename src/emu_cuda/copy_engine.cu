@@ -74,10 +74,9 @@ struct emu_lanes {
 	/* The emulator's DMA process (dma_proto.h), NULL: copies stay here.
 	 * This engine's lanes are its lanes [edma_first, edma_first +
 	 * lanes); a range in an allocation it could not map is copied here
-	 * (said once, inproc_said). */
+	 * (said once per process, say_inproc). */
 	struct edma *edma;
 	unsigned edma_first;
-	bool inproc_said;
 	bool inproc_pending[MAX_LANES]; /* lane l queued copies here since its last sync */
 };
 
@@ -554,12 +553,10 @@ static int engine_map(void *engine, uint64_t addr, size_t len)
 	char why[200];
 	if (edma_map(g->edma, addr, len, why, sizeof(why)) == 0)
 		return 1;
-	if (!__atomic_exchange_n(&g->inproc_said, true, __ATOMIC_RELAXED)) {
-		char what[300];
-		snprintf(what, sizeof(what), "GPU memory at 0x%llx cannot be shared with the emulator's DMA process: %s",
-			 (unsigned long long)addr, why);
-		say_inproc(what);
-	}
+	char what[300];
+	snprintf(what, sizeof(what), "GPU memory at 0x%llx cannot be shared with the emulator's DMA process: %s",
+		 (unsigned long long)addr, why);
+	say_inproc(what);
 	return 0;
 }
 

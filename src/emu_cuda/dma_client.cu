@@ -71,11 +71,6 @@ static struct {
 	char why[200];
 } failed[MAX_GPUS];
 
-static long futex(uint32_t *a, int op, uint32_t v, const struct timespec *t)
-{
-	return syscall(SYS_futex, a, op, v, t, NULL, 0);
-}
-
 /* ---- starting the process ---- */
 
 static int recv_reply(int sock, struct edma_reply *r, int ms)
@@ -478,7 +473,7 @@ static int wait_done(struct edma *d, struct edma_lane *L, uint32_t target)
 		__atomic_store_n(&L->app_sleep, 1, __ATOMIC_SEQ_CST);
 		if (__atomic_load_n(&L->done, __ATOMIC_SEQ_CST) == done) {
 			struct timespec t = {0, 1000 * 1000};
-			futex(&L->done, FUTEX_WAIT, done, &t);
+			edma_futex(&L->done, FUTEX_WAIT, done, &t);
 		}
 		__atomic_store_n(&L->app_sleep, 0, __ATOMIC_SEQ_CST);
 	}
@@ -518,7 +513,7 @@ static void publish(struct edma *d, unsigned l)
 	struct edma_lane *L = &d->shm->lane[l];
 	__atomic_store_n(&L->posted, d->lane[l].posted, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&L->srv_sleep, __ATOMIC_SEQ_CST))
-		futex(&L->posted, FUTEX_WAKE, 1, NULL);
+		edma_futex(&L->posted, FUTEX_WAKE, 1, NULL);
 }
 
 static uint8_t *chunk_mem(struct edma *d, unsigned l, unsigned k)

@@ -29,7 +29,11 @@
 #ifndef GPUNVME_EMU_CUDA_DMA_PROTO_H
 #define GPUNVME_EMU_CUDA_DMA_PROTO_H
 
+#include <linux/futex.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #define EDMA_MAGIC 0x31616d64u      /* "dma1" */
 #define EDMA_LANES 64               /* lanes in one child: 7 queue sets of 8 workers + admin */
@@ -90,5 +94,12 @@ struct edma_reply {
 	uint32_t first;       /* OPEN: the first lane given */
 	char why[120];        /* rc != 0: the reason, for the message the app prints */
 };
+
+/* A futex on the shared memory (not FUTEX_PRIVATE: two processes): both
+ * sides sleep on the other's counter only when idle. */
+static inline long edma_futex(uint32_t *a, int op, uint32_t v, const struct timespec *t)
+{
+	return syscall(SYS_futex, a, op, v, t, NULL, 0);
+}
 
 #endif

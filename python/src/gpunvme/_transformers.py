@@ -156,7 +156,6 @@ class _MoELayer:
     def __init__(self, cache, layer, roles, weights, act_fn, n_experts):
         self.cache, self.layer, self.roles, self.w = cache, layer, roles, weights
         self.act_fn, self.n_experts = act_fn, n_experts
-        self.fetches = 0
 
     def _gate_up(self, s):
         """the expert in slot s (a 1-element CUDA tensor: no host wait) ->
@@ -184,7 +183,7 @@ class _MoELayer:
         h = torch.where(bad, torch.full_like(h, float("nan")), h)
         final.index_add_(0, token_idx, h.to(final.dtype))
 
-    def forward(self, mod, hidden_states, top_k_index, top_k_weights):
+    def forward(self, hidden_states, top_k_index, top_k_weights):
         import torch
         final = torch.zeros_like(hidden_states)
         T, k = top_k_index.shape
@@ -194,7 +193,6 @@ class _MoELayer:
             # the misses and read them); the k experts then run in
             # ascending id order, as the reference's loop does
             slots = self.cache.fetch(self.layer, top_k_index.reshape(-1).to(torch.int32))
-            self.fetches += 1
             order = torch.argsort(top_k_index[0])
             token_idx = torch.zeros(1, dtype=torch.long, device=hidden_states.device)
             for j in range(k):
@@ -213,7 +211,6 @@ class _MoELayer:
         for g in range(0, hit.numel(), n):
             group = hit[g:g + n]
             slots = self.cache.fetch(self.layer, group.to(torch.int32))
-            self.fetches += 1
             for j in range(group.numel()):
                 e = group[j]
                 top_k_pos, token_idx = torch.where(mask[e])
@@ -235,11 +232,8 @@ def moe_decoder(model, uri, model_dir, slots, device="cuda", *, nsid=1, partitio
     chose, in groups of at most `slots`. A failed read raises gpunvme.Error
     from the forward. Returns the ExpertCache (sync() -> its statistics); the
     model keeps it as model._gpunvme_experts."""
-    import re
-    import torch
     from ._moe import ExpertCache
-    from ._safetensors import load_pretrained
-    from ._volumes import _path, _volume
+    from ._volumes import _volume
     vol, own = _volume(uri, nsid, partition, offset)
     try:
         cache = ExpertCache(vol, model_dir, slots, framework="pt", device=device)
@@ -247,11 +241,26 @@ def moe_decoder(model, uri, model_dir, slots, device="cuda", *, nsid=1, partitio
         if own:
             vol.close()
         raise
+    if own:
+        cache._vol = vol  # the cache's volume now: closed by cache.close()
     cache.slots = slots
+    try:
+        _moe_model(model, vol, model_dir, cache, slots)
+    except BaseException:
+        cache.close()
+        raise
+    return cache
+
+
+def _moe_model(model, vol, model_dir, cache, slots):
+    """moe_decoder's work on the model, once the cache is open"""
+    import re
+    import torch
+    from ._safetensors import load_pretrained
+    from ._volumes import _path
     dev = torch.device(cache.device)
     k = getattr(getattr(model, "config", None), "num_experts_per_tok", None)
     if isinstance(k, int) and slots < k:
-        cache.close()
         raise Error(22, "slots=%d: fewer than the router's top-k (%d experts per token); at least %d"
                     % (slots, k, k))
     roles = {}
@@ -296,11 +305,9 @@ def moe_decoder(model, uri, model_dir, slots, device="cuda", *, nsid=1, partitio
                                                     requires_grad=False)
         served[layer] = _MoELayer(cache, layer, roles, cache.weights(layer), mod.act_fn, cache.n_experts)
 
-        def fwd(hidden_states, top_k_index, top_k_weights, _m=mod, _s=served[layer]):
-            return _s.forward(_m, hidden_states, top_k_index, top_k_weights)
         # an instance attribute: nn.Module.__call__ runs it instead of the
         # class's forward (transformers' experts-implementation dispatch)
-        mod.forward = fwd
+        mod.forward = served[layer].forward
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):
         if t.device != dev:
             raise Error(22, "%s: %s is on %s, not in the checkpoint's resident tensors" % (model_dir, name, t.device))
@@ -313,6 +320,4 @@ def moe_decoder(model, uri, model_dir, slots, device="cuda", *, nsid=1, partitio
     model.register_forward_hook(done)
     model._gpunvme_experts = cache
     cache._served = served
-    cache._own_vol = vol if own else None
-    return cache
 

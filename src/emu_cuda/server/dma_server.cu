@@ -62,11 +62,6 @@ struct lane {
 };
 static struct lane lanes[EDMA_LANES];
 
-static long futex(uint32_t *a, int op, uint32_t v, const struct timespec *t)
-{
-	return syscall(SYS_futex, a, op, v, t, NULL, 0);
-}
-
 static uint32_t ld(const uint32_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
@@ -84,7 +79,7 @@ static void publish_done(struct edma_lane *L, uint32_t done)
 	 * D2H bytes in staging are complete before it reads them */
 	__atomic_store_n(&L->done, done, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&L->app_sleep, __ATOMIC_SEQ_CST))
-		futex(&L->done, FUTEX_WAKE, 1, NULL);
+		edma_futex(&L->done, FUTEX_WAKE, 1, NULL);
 }
 
 static void *lane_main(void *arg)
@@ -146,7 +141,7 @@ static void *lane_main(void *arg)
 		__atomic_store_n(&L->srv_sleep, 1, __ATOMIC_SEQ_CST);
 		if (__atomic_load_n(&L->posted, __ATOMIC_SEQ_CST) == posted) {
 			struct timespec t = {0, 50 * 1000 * 1000}; /* wakes to see stop */
-			futex(&L->posted, FUTEX_WAIT, posted, &t);
+			edma_futex(&L->posted, FUTEX_WAIT, posted, &t);
 		}
 		__atomic_store_n(&L->srv_sleep, 0, __ATOMIC_SEQ_CST);
 	}
