@@ -19,6 +19,10 @@
 #             4x32 128 KiB against the CPU path's perf on the same target
 #   burn:N    N busy loops from here on (CPU starvation); unburn stops them
 #   moebench  bench/moe_bench.py --small for both model kinds (a smoke run of every row)
+#   moefull:K bench/moe_bench.py for kind K (mixtral, finegrained), every row, ssd and ram, with
+#             a trace of one decode step of (a)
+#   moeskew:K the same model with a skewed router: rows e, a, b on the modeled SSD
+#   pack      everything under $OUT but run.log into one archive (8 files come back at most)
 #   pyt       test_stream, test_md, test_gpu_moe with the package venv installed
 #   venv      $BD/pyvenv/bin/python for gpu.matrix: the machine's python3
 #             with the Python package built with CUDA for sm_90
@@ -123,6 +127,17 @@ for ph in ${PHASES:-build serial}; do
 			timeout 300 python3 bench/moe_bench.py --kind $k --small --work /tmp/moebench --out "$R/moebench" \
 				--media ssd --tokens 4 2>&1 | tail -12
 		done
+		;;
+	moefull:* | moeskew:*)
+		k=${ph#*:}
+		extra=(--trace)
+		[ "${ph%%:*}" = moeskew ] && extra=(--skew --rows e,a,b --media ssd)
+		log "moe_bench $k ${extra[*]}"
+		PYTHONUNBUFFERED=1 timeout "${MOE_S:-540}" python3 bench/moe_bench.py --kind "$k" --work /tmp/moebench \
+			--out "$R/moebench" --tokens 16 "${extra[@]}" 2>&1 | grep -v "Loading weights\|Writing model" | tail -16
+		;;
+	pack)
+		(cd "$R" && tar czf logs.tgz --exclude=run.log --exclude=logs.tgz --remove-files -- * 2>/dev/null)
 		;;
 	pyt)
 		# the Python GPU tests that read Tier 2 behind blocking host

@@ -48,15 +48,20 @@ def checkpoint(request, tmp_path_factory):
 
 
 def _reference(path):
-    m = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager")
+    # device_map="cuda": the model built where it runs, as moe_decoder builds
+    # the rotary embedding's inverse frequencies (computed on the CPU and
+    # moved, they differ from the GPU's in the last bit for some bases, and
+    # so do the logits a few positions in)
+    m = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager",
+                                                          device_map="cuda")
     m.set_experts_implementation("eager")
-    return m.cuda().eval()
+    return m.eval()
 
 
-def _ours(cfg, uri, slots):
+def _ours(cfg, uri, slots, tier=None):
     with torch.device("meta"):
         m = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    cache = gpunvme.moe_decoder(m, uri, "/m", slots=slots, device="cuda")
+    cache = gpunvme.moe_decoder(m, uri, "/m", slots=slots, device="cuda", tier=tier)
     return m.eval(), cache
 
 
@@ -64,15 +69,23 @@ def _same(a, b):
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
-def test_logits_bitwise_equal(checkpoint):
+@pytest.mark.parametrize("tier", [1, 2])
+def test_logits_bitwise_equal(checkpoint, tier):
     kind, path, uri, cfg = checkpoint
     k = cfg.num_experts_per_tok
     n_experts = cfg.num_local_experts if kind == "mixtral" else cfg.num_experts
+    layers = cfg.num_hidden_layers
     ref = _reference(path)
-    # fewer slots than one layer's experts: every token misses and evicts
-    slots = k + 2
-    ours, cache = _ours(cfg, uri, slots)
-    assert slots < n_experts
+    # room for one token's experts in every layer and two more, far from
+    # all of them: a token finds some of the last token's experts (hits),
+    # and the rest evict
+    slots = layers * k + 2
+    ours, cache = _ours(cfg, uri, slots, tier)
+    assert cache.tier == tier
+    assert slots < layers * n_experts
+    for name in ("model.rotary_emb",):
+        assert torch.equal(ref.get_submodule(name).inv_freq, ours.get_submodule(name).inv_freq), \
+            "%s: inverse frequencies differ from transformers' own on the GPU" % name
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(0, cfg.vocab_size, (1, 12), generator=g).cuda()
     with torch.no_grad():
@@ -88,8 +101,9 @@ def test_logits_bitwise_equal(checkpoint):
             rp, op = r.past_key_values, o.past_key_values
             nxt = r.logits[:, -1:].argmax(-1)
     st = cache.sync()
-    assert st["misses"] > 0 and st["hits"] > 0, st
+    assert st["misses"] > 0 and st["hits"] > 0 and st["evictions"] > 0, st
     assert st["bytes_read"] > 0, st
+    cache.close()
 
 
 def test_refusals(checkpoint):

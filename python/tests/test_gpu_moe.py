@@ -28,12 +28,13 @@ def route(t, layer, n):
     return [a, b if b != a else (a + 1) % n]
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["image", "md-raid0"])
-def test_fetch_every_byte(moe_images, which):
+@pytest.mark.parametrize("which,tier", [(0, 2), (0, 1), (1, 2)], ids=["image-t2", "image-t1", "md-raid0-t2"])
+def test_fetch_every_byte(moe_images, which, tier):
     uri = moe_images["uris"][which]
     data = moe_images["mx"]
-    with gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=3, framework="pt", device="cuda") as g, \
+    with gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=3, framework="pt", device="cuda", tier=tier) as g, \
             gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=3) as h:
+        assert g.tier == tier
         for t in range(12):
             for layer in g.layers:
                 ids = route(t, layer, g.n_experts)
@@ -66,6 +67,12 @@ def test_fetch_every_byte(moe_images, which):
 
 def test_gpu_refusals(moe_images):
     uri = moe_images["uris"][0]
+    # tier 1 on an md array: one host buffer for several controllers
+    with pytest.raises(gpunvme.Error, match="tier 1 on an md array"):
+        gpunvme.ExpertCache(moe_images["uris"][1], "/m/model.safetensors", slots=3, framework="pt", device="cuda",
+                            tier=1)
+    with gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=3, framework="pt", device="cuda") as g:
+        assert g.tier == 2  # the policy: the emulator DMAs into GPU memory
     with gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=2, framework="pt", device="cuda") as g:
         with pytest.raises(gpunvme.Error, match="1-D CUDA tensor"):
             g.fetch(0, torch.tensor([0, 1], dtype=torch.int32))

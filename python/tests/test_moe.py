@@ -180,14 +180,18 @@ def test_refusals(moe_images):
     c.close()
     with pytest.raises(gpunvme.Error, match="closed"):
         c.get(0, [0])
-    # device="cuda" hands out torch tensors; tier 1 is the C API's only
+    # device="cuda" hands out torch tensors; a tier needs a GPU device
     with pytest.raises(gpunvme.Error, match='framework="pt"'):
         gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=2, device="cuda")
+    with pytest.raises(gpunvme.Error, match='needs device="cuda'):
+        gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=2, tier=1)
+    with pytest.raises(gpunvme.Error, match="tier=3: expected"):
+        gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=2, device="cuda", tier=3)
     vol = gpunvme.Volume(uri)
     try:
         model = vol.open_model("/m/model.safetensors")
-        with pytest.raises(gpunvme.Error, match="tier 1 slots are host memory"):
-            gpunvme._gpunvme.Experts(model, 2, 1, 0)
+        with pytest.raises(gpunvme.Error, match="tier 3: expected 0"):
+            gpunvme._gpunvme.Experts(model, 2, 3, 0)
         ex = gpunvme._gpunvme.Experts(model, 2)
         with pytest.raises(gpunvme.Error, match="CPU tier"):
             ex.fetch(0, 0, 1, 0, 0)

@@ -35,7 +35,7 @@ static int need_gpu(Experts *ex)
 {
 	if (!ex->g) {
 		gnpy_raise_err(EINVAL, "this expert cache is on the CPU tier: get() reads experts; fetch(), sync() and the "
-				       "slot memory are the GPU cache's (tier 2)");
+				       "slot memory are the GPU cache's (tier 1 or 2)");
 		return -1;
 	}
 	return 0;
@@ -43,8 +43,9 @@ static int need_gpu(Experts *ex)
 
 /* Experts(model, slots, tier=0, device=0): the index (gpunvme.Error for a
  * model without experts or a layout the index cannot serve) and a cache of
- * `slots` experts: the host cache (tier 0) or the GPU cache (tier 2 on CUDA
- * device `device`) */
+ * `slots` experts: the host cache (tier 0) or the GPU cache on CUDA device
+ * `device`, its slots in GPU memory (tier 2), in pinned host memory the GPU
+ * reads in place (tier 1), or where the tier policy puts them (-1) */
 static PyObject *Experts_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "model", "slots", "tier", "device", NULL };
@@ -55,10 +56,9 @@ static PyObject *Experts_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return NULL;
 	if (!slots)
 		return gnpy_raise_err(EINVAL, "slots=0: give room for at least the experts one token uses");
-	if (tier != GPUNVME_TIER_CPU && tier != GPUNVME_TIER_2)
-		return gnpy_raise_err(EINVAL, "tier %d: the expert cache runs on the CPU tier (0) or in GPU memory (2); "
-					      "tier 1 slots are host memory a CUDA kernel reads in place, which torch "
-					      "cannot use: the C API has it (moe_gpu.h)", tier);
+	if (tier < GPUNVME_TIER_AUTO || tier > GPUNVME_TIER_2)
+		return gnpy_raise_err(EINVAL, "tier %d: expected 0 (the CPU cache), 1 (slots in pinned host memory), 2 "
+					      "(slots in GPU memory) or -1 (the tier policy picks)", tier);
 	if (gnpy_vol_usable(mo->vol) || gnpy_tier_built(tier))
 		return NULL;
 	Experts *ex = (Experts *)type->tp_alloc(type, 0);
@@ -76,7 +76,7 @@ static PyObject *Experts_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	pthread_mutex_lock(&v->lock);
 	if ((rc = gpunvme_moe_index_build(mo->m, &ex->x))) {
 		snprintf(err, LASTERR_LEN, "%s: %s", mo->path, gpunvme_last_error());
-	} else if (tier == GPUNVME_TIER_2) {
+	} else if (tier != GPUNVME_TIER_CPU) {
 		/* the message names the volume's controllers and the fix */
 		rc = gnpy_gpu_experts_open(v->vol, ex->x, mo->ext, mo->n_ext, mo->size, slots, tier, device, &ex->g, err);
 	} else {
@@ -94,6 +94,13 @@ static PyObject *Experts_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	if (rc) {
 		Py_DECREF(ex);
 		return gnpy_raise_err(rc, "%s", err);
+	}
+	if (ex->g) {
+		/* the tier the policy picked (or the one asked for) */
+		uint8_t *base;
+		const uint64_t *off;
+		uint64_t sb;
+		gnpy_gpu_experts_layout(ex->g, &base, &off, &sb, &ex->tier);
 	}
 	return (PyObject *)ex;
 }
@@ -381,6 +388,14 @@ static PyObject *Experts_place(Experts *ex, PyObject *args)
 	return list;
 }
 
+/* tier() -> 0 (the CPU cache), 1 or 2 (the GPU cache's slots in pinned host
+ * or in GPU memory) */
+static PyObject *Experts_tier(Experts *ex, PyObject *unused)
+{
+	(void)unused;
+	return PyLong_FromLong(ex->tier);
+}
+
 /* layout() -> (slot_bytes, slots): GPU cache; slot s at s * slot_bytes */
 static PyObject *Experts_layout(Experts *ex, PyObject *unused)
 {
@@ -396,7 +411,10 @@ static PyObject *Experts_layout(Experts *ex, PyObject *unused)
 }
 
 /* __dlpack__: the GPU cache's slot memory (slots * slot_bytes) as a 1-D
- * uint8 CUDA tensor; its contents change with every fetch (stream-ordered) */
+ * uint8 CUDA tensor; its contents change with every fetch (stream-ordered).
+ * On tier 1 the slots are pinned host memory mapped into the GPU's address
+ * space: the pointer is the mapping's device address (unified addressing),
+ * so a CUDA tensor over it is read by kernels in place, over the link */
 static PyObject *Experts_dlpack(Experts *ex, PyObject *args, PyObject *kw)
 {
 	if (need_gpu(ex))
@@ -423,6 +441,8 @@ static PyMethodDef Experts_methods[] = {
 	{ "sync", (PyCFunction)Experts_sync, METH_VARARGS, "sync(stream_ptr=0) -> stats: GPU cache, wait and report" },
 	{ "place", (PyCFunction)Experts_place, METH_VARARGS, "place(layer, expert) -> [offset in a slot per projection]" },
 	{ "layout", (PyCFunction)Experts_layout, METH_NOARGS, "layout() -> (slot_bytes, slots): GPU cache" },
+	{ "tier", (PyCFunction)Experts_tier, METH_NOARGS,
+	  "tier() -> 0 (CPU cache), 1 or 2 (the GPU cache's slots in pinned host or GPU memory)" },
 	{ "__dlpack__", (PyCFunction)(void (*)(void))Experts_dlpack, METH_VARARGS | METH_KEYWORDS, NULL },
 	{ "__dlpack_device__", (PyCFunction)Experts_dlpack_device, METH_NOARGS, NULL },
 	{ "index", (PyCFunction)Experts_index, METH_NOARGS,

@@ -6,9 +6,10 @@ The expert index finds each expert's bytes from tensor names and shapes
 tensor per projection with the experts stacked along the outermost
 dimension, and llama.cpp's GGUF "_exps" tensors); the cache keeps `slots`
 experts and reads the ones asked for that are not there, through the
-volume (image, partition, md array, NVMe/TCP). This is the CPU tier: the
-GPU expert cache (GPU threads reading the experts a router picked) is the
-C API's gpunvme_gpu_experts_* (docs/moe.md).
+volume (image, partition, md array, NVMe/TCP). On the CPU (device="cpu")
+CPU threads read them; with device="cuda" GPU threads read the experts a
+router picked, with no host wait (the C API's gpunvme_gpu_experts_*,
+docs/moe.md).
 """
 from . import _gpunvme
 from ._gpunvme import Error
@@ -17,7 +18,7 @@ from ._volumes import _path, _volume
 
 
 class ExpertCache:
-    """ExpertCache(uri, path, slots, framework="np", device="cpu", nsid=1, partition=None, offset=None)
+    """ExpertCache(uri, path, slots, framework="np", device="cpu", tier=None, nsid=1, partition=None, offset=None)
 
     uri: a device URI ("emu:/path/ext4.img") or an open gpunvme.Volume;
     path: the model in its file system (a safetensors or GGUF file, a Hugging
@@ -30,8 +31,11 @@ class ExpertCache:
     stats() -> requests, hits, misses, evictions, bytes_read, slots.
     close() / with: the volume opened from a URI is closed.
 
-    device="cuda[:N]" (framework "pt"): the GPU expert cache, slots in GPU
-    memory (tier 2; the volume's controllers must DMA into GPU memory).
+    device="cuda[:N]" (framework "pt"): the GPU expert cache, its slots in
+    GPU memory (tier 2: the volume's controllers DMA into GPU memory) or in
+    pinned host memory that kernels read in place (tier 1); tier=None picks
+    as every entry point does (2 where the controllers can, else 1), and
+    the attribute `tier` says which.
     fetch(layer, ids) takes the router's ids as a CUDA int32 tensor and
     returns their slots (a CUDA int32 tensor, -1 as uint32 for an expert
     that could not be read), queued on the current CUDA stream with no host
@@ -43,20 +47,22 @@ class ExpertCache:
     process of their own (docs/emulator.md).
     """
 
-    def __init__(self, uri, path, slots, framework="np", device="cpu", *, nsid=1, partition=None, offset=None):
+    def __init__(self, uri, path, slots, framework="np", device="cpu", *, tier=None, nsid=1, partition=None,
+                 offset=None):
         if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= 0xffffffff:
             raise Error(22, "slots=%r: expected the number of experts to keep, >= 1" % (slots,))
         self._fw = _framework(framework)
-        tier, self._dev, self.device = _device(device, None)
-        if tier != 0:
-            if self._fw != "pt":
-                raise Error(22, "device=%r: the GPU expert cache hands out torch tensors: framework=\"pt\""
-                            % (device,))
-            tier = 2
-        self._gpu = tier == 2
+        tier, self._dev, self.device = _device(device, tier)
+        if tier != 0 and self._fw != "pt":
+            raise Error(22, "device=%r: the GPU expert cache hands out torch tensors: framework=\"pt\""
+                        % (device,))
+        self._gpu = tier != 0
         vol, own = _volume(uri, nsid, partition, offset)
         try:
             model = vol.open_model(_path(path))
+            # tier -1 (TIER_AUTO): the library's policy picks, as for gpunvme
+            # load and the stream; a tier the volume cannot do is refused
+            # with the reason and the tier to use
             self._x = _gpunvme.Experts(model, slots, tier, self._dev)
         except BaseException:
             if own:
@@ -65,6 +71,7 @@ class ExpertCache:
         # a volume opened here is the cache's: close() (or the end of a
         # `with` block) closes it; a Volume given stays the caller's
         self._vol = vol if own else None
+        self.tier = self._x.tier()
         idx = self._x.index()
         self.layout = idx["layout"]
         self.layers = list(idx["layers"])

@@ -219,7 +219,7 @@ class _MoELayer:
         return final
 
 
-def moe_decoder(model, uri, model_dir, slots, device="cuda", *, nsid=1, partition=None, offset=None):
+def moe_decoder(model, uri, model_dir, slots, device="cuda", *, tier=None, nsid=1, partition=None, offset=None):
     """Run a transformers mixture-of-experts model (Mixtral, Qwen2-MoE,
     Qwen3-MoE: transformers 5's fused experts modules, `...layers.L.mlp.experts`
     with gate_up_proj and down_proj) with every tensor outside the experts
@@ -230,13 +230,14 @@ def moe_decoder(model, uri, model_dir, slots, device="cuda", *, nsid=1, partitio
     torch_dtype=...)`). A decode step's expert reads are queued from the
     router's ids with no host wait; a prefill reads the experts its tokens
     chose, in groups of at most `slots`. A failed read raises gpunvme.Error
-    from the forward. Returns the ExpertCache (sync() -> its statistics); the
+    from the forward. tier: where the slots are, 2 (GPU memory) or 1 (pinned
+    host memory, read in place over the link); None: the library's policy. Returns the ExpertCache (sync() -> its statistics); the
     model keeps it as model._gpunvme_experts."""
     from ._moe import ExpertCache
     from ._volumes import _volume
     vol, own = _volume(uri, nsid, partition, offset)
     try:
-        cache = ExpertCache(vol, model_dir, slots, framework="pt", device=device)
+        cache = ExpertCache(vol, model_dir, slots, framework="pt", device=device, tier=tier)
     except BaseException:
         if own:
             vol.close()
