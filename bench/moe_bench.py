@@ -24,6 +24,7 @@ cache per token / the SSD's rate.
         [--rows e,a,b,c,d] [--media ssd,ram] [--tokens 16] [--trace]
 """
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -35,16 +36,21 @@ import torch
 import transformers
 
 import gpunvme
+from gpunvme import _gpunvme
+from gpunvme._parse import _wrap
+from gpunvme._loading import _index
 from gpunvme._transformers import _MOE_RENAMES, _rebuild_rotary
 
 SSD = "latency_us=80&read_mbps=7000&iops=1000000"
 SSD_BPS = 7.0e9
 
-# (config class, fields, slots): total experts >= 3x the budget (resident + slots)
+# (config class, fields, slots): the checkpoint >= 3x the GPU memory budget (torch's peak + the slots);
+# the slots hold the skewed router's popular experts (k per layer: 24 of 28, 96 of 120), which an LRU
+# smaller than that set would evict just before their next use
 SHAPES = {
     "mixtral": ("MixtralConfig", dict(hidden_size=2048, intermediate_size=5632, num_local_experts=8,
                                       num_experts_per_tok=2, num_hidden_layers=12, num_attention_heads=16,
-                                      num_key_value_heads=8, vocab_size=32000), 20),
+                                      num_key_value_heads=8, vocab_size=32000), 28),
     "finegrained": ("Qwen3MoeConfig", dict(hidden_size=2048, moe_intermediate_size=768, intermediate_size=4096,
                                            num_experts=64, num_experts_per_tok=8, norm_topk_prob=True,
                                            decoder_sparse_step=1, num_hidden_layers=12,
@@ -74,9 +80,23 @@ def n_experts(cfg):
     return getattr(cfg, "num_local_experts", None) or cfg.num_experts
 
 
-def checkpoint(kind, work, small, skew):
+def skew_router(m, on):
+    """--skew: experts 0..k-1 of every layer far more popular (their router
+    rows tripled), applied to the loaded model of every row that runs with it
+    (e, a, b: the router is resident there), so one checkpoint serves both"""
+    if not on:
+        return m
+    k = m.config.num_experts_per_tok
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith("mlp.gate.weight"):
+                p[:k] *= 3.0
+    return m
+
+
+def checkpoint(kind, work, small):
     """the model directory and its ext4 image (made once, kept in work)"""
-    name = "%s%s%s" % (kind, "-small" if small else "", "-skew" if skew else "")
+    name = "%s%s" % (kind, "-small" if small else "")
     d, img = os.path.join(work, name), os.path.join(work, name + ".img")
     cfg, slots = config(kind, small)
     if not os.path.exists(img):
@@ -84,13 +104,6 @@ def checkpoint(kind, work, small, skew):
         torch.manual_seed(11)
         with torch.device("cuda"):
             m = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-        if skew:
-            # a skewed router: experts 0..k-1 far more popular (their router rows larger)
-            k = cfg.num_experts_per_tok
-            with torch.no_grad():
-                for name_, p in m.named_parameters():
-                    if name_.endswith("mlp.gate.weight"):
-                        p[:k] *= 3.0
         m.save_pretrained(os.path.join(d, "m"), max_shard_size="2GB")
         del m
         torch.cuda.empty_cache()
@@ -101,13 +114,16 @@ def checkpoint(kind, work, small, skew):
     return os.path.join(d, "m"), img, cfg, slots
 
 
-def decode(model, ids, steps, trace=None):
-    """prefill ids, then `steps` greedy steps -> (logits per step as int16 CPU tensors, seconds per step)"""
+def decode(model, ids, steps, trace=None, stats=None):
+    """prefill ids, then `steps` greedy steps -> (logits per step as int16
+    CPU tensors, seconds per decode step, the change of stats() over the
+    decode steps: the prefill's reads are not a decode token's)"""
     out, times = [], []
     with torch.no_grad():
         r = model(ids, use_cache=True)
         out.append(r.logits[:, -1].view(torch.int16).cpu())
         pkv, nxt = r.past_key_values, r.logits[:, -1:].argmax(-1)
+        s0 = stats() if stats else {}
         for s in range(steps):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -124,7 +140,8 @@ def decode(model, ids, steps, trace=None):
             times.append(time.perf_counter() - t0)
             out.append(r.logits[:, -1].view(torch.int16).cpu())
             pkv = r.past_key_values
-    return out, times
+        s1 = stats() if stats else {}
+    return out, times, {k: s1[k] - s0.get(k, 0) for k in ("requests", "hits", "misses", "bytes_read") if k in s1}
 
 
 def meta_model(cfg):
@@ -132,92 +149,141 @@ def meta_model(cfg):
         return transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
 
 
-def row_hf(path, ids, steps, **placement):
+def row_hf(path, ids, steps, skew=False, **placement):
     """(e) resident (device_map="cuda") or (d) accelerate's offload: transformers' own loading"""
     m = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager",
                                                           **placement)
     m.set_experts_implementation("eager")
+    skew_router(m, skew)
     m.eval()
     torch.cuda.reset_peak_memory_stats()
-    logits, times = decode(m, ids, steps)
+    logits, times, _ = decode(m, ids, steps)
     res = dict(peak_gpu=torch.cuda.max_memory_allocated())
     del m
     torch.cuda.empty_cache()
     return logits, times, res
 
 
-def row_a(uri, cfg, ids, steps, slots, trace):
+def row_a(uri, cfg, ids, steps, slots, trace, skew=False):
     m = meta_model(cfg)
     cache = gpunvme.moe_decoder(m, uri, "/m", slots=slots, device="cuda")
+    skew_router(m, skew)
     m.eval()
     slot_bytes, nslots = cache._x.layout()
     torch.cuda.reset_peak_memory_stats()
-    s0 = cache.sync()
-    logits, times = decode(m, ids, steps, trace)
-    s1 = cache.sync()
-    res = dict(peak_gpu=torch.cuda.max_memory_allocated(), slots_bytes=slot_bytes * nslots,
-               **{k: s1[k] - s0.get(k, 0) for k in ("requests", "hits", "misses", "bytes_read")})
+    logits, times, st = decode(m, ids, steps, trace, stats=cache.sync)
+    res = dict(peak_gpu=torch.cuda.max_memory_allocated(), slots_bytes=slot_bytes * nslots, **st)
     del m
     cache.close()
     torch.cuda.empty_cache()
     return logits, times, res
 
 
+class _CpuReader:
+    """(b)'s reads: the experts a layer's router chose, issued by the CPU
+    once their ids are on the host, through the library's CPU data path (one
+    loader pass per shard for all the misses of a layer, full queue depth),
+    then copied to the GPU; an LRU of `slots` experts in GPU memory, as (a)'s
+    cache, so both read the same misses"""
+
+    def __init__(self, vol, local_dir, slots):
+        wm = os.path.join(local_dir, "model.safetensors.index.json")
+        self.where = json.load(open(wm))["weight_map"] if os.path.exists(wm) else None
+        self.vol, self.slots, self.files = vol, slots, {}
+        self.lru = collections.OrderedDict()
+        self.st = dict(requests=0, hits=0, misses=0, evictions=0, bytes_read=0)
+
+    def _file(self, shard):
+        if shard not in self.files:
+            model = self.vol.open_model("/m/" + shard)
+            self.files[shard] = (model, _index(model), _gpunvme.Loader(model, 0, 0))
+        return self.files[shard]
+
+    def get(self, layer, ids, names):
+        """ids (host ints, at most slots) -> [{role: CUDA tensor}]; names(e) -> {role: tensor name}"""
+        need = []
+        for e in ids:
+            self.st["requests"] += 1
+            if (layer, e) in self.lru:
+                self.lru.move_to_end((layer, e))
+                self.st["hits"] += 1
+            else:
+                need.append(e)
+        per = {}
+        for e in need:
+            for role, name in names(e).items():
+                per.setdefault(self.where[name] if self.where else "model.safetensors", []).append((e, role, name))
+        got = {}
+        for shard, items in per.items():
+            _model, infos, ld = self._file(shard)
+            bufs = ld.select([infos[n].index for _e, _r, n in items])
+            bufs.load()
+            for i, (e, role, n) in enumerate(items):
+                got.setdefault(e, {})[role] = _wrap(_gpunvme.Tensor(bufs, i), infos[n], "pt").to("cuda")
+                self.st["bytes_read"] += infos[n].nbytes
+        for e in need:
+            # the hits were moved to the end: the oldest are never this call's
+            while len(self.lru) >= self.slots:
+                self.lru.popitem(last=False)
+                self.st["evictions"] += 1
+            self.lru[(layer, e)] = got[e]
+            self.st["misses"] += 1
+        return [self.lru[(layer, e)] for e in ids]
+
+
 class _CpuIssued:
-    """(b): the router's ids to the host, the experts read by the CPU path
-    into host memory, copied to the GPU, then the same operations as (a)"""
+    """(b): the router's ids to the host (the wait (a) does not have), the
+    chosen experts read by the CPU path and copied (_CpuReader), then the
+    same operations as (a) and the reference"""
 
-    def __init__(self, cpu_cache, layer, roles, act_fn):
-        self.c, self.layer, self.roles, self.act_fn = cpu_cache, layer, roles, act_fn
+    def __init__(self, reader, cache, layer, roles, act_fn, n_experts):
+        self.r, self.layer, self.roles, self.act_fn, self.n = reader, layer, roles, act_fn, n_experts
+        self.proj = {role: p for role, p in roles.items()}
+        self.cache = cache
 
-    def weights(self, ids):
-        got = self.c.get(self.layer, ids)  # host wait: the CPU issues the reads
-        r, out = self.roles, []
-        for d in got:
-            g = {k: d[p].to("cuda") for k, p in r.items()}
-            gu = g["gate_up"] if "gate_up" in g else torch.cat([g["gate"], g["up"]], dim=0)
-            out.append((gu, g["down"]))
-        return out
+    def names(self, e):
+        pieces = self.cache.pieces(self.layer, e)
+        byp = dict(zip(self.cache.projections, pieces))
+        return {role: byp[p][0] for role, p in self.proj.items()}
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         from torch.nn import functional as F
         final = torch.zeros_like(hidden_states)
         with torch.no_grad():
-            mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.c.n_experts).permute(2, 1, 0)
+            mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.n).permute(2, 1, 0)
             hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()[:, 0]
-        ids = hit.tolist()
-        n = self.c.slots
-        for g0 in range(0, len(ids), n):
-            group = ids[g0:g0 + n]
-            for e, (gu, down) in zip(group, self.weights(group)):
+        ids = hit.tolist()  # the host wait
+        for g0 in range(0, len(ids), self.r.slots):
+            group = ids[g0:g0 + self.r.slots]
+            for e, w in zip(group, self.r.get(self.layer, group, self.names)):
+                gu = w["gate_up"] if "gate_up" in w else torch.cat([w["gate"], w["up"]], dim=0)
                 top_k_pos, token_idx = torch.where(mask[e])
                 current = hidden_states[token_idx]
                 gate, up = F.linear(current, gu).chunk(2, dim=-1)
-                h = F.linear(self.act_fn(gate) * up, down)
+                h = F.linear(self.act_fn(gate) * up, w["down"])
                 h = h * top_k_weights[token_idx, top_k_pos, None]
                 final.index_add_(0, token_idx, h.to(final.dtype))
         return final
 
 
-def row_b(uri, cfg, ids, steps, slots):
+def row_b(uri, path, cfg, ids, steps, slots, skew=False):
     m = meta_model(cfg)
+    vol = gpunvme.Volume(uri)
     # resident weights as (a) does; a GPU cache of the fewest slots, unused
-    gc = gpunvme.moe_decoder(m, uri, "/m", slots=cfg.num_experts_per_tok, device="cuda")
-    cpu = gpunvme.ExpertCache(uri, "/m", slots=slots, framework="pt")
-    cpu.slots = slots
+    # but for its index (the experts' tensor names)
+    gc = gpunvme.moe_decoder(m, vol, "/m", slots=cfg.num_experts_per_tok, device="cuda")
+    reader = _CpuReader(vol, path, slots)
     for layer, served in gc._served.items():
-        mod = dict(m.named_modules())["model.layers.%d.mlp.experts" % layer]
-        mod.forward = _CpuIssued(cpu, layer, served.roles, mod.act_fn).forward
+        mod = m.get_submodule("model.layers.%d.mlp.experts" % layer)
+        mod.forward = _CpuIssued(reader, gc, layer, served.roles, mod.act_fn, gc.n_experts).forward
+    skew_router(m, skew)
     m.eval()
     torch.cuda.reset_peak_memory_stats()
-    s0 = cpu.stats()
-    logits, times = decode(m, ids, steps)
-    s1 = cpu.stats()
-    res = dict(peak_gpu=torch.cuda.max_memory_allocated(),
-               **{k: s1[k] - s0.get(k, 0) for k in ("requests", "hits", "misses", "bytes_read")})
-    del m
-    cpu.close()
+    logits, times, st = decode(m, ids, steps, stats=lambda: dict(reader.st))
+    res = dict(peak_gpu=torch.cuda.max_memory_allocated(), **st)
+    del m, reader
     gc.close()
+    vol.close()
     torch.cuda.empty_cache()
     return logits, times, res
 
@@ -279,9 +345,8 @@ def row_c(uri, cfg, ids, steps):
     m.set_experts_implementation("eager")
     m.eval()
     torch.cuda.reset_peak_memory_stats()
-    b0 = s.stats()["bytes_read"]
-    logits, times = decode(m, ids, steps)
-    res = dict(peak_gpu=torch.cuda.max_memory_allocated(), bytes_read=s.stats()["bytes_read"] - b0)
+    logits, times, st = decode(m, ids, steps, stats=s.stats)
+    res = dict(peak_gpu=torch.cuda.max_memory_allocated(), **st)
     s.close()
     del m
     torch.cuda.empty_cache()
@@ -321,7 +386,9 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
-    path, img, cfg, slots = checkpoint(a.kind, a.work, a.small, a.skew)
+    path, img, cfg, slots = checkpoint(a.kind, a.work, a.small)
+    if a.skew and set(a.rows.split(",")) - {"e", "a", "b"}:
+        sys.exit("--skew: rows e, a and b only (the router must be resident to be skewed)")
     total = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".safetensors"))
     ids = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(5)).cuda()
     rows = a.rows.split(",")
@@ -333,12 +400,12 @@ def main():
             t0 = time.perf_counter()
             try:
                 if row == "e":
-                    logits, times, res = row_hf(path, ids, a.tokens, device_map="cuda")
+                    logits, times, res = row_hf(path, ids, a.tokens, a.skew, device_map="cuda")
                 elif row == "a":
                     tr = os.path.join(a.out, "trace-%s-%s.json" % (a.kind, media)) if a.trace else None
-                    logits, times, res = row_a(uri, cfg, ids, a.tokens, slots, tr)
+                    logits, times, res = row_a(uri, cfg, ids, a.tokens, slots, tr, a.skew)
                 elif row == "b":
-                    logits, times, res = row_b(uri, cfg, ids, a.tokens, slots)
+                    logits, times, res = row_b(uri, path, cfg, ids, a.tokens, slots, a.skew)
                 elif row == "c":
                     logits, times, res = row_c(uri, cfg, ids, a.tokens)
                 else:
@@ -355,12 +422,14 @@ def main():
                 r["bitwise_equal_steps"] = sum(torch.equal(x, y) for x, y in zip(logits, ref))
                 r["steps"] = len(ref)
             if "bytes_read" in r:
-                r["bytes_per_token"] = r["bytes_read"] / (a.tokens + 1)
+                # the decode steps' reads (decode() leaves the prefill's out)
+                r["bytes_per_token"] = r["bytes_read"] / a.tokens
             if "misses" in r and r.get("requests"):
                 r["hit_rate"] = r["hits"] / max(1, r["hits"] + r["misses"])
                 r["floor_s"] = r["bytes_per_token"] / SSD_BPS if media == "ssd" else None
             if row == "a":
                 r["budget"] = r["peak_gpu"] + r["slots_bytes"]
+                r["checkpoint_over_budget"] = total / r["budget"]
             results.append(r)
             log(json.dumps(r))
     out = dict(kind=a.kind, small=a.small, skew=a.skew, checkpoint_bytes=total, slots=slots,

@@ -48,10 +48,10 @@ def checkpoint(request, tmp_path_factory):
 
 
 def _reference(path):
-    # device_map="cuda": the model built where it runs, as moe_decoder builds
-    # the rotary embedding's inverse frequencies (computed on the CPU and
-    # moved, they differ from the GPU's in the last bit for some bases, and
-    # so do the logits a few positions in)
+    # device_map="cuda": loaded straight to the GPU, as a user would (the
+    # rotary embedding's inverse frequencies are computed on the CPU either
+    # way, and moe_decoder must do the same: computed on the GPU some differ
+    # in the last bit, and so do the logits a few positions in)
     m = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager",
                                                           device_map="cuda")
     m.set_experts_implementation("eager")
@@ -85,7 +85,7 @@ def test_logits_bitwise_equal(checkpoint, tier):
     assert slots < layers * n_experts
     for name in ("model.rotary_emb",):
         assert torch.equal(ref.get_submodule(name).inv_freq, ours.get_submodule(name).inv_freq), \
-            "%s: inverse frequencies differ from transformers' own on the GPU" % name
+            "%s: inverse frequencies differ from transformers' own" % name
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(0, cfg.vocab_size, (1, 12), generator=g).cuda()
     with torch.no_grad():

@@ -6,12 +6,16 @@ from ._stream import LayerStream
 
 def _rebuild_rotary(model, module_name, module, dev):
     """A rotary embedding's inv_freq is a non-persistent buffer (not in the
-    checkpoint): built again on the device from the model's config."""
+    checkpoint): built again from the model's config, on the CPU and then
+    moved, as transformers' own loading computes it (its _init_weights with
+    no device): computed on the GPU, some inverse frequencies differ in the
+    last bit, and the logits with them a few positions in."""
     parent = model.get_submodule(module_name.rsplit(".", 1)[0]) if "." in module_name else model
     leaf = module_name.rsplit(".", 1)[-1]
     import torch
-    with torch.device(dev):  # its buffers are made on dev (the device= argument is deprecated)
-        setattr(parent, leaf, type(module)(config=model.config))
+    with torch.device("cpu"):
+        rebuilt = type(module)(config=model.config)
+    setattr(parent, leaf, rebuilt.to(dev))
 
 
 def _load_resident(model, sd, model_dir):
