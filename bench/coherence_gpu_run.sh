@@ -135,6 +135,8 @@ for ph in ${PHASES:-build serial}; do
 		log "moe_bench $k ${extra[*]}"
 		PYTHONUNBUFFERED=1 timeout "${MOE_S:-540}" python3 bench/moe_bench.py --kind "$k" --work /tmp/moebench \
 			--out "$R/moebench" --tokens 16 "${extra[@]}" 2>&1 | grep -v "Loading weights\|Writing model" | tail -16
+		# acceptance 4: no host wait between a layer's router and its reads
+		[ "${ph%%:*}" = moefull ] && python3 bench/moe_trace_check.py "$R/moebench/trace-$k-ssd.json" | tail -8
 		;;
 	pack)
 		(cd "$R" && tar czf logs.tgz --exclude=run.log --exclude=logs.tgz --remove-files -- * 2>/dev/null)

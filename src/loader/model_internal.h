@@ -68,4 +68,25 @@ int model_parse_gguf(const struct model_src *src, struct gpunvme_model *m);
 double model_safetensors_bits(const char *dtype);
 double model_gguf_bits(const char *dtype);
 
+/*
+ * Where in a 4 KiB page a run of tensors starting at file offset off is put
+ * in loader memory (model_load.c's buffers, the stream's slots): on a
+ * MODEL_TENSOR_ALIGN boundary, as torch's allocations are (its caching
+ * allocator rounds to 512 bytes), not congruent to the file offset. cuBLAS(Lt)
+ * picks its kernels by the operands' alignment, and a safetensors data
+ * section starts 8 + header bytes in (8-byte alignment): weights placed by
+ * file offset were multiplied by other kernels than the same weights loaded
+ * by torch, slower and not bitwise equal (an MoE model's logits differed from
+ * transformers'). The blocks then land off page boundaries, still direct
+ * where dword aligned (§4.3; the queues' PRP lists are sized for any dword
+ * offset, io/qpair.c and cuda/gpu_queues.cu); a run whose file offset is not
+ * dword aligned stays congruent, as its blocks could not land direct.
+ */
+#define MODEL_TENSOR_ALIGN 256u
+
+static inline uint64_t model_run_page_offset(uint64_t off)
+{
+	return off % 4 ? off & 4095u : (off & 4095u) & ~(uint64_t)(MODEL_TENSOR_ALIGN - 1);
+}
+
 #endif

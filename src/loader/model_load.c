@@ -12,6 +12,8 @@
 #include "gpunvme/loader.h"
 #include "gpunvme/model.h"
 
+#include "model_internal.h"
+
 static int by_offset(const void *a, const void *b)
 {
 	const struct gpunvme_tensor *x = *(const struct gpunvme_tensor *const *)a;
@@ -70,7 +72,11 @@ static int place(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b
 {
 	int rc = make_runs(b);
 	for (size_t k = 0; !rc && k < b->n_runs; k++) {
-		b->runs[k].dst = gpunvme_layer_loader_alloc(l, b->runs[k].off, b->runs[k].len);
+		/* a run's first tensor on a 256-byte boundary, as torch places
+		 * tensors (model_internal.h says why); the allocator returns
+		 * an address congruent to what it is given, modulo 4096 */
+		const uint64_t place_as = model_run_page_offset(b->runs[k].off);
+		b->runs[k].dst = gpunvme_layer_loader_alloc(l, place_as, b->runs[k].len);
 		if (!b->runs[k].dst)
 			rc = -ENOMEM; /* message set by the allocator */
 	}

@@ -15,6 +15,8 @@
 #include "gpunvme/model.h"
 #include "gpunvme/stream.h"
 #include "gpunvme/volume.h"
+
+#include "model_internal.h"
 #include "loader/loader_plan.h"
 
 /* Timing pairs kept until their events complete: enough for many layers in
@@ -164,7 +166,8 @@ static int layer_place(const struct gpunvme_model *m, struct slayer *L)
 	uint64_t cur = 0;
 	for (size_t r = 0; r < L->n_runs; r++) {
 		cur = (cur + 4095) & ~4095ull;
-		L->runs[r].dst = cur + (L->runs[r].off & 4095);
+		/* on a 256-byte boundary, as torch places tensors (model_internal.h) */
+		L->runs[r].dst = cur + model_run_page_offset(L->runs[r].off);
 		cur = L->runs[r].dst + L->runs[r].len;
 		L->run_bytes += L->runs[r].len;
 	}
