@@ -80,17 +80,45 @@ def n_experts(cfg):
     return getattr(cfg, "num_local_experts", None) or cfg.num_experts
 
 
+SKEW_BIAS = 1.5
+
+
 def skew_router(m, on):
-    """--skew: experts 0..k-1 of every layer far more popular (their router
-    rows tripled), applied to the loaded model of every row that runs with it
-    (e, a, b: the router is resident there), so one checkpoint serves both"""
+    """--skew: experts 0..k-1 of every layer far more popular. Every router's
+    logits get SKEW_BIAS added for those experts, and its top-k is taken
+    again from them as transformers 5's routers do (softmax in fp32, top-k,
+    renormalised always (Mixtral) or with norm_topk_prob (Qwen), Qwen's
+    weights cast to the logits' dtype). Applied to the loaded model of every
+    row that runs with it (e, a, b: their routers are resident), so one
+    checkpoint serves both runs and the rows stay comparable bit for bit.
+    (Scaling router rows does not do it: a random row's logit is as often
+    large negative as large positive.)"""
     if not on:
         return m
     k = m.config.num_experts_per_tok
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if name.endswith("mlp.gate.weight"):
-                p[:k] *= 3.0
+    mixtral = m.config.model_type == "mixtral"
+    norm = mixtral or getattr(m.config, "norm_topk_prob", False)
+
+    def wrap(gate):
+        orig = gate.forward
+
+        def forward(hidden_states):
+            logits = orig(hidden_states)[0]
+            bias = torch.zeros(logits.shape[-1], dtype=logits.dtype, device=logits.device)
+            bias[:k] = SKEW_BIAS
+            logits = logits + bias
+            probs = torch.nn.functional.softmax(logits.float(), dim=-1)
+            top, idx = torch.topk(probs, k, dim=-1)
+            if norm:
+                top = top / top.sum(dim=-1, keepdim=True)
+            if not mixtral:
+                top = top.to(logits.dtype)
+            return logits, top, idx
+        gate.forward = forward
+
+    for name, mod in m.named_modules():
+        if name.endswith("mlp.gate") and hasattr(mod, "weight") and mod.weight.dim() == 2:
+            wrap(mod)
     return m
 
 
