@@ -14,8 +14,9 @@ Prints one line per layer and the step's blocking calls elsewhere (with the
 torch op they sit in); exit status 1 if a layer has a host wait, 2 if the
 trace holds no router/fetch pair.
 
-  python3 bench/moe_trace_check.py trace-mixtral-ssd.json
+  python3 bench/moe_trace_check.py trace-mixtral-ssd.json[.gz]
 """
+import gzip
 import json
 import sys
 
@@ -24,7 +25,8 @@ BLOCKING = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchron
 
 
 def main(path):
-    d = json.load(open(path))
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+        d = json.load(f)
     ev = [e for e in (d["traceEvents"] if isinstance(d, dict) else d) if e.get("ph") == "X"]
     host = [e for e in ev if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver")]
     host.sort(key=lambda e: e["ts"])
