@@ -119,6 +119,11 @@ def test_mixtral_every_expert(moe_images, tcp_uri, which):
         held = c.get(0, [0])[0]["w1.weight"]
         c.get(1, [1, 2, 3])
         assert np.array_equal(held, first)
+        # an array of its own: writable, and writing it changes neither the
+        # cache nor a later get of the same (resident) expert
+        again = c.get(0, [0])[0]["w1.weight"]
+        again[:] = 0
+        assert c.get(0, [0])[0]["w1.weight"].tobytes() == data["model.layers.0.block_sparse_moe.experts.0.w1.weight"]
 
 
 def test_stacked_and_gguf(moe_images):

@@ -247,43 +247,27 @@ static PyObject *Experts_get(Experts *ex, PyObject *args)
 		return NULL;
 	}
 	const uint32_t np = ex->x->n_proj;
-	/* copied out under the lock (another get could evict them) */
-	uint8_t **copy = calloc((size_t)(k ? k : 1) * np, sizeof(*copy));
-	char err[LASTERR_LEN];
-	int rc = copy ? 0 : -ENOMEM;
-	if (!copy)
-		snprintf(err, LASTERR_LEN, "out of memory");
-	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(&v->lock);
-	if (!rc && (rc = gpunvme_expert_cache_get(ex->c, (uint32_t)i, ids, (uint32_t)k, slots)))
-		snprintf(err, LASTERR_LEN, "%s: %s", ex->model->path, gpunvme_last_error());
-	for (Py_ssize_t j = 0; !rc && j < k; j++) {
+	/* The result, made before the reads: one bytearray per projection of
+	 * each expert, filled under the lock (another get could evict them)
+	 * with the GIL released -- nothing else holds them yet. One copy out
+	 * of the slot, and a buffer numpy and torch.frombuffer take as it is
+	 * (writable, no second copy). An id out of range gets none: the
+	 * cache's own check refuses it below. */
+	bool ids_ok = true;
+	for (Py_ssize_t j = 0; j < k; j++)
+		ids_ok &= ids[j] < ex->x->n_experts;
+	PyObject *out = PyList_New(k);
+	uint8_t **dst = calloc((size_t)(k ? k : 1) * np, sizeof(*dst));
+	for (Py_ssize_t j = 0; out && dst && ids_ok && j < k; j++) {
 		const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(ex->x, (uint32_t)i, ids[j]);
-		for (uint32_t p = 0; p < np && !rc; p++) {
-			uint8_t *b = malloc(pc[p].bytes ? pc[p].bytes : 1);
-			if (!b) {
-				rc = -ENOMEM;
-				snprintf(err, LASTERR_LEN, "out of memory");
-				break;
-			}
-			memcpy(b, gpunvme_expert_cache_piece(ex->c, slots[j], p), pc[p].bytes);
-			copy[(size_t)j * np + p] = b;
-		}
-	}
-	if (ex->l)
-		gpunvme_layer_loader_release_queues(ex->l);
-	pthread_mutex_unlock(&v->lock);
-	Py_END_ALLOW_THREADS
-	PyObject *out = rc ? NULL : PyList_New(k);
-	for (Py_ssize_t j = 0; out && j < k; j++) {
 		PyObject *t = PyTuple_New(np);
-		const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(ex->x, (uint32_t)i, ids[j]);
 		for (uint32_t p = 0; t && p < np; p++) {
-			PyObject *b = PyBytes_FromStringAndSize((const char *)copy[(size_t)j * np + p], (Py_ssize_t)pc[p].bytes);
+			PyObject *b = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)pc[p].bytes);
 			if (!b) {
 				Py_CLEAR(t);
 				break;
 			}
+			dst[(size_t)j * np + p] = (uint8_t *)PyByteArray_AS_STRING(b);
 			PyTuple_SET_ITEM(t, p, b);
 		}
 		if (!t) {
@@ -292,9 +276,31 @@ static PyObject *Experts_get(Experts *ex, PyObject *args)
 		}
 		PyList_SET_ITEM(out, j, t);
 	}
-	for (size_t q = 0; copy && q < (size_t)k * np; q++)
-		free(copy[q]);
-	free(copy);
+	if (!out || !dst) {
+		Py_XDECREF(out);
+		free(dst);
+		free(ids);
+		free(slots);
+		return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+	}
+	char err[LASTERR_LEN];
+	int rc = 0;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&v->lock);
+	if ((rc = gpunvme_expert_cache_get(ex->c, (uint32_t)i, ids, (uint32_t)k, slots)))
+		snprintf(err, LASTERR_LEN, "%s: %s", ex->model->path, gpunvme_last_error());
+	for (Py_ssize_t j = 0; !rc && j < k; j++) {
+		const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(ex->x, (uint32_t)i, ids[j]);
+		for (uint32_t p = 0; p < np; p++)
+			memcpy(dst[(size_t)j * np + p], gpunvme_expert_cache_piece(ex->c, slots[j], p), pc[p].bytes);
+	}
+	if (ex->l)
+		gpunvme_layer_loader_release_queues(ex->l);
+	pthread_mutex_unlock(&v->lock);
+	Py_END_ALLOW_THREADS
+	free(dst);
+	if (rc)
+		Py_CLEAR(out);
 	free(ids);
 	free(slots);
 	if (rc)

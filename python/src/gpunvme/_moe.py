@@ -102,7 +102,9 @@ class ExpertCache:
             a = np.frombuffer(b, dtype=np.uint8)
             return a if npd is None else a.view(npd).reshape(shape)
         import torch
-        t = torch.frombuffer(bytearray(b), dtype=torch.uint8)
+        # b is a bytearray of this get's own (one copy out of the slot):
+        # the tensor shares it, no second copy
+        t = torch.frombuffer(b, dtype=torch.uint8) if len(b) else torch.empty(0, dtype=torch.uint8)
         tname = _TORCH.get(dt)
         if tname is None or not hasattr(torch, tname):
             return t
