@@ -169,7 +169,8 @@ def decode(model, ids, steps, trace=None, stats=None):
             out.append(r.logits[:, -1].view(torch.int16).cpu())
             pkv = r.past_key_values
         s1 = stats() if stats else {}
-    return out, times, {k: s1[k] - s0.get(k, 0) for k in ("requests", "hits", "misses", "bytes_read") if k in s1}
+    return out, times, {k: s1[k] - s0.get(k, 0) for k in ("requests", "hits", "misses", "bytes_read", "stall_s")
+                        if k in s1}
 
 
 def meta_model(cfg):
@@ -452,6 +453,9 @@ def main():
             if "bytes_read" in r:
                 # the decode steps' reads (decode() leaves the prefill's out)
                 r["bytes_per_token"] = r["bytes_read"] / a.tokens
+            if "stall_s" in r:
+                # (a): the time per token the stream waited for expert reads
+                r["stall_s_per_token"] = r["stall_s"] / a.tokens
             if "misses" in r and r.get("requests"):
                 r["hit_rate"] = r["hits"] / max(1, r["hits"] + r["misses"])
                 r["floor_s"] = r["bytes_per_token"] / SSD_BPS if media == "ssd" else None

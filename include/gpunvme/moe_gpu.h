@@ -93,6 +93,8 @@ uint64_t gpunvme_gpu_experts_slot_bytes(const struct gpunvme_gpu_experts *g);
 struct gpunvme_gpu_experts_stats {
 	struct gpunvme_expert_cache_stats cache; /* requests, hits, misses, evictions, bytes read */
 	uint64_t commands;                       /* NVMe reads issued */
+	uint64_t stall_ns;                       /* the fetches that read, decide to publish: what the stream waited */
+	uint64_t stalled;                        /* how many fetches read something */
 };
 
 /*

@@ -63,6 +63,8 @@ def test_fetch_every_byte(moe_images, which, tier):
         for k in ("requests", "hits", "misses", "evictions", "bytes_read"):
             assert st[k] == hst[k], (k, st[k], hst[k])
         assert st["commands"] > 0
+        # the fetches that read, and the time the stream waited for them
+        assert 0 < st["stalled"] <= 12 * len(g.layers) and st["stall_s"] > 0, st
 
 
 def test_gpu_refusals(moe_images):

@@ -132,6 +132,10 @@ __host__ __device__ void moe_gpu_decide(const struct mg_args *ap)
 		a.slot_used[s] = mark;
 		a.out[j] = (uint32_t)s;
 	}
+#ifdef __CUDA_ARCH__
+	if (st->n_todo)
+		st->t_start = gpunvme_dev_now();
+#endif
 }
 
 /* Read, a grid: every run of every miss, one per thread at a time, spread
@@ -178,6 +182,12 @@ __host__ __device__ void moe_gpu_publish(const struct mg_args *ap)
 {
 	const struct mg_args a = *ap;
 	struct mg_state *st = a.st;
+#ifdef __CUDA_ARCH__
+	if (st->n_todo) {
+		st->stall_ns += gpunvme_dev_now() - st->t_start;
+		st->stalled++;
+	}
+#endif
 	for (uint32_t t = 0; t < st->n_todo; t++) {
 		const uint32_t key = st->todo_key[t], v = st->todo_slot[t];
 		if (!st->todo_fail[t]) {
@@ -607,6 +617,8 @@ int gpunvme_gpu_experts_sync(struct gpunvme_gpu_experts *g, void *stream, struct
 		out->cache.evictions = st.evictions;
 		out->cache.bytes_read = st.bytes_read;
 		out->commands = st.commands;
+		out->stall_ns = st.stall_ns;
+		out->stalled = st.stalled;
 	}
 	if (!st.status)
 		return 0;

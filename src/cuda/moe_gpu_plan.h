@@ -45,6 +45,10 @@ struct mg_member {
 struct mg_state {
 	unsigned long long clock;
 	unsigned long long requests, hits, misses, evictions, bytes_read, commands;
+	/* the stall: %globaltimer when the current fetch's decide found
+	 * misses, and the sum over such fetches of decide to publish (the
+	 * time compute queued behind them on the stream waits for reads) */
+	unsigned long long t_start, stall_ns, stalled;
 	int status;        /* first failure since the last sync, 0 */
 	uint32_t n_todo;   /* misses of the current fetch */
 	uint32_t todo_key[GPUNVME_GPU_EXPERTS_MAX_K];

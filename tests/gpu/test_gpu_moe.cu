@@ -278,6 +278,10 @@ static int decode(struct rig *r, enum gpunvme_tier tier, uint32_t slots, uint32_
 	CU(cudaMemcpy(cnt, d_cnt, sizeof(cnt), cudaMemcpyDeviceToHost));
 	CHECK(cnt[0] == 0, "%llu bytes of chosen experts differ from the file", cnt[0]);
 	CHECK(cnt[1] == 0, "%llu experts without a slot", cnt[1]);
+	/* every fetch that missed read something, and its reads took time */
+	CHECK(st.stalled > 0 && st.stalled <= (uint64_t)tokens * nl, "%llu fetches that read, %u fetches",
+	      (unsigned long long)st.stalled, tokens * nl);
+	CHECK(st.stall_ns > 0, "fetches read %llu experts in 0 ns", (unsigned long long)st.cache.misses);
 	/* the host cache, same ids and slots: the same counts */
 	struct gpunvme_loader_opts lo;
 	gpunvme_loader_opts_init(&lo);

@@ -366,10 +366,12 @@ static PyObject *Experts_sync(Experts *ex, PyObject *args)
 	Py_END_ALLOW_THREADS
 	if (rc)
 		return gnpy_raise_err(rc, "%s", err);
-	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:I}", "requests", (unsigned long long)st.cache.requests, "hits",
-			     (unsigned long long)st.cache.hits, "misses", (unsigned long long)st.cache.misses, "evictions",
-			     (unsigned long long)st.cache.evictions, "bytes_read", (unsigned long long)st.cache.bytes_read,
-			     "commands", (unsigned long long)st.commands, "slots", ex->slots);
+	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K,s:I}", "requests", (unsigned long long)st.cache.requests,
+			     "hits", (unsigned long long)st.cache.hits, "misses", (unsigned long long)st.cache.misses,
+			     "evictions", (unsigned long long)st.cache.evictions, "bytes_read",
+			     (unsigned long long)st.cache.bytes_read, "commands", (unsigned long long)st.commands,
+			     "stall_s", (double)st.stall_ns * 1e-9, "stalled", (unsigned long long)st.stalled, "slots",
+			     ex->slots);
 }
 
 /* place(layer, expert) -> [offset of each projection in a slot]

@@ -42,7 +42,9 @@ class ExpertCache:
     wait; weights(layer) -> {projection: tensor [slots, ...]} views of the
     slot memory (w[slots] picks the chosen experts); sync() waits for the
     stream and raises a failed read (stats as the CPU cache's, plus
-    "commands"). Blocking CUDA calls on the host (.cpu(), .item()) behind a
+    "commands", "stalled": the fetches that read, and "stall_s": their
+    time from decide to publish, which compute queued behind them on the
+    stream waited). Blocking CUDA calls on the host (.cpu(), .item()) behind a
     fetch are fine on the emulator too: from Python its copies run in a
     process of their own (docs/emulator.md).
     """
