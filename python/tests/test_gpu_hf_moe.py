@@ -4,7 +4,8 @@ fine-grained Qwen3-MoE) with its experts read on demand by GPU threads,
 against the same checkpoint resident on the GPU with transformers' eager
 experts: the logits of a prefill and of every greedy decode step bitwise
 equal. Random weights, saved by save_pretrained (per-expert tensors, as
-transformers 5 writes them), in an ext4 image behind the emulator. Skipped
+transformers 5 writes them), in an ext4 image behind the emulator. Qwen2-MoE (a shared expert beside the
+routed ones) was added after the session's GPU runs. Skipped
 without the CUDA backend, torch with a GPU, or transformers 5."""
 import os
 
@@ -27,13 +28,19 @@ def _config(kind):
         # 8 experts, top-2; an expert's w1/w3 [128, 256] bf16: 64 KiB each
         return transformers.MixtralConfig(intermediate_size=128, num_local_experts=8, num_experts_per_tok=2,
                                           **common)
+    if kind == "qwen2_moe":
+        # 60 experts, top-4, not renormalised (the config's default), and a
+        # shared expert with its sigmoid gate: resident, as every dense tensor
+        return transformers.Qwen2MoeConfig(moe_intermediate_size=128, intermediate_size=256,
+                                           shared_expert_intermediate_size=256, num_experts=60,
+                                           num_experts_per_tok=4, decoder_sparse_step=1, **common)
     # fine-grained: 64 experts, top-8, renormalised as Qwen3 checkpoints set it
     return transformers.Qwen3MoeConfig(moe_intermediate_size=128, intermediate_size=256, num_experts=64,
                                        num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
                                        head_dim=64, **common)
 
 
-@pytest.fixture(scope="module", params=["mixtral", "qwen3_moe"])
+@pytest.fixture(scope="module", params=["mixtral", "qwen3_moe", "qwen2_moe"])
 def checkpoint(request, tmp_path_factory):
     kind = request.param
     cfg = _config(kind)
