@@ -363,6 +363,12 @@ def row_c(uri, cfg, ids, steps):
 
     def post(i):
         def hook(mod, args, out):
+            # the layer's fused experts go with its slot: GPU memory holds
+            # the window's layers, not every layer run so far
+            experts = mod.get_submodule("mlp.experts")
+            for p in ("gate_up_proj", "down_proj"):
+                experts._parameters[p] = torch.nn.Parameter(torch.empty(0, dtype=torch.bfloat16, device="cuda"),
+                                                            requires_grad=False)
             s.release(i)
             if i == len(layers) - 1:
                 s.check(i)
