@@ -235,8 +235,9 @@ def moe_decoder(model, uri, model_dir, slots, device="cuda", *, tier=None, nsid=
     router's ids with no host wait; a prefill reads the experts its tokens
     chose, in groups of at most `slots`. A failed read raises gpunvme.Error
     from the forward. tier: where the slots are, 2 (GPU memory) or 1 (pinned
-    host memory, read in place over the link); None: the library's policy. Returns the ExpertCache (sync() -> its statistics); the
-    model keeps it as model._gpunvme_experts."""
+    host memory, read in place over the link); None: the library's policy.
+    Returns the ExpertCache (sync() -> its statistics); the model keeps it as
+    model._gpunvme_experts."""
     from ._moe import ExpertCache
     from ._volumes import _volume
     vol, own = _volume(uri, nsid, partition, offset)
