@@ -214,9 +214,12 @@ struct gpunvme_model_buffers {
 /*
  * Select the tensors of model m (all, or those matching `patterns`, see
  * gpunvme_tensor_match) and place them: runs of nearby file bytes, each in
- * loader memory placed for its file offset, so that only a run's first and
- * last blocks go through the bounce buffer. Nothing is read yet. -ENOENT
- * when patterns match no tensor.
+ * loader memory with its first tensor on a 256-byte boundary as torch places
+ * tensors (cuBLAS picks kernels by the operands' alignment); the blocks in
+ * between land there directly (dword aligned, §4.3), only a run's first and
+ * last blocks go through the bounce buffer. A run whose file offset is not
+ * dword aligned is placed congruent to it modulo 4096 instead. Nothing is
+ * read yet. -ENOENT when patterns match no tensor.
  */
 int gpunvme_model_buffers_alloc(struct gpunvme_layer_loader *l, const struct gpunvme_model *m, const char *patterns,
 				struct gpunvme_model_buffers **out);

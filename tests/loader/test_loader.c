@@ -400,3 +400,76 @@ TEST_CASE(model_load)
 }
 
 int main(int argc, char **argv) { return check_main(argc, argv); }
+
+/* Where model_load puts a run (src/loader/model_internal.h): a file offset
+ * that is dword aligned starts on a 256-byte boundary, as torch places a
+ * tensor (cuBLAS picks kernels by alignment); any other stays congruent to
+ * its file offset modulo 4096. Every tensor sits at its run's start plus its
+ * distance in the file, and every byte arrives, whatever the data section's
+ * start modulo 8 (the reference writer's 0, and 4 and 2 as other writers
+ * could). */
+TEST_CASE(model_load_placement)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:16M?workers=2");
+	REQUIRE(c);
+	size_t ns_len;
+	uint8_t *ns = fill_ns(c, 4, &ns_len);
+	REQUIRE(ns);
+	const unsigned mods[] = { 0, 4, 2 };
+	for (size_t k = 0; k < sizeof(mods) / sizeof(mods[0]); k++) {
+		/* two 8 KiB weights and a 6-byte vector between them: the
+		 * second weight is 6 bytes past a 256-byte boundary of the
+		 * run's start */
+		const uint64_t s_w[] = { 64, 64 }, s_v[] = { 3 };
+		const struct st_tensor tensors[] = {
+			{ .name = "w0", .dtype = "BF16", .ndim = 2, .shape = s_w, .begin = 0, .end = 8192 },
+			{ .name = "v", .dtype = "F16", .ndim = 1, .shape = s_v, .begin = 8192, .end = 8198 },
+			{ .name = "w1", .dtype = "BF16", .ndim = 2, .shape = s_w, .begin = 8198, .end = 16390 },
+		};
+		struct st_writer w;
+		struct bb hdr = { 0 };
+		st_begin(&w);
+		for (size_t i = 0; i < sizeof(tensors) / sizeof(tensors[0]); i++)
+			st_tensor(&w, &tensors[i]);
+		st_finish(&w, &hdr, mods[k]);
+		const uint64_t size = hdr.n + 16390;
+		REQUIRE(size < ns_len);
+		uint8_t *file = malloc(size);
+		REQUIRE(file);
+		uint64_t seed = 5 + k;
+		memcpy(file, hdr.p, hdr.n);
+		for (uint64_t i = hdr.n; i < size; i++)
+			file[i] = (uint8_t)rng(&seed);
+		free(hdr.p);
+		memcpy(ns, file, size);
+		const struct gpunvme_extent ext = { 0, 0, (size + 4095) / 4096 * 4096, 0 };
+		struct gpunvme_model *m = NULL;
+		REQUIRE_OK(gpunvme_model_parse_mem(file, size, &m));
+		struct gpunvme_layer_loader *l = NULL;
+		REQUIRE_OK(gpunvme_layer_loader_init(c, 1, &ext, 1, size, NULL, &l));
+		struct gpunvme_model_buffers *b = NULL;
+		REQUIRE_OK(gpunvme_model_buffers_alloc(l, m, NULL, &b));
+		REQUIRE_EQ(b->n_runs, 1);
+		const struct gpunvme_model_run *r = &b->runs[0];
+		const uintptr_t at = (uintptr_t)r->dst;
+		if (r->off % 4 == 0)
+			REQUIRE(at % 256 == 0, "data at %% 8 = %u: run at file offset %llu placed at %% 256 = %llu", mods[k],
+				(unsigned long long)r->off, (unsigned long long)(at % 256));
+		else
+			REQUIRE(at % 4096 == r->off % 4096, "data at %% 8 = %u: run at file offset %llu not congruent",
+				mods[k], (unsigned long long)r->off);
+		REQUIRE_OK(gpunvme_model_load(l, b, NULL, NULL, NULL));
+		for (size_t i = 0; i < b->n_tensors; i++) {
+			const struct gpunvme_tensor *t = b->tensors[i];
+			REQUIRE((uint8_t *)b->ptr[i] == r->dst + (t->offset - r->off), "tensor %s", t->name);
+			REQUIRE(!memcmp(b->ptr[i], file + t->offset, t->bytes), "tensor %s (data at %% 8 = %u)", t->name,
+				mods[k]);
+		}
+		gpunvme_model_buffers_free(l, b);
+		gpunvme_layer_loader_destroy(l);
+		gpunvme_model_free(m);
+		free(file);
+	}
+	gpunvme_close(c);
+	return 0;
+}

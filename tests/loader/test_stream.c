@@ -138,6 +138,18 @@ TEST_CASE(sharded_hf)
 				REQUIRE_OK(gpunvme_layer_stream_acquire(s, i, NULL, &L));
 				REQUIRE_EQ(L->index, i);
 				REQUIRE_EQ(L->n_tensors, 4);
+				/* the layer's first tensor in the file starts a run: on a
+				 * 256-byte boundary when its offset is dword aligned,
+				 * else congruent to it (src/loader/model_internal.h) */
+				size_t first = 0;
+				for (size_t t = 1; t < L->n_tensors; t++)
+					if (L->tensors[t]->offset < L->tensors[first]->offset)
+						first = t;
+				const uint64_t fo = L->tensors[first]->offset;
+				const uintptr_t at = (uintptr_t)L->ptr[first];
+				REQUIRE(fo % 4 ? at % 4096 == fo % 4096 : at % 256 == 0, "layer %u: first tensor at file offset "
+					"%llu placed at %% 4096 = %llu", i, (unsigned long long)fo,
+					(unsigned long long)(at % 4096));
 				for (size_t t = 0; t < L->n_tensors; t++) {
 					char want[64];
 					snprintf(want, sizeof(want), "model.layers.%u.", i);
