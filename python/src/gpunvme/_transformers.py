@@ -236,8 +236,9 @@ def moe_decoder(model, uri, model_dir, slots, device="cuda", *, tier=None, nsid=
     chose, in groups of at most `slots`. A failed read raises gpunvme.Error
     from the forward. tier: where the slots are, 2 (GPU memory) or 1 (pinned
     host memory, read in place over the link); None: the library's policy.
-    Returns the ExpertCache (sync() -> its statistics); the model keeps it as
-    model._gpunvme_experts."""
+    Returns the ExpertCache (sync() -> its statistics; resident_bytes: the
+    resident tensors, in the library's memory, which torch's allocator
+    statistics do not count); the model keeps it as model._gpunvme_experts."""
     from ._moe import ExpertCache
     from ._volumes import _volume
     vol, own = _volume(uri, nsid, partition, offset)
@@ -297,6 +298,9 @@ def _moe_model(model, vol, model_dir, cache, slots):
             experts.update(name for name, _off, _n in cache.pieces(layer, e))
     resident = [t[0] for t in vol.open_model(_path(model_dir)).tensors() if t[0] not in experts]
     sd = load_pretrained(vol, model_dir, device=str(dev), tensors=resident)
+    # the library's GPU memory besides the slots (torch's allocator does
+    # not count it): what a budget must add to torch's peak
+    cache.resident_bytes = sum(t.numel() * t.element_size() for t in sd.values())
     for old, new in _MOE_RENAMES:
         sd = {k.replace(old, new): v for k, v in sd.items()}
     _load_resident(model, sd, model_dir)
