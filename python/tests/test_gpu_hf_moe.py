@@ -109,6 +109,10 @@ def test_logits_bitwise_equal(checkpoint, tier):
             nxt = r.logits[:, -1:].argmax(-1)
     st = cache.sync()
     assert st["misses"] > 0 and st["hits"] > 0 and st["evictions"] > 0, st
+    assert st["stalled"] > 0 and st["stall_s"] > 0, st
+    # the resident tensors (the library's memory): some, and fewer than the checkpoint's
+    total = sum(os.path.getsize(path / f) for f in os.listdir(path) if f.endswith(".safetensors"))
+    assert 0 < cache.resident_bytes < total
     assert st["bytes_read"] > 0, st
     cache.close()
 
