@@ -86,7 +86,9 @@ for ph in ${PHASES:-build serial}; do
 		(cd "$BD" && timeout 400 ctest -R '^gpu\.moe\.' --output-on-failure >"$R/ctest-moe.log" 2>&1)
 		grep -E "tests passed|\*\*\*|tier [12]:|FAIL" "$R/ctest-moe.log" | head -20
 		# and from Python (after venv: the package built with CUDA)
-		(cd python && timeout 300 python3 -m pytest -q -rs tests/test_gpu_moe.py tests/test_gpu_hf_moe.py >"$R/pytest-moe.log" 2>&1)
+		# GPUNVME_BUILD: the tests' gpunvme-fake-target (NVMe/TCP) is in $BD
+		(cd python && GPUNVME_BUILD=$PWD/../$BD timeout 300 python3 -m pytest -q -rs tests/test_gpu_moe.py \
+			tests/test_gpu_hf_moe.py >"$R/pytest-moe.log" 2>&1)
 		echo "pytest test_gpu_moe rc=$?: $(tail -n 1 "$R/pytest-moe.log")"
 		;;
 	tcp)

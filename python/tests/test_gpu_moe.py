@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gpunvme
-from test_moe import moe_images  # noqa: F401 (the fixture)
+from test_moe import moe_images, tcp_uri  # noqa: F401 (the fixtures)
 
 torch = pytest.importorskip("torch")
 if not (gpunvme.HAVE_CUDA and torch.cuda.is_available()):
@@ -28,13 +28,17 @@ def route(t, layer, n):
     return [a, b if b != a else (a + 1) % n]
 
 
-@pytest.mark.parametrize("which,tier", [(0, 2), (0, 1), (1, 2)], ids=["image-t2", "image-t1", "md-raid0-t2"])
-def test_fetch_every_byte(moe_images, which, tier):
-    uri = moe_images["uris"][which]
+# every kind of volume at every tier it has; NVMe/TCP: the policy's choice,
+# tier 1 (its controller cannot DMA into GPU memory; tier 2 is refused below)
+@pytest.mark.parametrize("which,tier,want", [(0, 2, 2), (0, 1, 1), (1, 2, 2), (2, 2, 2), (2, 1, 1), (3, None, 1)],
+                         ids=["image-t2", "image-t1", "md-raid0-t2", "gpt-partition-t2", "gpt-partition-t1",
+                              "nvme-tcp-policy"])
+def test_fetch_every_byte(moe_images, tcp_uri, which, tier, want):
+    uri = tcp_uri if which == 3 else moe_images["uris"][which]
     data = moe_images["mx"]
     with gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=3, framework="pt", device="cuda", tier=tier) as g, \
             gpunvme.ExpertCache(uri, "/m/model.safetensors", slots=3) as h:
-        assert g.tier == tier
+        assert g.tier == want
         for t in range(12):
             for layer in g.layers:
                 ids = route(t, layer, g.n_experts)
@@ -67,8 +71,11 @@ def test_fetch_every_byte(moe_images, which, tier):
         assert 0 < st["stalled"] <= 12 * len(g.layers) and st["stall_s"] > 0, st
 
 
-def test_gpu_refusals(moe_images):
+def test_gpu_refusals(moe_images, tcp_uri):
     uri = moe_images["uris"][0]
+    # tier 2 over NVMe/TCP: its controller cannot DMA into GPU memory
+    with pytest.raises(gpunvme.Error, match="tier 2 \\(GPU memory\\) needs a controller"):
+        gpunvme.ExpertCache(tcp_uri, "/m/model.safetensors", slots=3, framework="pt", device="cuda", tier=2)
     # tier 1 on an md array: one host buffer for several controllers
     with pytest.raises(gpunvme.Error, match="tier 1 on an md array"):
         gpunvme.ExpertCache(moe_images["uris"][1], "/m/model.safetensors", slots=3, framework="pt", device="cuda",

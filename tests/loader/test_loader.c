@@ -8,6 +8,7 @@
  * error a caller can cause.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -470,6 +471,94 @@ TEST_CASE(model_load_placement)
 		gpunvme_model_free(m);
 		free(file);
 	}
+	gpunvme_close(c);
+	return 0;
+}
+
+/* Two loaders on one controller, each with one queue pair of 2 entries (a
+ * free slot is rare) and 8 KiB commands (many per range), load random
+ * ranges of a fragmented file at once into their own targets: every target
+ * on a 256-byte boundary at any file offset, as model_load now places runs
+ * (model_internal.h), so the blocks land off page boundaries. All targets
+ * sit in one DMA buffer filled with a canary: every byte of every target
+ * must be the file's, and every byte around and between them untouched. */
+#define PT_TARGETS 24u
+#define PT_SPAN (160u << 10) /* one target's room: the range plus canary around it */
+
+struct pt_job {
+	struct gpunvme_ctrl *c;
+	const struct layout *L;
+	uint8_t *base;            /* this job's PT_TARGETS spans */
+	uint64_t off[PT_TARGETS], len[PT_TARGETS], at[PT_TARGETS];
+	int rc;
+};
+
+static void *pt_run(void *arg)
+{
+	struct pt_job *j = arg;
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.queues = 1;
+	o.depth = 2;
+	struct gpunvme_layer_loader *l = NULL;
+	if ((j->rc = gpunvme_layer_loader_init(j->c, 1, j->L->ext, j->L->n, j->L->size, &o, &l)))
+		return NULL;
+	for (unsigned k = 0; k < PT_TARGETS && !j->rc; k++) {
+		uint16_t st = 0xffff;
+		j->rc = gpunvme_load_layer(l, j->off[k], j->len[k], j->base + j->at[k], &st);
+		if (!j->rc && st)
+			j->rc = -EIO;
+	}
+	gpunvme_layer_loader_destroy(l);
+	return NULL;
+}
+
+TEST_CASE(aligned_targets_few_slots)
+{
+	struct gpunvme_ctrl *c = open_emu("emu:ram:32M?lbads=12&mdts=1&workers=2");
+	REQUIRE(c);
+	size_t ns_len;
+	uint8_t *ns = fill_ns(c, 6, &ns_len);
+	REQUIRE(ns);
+	struct layout L;
+	make_layout(&L, ns, ns_len, 3 * 1024 * 1024 + 4321, 21);
+	const size_t bytes = 2ull * PT_TARGETS * PT_SPAN;
+	uint8_t *dma = gpunvme_dma_alloc(c, bytes);
+	REQUIRE(dma);
+	memset(dma, 0x5c, bytes);
+	struct pt_job job[2];
+	uint64_t seed = 99;
+	for (int t = 0; t < 2; t++) {
+		job[t] = (struct pt_job){ .c = c, .L = &L, .base = dma + (size_t)t * PT_TARGETS * PT_SPAN };
+		for (unsigned k = 0; k < PT_TARGETS; k++) {
+			/* dword-aligned file offsets (the placement's case), any
+			 * length up to 128 KiB, at a 256-byte boundary 256 bytes
+			 * or more inside the span (canary on both sides) */
+			job[t].len[k] = 1 + rng(&seed) % (128u << 10);
+			job[t].off[k] = (rng(&seed) % (L.size - job[t].len[k])) & ~3ull;
+			job[t].at[k] = (uint64_t)k * PT_SPAN + 256 * (1 + rng(&seed) % 32);
+		}
+	}
+	pthread_t th[2];
+	for (int t = 0; t < 2; t++)
+		REQUIRE(pthread_create(&th[t], NULL, pt_run, &job[t]) == 0);
+	for (int t = 0; t < 2; t++)
+		pthread_join(th[t], NULL);
+	for (int t = 0; t < 2; t++)
+		REQUIRE(job[t].rc == 0, "loader %d: %d %s", t, job[t].rc, gpunvme_last_error());
+	for (int t = 0; t < 2; t++) {
+		const uint8_t *b = job[t].base;
+		for (unsigned k = 0; k < PT_TARGETS; k++) {
+			const uint64_t at = job[t].at[k], len = job[t].len[k], span = (uint64_t)k * PT_SPAN;
+			REQUIRE(!memcmp(b + at, L.ref + job[t].off[k], len), "loader %d target %u: bytes differ", t, k);
+			for (uint64_t i = span; i < span + PT_SPAN; i++)
+				if (i < at || i >= at + len)
+					REQUIRE(b[i] == 0x5c, "loader %d target %u: byte %lld from its start written",
+						t, k, (long long)i - (long long)at);
+		}
+	}
+	gpunvme_dma_free(c, dma);
+	free(L.ref);
 	gpunvme_close(c);
 	return 0;
 }
