@@ -215,7 +215,9 @@ def row_a(uri, cfg, ids, steps, slots, trace, skew=False):
 class _CpuReader:
     """(b)'s reads: the experts a layer's router chose, issued by the CPU
     once their ids are on the host, through the library's CPU data path (one
-    loader pass per shard for all the misses of a layer, full queue depth),
+    loader pass per shard for all the misses of a layer, full queue depth; a
+    loader kept per shard, where load_pretrained would read the index and
+    the headers again for every layer),
     then copied to the GPU; an LRU of `slots` experts in GPU memory, as (a)'s
     cache, so both read the same misses"""
 
@@ -271,13 +273,12 @@ class _CpuIssued:
 
     def __init__(self, reader, cache, layer, roles, act_fn, n_experts):
         self.r, self.layer, self.roles, self.act_fn, self.n = reader, layer, roles, act_fn, n_experts
-        self.proj = {role: p for role, p in roles.items()}
         self.cache = cache
 
     def names(self, e):
         pieces = self.cache.pieces(self.layer, e)
         byp = dict(zip(self.cache.projections, pieces))
-        return {role: byp[p][0] for role, p in self.proj.items()}
+        return {role: byp[p][0] for role, p in self.roles.items()}
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         from torch.nn import functional as F

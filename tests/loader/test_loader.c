@@ -21,6 +21,18 @@
 
 #include "layout.h"
 
+/* An emulator controller whose namespace 1 is filled with random bytes
+ * (fill_ns): the controller, its namespace memory in *ns; NULL on failure */
+static struct gpunvme_ctrl *open_filled(const char *uri, uint64_t seed, uint8_t **ns, size_t *ns_len)
+{
+	struct gpunvme_ctrl *c = open_emu(uri);
+	if (c && !(*ns = fill_ns(c, seed, ns_len))) {
+		gpunvme_close(c);
+		c = NULL;
+	}
+	return c;
+}
+
 static int check_loads(struct gpunvme_ctrl *c, const struct layout *L, uint64_t seed, int rounds)
 {
 	struct gpunvme_layer_loader *l = NULL;
@@ -80,11 +92,10 @@ static int check_loads(struct gpunvme_ctrl *c, const struct layout *L, uint64_t 
 
 TEST_CASE(random_512)
 {
-	struct gpunvme_ctrl *c = open_emu("emu:ram:32M?lbads=9&workers=2");
-	REQUIRE(c);
 	size_t ns_len;
-	uint8_t *ns = fill_ns(c, 1, &ns_len);
-	REQUIRE(ns);
+	uint8_t *ns;
+	struct gpunvme_ctrl *c = open_filled("emu:ram:32M?lbads=9&workers=2", 1, &ns, &ns_len);
+	REQUIRE(c);
 	struct layout L;
 	make_layout(&L, ns, ns_len, 3 * 1024 * 1024 + 12345, 7);
 	int rc = check_loads(c, &L, 11, 120);
@@ -96,11 +107,10 @@ TEST_CASE(random_512)
 TEST_CASE(random_4k_mdts)
 {
 	/* 4 KiB blocks, 8 KiB per command: many commands per fragment */
-	struct gpunvme_ctrl *c = open_emu("emu:ram:32M?lbads=12&mdts=1&workers=3");
-	REQUIRE(c);
 	size_t ns_len;
-	uint8_t *ns = fill_ns(c, 2, &ns_len);
-	REQUIRE(ns);
+	uint8_t *ns;
+	struct gpunvme_ctrl *c = open_filled("emu:ram:32M?lbads=12&mdts=1&workers=3", 2, &ns, &ns_len);
+	REQUIRE(c);
 	struct layout L;
 	make_layout(&L, ns, ns_len, 2 * 1024 * 1024 + 7, 9);
 	int rc = check_loads(c, &L, 13, 90);
@@ -113,11 +123,10 @@ TEST_CASE(unaligned_physical)
 {
 	/* extents that start mid-block on the device (FIEMAP of an inline or
 	 * tail-packed file could give that): edge blocks on both sides */
-	struct gpunvme_ctrl *c = open_emu("emu:ram:8M?lbads=12");
-	REQUIRE(c);
 	size_t ns_len;
-	uint8_t *ns = fill_ns(c, 3, &ns_len);
-	REQUIRE(ns);
+	uint8_t *ns;
+	struct gpunvme_ctrl *c = open_filled("emu:ram:8M?lbads=12", 3, &ns, &ns_len);
+	REQUIRE(c);
 	struct gpunvme_extent ext[2] = { { 0, 4096 * 3 + 100, 5000, 0 }, { 5000, 4096 * 9 + 17, 30000, 0 } };
 	struct gpunvme_layer_loader *l = NULL;
 	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, ext, 2, 35000, NULL, &l));
@@ -295,11 +304,10 @@ TEST_CASE(retries)
  * separate runs, a zero-size one included. */
 TEST_CASE(model_load)
 {
-	struct gpunvme_ctrl *c = open_emu("emu:ram:32M?lbads=9&workers=2");
-	REQUIRE(c);
 	size_t ns_len;
-	uint8_t *ns = fill_ns(c, 4, &ns_len);
-	REQUIRE(ns);
+	uint8_t *ns;
+	struct gpunvme_ctrl *c = open_filled("emu:ram:32M?lbads=9&workers=2", 4, &ns, &ns_len);
+	REQUIRE(c);
 	/* data: a 1 MiB gap of padding between "a.*" and "b.*" so they form two runs
 	 * when only some are selected; the data at an odd offset */
 	const uint64_t big = 6u << 20;
@@ -411,11 +419,10 @@ int main(int argc, char **argv) { return check_main(argc, argv); }
  * could). */
 TEST_CASE(model_load_placement)
 {
-	struct gpunvme_ctrl *c = open_emu("emu:ram:16M?workers=2");
-	REQUIRE(c);
 	size_t ns_len;
-	uint8_t *ns = fill_ns(c, 4, &ns_len);
-	REQUIRE(ns);
+	uint8_t *ns;
+	struct gpunvme_ctrl *c = open_filled("emu:ram:16M?workers=2", 4, &ns, &ns_len);
+	REQUIRE(c);
 	const unsigned mods[] = { 0, 4, 2 };
 	for (size_t k = 0; k < sizeof(mods) / sizeof(mods[0]); k++) {
 		/* two 8 KiB weights and a 6-byte vector between them: the
@@ -515,11 +522,10 @@ static void *pt_run(void *arg)
 
 TEST_CASE(aligned_targets_few_slots)
 {
-	struct gpunvme_ctrl *c = open_emu("emu:ram:32M?lbads=12&mdts=1&workers=2");
-	REQUIRE(c);
 	size_t ns_len;
-	uint8_t *ns = fill_ns(c, 6, &ns_len);
-	REQUIRE(ns);
+	uint8_t *ns;
+	struct gpunvme_ctrl *c = open_filled("emu:ram:32M?lbads=12&mdts=1&workers=2", 6, &ns, &ns_len);
+	REQUIRE(c);
 	struct layout L;
 	make_layout(&L, ns, ns_len, 3 * 1024 * 1024 + 4321, 21);
 	const size_t bytes = 2ull * PT_TARGETS * PT_SPAN;
