@@ -51,7 +51,9 @@ struct gpunvme_gpu_experts;
 struct gpunvme_gpu_experts_opts {
 	uint32_t slots;            /* experts resident at once (required) */
 	enum gpunvme_tier tier;    /* GPUNVME_TIER_AUTO (default), 1 or 2 */
-	uint32_t queues, depth;    /* GPU queue pairs per controller (default 4 of 256) */
+	uint32_t queues;           /* GPU queue pairs per controller; 0 (default): up to
+				    * 4, fitted to what each controller has free */
+	uint32_t depth;            /* entries per queue (default 256, fitted to CAP.MQES) */
 	uint32_t threads;          /* reader threads per fetch (default 1024) */
 	uint64_t timeout_ns;       /* per command (default 10 s) */
 };

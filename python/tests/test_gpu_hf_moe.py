@@ -21,8 +21,10 @@ if not gpunvme.cuda_available() or not torch.cuda.is_available():
     pytest.skip("needs the extension built with CUDA, torch with CUDA and a GPU", allow_module_level=True)
 
 
-def _config(kind):
-    common = dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+def _config(kind, layers=3):
+    # the layer count goes in at construction: configs such as Qwen2-MoE's size
+    # their per-layer lists (layer_types) from it there
+    common = dict(hidden_size=256, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                   vocab_size=512, max_position_embeddings=128, tie_word_embeddings=False)
     if kind == "mixtral":
         # 8 experts, top-2; an expert's w1/w3 [128, 256] bf16: 64 KiB each
@@ -120,8 +122,7 @@ def test_logits_bitwise_equal(checkpoint, tier):
 def test_refusals(checkpoint):
     kind, path, uri, cfg = checkpoint
     # a model whose layers do not match the checkpoint's
-    other = _config(kind)
-    other.num_hidden_layers = cfg.num_hidden_layers + 1
+    other = _config(kind, layers=cfg.num_hidden_layers + 1)
     with torch.device("meta"):
         m = transformers.AutoModelForCausalLM.from_config(other, dtype=torch.bfloat16)
     with pytest.raises(gpunvme.Error, match="experts in layers"):

@@ -215,11 +215,16 @@ static __global__ void mg_publish(struct mg_args a)
 
 /* ---- the host side ----------------------------------------------------------------- */
 
+/* Queue pairs per controller when the caller leaves it to us: the reader
+ * threads spread their commands over them; 4 of 256 entries keep a Gen5
+ * drive's queue full at 128 KiB commands with room to spare. */
+#define MG_AUTO_QUEUES 4u
+
 void gpunvme_gpu_experts_opts_init(struct gpunvme_gpu_experts_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->tier = GPUNVME_TIER_AUTO;
-	o->queues = 4;
+	o->queues = 0; /* fitted per controller: see MG_AUTO_QUEUES */
 	o->depth = 256;
 	o->threads = 1024;
 	o->timeout_ns = 10000000000ull;
@@ -430,11 +435,11 @@ int gpunvme_gpu_experts_open(struct gpunvme_volume *v, const struct gpunvme_moe_
 	if (!out)
 		return gpunvme_set_error(-EINVAL, "GPU expert cache: bad arguments");
 	*out = NULL;
-	if (!v || !x || (n && !ext) || !o || !o->slots || !o->queues || !o->depth || !o->threads)
+	if (!v || !x || (n && !ext) || !o || !o->slots || !o->depth || !o->threads)
 		return gpunvme_set_error(-EINVAL, "GPU expert cache: %s",
 					 !v || !x || !o ? "no volume, index or options"
 					 : !o || !o->slots ? "0 slots: give room for at least the experts one token uses"
-							   : "0 queues, depth or threads");
+							   : "0 depth or threads");
 	struct gpunvme_gpu_experts *g = (struct gpunvme_gpu_experts *)calloc(1, sizeof(*g));
 	if (!g)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
@@ -467,7 +472,20 @@ int gpunvme_gpu_experts_open(struct gpunvme_volume *v, const struct gpunvme_moe_
 	memset(mm, 0, sizeof(mm));
 	struct mg_member mem[GPUNVME_MD_MAX_MEMBERS];
 	for (uint32_t m = 0; m < g->nmem && !rc; m++) {
-		if ((rc = gpunvme_gpu_queues_create(ctrls[m], nsids[m], o->queues, o->depth, &g->q[m]))) {
+		/* Queue pairs: what the caller asked, or up to MG_AUTO_QUEUES, never
+		 * more than this controller still has free (an NVMe/TCP target may
+		 * grant only a few, and another cache or loader on the same
+		 * association may hold some) */
+		uint32_t nfree = gpunvme_io_queues_free(ctrls[m]);
+		uint32_t nq = o->queues ? o->queues : nfree < MG_AUTO_QUEUES ? nfree : MG_AUTO_QUEUES;
+		if (nfree == 0 || nq > nfree) {
+			rc = gpunvme_set_error(-EBUSY, "GPU expert cache: member %u: %u I/O queue pair(s) asked, %u free of "
+							"those the controller granted: close another user of this "
+							"controller, ask for fewer (opts.queues), or 0 to fit",
+					       m, nq ? nq : 1, nfree);
+			break;
+		}
+		if ((rc = gpunvme_gpu_queues_create(ctrls[m], nsids[m], nq, o->depth, &g->q[m]))) {
 			char why[256];
 			snprintf(why, sizeof(why), "%s", gpunvme_last_error());
 			rc = gpunvme_set_error(rc, "GPU expert cache: member %u: %s", m, why);

@@ -438,6 +438,22 @@ TEST_CASE(faults)
 	/* host-side refusals */
 	CHECK_EQ(gpunvme_gpu_experts_fetch(g, 2, d_ids, 2, d_slots, NULL), -EINVAL);
 	CHECK_EQ(gpunvme_gpu_experts_fetch(g, 0, d_ids, GPUNVME_GPU_EXPERTS_MAX_K + 1, d_slots, NULL), -EINVAL);
+	/* a second cache on the same controller: more queue pairs than are
+	 * free is refused and says how to fit; 0 takes what is free */
+	struct gpunvme_ctrl *c0 = gpunvme_volume_ctrl(r.v, 0);
+	const uint32_t nfree = gpunvme_io_queues_free(c0);
+	struct gpunvme_gpu_experts *g2 = NULL;
+	o.queues = nfree + 1;
+	CHECK_EQ(gpunvme_gpu_experts_open(r.v, r.x, r.e, r.next, r.len, &o, &g2), -EBUSY);
+	CHECK(strstr(gpunvme_last_error(), "or 0 to fit") != NULL, "%s", gpunvme_last_error());
+	if (nfree) {
+		o.queues = 0;
+		CHECK_OK(gpunvme_gpu_experts_open(r.v, r.x, r.e, r.next, r.len, &o, &g2));
+		CHECK_EQ(gpunvme_io_queues_free(c0), nfree > 4 ? nfree - 4 : 0);
+		gpunvme_gpu_experts_close(g2);
+		CHECK_EQ(gpunvme_io_queues_free(c0), nfree);
+	}
+	o.queues = 2;
 	o.slots = 0;
 	struct gpunvme_gpu_experts *g0 = NULL;
 	CHECK_EQ(gpunvme_gpu_experts_open(r.v, r.x, r.e, r.next, r.len, &o, &g0), -EINVAL);
