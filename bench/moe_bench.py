@@ -47,8 +47,8 @@ SSD_BPS = 7.0e9
 # (config class, fields, slots): the checkpoint >= 3x the GPU memory budget: torch's peak + the library's
 # memory (the slots and the resident tensors, which torch's statistics do not see). Mixtral-shaped:
 # 7.21 GB against 0.13 + 20 x 0.069 + 0.56 = 2.07 GB (3.5x; with 28 slots it was 2.74x). The skewed
-# router's popular experts (k // 2 per layer: 12 of 20 slots, 48 of 120) fit the slots: an LRU smaller
-# than that set would evict each just before its next use
+# router's popular experts (k // 2 per layer: 12 of 20 slots, 48 of 120) fit the slots; the cache's
+# rule (src/moe/policy.h) keeps them where an LRU would evict each just before its next use
 SHAPES = {
     "mixtral": ("MixtralConfig", dict(hidden_size=2048, intermediate_size=5632, num_local_experts=8,
                                       num_experts_per_tok=2, num_hidden_layers=12, num_attention_heads=16,
@@ -218,14 +218,21 @@ class _CpuReader:
     loader pass per shard for all the misses of a layer, full queue depth; a
     loader kept per shard, where load_pretrained would read the index and
     the headers again for every layer),
-    then copied to the GPU; an LRU of `slots` experts in GPU memory, as (a)'s
-    cache, so both read the same misses"""
+    then copied to the GPU; a cache of `slots` experts in GPU memory with
+    (a)'s replacement rule (src/moe/policy.h: fewest requests, then least
+    recently used, among the experts the request does not need; counts
+    halved every 8 x keys requests), so both read the same misses"""
 
-    def __init__(self, vol, local_dir, slots):
+    AGE_PER_KEY = 8  # MOE_POLICY_AGE_PER_KEY
+
+    def __init__(self, vol, local_dir, slots, keys):
         wm = os.path.join(local_dir, "model.safetensors.index.json")
         self.where = json.load(open(wm))["weight_map"] if os.path.exists(wm) else None
-        self.vol, self.slots, self.files = vol, slots, {}
-        self.lru = collections.OrderedDict()
+        self.vol, self.slots, self.keys, self.files = vol, slots, keys, {}
+        self.res = {}     # (layer, e) -> {role: CUDA tensor}
+        self.used = {}    # (layer, e) -> the clock of its last request
+        self.freq = collections.Counter()
+        self.clock = self.since_age = 0
         self.st = dict(requests=0, hits=0, misses=0, evictions=0, bytes_read=0)
 
     def _file(self, shard):
@@ -234,36 +241,52 @@ class _CpuReader:
             self.files[shard] = (model, _index(model), _gpunvme.Loader(model, 0, 0))
         return self.files[shard]
 
-    def get(self, layer, ids, names):
-        """ids (host ints, at most slots) -> [{role: CUDA tensor}]; names(e) -> {role: tensor name}"""
+    def _decide(self, layer, ids):
+        """the C cache's order: count each request, then its victim"""
+        self.clock += 1
+        if self.since_age >= self.AGE_PER_KEY * self.keys:
+            for k in self.freq:
+                self.freq[k] >>= 1
+            self.since_age = 0
+        mine = {(layer, e) for e in ids}
         need = []
         for e in ids:
+            key = (layer, e)
             self.st["requests"] += 1
-            if (layer, e) in self.lru:
-                self.lru.move_to_end((layer, e))
+            self.freq[key] += 1
+            self.since_age += 1
+            if key in self.res:
                 self.st["hits"] += 1
             else:
+                if len(self.res) >= self.slots:
+                    victim = min((k for k in self.res if k not in mine),
+                                 key=lambda k: (self.freq[k], self.used[k]))
+                    del self.res[victim], self.used[victim]
+                    self.st["evictions"] += 1
+                self.res[key] = None  # filled below
+                self.st["misses"] += 1
                 need.append(e)
+            self.used[key] = self.clock
+        return need
+
+    def get(self, layer, ids, names):
+        """ids (host ints, distinct, at most slots) -> [{role: CUDA tensor}]; names(e) -> {role: tensor name}"""
+        need = self._decide(layer, ids)
         per = {}
         for e in need:
             for role, name in names(e).items():
                 per.setdefault(self.where[name] if self.where else "model.safetensors", []).append((e, role, name))
-        got = {}
         for shard, items in per.items():
             _model, infos, ld = self._file(shard)
             bufs = ld.select([infos[n].index for _e, _r, n in items])
             bufs.load()
             for i, (e, role, n) in enumerate(items):
-                got.setdefault(e, {})[role] = _wrap(_gpunvme.Tensor(bufs, i), infos[n], "pt").to("cuda")
+                t = _wrap(_gpunvme.Tensor(bufs, i), infos[n], "pt").to("cuda")
+                if self.res[(layer, e)] is None:
+                    self.res[(layer, e)] = {}
+                self.res[(layer, e)][role] = t
                 self.st["bytes_read"] += infos[n].nbytes
-        for e in need:
-            # the hits were moved to the end: the oldest are never this call's
-            while len(self.lru) >= self.slots:
-                self.lru.popitem(last=False)
-                self.st["evictions"] += 1
-            self.lru[(layer, e)] = got[e]
-            self.st["misses"] += 1
-        return [self.lru[(layer, e)] for e in ids]
+        return [self.res[(layer, e)] for e in ids]
 
 
 class _CpuIssued:
@@ -306,7 +329,7 @@ def row_b(uri, path, cfg, ids, steps, slots, skew=False):
     # resident weights as (a) does; a GPU cache of the fewest slots, unused
     # but for its index (the experts' tensor names)
     gc = gpunvme.moe_decoder(m, vol, "/m", slots=cfg.num_experts_per_tok, device="cuda")
-    reader = _CpuReader(vol, path, slots)
+    reader = _CpuReader(vol, path, slots, len(gc._served) * gc.n_experts)
     for layer, served in gc._served.items():
         mod = m.get_submodule("model.layers.%d.mlp.experts" % layer)
         mod.forward = _CpuIssued(reader, gc, layer, served.roles, mod.act_fn, gc.n_experts).forward

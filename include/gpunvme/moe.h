@@ -35,8 +35,9 @@
  * loader memory (the loader's tier: host DMA memory on the CPU tier) and
  * reads the ones a request names that are not there, through a layer loader
  * over the model's file (so through the volume: md arrays, partitions and
- * NVMe/TCP alike). Replacement is least recently used among the slots that
- * the current request does not need.
+ * NVMe/TCP alike). Replacement: among the slots the current request does
+ * not need, the expert asked for least often (counts aged), the least
+ * recently used among equals (src/moe/policy.h; docs/moe.md says why).
  */
 #ifndef GPUNVME_MOE_H
 #define GPUNVME_MOE_H

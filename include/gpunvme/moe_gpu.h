@@ -13,8 +13,8 @@
  *
  * gpunvme_gpu_experts_fetch() then queues three kernels on a stream and
  * returns: one thread decides (the ids the router wrote in GPU memory; hits,
- * least-recently-used victims among slots the request does not need, the
- * same policy as the host cache), a grid of threads issues the misses'
+ * victims among slots the request does not need by the host cache's rule,
+ * the same code), a grid of threads issues the misses'
  * commands through the GPU queues (device.cuh) straight into the slots, and
  * one thread publishes the slots of the experts that arrived. Nothing waits
  * on the host: the compute that follows on the stream reads the slots.

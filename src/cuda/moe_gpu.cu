@@ -16,6 +16,7 @@
 #include "gpunvme/device.cuh"
 #include "gpunvme/gpu.h"
 #include "gpunvme/gpunvme.h"
+#include "moe/policy.h"
 #include "gpunvme/md.h"
 #include "gpunvme/moe_gpu.h"
 #include "gpunvme/volume.h"
@@ -32,7 +33,7 @@ struct gpunvme_gpu_experts {
 	void *host_mem;            /* Tier 1: the DMA memory of the slots */
 	struct gpunvme_ctrl *c0;
 	struct mg_args a;          /* device pointers; ids/out/k/layer set per fetch */
-	void *dev_alloc[12];
+	void *dev_alloc[16]; /* dev_put's tables: 12 today */
 	uint32_t ndev;
 };
 
@@ -54,13 +55,15 @@ static __host__ __device__ void mg_fail(struct mg_state *st, int rc)
 }
 
 /* Decide, one thread: hits, victims, the misses to read. The host cache's
- * policy (src/moe/expert_cache.c): least recently used among the slots the
- * request does not need; a slot being filled is empty until publish. */
+ * policy (src/moe/policy.h): fewest requests, then least recently used,
+ * among the slots the request does not need; a slot being filled is empty
+ * until publish. */
 __host__ __device__ void moe_gpu_decide(const struct mg_args *ap)
 {
 	const struct mg_args a = *ap;
 	struct mg_state *st = a.st;
 	const unsigned long long mark = ++st->clock;
+	moe_policy_age(a.freq, a.keys, &st->since_age);
 	st->n_todo = 0;
 	uint32_t distinct = 0;
 	bool bad = false;
@@ -98,6 +101,7 @@ __host__ __device__ void moe_gpu_decide(const struct mg_args *ap)
 		}
 		st->requests++;
 		const uint32_t key = a.layer * a.n_experts + a.ids[j];
+		moe_policy_count(a.freq, key, &st->since_age);
 		int32_t s = a.where[key];
 		if (s >= 0) {
 			st->hits++;
@@ -110,7 +114,8 @@ __host__ __device__ void moe_gpu_decide(const struct mg_args *ap)
 					v = i;
 					break;
 				}
-				if (v == 0xffffffffu || a.slot_used[i] < a.slot_used[v])
+				if (v == 0xffffffffu || moe_policy_before(a.freq[a.slot_key[i]], a.slot_used[i],
+									  a.freq[a.slot_key[v]], a.slot_used[v]))
 					v = i;
 			}
 			/* v exists: distinct <= slots */
@@ -547,6 +552,8 @@ int gpunvme_gpu_experts_open(struct gpunvme_volume *v, const struct gpunvme_moe_
 	g->a.slot_mark = (unsigned long long *)dev_put(g, NULL, o->slots * sizeof(unsigned long long), &rc);
 	/* empty: -1 everywhere (all bits set) */
 	g->a.where = (int32_t *)dev_put(g, NULL, (size_t)keys * sizeof(int32_t), &rc);
+	g->a.freq = (uint32_t *)dev_put(g, NULL, (size_t)keys * sizeof(uint32_t), &rc); /* zeroed */
+	g->a.keys = keys;
 	g->a.slot_key = (int64_t *)dev_put(g, NULL, o->slots * sizeof(int64_t), &rc);
 	if (!rc) {
 		cudaError_t e = cudaMemset(g->a.where, 0xff, (size_t)keys * sizeof(int32_t));

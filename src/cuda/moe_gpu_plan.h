@@ -44,6 +44,7 @@ struct mg_member {
 /* The cache's state, in GPU memory; the host reads it at sync. */
 struct mg_state {
 	unsigned long long clock;
+	uint64_t since_age;        /* requests since the counts were halved (src/moe/policy.h) */
 	unsigned long long requests, hits, misses, evictions, bytes_read, commands;
 	/* the stall: %globaltimer when the current fetch's decide found
 	 * misses, and the sum over such fetches of decide to publish (the
@@ -60,6 +61,8 @@ struct mg_state {
 struct mg_args {
 	struct mg_state *st;
 	int32_t *where;            /* [keys]: slot or -1 */
+	uint32_t *freq;            /* [keys]: requests, the policy's counts */
+	uint32_t keys;
 	int64_t *slot_key;         /* [slots]: key or -1 */
 	unsigned long long *slot_used, *slot_mark;
 	uint64_t *slot_off;        /* [slots][n_proj]: piece offsets from base (layout) */
@@ -102,7 +105,7 @@ int moe_gpu_plan_build(const struct gpunvme_moe_index *x, const struct moe_gpu_m
 		       struct moe_gpu_plan *p);
 void moe_gpu_plan_free(struct moe_gpu_plan *p);
 
-/* The policy, one thread: decide writes the slots and the misses (st->todo),
+/* The policy (src/moe/policy.h, as the host cache's), one thread: decide writes the slots and the misses (st->todo),
  * publish makes the arrived ones resident (todo_fail: not). The kernels run
  * them on the GPU; on the host they take host arrays. */
 __host__ __device__ void moe_gpu_decide(const struct mg_args *a);

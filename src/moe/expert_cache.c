@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The expert cache (include/gpunvme/moe.h), host side: K slots of loader
- * memory, least-recently-used replacement among the slots a request does
- * not need, misses read through the layer loader.
+ * memory, the replacement rule of policy.h (fewest requests, then least
+ * recently used, among the slots a request does not need), misses read
+ * through the layer loader.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -12,6 +13,7 @@
 
 #include "base/base.h"
 #include "gpunvme/moe.h"
+#include "moe/policy.h"
 
 struct slot {
 	int64_t key;               /* layer * n_experts + expert; -1 empty */
@@ -28,6 +30,9 @@ struct gpunvme_expert_cache {
 	uint8_t *mem;
 	struct slot *s;
 	int32_t *where;            /* per key: its slot, -1 when not resident */
+	uint32_t *freq;            /* per key: requests (policy.h) */
+	uint32_t keys;
+	uint64_t since_age;        /* requests since the counts were last halved */
 	uint64_t clock;
 	struct gpunvme_expert_cache_stats st;
 };
@@ -40,6 +45,7 @@ void gpunvme_expert_cache_close(struct gpunvme_expert_cache *c)
 		gpunvme_layer_loader_free(c->l, c->mem);
 	free(c->s);
 	free(c->where);
+	free(c->freq);
 	free(c);
 }
 
@@ -54,13 +60,15 @@ int gpunvme_expert_cache_open(const struct gpunvme_moe_index *x, struct gpunvme_
 							      "0 slots: give room for at least the experts one token uses");
 	struct gpunvme_expert_cache *c = calloc(1, sizeof(*c));
 	size_t keys = (size_t)x->n_layers * x->n_experts;
-	if (!c || !(c->s = calloc(slots, sizeof(*c->s))) || !(c->where = malloc((keys ? keys : 1) * sizeof(*c->where)))) {
+	if (!c || !(c->s = calloc(slots, sizeof(*c->s))) || !(c->where = malloc((keys ? keys : 1) * sizeof(*c->where))) ||
+	    !(c->freq = calloc(keys ? keys : 1, sizeof(*c->freq)))) {
 		gpunvme_expert_cache_close(c);
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 	}
 	c->x = x;
 	c->l = l;
 	c->nslots = slots;
+	c->keys = (uint32_t)keys;
 	for (size_t k = 0; k < keys; k++)
 		c->where[k] = -1;
 	uint64_t pos[GPUNVME_MOE_MAX_PROJ], most = 0;
@@ -89,8 +97,8 @@ int gpunvme_expert_cache_open(const struct gpunvme_moe_index *x, struct gpunvme_
 	return 0;
 }
 
-/* The slot to read a missing expert into: an empty one, else the least
- * recently used that the current request (mark) does not need. */
+/* The slot to read a missing expert into: an empty one, else the policy's
+ * victim (policy.h) among those the current request (mark) does not need. */
 static uint32_t victim(struct gpunvme_expert_cache *c, uint64_t mark)
 {
 	uint32_t best = UINT32_MAX;
@@ -99,7 +107,8 @@ static uint32_t victim(struct gpunvme_expert_cache *c, uint64_t mark)
 			continue;
 		if (c->s[i].key < 0)
 			return i;
-		if (best == UINT32_MAX || c->s[i].used < c->s[best].used)
+		if (best == UINT32_MAX || moe_policy_before(c->freq[c->s[i].key], c->s[i].used,
+							      c->freq[c->s[best].key], c->s[best].used))
 			best = i;
 	}
 	return best; /* one exists: the request's distinct experts <= slots */
@@ -120,6 +129,7 @@ int gpunvme_expert_cache_get(struct gpunvme_expert_cache *c, uint32_t i, const u
 	/* a mark for this request: the slots it needs are not victims. Mark
 	 * values only grow (0 is "never"), like the use clock. */
 	const uint64_t mark = ++c->clock;
+	moe_policy_age(c->freq, c->keys, &c->since_age);
 	uint32_t distinct = 0;
 	for (uint32_t j = 0; j < k; j++) {
 		int64_t key = (int64_t)i * x->n_experts + ids[j];
@@ -143,8 +153,10 @@ int gpunvme_expert_cache_get(struct gpunvme_expert_cache *c, uint32_t i, const u
 		bool first = true;
 		for (uint32_t q = 0; q < j && first; q++)
 			first = ids[q] != ids[j];
-		if (first)
+		if (first) {
 			c->st.requests++;
+			moe_policy_count(c->freq, (uint32_t)key, &c->since_age);
+		}
 		if (s >= 0) {
 			if (first)
 				c->st.hits++;

@@ -306,6 +306,7 @@ struct host_policy {
 	struct mg_state st;
 	int32_t *where;
 	int64_t *slot_key;
+	uint32_t *freq;
 	unsigned long long *used, *mark;
 	uint64_t *slot_off;
 	uint64_t *pos, *ebytes;
@@ -346,7 +347,8 @@ TEST_CASE(policy)
 	h.slot_off = (uint64_t *)calloc((size_t)slots * np, sizeof(uint64_t));
 	h.pos = (uint64_t *)calloc((size_t)keys * np, sizeof(uint64_t));
 	h.ebytes = (uint64_t *)calloc(keys, sizeof(uint64_t));
-	REQUIRE(h.where && h.slot_key && h.used && h.mark && h.slot_off && h.pos && h.ebytes);
+	h.freq = (uint32_t *)calloc(keys, sizeof(uint32_t));
+	REQUIRE(h.where && h.slot_key && h.used && h.mark && h.slot_off && h.pos && h.ebytes && h.freq);
 	memset(h.where, 0xff, keys * sizeof(int32_t));
 	memset(h.slot_key, 0xff, slots * sizeof(int64_t));
 	for (uint32_t key = 0; key < keys; key++) {
@@ -358,6 +360,8 @@ TEST_CASE(policy)
 	struct mg_args *a = &h.a;
 	a->st = &h.st;
 	a->where = h.where;
+	a->freq = h.freq;
+	a->keys = keys;
 	a->slot_key = h.slot_key;
 	a->slot_used = h.used;
 	a->slot_mark = h.mark;
@@ -370,7 +374,9 @@ TEST_CASE(policy)
 	a->n_proj = np;
 	uint64_t seed = 3;
 	uint32_t ids[3], out[3], hs[3];
-	for (int r = 0; r < 300; r++) {
+	/* enough requests for the counts to be halved several times (every
+	 * MOE_POLICY_AGE_PER_KEY x keys) */
+	for (int r = 0; r < 3000; r++) {
 		uint32_t i = (uint32_t)(rng(&seed) % x->n_layers), k = 1 + (uint32_t)(rng(&seed) % 3);
 		for (uint32_t j = 0; j < k; j++)
 			ids[j] = rng(&seed) % 3 ? (uint32_t)(rng(&seed) % 3) : (uint32_t)(rng(&seed) % 8); /* repeats too */
@@ -442,6 +448,7 @@ TEST_CASE(policy)
 	free(h.slot_off);
 	free(h.pos);
 	free(h.ebytes);
+	free(h.freq);
 	gpunvme_expert_cache_close(hc);
 	gpunvme_layer_loader_destroy(l);
 	gpunvme_close(c);

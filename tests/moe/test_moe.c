@@ -423,6 +423,64 @@ TEST_CASE(cache_random_decode)
 	return 0;
 }
 
+/*
+ * One token asks every layer in turn, so a decode step is a cycle of
+ * layers x k requests; with fewer slots than that, LRU evicts each expert
+ * just before it is asked again and hits nothing. 4 layers, top-2 (8 a
+ * token), 6 slots; each layer's expert `hot` is in every token, the other
+ * is random. The policy (src/moe/policy.h) keeps the 4 hot experts: 4 hits
+ * a token once warm. Then the hot set moves (a new prompt): the counts'
+ * ageing lets the new hot experts in.
+ */
+TEST_CASE(cache_cycle_bigger_than_slots)
+{
+	struct rig r;
+	REQUIRE_OK(rig_open(&r, 4, 8));
+	struct gpunvme_expert_cache *c = NULL;
+	REQUIRE_OK(gpunvme_expert_cache_open(r.x, r.l, 6, &c));
+	uint64_t seed = 11;
+	struct gpunvme_expert_cache_stats st0, st1;
+	for (int phase = 0; phase < 2; phase++) {
+		const uint32_t hot = phase ? 5 : 0;
+		/* warm-up: long enough for the counts to age past the old hot set
+		 * (8 x 32 keys = 256 requests a period, 8 a token) */
+		for (int tok = 0; tok < 200; tok++)
+			for (uint32_t li = 0; li < 4; li++) {
+				uint32_t ids[2] = { hot, 0 }, sl[2];
+				do
+					ids[1] = (uint32_t)(rng(&seed) % 8);
+				while (ids[1] == hot);
+				REQUIRE_OK(gpunvme_expert_cache_get(c, li, ids, 2, sl));
+				REQUIRE_OK(slot_is(&r, c, sl[0], li, ids[0]));
+				REQUIRE_OK(slot_is(&r, c, sl[1], li, ids[1]));
+			}
+		gpunvme_expert_cache_stats(c, &st0);
+		for (int tok = 0; tok < 50; tok++)
+			for (uint32_t li = 0; li < 4; li++) {
+				uint32_t ids[2] = { hot, 0 }, sl[2];
+				do
+					ids[1] = (uint32_t)(rng(&seed) % 8);
+				while (ids[1] == hot);
+				REQUIRE_OK(gpunvme_expert_cache_get(c, li, ids, 2, sl));
+			}
+		gpunvme_expert_cache_stats(c, &st1);
+		/* every hot request hits (200 of 400); the 2 spare slots hold
+		 * cold experts that are asked again now and then */
+		CHECK(st1.hits - st0.hits >= 200, "phase %d: %llu hits of 400 requests", phase,
+		      (unsigned long long)(st1.hits - st0.hits));
+		for (uint32_t li = 0; li < 4; li++) {
+			uint32_t one = hot, sl;
+			gpunvme_expert_cache_stats(c, &st0);
+			REQUIRE_OK(gpunvme_expert_cache_get(c, li, &one, 1, &sl));
+			gpunvme_expert_cache_stats(c, &st1);
+			CHECK_EQ(st1.hits - st0.hits, 1);
+		}
+	}
+	gpunvme_expert_cache_close(c);
+	rig_close(&r);
+	return 0;
+}
+
 TEST_CASE(cache_lru_order_and_limits)
 {
 	struct rig r;
@@ -435,7 +493,7 @@ TEST_CASE(cache_lru_order_and_limits)
 	REQUIRE_OK(gpunvme_expert_cache_get(c, 0, &e1, 1, &s[1]));
 	REQUIRE_OK(gpunvme_expert_cache_get(c, 0, &e0, 1, &a)); /* hit: 0 is now the more recent */
 	CHECK_EQ(a, s[0]);
-	REQUIRE_OK(gpunvme_expert_cache_get(c, 0, &e2, 1, &b)); /* evicts 1, the least recently used */
+	REQUIRE_OK(gpunvme_expert_cache_get(c, 0, &e2, 1, &b)); /* evicts 1: asked once, 0 twice */
 	CHECK_EQ(b, s[1]);
 	REQUIRE_OK(slot_is(&r, c, s[0], 0, 0));
 	REQUIRE_OK(slot_is(&r, c, b, 0, 2));
