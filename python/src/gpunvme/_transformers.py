@@ -187,24 +187,55 @@ class _MoELayer:
         h = torch.where(bad, torch.full_like(h, float("nan")), h)
         final.index_add_(0, token_idx, h.to(final.dtype))
 
+    def _decode(self, hidden_states, top_k_index, top_k_weights, final, k):
+        """One token. The router's ids go to the reads as they are, no host
+        wait between the router and the reads (the GPU threads pick the
+        misses and read them). The k experts' weights are then gathered out
+        of their slots once per projection, and the experts run in
+        ascending id order, as the reference's loop does, each a view of the
+        gathered weights: the per-expert operations (linear, activation,
+        linear, weight, index_add_) are the reference's on the same values,
+        shapes and alignment, so the logits stay bitwise equal, with a
+        handful of kernels per layer instead of per expert (the host thread
+        queuing kernels bounded a fine-grained model's decode:
+        bench/results/moe-2026-11-27)."""
+        import torch
+        from torch.nn import functional as F
+        slots = self.cache.fetch(self.layer, top_k_index.reshape(-1).to(torch.int32))
+        order = torch.argsort(top_k_index[0])
+        sl = slots[order].long()
+        bad = (sl < 0).any()
+        sl = sl.clamp(min=0)
+        r = self.roles
+
+        def pick(p):
+            return torch.index_select(self.w[r[p]], 0, sl)
+        gu = pick("gate_up") if "gate_up" in r else torch.cat([pick("gate"), pick("up")], dim=1)
+        down = pick("down")
+        # the reference takes each expert's weights as a view of its stacked
+        # parameter; these views must sit on the same 256-byte boundaries
+        # (cuBLAS picks kernels by alignment), else one copy per expert
+        views = gu.stride(0) * gu.element_size() % 256 == 0 and down.stride(0) * down.element_size() % 256 == 0
+        token_idx = torch.zeros(1, dtype=torch.long, device=hidden_states.device)
+        current = hidden_states[token_idx]
+        w = top_k_weights[0][order]
+        for j in range(k):
+            g = gu[j] if views else gu[j].clone()
+            d = down[j] if views else down[j].clone()
+            gate, up = F.linear(current, g).chunk(2, dim=-1)
+            h = F.linear(self.act_fn(gate) * up, d)
+            h = h * w[j:j + 1].view(1, 1)
+            final.index_add_(0, token_idx, h.to(final.dtype))
+        # a failed read (slot -1): the layer's output is NaN, never another
+        # expert's numbers; sync() at the end of the forward raises it
+        return torch.where(bad, torch.full_like(final, float("nan")), final)
+
     def forward(self, hidden_states, top_k_index, top_k_weights):
         import torch
         final = torch.zeros_like(hidden_states)
         T, k = top_k_index.shape
         if T == 1:
-            # decode: the router's ids go to the reads as they are, no host
-            # wait between the router and the reads (the GPU threads pick
-            # the misses and read them); the k experts then run in
-            # ascending id order, as the reference's loop does
-            slots = self.cache.fetch(self.layer, top_k_index.reshape(-1).to(torch.int32))
-            order = torch.argsort(top_k_index[0])
-            token_idx = torch.zeros(1, dtype=torch.long, device=hidden_states.device)
-            for j in range(k):
-                pos = order[j:j + 1]
-                sl = slots[pos].long()
-                bad = sl < 0
-                self._expert(sl.clamp(min=0), bad, hidden_states, token_idx, pos, top_k_weights, final)
-            return final
+            return self._decode(hidden_states, top_k_index, top_k_weights, final, k)
         # prefill: the reference's own expert loop (its host wait included);
         # the experts hit are read in groups of at most the cache's slots,
         # each group before its experts run, in ascending id order
