@@ -152,6 +152,14 @@ struct gpunvme_emu_gpu_ops {
 	 * its sync(), so the per-call cost of the copy engine's API is paid
 	 * once per pass rather than once per command. */
 	int (*copy_batch)(void *ctx, unsigned lane, const struct gpunvme_emu_copy *v, unsigned n);
+	/* Optional (NULL: copy() from the mapping): a read into GPU memory
+	 * whose bytes are file fd's at off, also mapped at host (an image
+	 * file's namespace). An engine that stages through pinned memory of
+	 * its own reads the file into it (pread) rather than copy from the
+	 * mapping, whose pages a load touches once each, each a page fault.
+	 * Not batched; the same contract as copy() otherwise. */
+	int (*copy_from_file)(void *ctx, unsigned lane, uint64_t dev_addr, const void *host, int fd, uint64_t off,
+			      size_t len);
 };
 
 /* Make [iova, iova + len) reachable by the controller, backed by host memory

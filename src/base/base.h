@@ -28,6 +28,10 @@ uint64_t gpunvme_now_ns(void);
 uint32_t gpunvme_crc32c_raw(uint32_t crc, const void *buf, size_t len);
 uint32_t gpunvme_crc32c(uint32_t crc, const void *buf, size_t len);
 
+/* len bytes of file fd at off into buf, through short reads and EINTR:
+ * 0, -errno, or -EIO where the file ends first. */
+int gpunvme_pread_all(int fd, void *buf, size_t len, uint64_t off);
+
 #ifdef __cplusplus
 }
 #endif

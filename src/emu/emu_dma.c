@@ -396,6 +396,92 @@ int emu_segs_to_file(struct emu_thread *t, uint32_t nsegs, int fd, uint64_t off)
 	return 0;
 }
 
+/* preadv of the whole of iov[0..n) from fd at off, through short reads and
+ * EINTR (it consumes iov). 0, -errno, or -EIO where the file ends first. */
+static int preadv_all(int fd, struct iovec *v, int n, uint64_t off)
+{
+	while (n) {
+		ssize_t r = preadv(fd, v, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -EIO;
+		off += (uint64_t)r;
+		size_t left = (size_t)r;
+		while (n && left >= v->iov_len) {
+			left -= v->iov_len;
+			v++;
+			n--;
+		}
+		if (n) {
+			v->iov_base = (uint8_t *)v->iov_base + left;
+			v->iov_len -= left;
+		}
+	}
+	return 0;
+}
+
+/*
+ * A Read from an image file's namespace: its bytes are the file's from off
+ * (fd), also mapped at map. Host segments are filled with preadv; GPU
+ * segments go to the ops' copy_from_file where there is one (the copy
+ * engine reads the file into its own pinned staging), else to copy() from
+ * the mapping.
+ *
+ * Why not memcpy from the mapping, as RAM namespaces do: a load reads each
+ * byte once, so every 4 KiB page of the mapping is touched for the first
+ * time and faults, while pread copies from the page cache without mapping
+ * anything (bench/EMU_NOTES.md 2026-11-28, bench/pread_vs_mmap.c: 13.2-14.3
+ * GB/s against 6.1-12.3). The mapping and pread see the same page cache
+ * (MAP_SHARED), so writes through either are seen by both.
+ */
+uint16_t emu_segs_from_file(struct emu_thread *t, uint32_t nsegs, const uint8_t *map, int fd, uint64_t off)
+{
+	struct iovec iov[16]; /* host runs of one preadv; more: another call (a
+			       * buffer of scattered 4 KiB pages: one run each) */
+	int n = 0;
+	uint64_t at = 0, iov_at = 0; /* bytes of the transfer before segment i; before iov[0] */
+	for (uint32_t i = 0; i < nsegs; i++) {
+		const struct emu_seg *s = &t->segs[i];
+		if (s->host && n < (int)(sizeof(iov) / sizeof(iov[0]))) {
+			if (!n)
+				iov_at = at;
+			iov[n].iov_base = s->host;
+			iov[n++].iov_len = s->len;
+			at += s->len;
+			continue;
+		}
+		if (n) {
+			if (preadv_all(fd, iov, n, off + iov_at))
+				return GPUNVME_SC_UNRECOVERED_READ;
+			n = 0;
+		}
+		if (s->host) { /* iov was full: this one starts the next call */
+			iov_at = at;
+			iov[n].iov_base = s->host;
+			iov[n++].iov_len = s->len;
+			at += s->len;
+			continue;
+		}
+		const struct gpunvme_emu_gpu_ops *o = s->gpu;
+		int rc;
+		if (o->copy_from_file) {
+			t->gpu_pending = true;
+			rc = o->copy_from_file(o->ctx, t->lane, s->dev, map + at, fd, off + at, s->len);
+		} else {
+			rc = gpu_piece(t, s, (uint8_t *)(uintptr_t)(map + at), 1);
+		}
+		if (rc)
+			return GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
+		at += s->len;
+	}
+	if (n && preadv_all(fd, iov, n, off + iov_at))
+		return GPUNVME_SC_UNRECOVERED_READ;
+	return 0;
+}
+
 uint16_t emu_gpu_sync(struct emu_thread *t)
 {
 	/* One sync per distinct GPU region would be exact; every region of a

@@ -271,6 +271,10 @@ uint16_t emu_segs_copy(struct emu_thread *t, uint32_t nsegs, uint8_t *buf, int t
 /* Write host segments into a file at off (pwritev: each block old or new
  * even if the process dies meanwhile). 0 or -errno (-EFAULT: a GPU segment). */
 int emu_segs_to_file(struct emu_thread *t, uint32_t nsegs, int fd, uint64_t off);
+/* A Read from a file namespace: fd's bytes at off (mapped at map) into the
+ * segments, host ones by preadv, GPU ones by the ops' copy_from_file where
+ * there is one. Returns a status value. */
+uint16_t emu_segs_from_file(struct emu_thread *t, uint32_t nsegs, const uint8_t *map, int fd, uint64_t off);
 uint16_t emu_gpu_sync(struct emu_thread *t);
 /* Admin data helpers: translate + copy + sync in one call (admin thread). */
 uint16_t emu_dma_to_host(struct emu_thread *t, const struct gpunvme_sqe *c, const void *src, uint64_t len);

@@ -166,8 +166,10 @@ static int stage_take(struct emu_lanes *g, unsigned lane, size_t *idx)
 
 /* len bytes from host to GPU memory through the lane's staging ring, a
  * chunk at a time; the copies are queued on the lane's stream like direct
- * ones. */
-static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, const uint8_t *host, size_t len)
+ * ones. The bytes come from file fd at off where fd >= 0 (an image file's
+ * namespace: pread, no page faults on its mapping), else from host. */
+static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, const uint8_t *host, int fd,
+			    uint64_t off, size_t len)
 {
 	for (size_t d = 0; d < len;) {
 		const size_t n = len - d < g->chunk ? len - d : g->chunk;
@@ -177,7 +179,14 @@ static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, co
 			return rc;
 		struct stage_chunk *c = &g->chunks[i];
 		uint8_t *st = g->stage_mem + i * g->chunk;
-		memcpy(st, host + d, n);
+		if (fd < 0) {
+			memcpy(st, host + d, n);
+		} else {
+			/* the chunk stays free (not busy): nothing was queued on it */
+			int frc = gpunvme_pread_all(fd, st, n, off + d);
+			if (frc)
+				return frc;
+		}
 		cudaError_t e = cudaMemcpyAsync((void *)(uintptr_t)(dev + d), st, n, cudaMemcpyHostToDevice,
 						g->lane_stream[lane]);
 		/* the event follows the copy on the lane's stream: complete
@@ -205,7 +214,7 @@ static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t 
 	}
 	g->inproc_pending[lane] = true;
 	if (to_gpu && g->stage_mem && !pinned_has(host, len)) {
-		int rc = lane_read_staged(g, lane, dev, (const uint8_t *)host, len);
+		int rc = lane_read_staged(g, lane, dev, (const uint8_t *)host, -1, 0, len);
 		lane_trace("staged copy", lane, len, t0);
 		return rc;
 	}
@@ -213,6 +222,30 @@ static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t 
 			       : cudaMemcpyAsync(host, (void *)dev, len, cudaMemcpyDeviceToHost, g->lane_stream[lane]);
 	lane_trace("copy", lane, len, t0);
 	return e == cudaSuccess ? 0 : -EIO;
+}
+
+/* A read from an image file's namespace (emu.h copy_from_file): into the
+ * DMA process's staging or the lane's own with pread, or straight from the
+ * mapping where it is pinned. */
+static int lane_copy_from_file(void *ctx, unsigned lane, uint64_t dev, const void *host, int fd, uint64_t off,
+			       size_t len)
+{
+	struct emu_lanes *g = (struct emu_lanes *)ctx;
+	if (lane >= g->lanes)
+		return -EINVAL;
+	uint64_t t0 = gpunvme_now_ns();
+	if (g->edma && edma_mapped(g->edma, dev, len)) {
+		int rc = edma_copy_file(g->edma, g->edma_first + lane, dev, fd, off, len);
+		lane_trace("process file copy", lane, len, t0);
+		return rc;
+	}
+	if (g->stage_mem && !pinned_has(host, len)) {
+		g->inproc_pending[lane] = true;
+		int rc = lane_read_staged(g, lane, dev, (const uint8_t *)host, fd, off, len);
+		lane_trace("staged file copy", lane, len, t0);
+		return rc;
+	}
+	return lane_copy(ctx, lane, dev, (void *)host, len, 1);
 }
 
 /*
@@ -420,6 +453,7 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 	g->ops.sync = lane_sync;
 	g->ops.ctx = g;
 	g->ops.copy_batch = lane_copy_batch;
+	g->ops.copy_from_file = lane_copy_from_file;
 	/* Batched copies are off unless GPUNVME_COPY_BATCH=1. On the H100
 	 * machine (driver 580.159, CUDA 13.0) the GPU fault soak under
 	 * ctest -j4 failed only with them: the driver's channel error Xid 32

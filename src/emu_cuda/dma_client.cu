@@ -521,7 +521,18 @@ static uint8_t *chunk_mem(struct edma *d, unsigned l, unsigned k)
 	return d->stage + (uint64_t)l * EDMA_LANE_STAGE + (uint64_t)k * EDMA_CHUNK;
 }
 
-int edma_copy(struct edma *d, unsigned l, uint64_t dev, void *host, size_t len, int to_gpu)
+/* A read's bytes into staging: from the file where there is one (fd >= 0:
+ * no page faults on a mapping, see edma_copy_file), else from host memory. */
+static int fill(uint8_t *st, const uint8_t *host, int fd, uint64_t off, size_t n)
+{
+	if (fd < 0) {
+		memcpy(st, host, n);
+		return 0;
+	}
+	return gpunvme_pread_all(fd, st, n, off);
+}
+
+static int copy(struct edma *d, unsigned l, uint64_t dev, void *host, int fd, uint64_t foff, size_t len, int to_gpu)
 {
 	if (l >= EDMA_LANES)
 		return -EINVAL;
@@ -533,8 +544,13 @@ int edma_copy(struct edma *d, unsigned l, uint64_t dev, void *host, size_t len, 
 		if (rc)
 			return rc;
 		if (to_gpu) {
-			memcpy(chunk_mem(d, l, k), (const uint8_t *)host + off, n);
+			rc = fill(chunk_mem(d, l, k), (const uint8_t *)host + off, fd, foff + off, n);
+			/* published even when the file failed us: the request is in
+			 * the ring and the lane's count must stay whole; the command
+			 * fails with rc, so what lands in its buffer does not matter */
 			publish(d, l);
+			if (rc)
+				return rc;
 		} else {
 			/* a write: its bytes are in staging once done passes it */
 			publish(d, l);
@@ -549,6 +565,16 @@ int edma_copy(struct edma *d, unsigned l, uint64_t dev, void *host, size_t len, 
 		off += n;
 	}
 	return 0;
+}
+
+int edma_copy(struct edma *d, unsigned l, uint64_t dev, void *host, size_t len, int to_gpu)
+{
+	return copy(d, l, dev, host, -1, 0, len, to_gpu);
+}
+
+int edma_copy_file(struct edma *d, unsigned l, uint64_t dev, int fd, uint64_t off, size_t len)
+{
+	return copy(d, l, dev, NULL, fd, off, len, 1);
 }
 
 int edma_drain(struct edma *d, unsigned l)

@@ -41,6 +41,9 @@ int edma_mapped(struct edma *d, uint64_t addr, size_t len);
  * memory), GPU memory in a mapped allocation. A read (to_gpu) is queued,
  * a write is complete on return. Bounded waits; 0 or negative errno. */
 int edma_copy(struct edma *d, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu);
+/* A read whose bytes are file fd's at off: pread into the lane's staging
+ * (an image file's namespace: no first-touch faults on its mapping). */
+int edma_copy_file(struct edma *d, unsigned lane, uint64_t dev, int fd, uint64_t off, size_t len);
 /* Every copy lane l queued has landed: 0, -ETIMEDOUT, -EIO or -EFAULT,
  * the lane's failure since its last sync (taken: its emulator thread's
  * call, which fails the commands of its pass). */

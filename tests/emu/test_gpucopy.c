@@ -12,7 +12,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "base/base.h"
 #include "harness.h"
 
 #define GPU_IOVA 0x40000000000ull
@@ -28,6 +30,10 @@ struct fake_gpu {
 	unsigned single_calls, batch_calls, batch_pieces, syncs;
 	unsigned refuse_after; /* batch calls that succeed before one is refused (0: never) */
 	int overflow;
+	/* copy_from_file: each call's bytes read from the file into a buffer
+	 * of the fake's own (freed at sync), as the copy engine's staging */
+	void *owned[MAXQ];
+	unsigned nowned, file_calls, file_mismatch;
 };
 
 static int issue(struct fake_gpu *g, const struct gpunvme_emu_copy *c)
@@ -89,8 +95,40 @@ static int fake_sync(void *ctx, unsigned lane)
 			memcpy(c->host, d, c->len);
 	}
 	g->nq = 0;
+	for (unsigned i = 0; i < g->nowned; i++)
+		free(g->owned[i]);
+	g->nowned = 0;
 	pthread_mutex_unlock(&g->lock);
 	return 0;
+}
+
+/* A read from an image file's namespace: the file's bytes at off, read
+ * into staging of the fake's own, queued like any copy; the mapping's
+ * bytes (host) must be the same (counted when not). */
+static int fake_from_file(void *ctx, unsigned lane, uint64_t dev, const void *host, int fd, uint64_t off, size_t len)
+{
+	(void)lane;
+	struct fake_gpu *g = ctx;
+	uint8_t *st = malloc(len);
+	if (!st)
+		return -ENOMEM;
+	int rc = gpunvme_pread_all(fd, st, len, off);
+	if (rc) {
+		free(st);
+		return rc;
+	}
+	struct gpunvme_emu_copy c = { dev, st, len, 1 };
+	pthread_mutex_lock(&g->lock);
+	g->file_calls++;
+	if (memcmp(st, host, len))
+		g->file_mismatch++;
+	rc = g->nowned < MAXQ ? issue(g, &c) : -ENOSPC;
+	if (!rc)
+		g->owned[g->nowned++] = st;
+	pthread_mutex_unlock(&g->lock);
+	if (rc)
+		free(st);
+	return rc;
 }
 
 static int fake_open(struct fake_gpu *g, size_t len)
@@ -121,8 +159,9 @@ struct fx {
 static uint8_t want[8u << 20]; /* covers every read of every case (LBA < 9600) */
 
 /* A controller with 512-byte blocks whose first 8 MiB hold pattern 7 + k, an
- * I/O queue pair of 256 entries, and the fake GPU mapped at GPU_IOVA. */
-static int setup(struct fx *f)
+ * I/O queue pair of 256 entries, and the fake GPU mapped at GPU_IOVA. The
+ * namespace is RAM, or the image file `image` (16 MiB) when given. */
+static int setup_ns(struct fx *f, const char *image)
 {
 	struct h_ctrl **c = &f->c;
 	struct h_qp *q = &f->q;
@@ -133,6 +172,10 @@ static int setup(struct fx *f)
 	cfg.mdts = 5;
 	cfg.ns[0].lba_shift = 9;
 	cfg.ns[0].size = 16u << 20;
+	if (image) {
+		cfg.ns[0].backing = GPUNVME_EMU_BACK_FILE;
+		snprintf(cfg.ns[0].path, sizeof(cfg.ns[0].path), "%s", image);
+	}
 	REQUIRE_OK(h_ctrl_open(c, &cfg, 16u << 20));
 	REQUIRE_OK(h_enable(*c, 0));
 	REQUIRE_OK(h_qp_create(*c, q, 1, 256));
@@ -148,6 +191,11 @@ static int setup(struct fx *f)
 	*ops = (struct gpunvme_emu_gpu_ops){ fake_copy, fake_sync, g, fake_batch };
 	REQUIRE_OK(gpunvme_emu_dma_map_gpu((*c)->emu, GPU_IOVA, (uint64_t)(uintptr_t)g->mem, g->len, ops));
 	return 0;
+}
+
+static int setup(struct fx *f)
+{
+	return setup_ns(f, NULL);
 }
 
 static int teardown(struct fx *f)
@@ -454,6 +502,79 @@ TEST_CASE(two_regions_two_contexts)
 	REQUIRE_OK(gpunvme_emu_dma_unmap(f.c->emu, IOVA2));
 	fake_close(&g2);
 	return teardown(&f);
+}
+
+/*
+ * An image file's namespace (emu_segs_from_file): reads into GPU memory go
+ * to the ops' copy_from_file with the file's offset, reads into host
+ * memory are preadv'd, and one command may mix both (PRP1 a host page,
+ * PRP2 a GPU page). Host pages scattered in reverse order (one segment
+ * each, more than one preadv call). A file cut short behind the emulator's
+ * back fails the read with Unrecovered Read Error, where a copy from the
+ * mapping would have been a SIGBUS.
+ */
+TEST_CASE(image_file_reads_through_the_file)
+{
+	char path[] = "/tmp/gpunvme-gpucopy-XXXXXX";
+	int fd = mkstemp(path);
+	REQUIRE(fd >= 0);
+	close(fd);
+	struct fx f;
+	int rc = setup_ns(&f, path);
+	if (rc) {
+		unlink(path);
+		return rc;
+	}
+	REQUIRE_OK(gpunvme_emu_dma_unmap(f.c->emu, GPU_IOVA));
+	f.ops.copy_from_file = fake_from_file;
+	REQUIRE_OK(gpunvme_emu_dma_map_gpu(f.c->emu, GPU_IOVA, (uint64_t)(uintptr_t)f.g.mem, f.g.len, &f.ops));
+	/* GPU: 100 reads of 8 KiB */
+	enum { N = 100 };
+	REQUIRE_OK(push_reads(&f.q, N));
+	if (wait_ok(&f.q, N) || check_reads(&f.g, N, NULL))
+		return 1;
+	REQUIRE_EQ(f.g.file_calls, N);
+	REQUIRE_EQ(f.g.file_mismatch, 0);
+	REQUIRE_EQ(f.g.single_calls + f.g.batch_pieces, 0);
+	/* host: 128 KiB (the MDTS) into 32 pages in reverse order */
+	struct h_buf pages = h_alloc(&f.c->arena, 32 * H_PAGE, H_PAGE);
+	struct h_buf list = h_alloc(&f.c->arena, H_PAGE, H_PAGE);
+	uint64_t *ent = list.va;
+	for (unsigned p = 1; p < 32; p++)
+		ent[p - 1] = pages.iova + (uint64_t)(31 - p) * H_PAGE;
+	memset(pages.va, POISON, 32 * H_PAGE);
+	struct gpunvme_sqe s;
+	struct gpunvme_cqe e;
+	h_io_sqe(&s, GPUNVME_CMD_READ, 1, 1000, 256);
+	s.prp1 = pages.iova + 31 * H_PAGE;
+	s.prp2 = list.iova;
+	REQUIRE_OK(h_cmd(&f.q, &s, &e));
+	REQUIRE_ST(e, 0);
+	for (unsigned p = 0; p < 32; p++)
+		REQUIRE(memcmp((uint8_t *)pages.va + (size_t)(31 - p) * H_PAGE, want + 1000 * 512 + (size_t)p * H_PAGE,
+			       H_PAGE) == 0, "host page %u", p);
+	/* mixed: 8 KiB, the first page to host memory, the second to the GPU */
+	memset(f.g.mem, POISON, 8192);
+	memset(pages.va, POISON, H_PAGE);
+	h_io_sqe(&s, GPUNVME_CMD_READ, 1, 4000, 16);
+	s.prp1 = pages.iova;
+	s.prp2 = GPU_IOVA;
+	REQUIRE_OK(h_cmd(&f.q, &s, &e));
+	REQUIRE_ST(e, 0);
+	REQUIRE(memcmp(pages.va, want + 4000 * 512, H_PAGE) == 0);
+	REQUIRE(memcmp(f.g.mem, want + 4000 * 512 + H_PAGE, H_PAGE) == 0);
+	REQUIRE(h_all(f.g.mem + H_PAGE, H_PAGE, POISON));
+	REQUIRE_EQ(f.g.file_mismatch, 0);
+	/* the file cut to 8 MiB: a read past it fails with a media status */
+	REQUIRE(truncate(path, 8u << 20) == 0);
+	h_io_sqe(&s, GPUNVME_CMD_READ, 1, (12u << 20) / 512, 8);
+	s.prp1 = pages.iova;
+	s.prp2 = 0;
+	REQUIRE_OK(h_cmd(&f.q, &s, &e));
+	REQUIRE_ST(e, GPUNVME_SC_UNRECOVERED_READ);
+	rc = teardown(&f);
+	unlink(path);
+	return rc;
 }
 
 int main(int argc, char **argv) { return check_main(argc, argv); }

@@ -219,7 +219,7 @@ int main(void)
 	struct gpu_dma g;
 	for (unsigned i = 0; i < gpunvme_emu_lanes(emu); i++)
 		REQUIRE_CUDA(cudaStreamCreateWithFlags(&g.s[i], cudaStreamNonBlocking));
-	struct gpunvme_emu_gpu_ops ops = { gpu_copy, gpu_sync, &g, NULL };
+	struct gpunvme_emu_gpu_ops ops = { gpu_copy, gpu_sync, &g, NULL, NULL };
 	uint8_t *vram;
 	REQUIRE_CUDA(cudaMalloc((void **)&vram, (size_t)QD * BLK));
 	REQUIRE_CUDA(cudaMemset(vram, 0, (size_t)QD * BLK));
