@@ -349,6 +349,34 @@ uint16_t emu_segs_copy(struct emu_thread *t, uint32_t nsegs, uint8_t *buf, int t
 	return 0;
 }
 
+/* The whole of iov[0..n) written to (write) or read from fd at off, through
+ * short transfers and EINTR (it consumes iov). 0, -errno, or -EIO where a
+ * read meets the end of the file (or a write moves nothing). */
+static int iov_all(int fd, struct iovec *v, int n, uint64_t off, bool write)
+{
+	while (n) {
+		ssize_t r = write ? pwritev(fd, v, n, (off_t)off) : preadv(fd, v, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -EIO;
+		off += (uint64_t)r;
+		size_t left = (size_t)r;
+		while (n && left >= v->iov_len) {
+			left -= v->iov_len;
+			v++;
+			n--;
+		}
+		if (n) {
+			v->iov_base = (uint8_t *)v->iov_base + left;
+			v->iov_len -= left;
+		}
+	}
+	return 0;
+}
+
 /* Host segments into a file at off with one pwritev per IOV_MAX segments.
  * The kernel copies a page of the file at a time and a dying process stops
  * only between pages, so a crash of the process hosting the emulator (a
@@ -370,55 +398,10 @@ int emu_segs_to_file(struct emu_thread *t, uint32_t nsegs, int fd, uint64_t off)
 			iov[n].iov_len = t->segs[i].len;
 			len += t->segs[i].len;
 		}
-		struct iovec *v = iov;
-		while (len) {
-			ssize_t w = pwritev(fd, v, n, (off_t)off);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w < 0)
-				return -errno;
-			if (w == 0)
-				return -EIO;
-			off += (uint64_t)w;
-			len -= (uint64_t)w;
-			size_t left = (size_t)w;
-			while (n && left >= v->iov_len) {
-				left -= v->iov_len;
-				v++;
-				n--;
-			}
-			if (n) {
-				v->iov_base = (uint8_t *)v->iov_base + left;
-				v->iov_len -= left;
-			}
-		}
-	}
-	return 0;
-}
-
-/* preadv of the whole of iov[0..n) from fd at off, through short reads and
- * EINTR (it consumes iov). 0, -errno, or -EIO where the file ends first. */
-static int preadv_all(int fd, struct iovec *v, int n, uint64_t off)
-{
-	while (n) {
-		ssize_t r = preadv(fd, v, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -EIO;
-		off += (uint64_t)r;
-		size_t left = (size_t)r;
-		while (n && left >= v->iov_len) {
-			left -= v->iov_len;
-			v++;
-			n--;
-		}
-		if (n) {
-			v->iov_base = (uint8_t *)v->iov_base + left;
-			v->iov_len -= left;
-		}
+		int rc = iov_all(fd, iov, n, off, true);
+		if (rc)
+			return rc;
+		off += len;
 	}
 	return 0;
 }
@@ -454,7 +437,7 @@ uint16_t emu_segs_from_file(struct emu_thread *t, uint32_t nsegs, const uint8_t 
 			continue;
 		}
 		if (n) {
-			if (preadv_all(fd, iov, n, off + iov_at))
+			if (iov_all(fd, iov, n, off + iov_at, false))
 				return GPUNVME_SC_UNRECOVERED_READ;
 			n = 0;
 		}
@@ -477,7 +460,7 @@ uint16_t emu_segs_from_file(struct emu_thread *t, uint32_t nsegs, const uint8_t 
 			return GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
 		at += s->len;
 	}
-	if (n && preadv_all(fd, iov, n, off + iov_at))
+	if (n && iov_all(fd, iov, n, off + iov_at, false))
 		return GPUNVME_SC_UNRECOVERED_READ;
 	return 0;
 }
