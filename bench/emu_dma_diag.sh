@@ -4,8 +4,9 @@
 # (GPUNVME_EMU_DMA=process) against in the application's context (=inproc), same machine, same
 # run: the GPU fault soak and the multi-process test alone (time, result),
 # and `gpunvme load` of a model from an ext4 image at Tier 2 (load rate and
-# command wall time).
-#   OUT=/dir [BD=build-gpu] [SIZE=4G] [PHASES="soak mp load"] bash bench/emu_dma_diag.sh
+# command wall time), each with image reads by pread and from the mapping
+# (GPUNVME_EMU_FILE_READ=pread|map; FR picks).
+#   OUT=/dir [BD=build-gpu] [SIZE=4G] [FR="pread map"] [PHASES="soak mp load"] bash bench/emu_dma_diag.sh
 R=${OUT:?set OUT}
 mkdir -p "$R"
 exec > >(tee -a "$R/diag.log") 2>&1
@@ -36,10 +37,14 @@ for ph in ${PHASES:-soak mp load}; do
 				mkfs.ext4 -q -F -d "$W/tree" "$W/fs.img"
 				cat "$W/fs.img" >/dev/null # page cache warm
 			fi
+			# image reads by pread (the default) against copies from the
+			# mapping (the baseline), alternating
 			for i in 1 2; do
-				t0=$(date +%s.%N)
-				out=$(timeout 120 "$B/gpunvme" load "emu:$W/fs.img" /m.safetensors --tier 2 --no-progress 2>&1 | tail -2 | tr '\n' ' ')
-				log "load $mode $i: $(el $t0) s wall: $out"
+				for fr in ${FR:-pread map}; do
+					t0=$(date +%s.%N)
+					out=$(GPUNVME_EMU_FILE_READ=$fr timeout 120 "$B/gpunvme" load "emu:$W/fs.img" /m.safetensors --tier 2 --no-progress 2>&1 | tail -2 | tr '\n' ' ')
+					log "load $mode $fr $i: $(el $t0) s wall: $out"
+				done
 			done
 			;;
 		esac

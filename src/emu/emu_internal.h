@@ -135,6 +135,10 @@ struct emu_ns {
 	uint8_t *data;         /* RAM or file mapping; NULL for null */
 	size_t map_len;
 	int fd;
+	/* Reads come from here with pread (emu_segs_from_file): fd for an
+	 * image file, -1 for RAM and null, or when GPUNVME_EMU_FILE_READ=map
+	 * asks for copies from the mapping (a baseline for measurements) */
+	int read_fd;
 	/* an image opened read-only (cfg read_only, or not writable): mapped
 	 * PROT_READ; commands that modify it fail (emu_io.c, io_write_protected) */
 	bool read_only;

@@ -243,8 +243,9 @@ static uint16_t io_rw(struct emu_thread *t, struct emu_ns *ns, const struct gpun
 		 * process never leaves a torn block (emu_segs_to_file) */
 		if (emu_segs_to_file(t, nsegs, ns->fd, slba << ns->lba_shift))
 			return GPUNVME_SC_WRITE_FAULT;
-	} else if (ns->data && !write && ns->fd >= 0) {
-		st = emu_segs_from_file(t, nsegs, ns->data + (slba << ns->lba_shift), ns->fd, slba << ns->lba_shift);
+	} else if (ns->data && !write && ns->read_fd >= 0) {
+		st = emu_segs_from_file(t, nsegs, ns->data + (slba << ns->lba_shift), ns->read_fd,
+					slba << ns->lba_shift);
 		if (st)
 			return st;
 	} else if (ns->data) {

@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -56,6 +58,7 @@ int emu_ns_open(struct emu_ns *ns, uint32_t nsid, const struct gpunvme_emu_ns_co
 {
 	memset(ns, 0, sizeof(*ns));
 	ns->fd = -1;
+	ns->read_fd = -1;
 	ns->nsid = nsid;
 	ns->backing = cfg->backing;
 	if (cfg->lba_shift != 9 && cfg->lba_shift != 12)
@@ -132,6 +135,8 @@ int emu_ns_open(struct emu_ns *ns, uint32_t nsid, const struct gpunvme_emu_ns_co
 		}
 		ns->read_only = ro;
 		ns->fd = fd;
+		const char *how = getenv("GPUNVME_EMU_FILE_READ");
+		ns->read_fd = how && !strcmp(how, "map") ? -1 : fd;
 		ns->data = p;
 		ns->map_len = size;
 		break;
@@ -154,6 +159,7 @@ void emu_ns_close(struct emu_ns *ns)
 		close(ns->fd);
 	ns->data = NULL;
 	ns->fd = -1;
+	ns->read_fd = -1;
 }
 
 /* Make [off, off + len) durable (Flush, §6.8). Only file namespaces have

@@ -577,4 +577,34 @@ TEST_CASE(image_file_reads_through_the_file)
 	return rc;
 }
 
+/* GPUNVME_EMU_FILE_READ=map (read at open): the old copies from the
+ * mapping, for a same-run baseline; the bytes are the same. */
+TEST_CASE(image_file_reads_from_the_mapping_when_asked)
+{
+	char path[] = "/tmp/gpunvme-gpucopy-XXXXXX";
+	int fd = mkstemp(path);
+	REQUIRE(fd >= 0);
+	close(fd);
+	struct fx f;
+	REQUIRE(setenv("GPUNVME_EMU_FILE_READ", "map", 1) == 0);
+	int rc = setup_ns(&f, path);
+	unsetenv("GPUNVME_EMU_FILE_READ");
+	if (rc) {
+		unlink(path);
+		return rc;
+	}
+	REQUIRE_OK(gpunvme_emu_dma_unmap(f.c->emu, GPU_IOVA));
+	f.ops.copy_from_file = fake_from_file;
+	REQUIRE_OK(gpunvme_emu_dma_map_gpu(f.c->emu, GPU_IOVA, (uint64_t)(uintptr_t)f.g.mem, f.g.len, &f.ops));
+	enum { N = 40 };
+	REQUIRE_OK(push_reads(&f.q, N));
+	if (wait_ok(&f.q, N) || check_reads(&f.g, N, NULL))
+		return 1;
+	REQUIRE_EQ(f.g.file_calls, 0);
+	REQUIRE_EQ(f.g.batch_pieces + f.g.single_calls, N);
+	rc = teardown(&f);
+	unlink(path);
+	return rc;
+}
+
 int main(int argc, char **argv) { return check_main(argc, argv); }
