@@ -22,6 +22,11 @@
 #   moefull:K bench/moe_bench.py for kind K (mixtral, finegrained), every row, ssd and ram, with
 #             a trace of one decode step of (a)
 #   moeskew:K the same model with a skewed router: rows e, a, b on the modeled SSD
+#   emufile   issue 32: gpunvme load of a SIZE (8G) model from an image file at Tier 2, image
+#             reads by pread against from the mapping (GPUNVME_EMU_FILE_READ), in-process and
+#             through the DMA process (bench/emu_dma_diag.sh PHASES=load)
+#   soakbg:S  issue 32: bench/stream_soak.py for S seconds in the background (outlives the call
+#             on a warm machine); soakget copies its result under $OUT
 #   pack      everything under $OUT but run.log into one archive (8 files come back at most)
 #   pyt       test_stream, test_md, test_gpu_moe with the package venv installed
 #   venv      $BD/pyvenv/bin/python for gpu.matrix: the machine's python3
@@ -139,6 +144,25 @@ for ph in ${PHASES:-build serial}; do
 			--out "$R/moebench" --tokens 16 "${extra[@]}" 2>&1 | grep -v "Loading weights\|Writing model" | tail -16
 		# acceptance 4: no host wait between a layer's router and its reads
 		[ "${ph%%:*}" = moefull ] && python3 bench/moe_trace_check.py "$R/moebench/trace-$k-ssd.json" | tail -8
+		;;
+	emufile)
+		# issue 32: gpunvme load of an ${SIZE:-8G} model from an image file at
+		# Tier 2, image reads by pread against from the mapping, in-process
+		# and through the DMA process (bench/emu_dma_diag.sh)
+		log "emu_dma_diag load ${SIZE:-8G}"
+		OUT="$R/emufile" BD="$BD" SIZE=${SIZE:-8G} PHASES=load timeout 500 bash bench/emu_dma_diag.sh | grep -E "load |done"
+		;;
+	soakbg:*)
+		# issue 32: the Tier 2 stream soak (bench/stream_soak.py) for N
+		# seconds, in the background: it outlives this call on a warm
+		# machine; soakget collects it
+		log "stream soak ${ph#*:} s in the background"
+		nohup python3 bench/stream_soak.py --build "$BD" --work /tmp/soak --seconds "${ph#*:}" \
+			--out /tmp/soak.json >/tmp/soak.log 2>&1 &
+		;;
+	soakget)
+		cp /tmp/soak.json /tmp/soak.log "$R/" 2>/dev/null
+		log "stream soak: $(cat /tmp/soak.json 2>/dev/null || echo "not done: $(tail -2 /tmp/soak.log)")"
 		;;
 	pack)
 		(cd "$R" && tar czf logs.tgz --exclude=run.log --exclude=logs.tgz --remove-files -- * 2>/dev/null)
