@@ -544,7 +544,9 @@ static int copy(struct edma *d, unsigned l, uint64_t dev, void *host, int fd, ui
 		if (rc)
 			return rc;
 		if (to_gpu) {
-			rc = fill(chunk_mem(d, l, k), (const uint8_t *)host + off, fd, foff + off, n);
+			/* no offset on host where it is NULL (a file read) */
+			const uint8_t *src = fd < 0 ? (const uint8_t *)host + off : NULL;
+			rc = fill(chunk_mem(d, l, k), src, fd, foff + off, n);
 			/* published even when the file failed us: the request is in
 			 * the ring and the lane's count must stay whole; the command
 			 * fails with rc, so what lands in its buffer does not matter */
