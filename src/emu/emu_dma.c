@@ -426,26 +426,18 @@ uint16_t emu_segs_from_file(struct emu_thread *t, uint32_t nsegs, const uint8_t 
 			       * buffer of scattered 4 KiB pages: one run each) */
 	int n = 0;
 	uint64_t at = 0, iov_at = 0; /* bytes of the transfer before segment i; before iov[0] */
-	for (uint32_t i = 0; i < nsegs; i++) {
+	for (uint32_t i = 0; i < nsegs; at += t->segs[i++].len) {
 		const struct emu_seg *s = &t->segs[i];
-		if (s->host && n < (int)(sizeof(iov) / sizeof(iov[0]))) {
-			if (!n)
-				iov_at = at;
-			iov[n].iov_base = s->host;
-			iov[n++].iov_len = s->len;
-			at += s->len;
-			continue;
-		}
-		if (n) {
+		if (n && (!s->host || n == (int)(sizeof(iov) / sizeof(iov[0])))) {
 			if (iov_all(fd, iov, n, off + iov_at, false))
 				return GPUNVME_SC_UNRECOVERED_READ;
 			n = 0;
 		}
-		if (s->host) { /* iov was full: this one starts the next call */
-			iov_at = at;
+		if (s->host) {
+			if (!n)
+				iov_at = at;
 			iov[n].iov_base = s->host;
 			iov[n++].iov_len = s->len;
-			at += s->len;
 			continue;
 		}
 		const struct gpunvme_emu_gpu_ops *o = s->gpu;
@@ -458,7 +450,6 @@ uint16_t emu_segs_from_file(struct emu_thread *t, uint32_t nsegs, const uint8_t 
 		}
 		if (rc)
 			return GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
-		at += s->len;
 	}
 	if (n && iov_all(fd, iov, n, off + iov_at, false))
 		return GPUNVME_SC_UNRECOVERED_READ;

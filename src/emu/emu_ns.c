@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "emu/emu_internal.h"
 
 /* An image file copied into anonymous memory: the namespace is then RAM
@@ -33,20 +34,12 @@ static int ns_snapshot(struct emu_ns *ns, const struct gpunvme_emu_ns_config *cf
 		close(fd);
 		return -ENOMEM;
 	}
-	uint64_t done = 0;
-	while (done < (uint64_t)st.st_size) {
-		ssize_t n = pread(fd, (uint8_t *)p + done, (uint64_t)st.st_size - done, (off_t)done);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			int rc = n < 0 ? -errno : -EIO;
-			munmap(p, size);
-			close(fd);
-			return rc;
-		}
-		done += (uint64_t)n;
-	}
+	int rc = gpunvme_pread_all(fd, p, (size_t)st.st_size, 0);
 	close(fd);
+	if (rc) {
+		munmap(p, size);
+		return rc;
+	}
 	ns->backing = GPUNVME_EMU_BACK_RAM;
 	ns->data = p;
 	ns->map_len = size;

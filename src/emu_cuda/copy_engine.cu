@@ -201,20 +201,25 @@ static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, co
 	return 0;
 }
 
-static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu)
+/* One copy of the lane: host memory, or for a read the bytes of file fd at
+ * off (fd >= 0: an image file's namespace, also mapped at host), read into
+ * staging (the DMA process's or the lane's own) with pread; straight from
+ * host where it is pinned. */
+static int lane_copy_src(struct emu_lanes *g, unsigned lane, uint64_t dev, void *host, int fd, uint64_t off,
+			 size_t len, int to_gpu)
 {
-	struct emu_lanes *g = (struct emu_lanes *)ctx;
 	if (lane >= g->lanes)
 		return -EINVAL;
 	uint64_t t0 = gpunvme_now_ns();
 	if (g->edma && edma_mapped(g->edma, dev, len)) {
-		int rc = edma_copy(g->edma, g->edma_first + lane, dev, host, len, to_gpu);
+		int rc = fd >= 0 ? edma_copy_file(g->edma, g->edma_first + lane, dev, fd, off, len)
+				 : edma_copy(g->edma, g->edma_first + lane, dev, host, len, to_gpu);
 		lane_trace("process copy", lane, len, t0);
 		return rc;
 	}
 	g->inproc_pending[lane] = true;
 	if (to_gpu && g->stage_mem && !pinned_has(host, len)) {
-		int rc = lane_read_staged(g, lane, dev, (const uint8_t *)host, -1, 0, len);
+		int rc = lane_read_staged(g, lane, dev, (const uint8_t *)host, fd, off, len);
 		lane_trace("staged copy", lane, len, t0);
 		return rc;
 	}
@@ -224,28 +229,16 @@ static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t 
 	return e == cudaSuccess ? 0 : -EIO;
 }
 
-/* A read from an image file's namespace (emu.h copy_from_file): into the
- * DMA process's staging or the lane's own with pread, or straight from the
- * mapping where it is pinned. */
+static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu)
+{
+	return lane_copy_src((struct emu_lanes *)ctx, lane, dev, host, -1, 0, len, to_gpu);
+}
+
+/* emu.h copy_from_file: a read from an image file's namespace */
 static int lane_copy_from_file(void *ctx, unsigned lane, uint64_t dev, const void *host, int fd, uint64_t off,
 			       size_t len)
 {
-	struct emu_lanes *g = (struct emu_lanes *)ctx;
-	if (lane >= g->lanes)
-		return -EINVAL;
-	uint64_t t0 = gpunvme_now_ns();
-	if (g->edma && edma_mapped(g->edma, dev, len)) {
-		int rc = edma_copy_file(g->edma, g->edma_first + lane, dev, fd, off, len);
-		lane_trace("process file copy", lane, len, t0);
-		return rc;
-	}
-	if (g->stage_mem && !pinned_has(host, len)) {
-		g->inproc_pending[lane] = true;
-		int rc = lane_read_staged(g, lane, dev, (const uint8_t *)host, fd, off, len);
-		lane_trace("staged file copy", lane, len, t0);
-		return rc;
-	}
-	return lane_copy(ctx, lane, dev, (void *)host, len, 1);
+	return lane_copy_src((struct emu_lanes *)ctx, lane, dev, (void *)host, fd, off, len, 1);
 }
 
 /*

@@ -504,6 +504,24 @@ TEST_CASE(two_regions_two_contexts)
 	return teardown(&f);
 }
 
+/* The fixture over a fresh 16 MiB image file (its name in path, for the
+ * caller to unlink), the fake GPU taking copy_from_file. */
+static int setup_image(struct fx *f, char *path)
+{
+	int fd = mkstemp(path);
+	REQUIRE(fd >= 0);
+	close(fd);
+	int rc = setup_ns(f, path);
+	if (rc) {
+		unlink(path);
+		return rc;
+	}
+	REQUIRE_OK(gpunvme_emu_dma_unmap(f->c->emu, GPU_IOVA));
+	f->ops.copy_from_file = fake_from_file;
+	REQUIRE_OK(gpunvme_emu_dma_map_gpu(f->c->emu, GPU_IOVA, (uint64_t)(uintptr_t)f->g.mem, f->g.len, &f->ops));
+	return 0;
+}
+
 /*
  * An image file's namespace (emu_segs_from_file): reads into GPU memory go
  * to the ops' copy_from_file with the file's offset, reads into host
@@ -516,18 +534,10 @@ TEST_CASE(two_regions_two_contexts)
 TEST_CASE(image_file_reads_through_the_file)
 {
 	char path[] = "/tmp/gpunvme-gpucopy-XXXXXX";
-	int fd = mkstemp(path);
-	REQUIRE(fd >= 0);
-	close(fd);
 	struct fx f;
-	int rc = setup_ns(&f, path);
-	if (rc) {
-		unlink(path);
+	int rc = setup_image(&f, path);
+	if (rc)
 		return rc;
-	}
-	REQUIRE_OK(gpunvme_emu_dma_unmap(f.c->emu, GPU_IOVA));
-	f.ops.copy_from_file = fake_from_file;
-	REQUIRE_OK(gpunvme_emu_dma_map_gpu(f.c->emu, GPU_IOVA, (uint64_t)(uintptr_t)f.g.mem, f.g.len, &f.ops));
 	/* GPU: 100 reads of 8 KiB */
 	enum { N = 100 };
 	REQUIRE_OK(push_reads(&f.q, N));
@@ -582,20 +592,12 @@ TEST_CASE(image_file_reads_through_the_file)
 TEST_CASE(image_file_reads_from_the_mapping_when_asked)
 {
 	char path[] = "/tmp/gpunvme-gpucopy-XXXXXX";
-	int fd = mkstemp(path);
-	REQUIRE(fd >= 0);
-	close(fd);
 	struct fx f;
 	REQUIRE(setenv("GPUNVME_EMU_FILE_READ", "map", 1) == 0);
-	int rc = setup_ns(&f, path);
+	int rc = setup_image(&f, path);
 	unsetenv("GPUNVME_EMU_FILE_READ");
-	if (rc) {
-		unlink(path);
+	if (rc)
 		return rc;
-	}
-	REQUIRE_OK(gpunvme_emu_dma_unmap(f.c->emu, GPU_IOVA));
-	f.ops.copy_from_file = fake_from_file;
-	REQUIRE_OK(gpunvme_emu_dma_map_gpu(f.c->emu, GPU_IOVA, (uint64_t)(uintptr_t)f.g.mem, f.g.len, &f.ops));
 	enum { N = 40 };
 	REQUIRE_OK(push_reads(&f.q, N));
 	if (wait_ok(&f.q, N) || check_reads(&f.g, N, NULL))

@@ -423,6 +423,23 @@ TEST_CASE(cache_random_decode)
 	return 0;
 }
 
+/* `tokens` tokens: each of the 4 layers asked for `hot` and one other at
+ * random; with check, every slot handed out holds its expert's bytes. */
+static int cycle(struct rig *r, struct gpunvme_expert_cache *c, uint32_t hot, int tokens, uint64_t *seed, bool check)
+{
+	for (int tok = 0; tok < tokens; tok++)
+		for (uint32_t li = 0; li < 4; li++) {
+			uint32_t ids[2] = { hot, 0 }, sl[2];
+			do
+				ids[1] = (uint32_t)(rng(seed) % 8);
+			while (ids[1] == hot);
+			REQUIRE_OK(gpunvme_expert_cache_get(c, li, ids, 2, sl));
+			for (int j = 0; j < 2 && check; j++)
+				REQUIRE_OK(slot_is(r, c, sl[j], li, ids[j]));
+		}
+	return 0;
+}
+
 /*
  * One token asks every layer in turn, so a decode step is a cycle of
  * layers x k requests; with fewer slots than that, LRU evicts each expert
@@ -444,25 +461,9 @@ TEST_CASE(cache_cycle_bigger_than_slots)
 		const uint32_t hot = phase ? 5 : 0;
 		/* warm-up: long enough for the counts to age past the old hot set
 		 * (8 x 32 keys = 256 requests a period, 8 a token) */
-		for (int tok = 0; tok < 200; tok++)
-			for (uint32_t li = 0; li < 4; li++) {
-				uint32_t ids[2] = { hot, 0 }, sl[2];
-				do
-					ids[1] = (uint32_t)(rng(&seed) % 8);
-				while (ids[1] == hot);
-				REQUIRE_OK(gpunvme_expert_cache_get(c, li, ids, 2, sl));
-				REQUIRE_OK(slot_is(&r, c, sl[0], li, ids[0]));
-				REQUIRE_OK(slot_is(&r, c, sl[1], li, ids[1]));
-			}
+		REQUIRE_OK(cycle(&r, c, hot, 200, &seed, true));
 		gpunvme_expert_cache_stats(c, &st0);
-		for (int tok = 0; tok < 50; tok++)
-			for (uint32_t li = 0; li < 4; li++) {
-				uint32_t ids[2] = { hot, 0 }, sl[2];
-				do
-					ids[1] = (uint32_t)(rng(&seed) % 8);
-				while (ids[1] == hot);
-				REQUIRE_OK(gpunvme_expert_cache_get(c, li, ids, 2, sl));
-			}
+		REQUIRE_OK(cycle(&r, c, hot, 50, &seed, false));
 		gpunvme_expert_cache_stats(c, &st1);
 		/* every hot request hits (200 of 400); the 2 spare slots hold
 		 * cold experts that are asked again now and then */
