@@ -157,8 +157,13 @@ for ph in ${PHASES:-build serial}; do
 		# seconds, in the background: it outlives this call on a warm
 		# machine; soakget collects it
 		log "stream soak ${ph#*:} s in the background"
-		nohup python3 bench/stream_soak.py --build "$BD" --work /tmp/soak --seconds "${ph#*:}" \
-			--out /tmp/soak.json >/tmp/soak.log 2>&1 &
+		# setsid: its own session, so the end of this call's process
+		# group does not take it down (a plain nohup'd child died with
+		# the call on 2026-11-28, its log still empty); -u: the log is
+		# written as it goes, so a run cut short still says how far it got
+		rm -f /tmp/soak.json
+		setsid nohup python3 -u bench/stream_soak.py --build "$BD" --work /tmp/soak --seconds "${ph#*:}" \
+			--out /tmp/soak.json >/tmp/soak.log 2>&1 </dev/null &
 		;;
 	soakget)
 		cp /tmp/soak.json /tmp/soak.log "$R/" 2>/dev/null
@@ -171,8 +176,9 @@ for ph in ${PHASES:-build serial}; do
 		# the Python GPU tests that read Tier 2 behind blocking host
 		# copies (no sync_reads), with the package venv installed
 		log "python: stream, md and expert cache tests (installed package)"
-		(cd python && timeout 400 python3 -m pytest -q -rs tests/test_stream.py tests/test_md.py tests/test_gpu_moe.py \
-			>"$R/pytest-t2.log" 2>&1)
+		# GPUNVME_BUILD: the tests' gpunvme-fake-target is in $BD, not build/
+		(cd python && GPUNVME_BUILD=$PWD/../$BD timeout 400 python3 -m pytest -q -rs tests/test_stream.py \
+			tests/test_md.py tests/test_gpu_moe.py >"$R/pytest-t2.log" 2>&1)
 		echo "pytest rc=$?: $(tail -n 1 "$R/pytest-t2.log")"
 		grep -E "^(FAILED|ERROR)" "$R/pytest-t2.log" | head -20
 		;;
