@@ -5,8 +5,11 @@
 # run: the GPU fault soak and the multi-process test alone (time, result),
 # and `gpunvme load` of a model from an ext4 image at Tier 2 (load rate and
 # command wall time), each with image reads by pread and from the mapping
-# (GPUNVME_EMU_FILE_READ=pread|map; FR picks).
-#   OUT=/dir [BD=build-gpu] [SIZE=4G] [FR="pread map"] [PHASES="soak mp load"] bash bench/emu_dma_diag.sh
+# (GPUNVME_EMU_FILE_READ=pread|map; FR picks) and staged reads merged into
+# runs or copied piece by piece (GPUNVME_EMU_STAGE_MERGE; MERGE lists the
+# values, "" = the default, 0 = a copy and an event per piece); VERIFY=1
+# compares every byte through the CPU path (gpunvme load --verify).
+#   OUT=/dir [BD=build-gpu] [SIZE=4G] [FR="pread map"] [MERGE="default 0"] [VERIFY=1] [PHASES="soak mp load"] bash bench/emu_dma_diag.sh
 R=${OUT:?set OUT}
 mkdir -p "$R"
 exec > >(tee -a "$R/diag.log") 2>&1
@@ -39,11 +42,16 @@ for ph in ${PHASES:-soak mp load}; do
 			fi
 			# image reads by pread (the default) against copies from the
 			# mapping (the baseline), alternating
+			v=()
+			[ "${VERIFY:-0}" = 1 ] && v=(--verify)
 			for i in 1 2; do
 				for fr in ${FR:-pread map}; do
-					t0=$(date +%s.%N)
-					out=$(GPUNVME_EMU_FILE_READ=$fr timeout 120 "$B/gpunvme" load "emu:$W/fs.img" /m.safetensors --tier 2 --no-progress 2>&1 | tail -2 | tr '\n' ' ')
-					log "load $mode $fr $i: $(el $t0) s wall: $out"
+					for mg in ${MERGE:-default}; do
+						[ "$mg" = default ] && mg=
+						t0=$(date +%s.%N)
+						out=$(GPUNVME_EMU_STAGE_MERGE=$mg GPUNVME_EMU_FILE_READ=$fr timeout 120 "$B/gpunvme" load "emu:$W/fs.img" /m.safetensors --tier 2 --no-progress "${v[@]}" 2>&1 | tail -2 | tr '\n' ' '; echo "rc=${PIPESTATUS[0]}")
+						log "load $mode $fr merge=${mg:-default} $i: $(el $t0) s wall: $out"
+					done
 				done
 			done
 			;;

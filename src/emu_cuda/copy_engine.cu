@@ -32,27 +32,57 @@ extern "C" {
 #define MAX_LANES 257
 
 /*
- * Pinned staging for reads from pageable memory (an image file's mapping,
+ * Pinned staging for reads from pageable memory (an image file's namespace,
  * a RAM namespace too large to pin). A copy from pageable memory goes
  * through the driver's own staging buffers, which held an emulated Tier 2
  * load from an image to ~4 GB/s with eight workers on the H100 machine;
- * through these rings, 14-15 GB/s (bench/results/emu-stage-2026-11-27).
- * Each lane owns a ring of pinned chunks: a read is memcpy'd from the
- * mapping into the next chunk and copied from there; each chunk's event
- * says when the copy engine is done with it. Only the lane's own emulator
- * thread touches its ring (emu.h: one lane per emulator thread). Writes
- * (GPU memory to the namespace) still go to the driver as they are: no GPU
- * test writes Tier 2 data to an image file yet, so a staged write path
- * would be unchecked.
+ * through pinned staging of our own, 14-15 GB/s (bench/results/
+ * emu-stage-2026-11-27).
+ *
+ * Each lane owns a byte ring of pinned memory. A piece of a read is filled
+ * into the ring (pread from the image file, or memcpy) and joins the lane's
+ * run: staged bytes not yet handed to CUDA, contiguous both in the ring and
+ * in GPU memory. A run is queued as one cudaMemcpyAsync when the next piece
+ * does not continue it, and a fence (one event) follows every
+ * merge_bytes queued, so the ring's bytes can be reused once the fence
+ * completes. Why runs and fences: one cudaMemcpyAsync and one event per
+ * 128 KiB command (with the event's query when its chunk came round again)
+ * held eight lanes to 14-16 GB/s from a page-cached image, pread or not
+ * (bench/results/emu-file-2026-11-28), while one call per command from a
+ * pinned RAM namespace reaches the link (~50 GB/s): about 350 k runtime
+ * calls a second either way. A load's commands are consecutive in the file
+ * and in GPU memory, so a lane's pass merges into runs of merge_bytes, 2-3
+ * calls per MiB instead of 24. GPUNVME_EMU_STAGE_MERGE=0 queues and fences
+ * every piece on its own (the old cost, a same-run baseline); =N bytes
+ * sets merge_bytes.
+ *
+ * Only the lane's own emulator thread touches its ring (emu.h: one lane per
+ * emulator thread). Writes (GPU memory to the namespace) still go to the
+ * driver as they are: no GPU test writes Tier 2 data to an image file yet,
+ * so a staged write path would be unchecked.
  */
 #define STAGE_TOTAL (32u << 20)     /* pinned bytes per queue set at most */
-#define STAGE_LANE_MAX (4u << 20)   /* per lane: 8 chunks of 512 KiB */
-#define STAGE_LANE_MIN (256u << 10) /* per lane: 2 chunks of 128 KiB */
-#define STAGE_CHUNK_MAX (512u << 10)
+#define STAGE_LANE_MAX (4u << 20)   /* per lane at most */
+#define STAGE_LANE_MIN (256u << 10) /* per lane at least */
+#define STAGE_PIECE_MAX (512u << 10) /* one fill (pread) at most */
+#define STAGE_FENCES 16             /* fences in flight per lane: the ring's size / merge_bytes is 4 */
 
-struct stage_chunk {
-	cudaEvent_t ev;
-	bool busy; /* a copy was queued: ev not yet seen complete */
+struct stage_ring {
+	uint8_t *mem;   /* ring bytes: emu_lanes.stage_size of stage_mem */
+	uint64_t pos;   /* bytes taken so far (free-running, a wrap's unused tail included) */
+	uint64_t freed; /* bytes before this no copy reads any more */
+	uint64_t fenced; /* bytes before this are covered by a fence or freed */
+	/* fences in flight, oldest at fh: the bytes before end are free once
+	 * ev completes (the copies before it on the lane's stream are done) */
+	struct {
+		cudaEvent_t ev;
+		uint64_t end;
+	} fence[STAGE_FENCES];
+	unsigned fh, fn;
+	/* the run: len staged bytes at ring position run_pos, for GPU memory
+	 * at dev, not yet handed to CUDA */
+	uint64_t run_dev, run_pos;
+	size_t run_len;
 };
 
 /* One queue set's copy lanes: the handle the emu: bus is given is &ops
@@ -63,14 +93,11 @@ struct emu_lanes {
 	cudaStream_t lane_stream[MAX_LANES];
 	bool batch_refused;              /* cudaMemcpyBatchAsync refused once: copy piece by piece */
 	bool lane_timeout_said;          /* a lane copy timed out: said once on stderr */
-	/* lane l's ring: chunks [l * nchunks, (l + 1) * nchunks) of
-	 * stage_mem (pinned, cudaHostAlloc; NULL: none could be had) and of
-	 * chunks, the next one to use at stage_next[l] */
+	/* lane l's ring: stage_size bytes of stage_mem from l * stage_size
+	 * (pinned, cudaHostAlloc; NULL: none could be had) */
 	uint8_t *stage_mem;
-	struct stage_chunk *chunks;
-	unsigned nchunks;
-	size_t chunk;
-	unsigned stage_next[MAX_LANES];
+	size_t stage_size, piece, merge_bytes;
+	struct stage_ring ring[MAX_LANES];
 	/* The emulator's DMA process (dma_proto.h), NULL: copies stay here.
 	 * This engine's lanes are its lanes [edma_first, edma_first +
 	 * lanes); a range in an allocation it could not map is copied here
@@ -146,56 +173,120 @@ static void lane_trace(const char *what, unsigned lane, size_t len, uint64_t t0)
 		fprintf(stderr, "LANE_TRACE %s lane %u len %zu took %.3f s\n", what, lane, len, (double)dt / 1e9);
 }
 
-/* The lane's next staging chunk (an index into chunks and stage_mem), free:
- * a copy still using it is waited for (bounded). */
-static int stage_take(struct emu_lanes *g, unsigned lane, size_t *idx)
+/* Queue the lane's run (one copy), if it has one. */
+static int stage_queue_run(struct emu_lanes *g, unsigned lane)
 {
-	const unsigned k = g->stage_next[lane];
-	const size_t i = (size_t)lane * g->nchunks + k;
-	struct stage_chunk *c = &g->chunks[i];
-	if (c->busy) {
-		cudaError_t e = gpunvme_event_wait(c->ev, GPUNVME_STREAM_WAIT_NS);
-		if (e != cudaSuccess)
-			return e == cudaErrorNotReady ? -ETIMEDOUT : -EIO;
-		c->busy = false;
-	}
-	g->stage_next[lane] = (k + 1) % g->nchunks;
-	*idx = i;
+	struct stage_ring *r = &g->ring[lane];
+	if (!r->run_len)
+		return 0;
+	cudaError_t e = cudaMemcpyAsync((void *)(uintptr_t)r->run_dev, r->mem + r->run_pos % g->stage_size, r->run_len,
+					cudaMemcpyHostToDevice, g->lane_stream[lane]);
+	r->run_len = 0;
+	return e == cudaSuccess ? 0 : -EIO;
+}
+
+/* The oldest fence, waited for (bounded): its bytes are free. */
+static int stage_retire(struct emu_lanes *g, unsigned lane)
+{
+	struct stage_ring *r = &g->ring[lane];
+	cudaError_t e = gpunvme_event_wait(r->fence[r->fh].ev, GPUNVME_STREAM_WAIT_NS);
+	if (e != cudaSuccess)
+		return e == cudaErrorNotReady ? -ETIMEDOUT : -EIO;
+	r->freed = r->fence[r->fh].end;
+	r->fh = (r->fh + 1) % STAGE_FENCES;
+	r->fn--;
 	return 0;
 }
 
+/* Queue the run and put a fence after every byte taken so far. */
+static int stage_fence(struct emu_lanes *g, unsigned lane)
+{
+	struct stage_ring *r = &g->ring[lane];
+	int rc = stage_queue_run(g, lane);
+	if (rc || r->fenced == r->pos)
+		return rc;
+	if (r->fn == STAGE_FENCES && (rc = stage_retire(g, lane)))
+		return rc;
+	unsigned k = (r->fh + r->fn) % STAGE_FENCES;
+	/* the event follows the copies of these bytes on the lane's stream:
+	 * complete once they are read (stage_retire) */
+	if (cudaEventRecord(r->fence[k].ev, g->lane_stream[lane]) != cudaSuccess)
+		return -EIO;
+	r->fence[k].end = r->pos;
+	r->fn++;
+	r->fenced = r->pos;
+	return 0;
+}
+
+/* n (<= g->piece) free bytes of the lane's ring, contiguous, at ring
+ * position *at: a wrap skips the ring's tail; bytes still read by queued
+ * copies are waited for, oldest fence first. */
+static int stage_take(struct emu_lanes *g, unsigned lane, size_t n, uint64_t *at)
+{
+	struct stage_ring *r = &g->ring[lane];
+	const uint64_t o = r->pos % g->stage_size;
+	if (o + n > g->stage_size)
+		r->pos += g->stage_size - o;
+	while (r->pos + n - r->freed > g->stage_size) {
+		/* the bytes wanted are behind a fence, or in the run or
+		 * unfenced: fence them first (there is always one then) */
+		int rc = r->fn ? stage_retire(g, lane) : stage_fence(g, lane);
+		if (rc)
+			return rc;
+		if (!r->fn && r->fenced == r->pos && r->pos + n - r->freed > g->stage_size)
+			return -EIO; /* cannot happen: n <= the ring's size */
+	}
+	*at = r->pos;
+	r->pos += n;
+	return 0;
+}
+
+/* After a wait for the lane's stream: every copy it queued is done. */
+static void stage_idle(struct emu_lanes *g, unsigned lane)
+{
+	struct stage_ring *r = &g->ring[lane];
+	if (r->run_len)
+		return; /* a run not yet queued (a failed pass): its bytes stay taken */
+	r->freed = r->fenced = r->pos;
+	r->fn = 0;
+}
+
 /* len bytes from host to GPU memory through the lane's staging ring, a
- * chunk at a time; the copies are queued on the lane's stream like direct
- * ones. The bytes come from file fd at off where fd >= 0 (an image file's
- * namespace: pread, no page faults on its mapping), else from host. */
+ * piece at a time; each piece joins the lane's run where it continues it
+ * (stage_ring). The bytes come from file fd at off where fd >= 0 (an image
+ * file's namespace: pread, no page faults on its mapping), else from
+ * host. The copies are queued before the lane's sync (lane_sync), as
+ * copy() allows. */
 static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, const uint8_t *host, int fd,
 			    uint64_t off, size_t len)
 {
+	struct stage_ring *r = &g->ring[lane];
 	for (size_t d = 0; d < len;) {
-		const size_t n = len - d < g->chunk ? len - d : g->chunk;
-		size_t i;
-		int rc = stage_take(g, lane, &i);
+		const size_t n = len - d < g->piece ? len - d : g->piece;
+		uint64_t at;
+		int rc = stage_take(g, lane, n, &at);
 		if (rc)
 			return rc;
-		struct stage_chunk *c = &g->chunks[i];
-		uint8_t *st = g->stage_mem + i * g->chunk;
-		if (fd < 0) {
-			memcpy(st, host + d, n);
+		uint8_t *st = r->mem + at % g->stage_size;
+		/* a failed fill leaves its bytes taken and out of any run: the
+		 * next fence covers them, and the command fails */
+		rc = fd < 0 ? (memcpy(st, host + d, n), 0) : gpunvme_pread_all(fd, st, n, off + d);
+		if (rc)
+			return rc;
+		if (r->run_len && r->run_dev + r->run_len == dev + d && r->run_pos + r->run_len == at &&
+		    r->run_len + n <= g->merge_bytes) {
+			r->run_len += n;
 		} else {
-			/* the chunk stays free (not busy): nothing was queued on it */
-			int frc = gpunvme_pread_all(fd, st, n, off + d);
-			if (frc)
-				return frc;
+			if ((rc = stage_queue_run(g, lane)))
+				return rc;
+			r->run_dev = dev + d;
+			r->run_pos = at;
+			r->run_len = n;
 		}
-		cudaError_t e = cudaMemcpyAsync((void *)(uintptr_t)(dev + d), st, n, cudaMemcpyHostToDevice,
-						g->lane_stream[lane]);
-		/* the event follows the copy on the lane's stream: complete
-		 * once the chunk may be reused (stage_take) */
-		if (e == cudaSuccess)
-			e = cudaEventRecord(c->ev, g->lane_stream[lane]);
-		if (e != cudaSuccess)
-			return -EIO;
-		c->busy = true;
+		/* fence every merge_bytes (0: every piece), so the ring's
+		 * bytes come free while a long pass goes on */
+		if (r->pos - r->fenced >= g->merge_bytes && (rc = stage_fence(g, lane)))
+			return rc;
 		d += n;
 	}
 	return 0;
@@ -334,8 +425,13 @@ static int lane_sync(void *ctx, unsigned lane)
 	if (!g->inproc_pending[lane])
 		return 0;
 	g->inproc_pending[lane] = false;
+	/* the staged run too: the completions wait for its bytes */
+	if (g->stage_mem && stage_queue_run(g, lane))
+		return -EIO;
 	cudaError_t e = gpunvme_stream_wait(g->lane_stream[lane], GPUNVME_STREAM_WAIT_NS);
 	lane_trace("sync", lane, 0, t0);
+	if (e == cudaSuccess && g->stage_mem)
+		stage_idle(g, lane);
 	if (e == cudaErrorNotReady) {
 		/* the commands fail with a data transfer error; say why once */
 		if (!g->lane_timeout_said) {
@@ -354,13 +450,13 @@ static int lane_sync(void *ctx, unsigned lane)
 
 static void stage_free(struct emu_lanes *g)
 {
-	for (unsigned i = 0; g->chunks && i < g->lanes * g->nchunks; i++)
-		if (g->chunks[i].ev)
-			cudaEventDestroy(g->chunks[i].ev);
-	free(g->chunks);
+	for (unsigned l = 0; l < g->lanes; l++)
+		for (unsigned k = 0; k < STAGE_FENCES; k++)
+			if (g->ring[l].fence[k].ev)
+				cudaEventDestroy(g->ring[l].fence[k].ev);
 	if (g->stage_mem)
 		cudaFreeHost(g->stage_mem);
-	g->chunks = NULL;
+	memset(g->ring, 0, sizeof(g->ring));
 	g->stage_mem = NULL;
 }
 
@@ -372,19 +468,24 @@ static void stage_alloc(struct emu_lanes *g)
 {
 	size_t per = STAGE_TOTAL / g->lanes;
 	per = per > STAGE_LANE_MAX ? STAGE_LANE_MAX : per < STAGE_LANE_MIN ? STAGE_LANE_MIN : per;
-	g->chunk = per / 8 < (128u << 10) ? (128u << 10) : per / 8;
-	g->chunk = g->chunk > STAGE_CHUNK_MAX ? STAGE_CHUNK_MAX : g->chunk;
-	g->nchunks = (unsigned)(per / g->chunk);
+	per &= ~(size_t)4095;
+	g->stage_size = per;
+	/* a piece and a run at most a quarter of the ring: the ring holds
+	 * the run being built while earlier ones are still in flight */
+	g->piece = per / 4 < STAGE_PIECE_MAX ? per / 4 : STAGE_PIECE_MAX;
+	g->merge_bytes = emu_stage_merge_bytes(per / 4); /* read once, off the data path */
 	void *mem = NULL;
-	if (cudaHostAlloc(&mem, (size_t)g->lanes * g->nchunks * g->chunk, cudaHostAllocDefault) != cudaSuccess) {
+	if (cudaHostAlloc(&mem, (size_t)g->lanes * per, cudaHostAllocDefault) != cudaSuccess) {
 		cudaGetLastError();
 		return;
 	}
 	g->stage_mem = (uint8_t *)mem;
-	g->chunks = (struct stage_chunk *)calloc((size_t)g->lanes * g->nchunks, sizeof(*g->chunks));
-	bool ok = g->chunks != NULL;
-	for (unsigned i = 0; ok && i < g->lanes * g->nchunks; i++)
-		ok = cudaEventCreateWithFlags(&g->chunks[i].ev, cudaEventDisableTiming) == cudaSuccess;
+	bool ok = true;
+	for (unsigned l = 0; l < g->lanes; l++) {
+		g->ring[l].mem = g->stage_mem + (size_t)l * per;
+		for (unsigned k = 0; ok && k < STAGE_FENCES; k++)
+			ok = cudaEventCreateWithFlags(&g->ring[l].fence[k].ev, cudaEventDisableTiming) == cudaSuccess;
+	}
 	if (!ok) {
 		cudaGetLastError();
 		stage_free(g);

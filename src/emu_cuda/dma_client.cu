@@ -37,10 +37,21 @@ extern "C" const unsigned char gpunvme_emu_dma_exe[], gpunvme_emu_dma_exe_end[];
 #define MAX_GPUS 16
 #define MAX_MAPS 1024
 
+/*
+ * A lane's staging is a byte ring: request i's bytes are the next ones
+ * after request i - 1's (a wrap skips the ring's tail), so the requests of
+ * a sequential read are contiguous in staging as in GPU memory, and the
+ * process queues them as one copy (dma_server.cu). Requests are published
+ * a few at a time for that: every merge_bytes, and at the lane's sync; a
+ * request published alone is a copy and an event of its own, which held
+ * eight lanes to 14-16 GB/s (copy_engine.cu, stage_ring, says why).
+ */
 struct lane_state {
-	uint32_t posted;  /* requests this lane posted (the shared counter's only writer) */
-	unsigned next;    /* the next staging chunk */
-	uint32_t chunk_done[EDMA_LANE_CHUNKS]; /* chunk k is free once done reaches this */
+	uint32_t posted;    /* requests this lane posted (the shared counter's only writer) */
+	uint32_t published; /* of those, published to the process */
+	uint64_t pos;       /* staging bytes taken (free-running, skipped tails included) */
+	uint64_t unpub;     /* bytes of the requests posted but not published */
+	uint64_t beg[EDMA_RING]; /* request i's bytes start at beg[i % EDMA_RING] (pos units) */
 };
 
 struct edma {
@@ -58,6 +69,7 @@ struct edma {
 		unsigned refs;
 	} maps[MAX_MAPS];
 	unsigned n_maps;
+	uint64_t merge_bytes; /* publish every this many bytes of reads (GPUNVME_EMU_STAGE_MERGE) */
 	struct lane_state lane[EDMA_LANES];
 };
 
@@ -110,6 +122,7 @@ static struct edma *start(const char *bus_id, char *why, size_t wlen)
 		return NULL;
 	}
 	snprintf(d->bus_id, sizeof(d->bus_id), "%s", bus_id);
+	d->merge_bytes = emu_stage_merge_bytes(EDMA_LANE_STAGE / 4);
 	const size_t exe_len = (size_t)(gpunvme_emu_dma_exe_end - gpunvme_emu_dma_exe);
 	exe = (int)syscall(SYS_memfd_create, "gpunvme-emu-dma", MFD_CLOEXEC);
 	mem = (int)syscall(SYS_memfd_create, "gpunvme-emu-dma-shm", MFD_CLOEXEC);
@@ -441,6 +454,15 @@ void edma_unmap(struct edma *d, uint64_t addr)
 
 /* ---- the data path ---- */
 
+uint64_t emu_stage_merge_bytes(uint64_t cap)
+{
+	uint64_t m = 1u << 20;
+	const char *e = getenv("GPUNVME_EMU_STAGE_MERGE");
+	if (e && *e)
+		m = strtoull(e, NULL, 0);
+	return m < cap ? m : cap;
+}
+
 /* Until lane L's done reaches target (free-running counters), bounded:
  * spin briefly (copies of a few hundred KiB land within tens of
  * microseconds), then sleep on done. */
@@ -479,46 +501,66 @@ static int wait_done(struct edma *d, struct edma_lane *L, uint32_t target)
 	}
 }
 
-/* Post one request on lane l; its staging chunk is *chunk (free). */
-static int post(struct edma *d, unsigned l, unsigned op, uint64_t dev, size_t len, unsigned *chunk)
-{
-	struct lane_state *s = &d->lane[l];
-	struct edma_lane *L = &d->shm->lane[l];
-	const unsigned k = s->next;
-	int rc = 0;
-	if (s->chunk_done[k])
-		rc = wait_done(d, L, s->chunk_done[k]);
-	if (!rc && s->posted - __atomic_load_n(&L->done, __ATOMIC_ACQUIRE) >= EDMA_RING)
-		rc = wait_done(d, L, s->posted - EDMA_RING + 1);
-	if (rc)
-		return rc;
-	s->next = (k + 1) % EDMA_LANE_CHUNKS;
-	*chunk = k;
-	struct edma_req *r = &L->ring[s->posted % EDMA_RING];
-	r->dev = dev;
-	r->off = (uint64_t)l * EDMA_LANE_STAGE + (uint64_t)k * EDMA_CHUNK;
-	r->len = (uint32_t)len;
-	r->op = op;
-	/* posted is read by engine_sync's thread too (edma_sync) */
-	__atomic_store_n(&s->posted, s->posted + 1, __ATOMIC_RELAXED);
-	s->chunk_done[k] = s->posted;
-	return 0;
-}
-
 /* Make the requests posted so far visible to the process: the release
  * pairs with its acquire of posted (dma_server.cu), after which it reads
  * the requests and their staging bytes. */
 static void publish(struct edma *d, unsigned l)
 {
+	struct lane_state *s = &d->lane[l];
 	struct edma_lane *L = &d->shm->lane[l];
-	__atomic_store_n(&L->posted, d->lane[l].posted, __ATOMIC_SEQ_CST);
+	if (s->published == s->posted)
+		return;
+	s->published = s->posted;
+	s->unpub = 0;
+	__atomic_store_n(&L->posted, s->posted, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&L->srv_sleep, __ATOMIC_SEQ_CST))
 		edma_futex(&L->posted, FUTEX_WAKE, 1, NULL);
 }
 
-static uint8_t *chunk_mem(struct edma *d, unsigned l, unsigned k)
+/* Post one request of len (<= EDMA_CHUNK) bytes on lane l, unpublished;
+ * its staging bytes are at *st (free). Waits (bounded) for a ring slot and
+ * for the bytes, publishing first: a wait on a request the process cannot
+ * see would never end. */
+static int post(struct edma *d, unsigned l, unsigned op, uint64_t dev, size_t len, uint8_t **st)
 {
-	return d->stage + (uint64_t)l * EDMA_LANE_STAGE + (uint64_t)k * EDMA_CHUNK;
+	struct lane_state *s = &d->lane[l];
+	struct edma_lane *L = &d->shm->lane[l];
+	const uint64_t o = s->pos % EDMA_LANE_STAGE;
+	if (o + len > EDMA_LANE_STAGE)
+		s->pos += EDMA_LANE_STAGE - o;
+	int rc = 0;
+	uint32_t done = __atomic_load_n(&L->done, __ATOMIC_ACQUIRE);
+	if (s->posted - done >= EDMA_RING) {
+		publish(d, l);
+		rc = wait_done(d, L, s->posted - EDMA_RING + 1);
+		done = __atomic_load_n(&L->done, __ATOMIC_ACQUIRE);
+	}
+	/* the new bytes reuse the ring's memory of [pos + len - EDMA_LANE_STAGE,
+	 * ...): every request that starts before that must be done (they start
+	 * in order; fewer than EDMA_RING are outstanding, so their beg[]
+	 * entries are still theirs) */
+	const uint64_t need = s->pos + len > EDMA_LANE_STAGE ? s->pos + len - EDMA_LANE_STAGE : 0;
+	uint32_t j = done;
+	while (j != s->posted && s->beg[j % EDMA_RING] < need)
+		j++;
+	if (!rc && j != done) {
+		publish(d, l);
+		rc = wait_done(d, L, j);
+	}
+	if (rc)
+		return rc;
+	*st = d->stage + (uint64_t)l * EDMA_LANE_STAGE + s->pos % EDMA_LANE_STAGE;
+	struct edma_req *r = &L->ring[s->posted % EDMA_RING];
+	r->dev = dev;
+	r->off = (uint64_t)l * EDMA_LANE_STAGE + s->pos % EDMA_LANE_STAGE;
+	r->len = (uint32_t)len;
+	r->op = op;
+	s->beg[s->posted % EDMA_RING] = s->pos;
+	s->pos += len;
+	s->unpub += len;
+	/* the lane's own count; the process and edma_drain see L->posted (publish) */
+	__atomic_store_n(&s->posted, s->posted + 1, __ATOMIC_RELAXED);
+	return 0;
 }
 
 /* A read's bytes into staging: from the file where there is one (fd >= 0:
@@ -539,18 +581,20 @@ static int copy(struct edma *d, unsigned l, uint64_t dev, void *host, int fd, ui
 	struct edma_lane *L = &d->shm->lane[l];
 	for (size_t off = 0; off < len;) {
 		const size_t n = len - off < EDMA_CHUNK ? len - off : EDMA_CHUNK;
-		unsigned k;
-		int rc = post(d, l, to_gpu ? EDMA_H2D : EDMA_D2H, dev + off, n, &k);
+		uint8_t *st;
+		int rc = post(d, l, to_gpu ? EDMA_H2D : EDMA_D2H, dev + off, n, &st);
 		if (rc)
 			return rc;
 		if (to_gpu) {
 			/* no offset on host where it is NULL (a file read) */
 			const uint8_t *src = fd < 0 ? (const uint8_t *)host + off : NULL;
-			rc = fill(chunk_mem(d, l, k), src, fd, foff + off, n);
-			/* published even when the file failed us: the request is in
-			 * the ring and the lane's count must stay whole; the command
-			 * fails with rc, so what lands in its buffer does not matter */
-			publish(d, l);
+			rc = fill(st, src, fd, foff + off, n);
+			/* published (now or at the sync) even when the file
+			 * failed us: the request is in the ring and the lane's
+			 * count must stay whole; the command fails with rc, so
+			 * what lands in its buffer does not matter */
+			if (d->lane[l].unpub >= d->merge_bytes)
+				publish(d, l);
 			if (rc)
 				return rc;
 		} else {
@@ -562,7 +606,7 @@ static int copy(struct edma *d, unsigned l, uint64_t dev, void *host, int fd, ui
 			int32_t err = __atomic_load_n(&L->err, __ATOMIC_RELAXED);
 			if (rc || err)
 				return rc ? rc : err;
-			memcpy((uint8_t *)host + off, chunk_mem(d, l, k), n);
+			memcpy((uint8_t *)host + off, st, n);
 		}
 		off += n;
 	}
@@ -579,16 +623,22 @@ int edma_copy_file(struct edma *d, unsigned l, uint64_t dev, int fd, uint64_t of
 	return copy(d, l, dev, NULL, fd, off, len, 1);
 }
 
+/* From any thread: the requests published so far (those the lane's thread
+ * has not published yet are its to publish at its sync). */
 int edma_drain(struct edma *d, unsigned l)
 {
 	if (l >= EDMA_LANES)
 		return -EINVAL;
-	return wait_done(d, &d->shm->lane[l], __atomic_load_n(&d->lane[l].posted, __ATOMIC_RELAXED));
+	struct edma_lane *L = &d->shm->lane[l];
+	return wait_done(d, L, __atomic_load_n(&L->posted, __ATOMIC_ACQUIRE));
 }
 
 int edma_sync(struct edma *d, unsigned l)
 {
+	if (l >= EDMA_LANES)
+		return -EINVAL;
+	publish(d, l);
 	int rc = edma_drain(d, l);
-	int32_t err = l < EDMA_LANES ? __atomic_exchange_n(&d->shm->lane[l].err, 0, __ATOMIC_RELAXED) : 0;
+	int32_t err = __atomic_exchange_n(&d->shm->lane[l].err, 0, __ATOMIC_RELAXED);
 	return rc ? rc : err;
 }

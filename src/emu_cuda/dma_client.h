@@ -48,8 +48,15 @@ int edma_copy_file(struct edma *d, unsigned lane, uint64_t dev, int fd, uint64_t
  * the lane's failure since its last sync (taken: its emulator thread's
  * call, which fails the commands of its pass). */
 int edma_sync(struct edma *d, unsigned lane);
-/* The same wait, from another thread (a recovery): the failure is left
- * for the lane's own sync. 0, -ETIMEDOUT or -EIO (the process exited). */
+/* The same wait, from another thread (a recovery), for the copies the
+ * lane has handed over (a lane hands its reads over every merge bytes and
+ * at its sync): the failure is left for the lane's own sync. 0, -ETIMEDOUT
+ * or -EIO (the process exited). */
 int edma_drain(struct edma *d, unsigned lane);
+
+/* Bytes of staged reads a lane gathers before it hands them on as one copy
+ * (copy_engine.cu, stage_ring): GPUNVME_EMU_STAGE_MERGE (0: each piece on
+ * its own, the same-run baseline), 1 MiB by default, at most cap. */
+uint64_t emu_stage_merge_bytes(uint64_t cap);
 
 #endif

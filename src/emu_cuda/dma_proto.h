@@ -39,7 +39,7 @@
 #define EDMA_LANES 64               /* lanes in one child: 7 queue sets of 8 workers + admin */
 #define EDMA_RING 64                /* requests in flight per lane */
 #define EDMA_CHUNK (512u << 10)     /* one staging chunk: the largest piece one request moves */
-#define EDMA_LANE_CHUNKS 8          /* chunks per lane: 4 MiB of staging each */
+#define EDMA_LANE_CHUNKS 8          /* staging per lane: 4 MiB, a byte ring (dma_client.cu) */
 #define EDMA_LANE_STAGE ((uint64_t)EDMA_CHUNK * EDMA_LANE_CHUNKS)
 
 enum edma_op { EDMA_H2D = 1, EDMA_D2H = 2 };
