@@ -23,6 +23,7 @@
 
 #include "base/stream_wait.cuh"
 #include "emu_cuda/dma_client.h"
+#include "emu_cuda/stage_ring.h"
 #include "gpunvme/emu.h"
 
 extern "C" {
@@ -37,53 +38,19 @@ extern "C" {
  * through the driver's own staging buffers, which held an emulated Tier 2
  * load from an image to ~4 GB/s with eight workers on the H100 machine;
  * through pinned staging of our own, 14-15 GB/s (bench/results/
- * emu-stage-2026-11-27).
- *
- * Each lane owns a byte ring of pinned memory. A piece of a read is filled
- * into the ring (pread from the image file, or memcpy) and joins the lane's
- * run: staged bytes not yet handed to CUDA, contiguous both in the ring and
- * in GPU memory. A run is queued as one cudaMemcpyAsync when the next piece
- * does not continue it, and a fence (one event) follows every
- * merge_bytes queued, so the ring's bytes can be reused once the fence
- * completes. Why runs and fences: one cudaMemcpyAsync and one event per
- * 128 KiB command (with the event's query when its chunk came round again)
- * held eight lanes to 14-16 GB/s from a page-cached image, pread or not
- * (bench/results/emu-file-2026-11-28), while one call per command from a
- * pinned RAM namespace reaches the link (~50 GB/s): about 350 k runtime
- * calls a second either way. A load's commands are consecutive in the file
- * and in GPU memory, so a lane's pass merges into runs of merge_bytes, 2-3
- * calls per MiB instead of 24. GPUNVME_EMU_STAGE_MERGE=0 queues and fences
- * every piece on its own (the old cost, a same-run baseline); =N bytes
- * sets merge_bytes.
- *
- * Only the lane's own emulator thread touches its ring (emu.h: one lane per
- * emulator thread). Writes (GPU memory to the namespace) still go to the
- * driver as they are: no GPU test writes Tier 2 data to an image file yet,
- * so a staged write path would be unchecked.
+ * emu-stage-2026-11-27), and with the staged pieces merged into runs
+ * (stage_ring.h) 22 GB/s on the H200 against 17 piece by piece
+ * (bench/results/emu-file-2026-11-28; merging is off here by default for
+ * now, see stage_alloc). Each lane owns a ring; a read is
+ * filled into it (pread from the image file, or memcpy) and queued from
+ * there. Writes (GPU memory to the namespace) still go to the driver as
+ * they are: no GPU test writes Tier 2 data to an image file yet, so a
+ * staged write path would be unchecked.
  */
-#define STAGE_TOTAL (32u << 20)     /* pinned bytes per queue set at most */
-#define STAGE_LANE_MAX (4u << 20)   /* per lane at most */
-#define STAGE_LANE_MIN (256u << 10) /* per lane at least */
+#define STAGE_TOTAL (32u << 20)      /* pinned bytes per queue set at most */
+#define STAGE_LANE_MAX (4u << 20)    /* per lane at most */
+#define STAGE_LANE_MIN (256u << 10)  /* per lane at least */
 #define STAGE_PIECE_MAX (512u << 10) /* one fill (pread) at most */
-#define STAGE_FENCES 16             /* fences in flight per lane: the ring's size / merge_bytes is 4 */
-
-struct stage_ring {
-	uint8_t *mem;   /* ring bytes: emu_lanes.stage_size of stage_mem */
-	uint64_t pos;   /* bytes taken so far (free-running, a wrap's unused tail included) */
-	uint64_t freed; /* bytes before this no copy reads any more */
-	uint64_t fenced; /* bytes before this are covered by a fence or freed */
-	/* fences in flight, oldest at fh: the bytes before end are free once
-	 * ev completes (the copies before it on the lane's stream are done) */
-	struct {
-		cudaEvent_t ev;
-		uint64_t end;
-	} fence[STAGE_FENCES];
-	unsigned fh, fn;
-	/* the run: len staged bytes at ring position run_pos, for GPU memory
-	 * at dev, not yet handed to CUDA */
-	uint64_t run_dev, run_pos;
-	size_t run_len;
-};
 
 /* One queue set's copy lanes: the handle the emu: bus is given is &ops
  * (its map_device passes it to gpunvme_emu_dma_map_gpu), ops.ctx is this. */
@@ -93,11 +60,11 @@ struct emu_lanes {
 	cudaStream_t lane_stream[MAX_LANES];
 	bool batch_refused;              /* cudaMemcpyBatchAsync refused once: copy piece by piece */
 	bool lane_timeout_said;          /* a lane copy timed out: said once on stderr */
-	/* lane l's ring: stage_size bytes of stage_mem from l * stage_size
-	 * (pinned, cudaHostAlloc; NULL: none could be had) */
+	/* lane l's ring: its share of stage_mem (pinned, cudaHostAlloc;
+	 * NULL: none could be had), its fences' events */
 	uint8_t *stage_mem;
-	size_t stage_size, piece, merge_bytes;
 	struct stage_ring ring[MAX_LANES];
+	cudaEvent_t fence_ev[MAX_LANES][STAGE_RING_FENCES];
 	/* The emulator's DMA process (dma_proto.h), NULL: copies stay here.
 	 * This engine's lanes are its lanes [edma_first, edma_first +
 	 * lanes); a range in an allocation it could not map is copied here
@@ -173,119 +140,51 @@ static void lane_trace(const char *what, unsigned lane, size_t len, uint64_t t0)
 		fprintf(stderr, "LANE_TRACE %s lane %u len %zu took %.3f s\n", what, lane, len, (double)dt / 1e9);
 }
 
-/* Queue the lane's run (one copy), if it has one. */
-static int stage_queue_run(struct emu_lanes *g, unsigned lane)
+/* stage_ring.h's calls, on the lane's stream */
+static int ring_copy(void *ctx, unsigned lane, uint64_t dev, const uint8_t *host, size_t len)
 {
-	struct stage_ring *r = &g->ring[lane];
-	if (!r->run_len)
-		return 0;
-	cudaError_t e = cudaMemcpyAsync((void *)(uintptr_t)r->run_dev, r->mem + r->run_pos % g->stage_size, r->run_len,
-					cudaMemcpyHostToDevice, g->lane_stream[lane]);
-	r->run_len = 0;
+	struct emu_lanes *g = (struct emu_lanes *)ctx;
+	cudaError_t e = cudaMemcpyAsync((void *)(uintptr_t)dev, host, len, cudaMemcpyHostToDevice, g->lane_stream[lane]);
 	return e == cudaSuccess ? 0 : -EIO;
 }
 
-/* The oldest fence, waited for (bounded): its bytes are free. */
-static int stage_retire(struct emu_lanes *g, unsigned lane)
+static int ring_fence(void *ctx, unsigned lane, unsigned k)
 {
-	struct stage_ring *r = &g->ring[lane];
-	cudaError_t e = gpunvme_event_wait(r->fence[r->fh].ev, GPUNVME_STREAM_WAIT_NS);
-	if (e != cudaSuccess)
-		return e == cudaErrorNotReady ? -ETIMEDOUT : -EIO;
-	r->freed = r->fence[r->fh].end;
-	r->fh = (r->fh + 1) % STAGE_FENCES;
-	r->fn--;
-	return 0;
+	/* the event follows the copies queued so far on the lane's stream:
+	 * complete once they have read their staging bytes */
+	struct emu_lanes *g = (struct emu_lanes *)ctx;
+	return cudaEventRecord(g->fence_ev[lane][k], g->lane_stream[lane]) == cudaSuccess ? 0 : -EIO;
 }
 
-/* Queue the run and put a fence after every byte taken so far. */
-static int stage_fence(struct emu_lanes *g, unsigned lane)
+static int ring_wait(void *ctx, unsigned lane, unsigned k)
 {
-	struct stage_ring *r = &g->ring[lane];
-	int rc = stage_queue_run(g, lane);
-	if (rc || r->fenced == r->pos)
-		return rc;
-	if (r->fn == STAGE_FENCES && (rc = stage_retire(g, lane)))
-		return rc;
-	unsigned k = (r->fh + r->fn) % STAGE_FENCES;
-	/* the event follows the copies of these bytes on the lane's stream:
-	 * complete once they are read (stage_retire) */
-	if (cudaEventRecord(r->fence[k].ev, g->lane_stream[lane]) != cudaSuccess)
-		return -EIO;
-	r->fence[k].end = r->pos;
-	r->fn++;
-	r->fenced = r->pos;
-	return 0;
+	struct emu_lanes *g = (struct emu_lanes *)ctx;
+	cudaError_t e = gpunvme_event_wait(g->fence_ev[lane][k], GPUNVME_STREAM_WAIT_NS);
+	return e == cudaSuccess ? 0 : e == cudaErrorNotReady ? -ETIMEDOUT : -EIO;
 }
 
-/* n (<= g->piece) free bytes of the lane's ring, contiguous, at ring
- * position *at: a wrap skips the ring's tail; bytes still read by queued
- * copies are waited for, oldest fence first. */
-static int stage_take(struct emu_lanes *g, unsigned lane, size_t n, uint64_t *at)
-{
-	struct stage_ring *r = &g->ring[lane];
-	const uint64_t o = r->pos % g->stage_size;
-	if (o + n > g->stage_size)
-		r->pos += g->stage_size - o;
-	while (r->pos + n - r->freed > g->stage_size) {
-		/* the bytes wanted are behind a fence, or in the run or
-		 * unfenced: fence them first (there is always one then) */
-		int rc = r->fn ? stage_retire(g, lane) : stage_fence(g, lane);
-		if (rc)
-			return rc;
-		if (!r->fn && r->fenced == r->pos && r->pos + n - r->freed > g->stage_size)
-			return -EIO; /* cannot happen: n <= the ring's size */
-	}
-	*at = r->pos;
-	r->pos += n;
-	return 0;
-}
-
-/* After a wait for the lane's stream: every copy it queued is done. */
-static void stage_idle(struct emu_lanes *g, unsigned lane)
-{
-	struct stage_ring *r = &g->ring[lane];
-	if (r->run_len)
-		return; /* a run not yet queued (a failed pass): its bytes stay taken */
-	r->freed = r->fenced = r->pos;
-	r->fn = 0;
-}
+static const struct stage_ring_ops ring_ops = { ring_copy, ring_fence, ring_wait };
 
 /* len bytes from host to GPU memory through the lane's staging ring, a
- * piece at a time; each piece joins the lane's run where it continues it
- * (stage_ring). The bytes come from file fd at off where fd >= 0 (an image
- * file's namespace: pread, no page faults on its mapping), else from
- * host. The copies are queued before the lane's sync (lane_sync), as
- * copy() allows. */
+ * piece at a time, queued by the ring (stage_ring.h) by the lane's sync at
+ * the latest, as copy() allows. The bytes come from file fd at off where
+ * fd >= 0 (an image file's namespace: pread, no page faults on its
+ * mapping), else from host. */
 static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, const uint8_t *host, int fd,
 			    uint64_t off, size_t len)
 {
 	struct stage_ring *r = &g->ring[lane];
 	for (size_t d = 0; d < len;) {
-		const size_t n = len - d < g->piece ? len - d : g->piece;
+		const size_t n = len - d < r->piece ? len - d : r->piece;
+		uint8_t *st;
 		uint64_t at;
-		int rc = stage_take(g, lane, n, &at);
+		int rc = stage_ring_take(r, n, &st, &at);
 		if (rc)
 			return rc;
-		uint8_t *st = r->mem + at % g->stage_size;
 		/* a failed fill leaves its bytes taken and out of any run: the
 		 * next fence covers them, and the command fails */
 		rc = fd < 0 ? (memcpy(st, host + d, n), 0) : gpunvme_pread_all(fd, st, n, off + d);
-		if (rc)
-			return rc;
-		if (r->run_len && r->run_dev + r->run_len == dev + d && r->run_pos + r->run_len == at &&
-		    r->run_len + n <= g->merge_bytes) {
-			r->run_len += n;
-		} else {
-			if ((rc = stage_queue_run(g, lane)))
-				return rc;
-			r->run_dev = dev + d;
-			r->run_pos = at;
-			r->run_len = n;
-		}
-		/* fence every merge_bytes (0: every piece), so the ring's
-		 * bytes come free while a long pass goes on */
-		if (r->pos - r->fenced >= g->merge_bytes && (rc = stage_fence(g, lane)))
+		if (rc || (rc = stage_ring_add(r, dev + d, at, n)))
 			return rc;
 		d += n;
 	}
@@ -426,12 +325,12 @@ static int lane_sync(void *ctx, unsigned lane)
 		return 0;
 	g->inproc_pending[lane] = false;
 	/* the staged run too: the completions wait for its bytes */
-	if (g->stage_mem && stage_queue_run(g, lane))
+	if (g->stage_mem && stage_ring_flush(&g->ring[lane]))
 		return -EIO;
 	cudaError_t e = gpunvme_stream_wait(g->lane_stream[lane], GPUNVME_STREAM_WAIT_NS);
 	lane_trace("sync", lane, 0, t0);
 	if (e == cudaSuccess && g->stage_mem)
-		stage_idle(g, lane);
+		stage_ring_idle(&g->ring[lane]);
 	if (e == cudaErrorNotReady) {
 		/* the commands fail with a data transfer error; say why once */
 		if (!g->lane_timeout_said) {
@@ -451,12 +350,12 @@ static int lane_sync(void *ctx, unsigned lane)
 static void stage_free(struct emu_lanes *g)
 {
 	for (unsigned l = 0; l < g->lanes; l++)
-		for (unsigned k = 0; k < STAGE_FENCES; k++)
-			if (g->ring[l].fence[k].ev)
-				cudaEventDestroy(g->ring[l].fence[k].ev);
+		for (unsigned k = 0; k < STAGE_RING_FENCES; k++)
+			if (g->fence_ev[l][k])
+				cudaEventDestroy(g->fence_ev[l][k]);
+	memset(g->fence_ev, 0, sizeof(g->fence_ev));
 	if (g->stage_mem)
 		cudaFreeHost(g->stage_mem);
-	memset(g->ring, 0, sizeof(g->ring));
 	g->stage_mem = NULL;
 }
 
@@ -469,22 +368,23 @@ static void stage_alloc(struct emu_lanes *g)
 	size_t per = STAGE_TOTAL / g->lanes;
 	per = per > STAGE_LANE_MAX ? STAGE_LANE_MAX : per < STAGE_LANE_MIN ? STAGE_LANE_MIN : per;
 	per &= ~(size_t)4095;
-	g->stage_size = per;
-	/* a piece and a run at most a quarter of the ring: the ring holds
-	 * the run being built while earlier ones are still in flight */
-	g->piece = per / 4 < STAGE_PIECE_MAX ? per / 4 : STAGE_PIECE_MAX;
-	g->merge_bytes = emu_stage_merge_bytes(per / 4); /* read once, off the data path */
 	void *mem = NULL;
 	if (cudaHostAlloc(&mem, (size_t)g->lanes * per, cudaHostAllocDefault) != cudaSuccess) {
 		cudaGetLastError();
 		return;
 	}
 	g->stage_mem = (uint8_t *)mem;
+	/* Merging is off here by default until gpu.queues.tier2_image_staged_merged
+	 * passes on a GPU: its first run (H200, 2026-11-28) delivered wrong
+	 * bytes, a run read past the ring's end, fixed since and caught on
+	 * the CPU by tests/emu_cuda/test_stage_ring.c. The DMA process merges
+	 * by default (dma_client.cu). Read once, off the data path. */
+	const size_t merge = emu_stage_merge_bytes(per / 4, 0);
 	bool ok = true;
 	for (unsigned l = 0; l < g->lanes; l++) {
-		g->ring[l].mem = g->stage_mem + (size_t)l * per;
-		for (unsigned k = 0; ok && k < STAGE_FENCES; k++)
-			ok = cudaEventCreateWithFlags(&g->ring[l].fence[k].ev, cudaEventDisableTiming) == cudaSuccess;
+		stage_ring_init(&g->ring[l], &ring_ops, g, l, g->stage_mem + (size_t)l * per, per, STAGE_PIECE_MAX, merge);
+		for (unsigned k = 0; ok && k < STAGE_RING_FENCES; k++)
+			ok = cudaEventCreateWithFlags(&g->fence_ev[l][k], cudaEventDisableTiming) == cudaSuccess;
 	}
 	if (!ok) {
 		cudaGetLastError();

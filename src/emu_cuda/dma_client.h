@@ -55,8 +55,8 @@ int edma_sync(struct edma *d, unsigned lane);
 int edma_drain(struct edma *d, unsigned lane);
 
 /* Bytes of staged reads a lane gathers before it hands them on as one copy
- * (copy_engine.cu, stage_ring): GPUNVME_EMU_STAGE_MERGE (0: each piece on
- * its own, the same-run baseline), 1 MiB by default, at most cap. */
-uint64_t emu_stage_merge_bytes(uint64_t cap);
+ * (stage_ring.h): GPUNVME_EMU_STAGE_MERGE where set (0: each piece on its
+ * own, the same-run baseline), else dflt; at most cap. */
+uint64_t emu_stage_merge_bytes(uint64_t cap, uint64_t dflt);
 
 #endif
