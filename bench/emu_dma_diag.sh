@@ -8,8 +8,9 @@
 # (GPUNVME_EMU_FILE_READ=pread|map; FR picks) and staged reads merged into
 # runs or copied piece by piece (GPUNVME_EMU_STAGE_MERGE; MERGE lists the
 # values, "" = the default, 0 = a copy and an event per piece); VERIFY=1
-# compares every byte through the CPU path (gpunvme load --verify).
-#   OUT=/dir [BD=build-gpu] [SIZE=4G] [FR="pread map"] [MERGE="default 0"] [VERIFY=1] [PHASES="soak mp load"] bash bench/emu_dma_diag.sh
+# compares every byte through the CPU path (gpunvme load --verify); PVM=1
+# first times pread alone from the page-cached image with 1, 8 and 16 threads.
+#   OUT=/dir [BD=build-gpu] [SIZE=4G] [FR="pread map"] [MERGE="default 0"] [VERIFY=1] [PVM=1] [PHASES="soak mp load"] bash bench/emu_dma_diag.sh
 R=${OUT:?set OUT}
 mkdir -p "$R"
 exec > >(tee -a "$R/diag.log") 2>&1
@@ -42,6 +43,13 @@ for ph in ${PHASES:-soak mp load}; do
 			fi
 			# image reads by pread (the default) against copies from the
 			# mapping (the baseline), alternating
+			# PVM=1: the page cache alone, pread by 1, 8 and 16 threads in
+			# the staging's 512 KiB pieces (bench/pread_vs_mmap.c), once:
+			# is it the limit of the staged load?
+			if [ "${PVM:-0}" = 1 ] && [ "$mode" = process ]; then
+				cc -O2 -pthread -o "$W/pvm" bench/pread_vs_mmap.c &&
+					for th in 1 8 16; do log "pvm $("$W/pvm" "$W/fs.img" pread $th 512)"; done
+			fi
 			v=()
 			[ "${VERIFY:-0}" = 1 ] && v=(--verify)
 			for i in 1 2; do
