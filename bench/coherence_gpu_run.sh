@@ -25,6 +25,9 @@
 #   emufile   issue 32: gpunvme load of a SIZE (8G) model from an image file at Tier 2, image
 #             reads by pread against from the mapping (GPUNVME_EMU_FILE_READ), in-process and
 #             through the DMA process (bench/emu_dma_diag.sh PHASES=load)
+#   pyload    issue 32: load_pretrained of a PY_GIB (8.5) save_pretrained checkpoint from an image
+#             file against load_file and from_pretrained, MERGE ("default 0") each, and its
+#             breakdown (after venv)
 #   soakbg:S  issue 32: bench/stream_soak.py for S seconds in the background (outlives the call
 #             on a warm machine); soakget copies its result under $OUT
 #   pack      everything under $OUT but run.log into one archive (8 files come back at most)
@@ -151,6 +154,31 @@ for ph in ${PHASES:-build serial}; do
 		# and through the DMA process (bench/emu_dma_diag.sh)
 		log "emu_dma_diag load ${SIZE:-8G}"
 		OUT="$R/emufile" BD="$BD" SIZE=${SIZE:-8G} PHASES=load timeout 500 bash bench/emu_dma_diag.sh | grep -E "load |pvm |done"
+		;;
+	pyload)
+		# issue 32, acceptance 1: load_pretrained of a save_pretrained
+		# checkpoint (PY_GIB, 8.5) from an ext4 image, the default URI (no
+		# snapshot), page cache warm, against safetensors load_file and
+		# from_pretrained in the same process (bench/hf_models.py bench),
+		# staged copies merged (default) and piece by piece, then where
+		# load_pretrained's time goes (breakdown). After venv.
+		log "pyload ${PY_GIB:-8.5} GiB"
+		PW=/tmp/pyload
+		if [ ! -f $PW/ext4.img ]; then
+			mkdir -p $PW/root
+			timeout 300 python3 bench/hf_models.py make $PW/root --big-gib "${PY_GIB:-8.5}" 2>"$R/pyload-make.err" | tail -2
+			SZ=$(du -sb $PW/root | cut -f1)
+			truncate -s $(((SZ + SZ / 16 + (512 << 20)) / 1048576 * 1048576)) $PW/ext4.img
+			mkfs.ext4 -q -F -b 4096 -d $PW/root $PW/ext4.img || { echo "mkfs failed"; continue; }
+		fi
+		cat $PW/ext4.img $PW/root/big/*.safetensors >/dev/null
+		for mg in ${MERGE:-default 0}; do
+			[ "$mg" = default ] && mg=
+			GPUNVME_EMU_STAGE_MERGE=$mg timeout 240 python3 bench/hf_models.py bench "emu:$PW/ext4.img" /big $PW/root/big \
+				--repeat 2 2>>"$R/pyload.err" | sed "s/^/merge=${mg:-default} /" | tee -a "$R/pyload.jsonl" | cut -c1-200
+		done
+		timeout 120 python3 bench/hf_models.py breakdown "emu:$PW/ext4.img" /big 2>>"$R/pyload.err" | tee -a "$R/pyload.jsonl"
+		grep -i -m5 "error\|traceback" "$R/pyload.err"
 		;;
 	soakbg:*)
 		# issue 32: the Tier 2 stream soak (bench/stream_soak.py) for N
