@@ -28,6 +28,8 @@
 #   pyload    issue 32: load_pretrained of a PY_GIB (8.5) save_pretrained checkpoint from an image
 #             file against load_file and from_pretrained, MERGE ("default 0") each, and its
 #             breakdown (after venv)
+#   pystages  issue 32: load_pretrained's stages in a fresh process (bench/py_stages.py), DMA
+#             process or not, eager or lazy module loading; after pyload
 #   open64    issue 32: the same small model from a 1 GiB and a 64 GiB image, start to exit
 #   soakbg:S  issue 32: bench/stream_soak.py for S seconds in the background (outlives the call
 #             on a warm machine); soakget copies its result under $OUT
@@ -180,6 +182,26 @@ for ph in ${PHASES:-build serial}; do
 		done
 		timeout 120 python3 bench/hf_models.py breakdown "emu:$PW/ext4.img" /big 2>>"$R/pyload.err" | tee -a "$R/pyload.jsonl"
 		grep -i -m5 "error\|traceback" "$R/pyload.err"
+		;;
+	pystages)
+		# issue 32, acceptance 1: where a fresh process's load_pretrained
+		# time goes (bench/py_stages.py), with the DMA process (the default)
+		# and in process, eager (the module's default) and lazy CUDA module
+		# loading; the CLI's start-to-exit on the same checkpoint. After
+		# pyload (its image) and venv.
+		log "pystages"
+		U=emu:/tmp/pyload/ext4.img
+		for i in 1 2; do
+			for v in "" GPUNVME_EMU_DMA=inproc CUDA_MODULE_LOADING=LAZY; do
+				for m in e2e stages; do
+					echo "${v:-defaults} $(env $v timeout 120 python3 bench/py_stages.py $U /big $m 2>>"$R/pystages.err")"
+				done
+			done
+			t0=$(date +%s.%N)
+			out=$(timeout 120 $B/gpunvme load $U /big --tier 2 --no-progress 2>&1 | tail -1 | cut -c1-160)
+			echo "cli $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s start to exit: $out"
+		done | tee "$R/pystages.txt"
+		grep -i -m5 "error\|traceback" "$R/pystages.err"
 		;;
 	open64)
 		# issue 32, acceptance 1: opening a 64 GiB image costs < 1 s with the
