@@ -156,7 +156,7 @@ for ph in ${PHASES:-build serial}; do
 		# Tier 2, image reads by pread against from the mapping, in-process
 		# and through the DMA process (bench/emu_dma_diag.sh)
 		log "emu_dma_diag load ${SIZE:-8G}"
-		OUT="$R/emufile" BD="$BD" SIZE=${SIZE:-8G} PHASES=load timeout 500 bash bench/emu_dma_diag.sh | grep -E "load |pvm |done"
+		OUT="$R/emufile" BD="$BD" SIZE=${SIZE:-8G} PHASES=load timeout 500 bash bench/emu_dma_diag.sh | grep -E "load |pvm |prof: |done"
 		;;
 	pyload)
 		# issue 32, acceptance 1: load_pretrained of a save_pretrained

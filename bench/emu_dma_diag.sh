@@ -9,8 +9,13 @@
 # runs or copied piece by piece (GPUNVME_EMU_STAGE_MERGE; MERGE lists the
 # values, "" = the default, 0 = a copy and an event per piece); VERIFY=1
 # compares every byte through the CPU path (gpunvme load --verify); PVM=1
-# first times pread alone from the page-cached image with 1, 8 and 16 threads.
-#   OUT=/dir [BD=build-gpu] [SIZE=4G] [FR="pread map"] [MERGE="default 0"] [VERIFY=1] [PVM=1] [PHASES="soak mp load"] bash bench/emu_dma_diag.sh
+# first times pread alone from the page-cached image with 1, 8 and 16 threads;
+# V lists device-string variants as QUERY/QUEUES ("-" = none, "," for "&",
+# QUEUES 0 = the CLI's default), e.g. V="-/0 workers=16/16 mdts=7/0";
+# PROF=1 sets GPUNVME_EMU_PROFILE=1 and sums each load's profile lines (the
+# workers' busy, file-read and copy-wait seconds; the lanes' pread and
+# staging-wait seconds) into one line.
+#   OUT=/dir [BD=build-gpu] [SIZE=4G] [FR="pread map"] [MERGE="default 0"] [V=...] [PROF=1] [VERIFY=1] [PVM=1] [PHASES="soak mp load"] bash bench/emu_dma_diag.sh
 R=${OUT:?set OUT}
 mkdir -p "$R"
 exec > >(tee -a "$R/diag.log") 2>&1
@@ -56,9 +61,25 @@ for ph in ${PHASES:-soak mp load}; do
 				for fr in ${FR:-pread map}; do
 					for mg in ${MERGE:-default}; do
 						[ "$mg" = default ] && mg=
-						t0=$(date +%s.%N)
-						out=$(GPUNVME_EMU_STAGE_MERGE=$mg GPUNVME_EMU_FILE_READ=$fr timeout 120 "$B/gpunvme" load "emu:$W/fs.img" /m.safetensors --tier 2 --no-progress "${v[@]}" 2>&1 | tail -2 | tr '\n' ' '; echo "rc=${PIPESTATUS[0]}")
-						log "load $mode $fr merge=${mg:-default} $i: $(el $t0) s wall: $out"
+						for var in ${V:--/0}; do
+							qs=${var%/*}
+							nq=${var##*/}
+							uri="emu:$W/fs.img"
+							[ "$qs" != - ] && uri="$uri?${qs//,/&}"
+							qa=()
+							[ "$nq" != 0 ] && qa=(--queues "$nq")
+							t0=$(date +%s.%N)
+							GPUNVME_EMU_PROFILE=${PROF:-0} GPUNVME_EMU_STAGE_MERGE=$mg GPUNVME_EMU_FILE_READ=$fr timeout 120 "$B/gpunvme" load "$uri" /m.safetensors --tier 2 --no-progress "${qa[@]}" "${v[@]}" >"$R/one.log" 2>&1
+							rc=$?
+							out="$(grep -v 'gpunvme-emu profile' "$R/one.log" | tail -2 | tr '\n' ' ')rc=$rc"
+							log "load $mode $fr merge=${mg:-default} $var $i: $(el $t0) s wall: $out"
+							if [ "${PROF:-0}" = 1 ]; then
+								cat "$R/one.log" >>"$R/prof-all.log"
+								awk '/worker [0-9]+:/ { n++; c += $5; for (i = 1; i <= NF; i++) { if ($i == "busy") b += $(i + 1); if ($i == "reads") f += $(i + 1); if ($i == "end") s += $(i + 1) } }
+								     /pread into staging/ { for (i = 1; i <= NF; i++) { if ($i == "staging" && $(i - 1) == "into") p += $(i + 1); if ($i == "staging" && $(i - 1) == "for") w += $(i + 1) } }
+								     END { printf "prof: %d workers, %d commands, busy %.2f s, file %.2f s (pread %.2f, staging waits %.2f), pass-end waits %.2f s\n", n, c, b, f, p, w, s }' "$R/one.log" | sed 's/^/    /'
+							fi
+						done
 					done
 				done
 			done

@@ -2,7 +2,9 @@
 /* Emulator life cycle, threads, fault injection and statistics. */
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,11 +78,22 @@ static void *worker_main(void *arg)
 	struct emu_worker *w = arg;
 	struct gpunvme_emu *e = w->emu;
 	struct backoff b = { 0 };
+	struct emu_prof *pf = &w->t.prof;
+	if (e->prof)
+		pf->t0 = emu_now_ns();
 	while (!__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) {
+		const uint64_t p0 = e->prof ? emu_now_ns() : 0;
 		pthread_mutex_lock(&w->lock);
 		int n = emu_worker_pass(w);
 		uint64_t due = w->next_due;
 		pthread_mutex_unlock(&w->lock);
+		if (e->prof) {
+			pf->passes++;
+			if (n > 0) {
+				pf->busy_passes++;
+				pf->busy_ns += emu_now_ns() - p0;
+			}
+		}
 		if (n > 0) {
 			backoff_reset(&b);
 		} else if (due) {
@@ -201,6 +214,8 @@ int gpunvme_emu_create(const struct gpunvme_emu_config *cfg, struct gpunvme_emu 
 
 	e->nworkers = cfg->workers ? cfg->workers : 1;
 	e->threaded = cfg->workers > 0;
+	const char *pe = getenv("GPUNVME_EMU_PROFILE"); /* once, off the data path */
+	e->prof = pe && !strcmp(pe, "1");
 	e->workers = calloc(e->nworkers, sizeof(*e->workers));
 	if (!e->workers) {
 		rc = -ENOMEM;
@@ -248,6 +263,25 @@ fail:
 	return rc;
 }
 
+/* GPUNVME_EMU_PROFILE=1, after the workers have been joined: a line per
+ * worker that had work, on stderr (a benchmark's tool, not an API) */
+static void prof_print(const struct gpunvme_emu *e)
+{
+	const uint64_t now = emu_now_ns();
+	for (uint32_t i = 0; i < e->nworkers; i++) {
+		const struct emu_thread *t = &e->workers[i].t;
+		const struct emu_prof *p = &t->prof;
+		if (!p->busy_passes)
+			continue;
+		fprintf(stderr,
+			"gpunvme-emu profile: worker %u: %llu commands, %.1f MB read, %llu passes (%llu with work); "
+			"busy %.3f s of %.3f s: file reads %.3f s, copy waits at pass end %.3f s\n",
+			i, (unsigned long long)t->c.cmds, (double)t->c.bytes_read / 1e6, (unsigned long long)p->passes,
+			(unsigned long long)p->busy_passes, (double)p->busy_ns / 1e9, (double)(now - p->t0) / 1e9,
+			(double)p->file_ns / 1e9, (double)p->sync_ns / 1e9);
+	}
+}
+
 void gpunvme_emu_destroy(struct gpunvme_emu *e)
 {
 	if (!e)
@@ -258,6 +292,8 @@ void gpunvme_emu_destroy(struct gpunvme_emu *e)
 	for (uint32_t i = 0; e->workers && i < e->nworkers; i++)
 		if (e->workers[i].started)
 			pthread_join(e->workers[i].thread, NULL);
+	if (e->prof && e->threaded)
+		prof_print(e);
 	if (e->workers) {
 		emu_delete_all_queues(e);
 		for (uint32_t i = 0; i < e->nworkers; i++) {

@@ -444,7 +444,10 @@ uint16_t emu_segs_from_file(struct emu_thread *t, uint32_t nsegs, const uint8_t 
 		int rc;
 		if (o->copy_from_file) {
 			t->gpu_pending = true;
+			const uint64_t p0 = t->emu->prof ? emu_now_ns() : 0;
 			rc = o->copy_from_file(o->ctx, t->lane, s->dev, map + at, fd, off + at, s->len);
+			if (p0)
+				t->prof.file_ns += emu_now_ns() - p0;
 		} else {
 			rc = gpu_piece(t, s, (uint8_t *)(uintptr_t)(map + at), 1);
 		}

@@ -39,6 +39,16 @@ struct emu_counters {      /* written by one thread only; read relaxed by others
 	uint64_t bytes_read, bytes_written, errors, dropped, media_errors;
 };
 
+/* GPUNVME_EMU_PROFILE=1: where a worker's time goes, printed when the
+ * emulator is destroyed (bench/EMU_NOTES.md). Written by its own thread
+ * only; read after it has been joined. */
+struct emu_prof {
+	uint64_t passes, busy_passes, busy_ns; /* passes; those that found commands, their time */
+	uint64_t file_ns;                      /* in copy_from_file: pread into staging and its waits */
+	uint64_t sync_ns;                      /* waiting for the lane's copies at a pass's end */
+	uint64_t t0;                           /* the thread's start */
+};
+
 struct emu_thread {
 	struct gpunvme_emu *emu;
 	unsigned lane;
@@ -58,6 +68,7 @@ struct emu_thread {
 	bool gpu_held;
 	uint16_t gpu_err;
 	struct emu_counters c;
+	struct emu_prof prof;
 };
 
 /* ---- queues ---------------------------------------------------------------- */
@@ -187,6 +198,7 @@ struct gpunvme_emu {
 	struct emu_worker *workers;
 	uint32_t nworkers;     /* >= 1, threads only when cfg.workers > 0 */
 	bool threaded;
+	bool prof;             /* GPUNVME_EMU_PROFILE=1 (struct emu_prof) */
 
 	/* admin thread state (only the admin thread touches these) */
 	pthread_t admin_thread;

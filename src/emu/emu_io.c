@@ -477,7 +477,10 @@ int emu_worker_pass(struct emu_worker *w)
 		/* a sync inside the pass (DSM, FUA write) may have covered the
 		 * held completions' copies already and cleared gpu_pending:
 		 * they go on its result (gpu_err), or stay held for ever */
+		const uint64_t p0 = e->prof ? emu_now_ns() : 0;
 		uint16_t st = emu_gpu_sync(t);
+		if (p0)
+			t->prof.sync_ns += emu_now_ns() - p0;
 		if (!st)
 			st = t->gpu_err;
 		t->gpu_err = 0;

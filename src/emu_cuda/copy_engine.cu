@@ -72,6 +72,11 @@ struct emu_lanes {
 	struct edma *edma;
 	unsigned edma_first;
 	bool inproc_pending[MAX_LANES]; /* lane l queued copies here since its last sync */
+	/* GPUNVME_EMU_PROFILE=1: ns lane l spent in pread into its own
+	 * staging (the DMA process's lanes count theirs in dma_client.cu);
+	 * printed at detach beside the emulator's per-worker lines */
+	bool prof;
+	uint64_t pread_ns[MAX_LANES];
 };
 
 /* ---- which host memory is pinned ---------------------------------------- */
@@ -183,7 +188,10 @@ static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, co
 			return rc;
 		/* a failed fill leaves its bytes taken and out of any run: the
 		 * next fence covers them, and the command fails */
+		const uint64_t p0 = g->prof ? gpunvme_now_ns() : 0;
 		rc = fd < 0 ? (memcpy(st, host + d, n), 0) : gpunvme_pread_all(fd, st, n, off + d);
+		if (p0)
+			g->pread_ns[lane] += gpunvme_now_ns() - p0;
 		if (rc || (rc = stage_ring_add(r, dev + d, at, n)))
 			return rc;
 		d += n;
@@ -374,12 +382,11 @@ static void stage_alloc(struct emu_lanes *g)
 		return;
 	}
 	g->stage_mem = (uint8_t *)mem;
-	/* Merging is off here by default until gpu.queues.tier2_image_staged_merged
-	 * passes on a GPU: its first run (H200, 2026-11-28) delivered wrong
-	 * bytes, a run read past the ring's end, fixed since and caught on
-	 * the CPU by tests/emu_cuda/test_stage_ring.c. The DMA process merges
-	 * by default (dma_client.cu). Read once, off the data path. */
-	const size_t merge = emu_stage_merge_bytes(per / 4, 0);
+	/* Runs of up to 1 MiB, one fence each (a quarter of the ring at most,
+	 * so that four fences cover it): 22 GB/s against 17 piece by piece on
+	 * the H200 (bench/results/emu-file-2026-11-28), as in the DMA process
+	 * (dma_client.cu). Read once, off the data path. */
+	const size_t merge = emu_stage_merge_bytes(per / 4, 1u << 20);
 	bool ok = true;
 	for (unsigned l = 0; l < g->lanes; l++) {
 		stage_ring_init(&g->ring[l], &ring_ops, g, l, g->stage_mem + (size_t)l * per, per, STAGE_PIECE_MAX, merge);
@@ -458,6 +465,10 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 	 * that is understood, correctness over the batch's speed (md arrays:
 	 * 45.8 GB/s batched, 33.5 one by one). Read once here, off the data
 	 * path. */
+	const char *pe = getenv("GPUNVME_EMU_PROFILE");
+	g->prof = pe && !strcmp(pe, "1");
+	if (g->edma)
+		edma_profile(g->edma, g->prof);
 	const char *cb = getenv("GPUNVME_COPY_BATCH");
 	g->batch_refused = !(cb && !strcmp(cb, "1"));
 	*engine = &g->ops;
@@ -508,6 +519,10 @@ static void engine_detach(void *engine)
 		gpunvme_stream_wait(g->lane_stream[i], GPUNVME_STREAM_WAIT_NS);
 		cudaStreamDestroy(g->lane_stream[i]);
 	}
+	for (unsigned i = 0; g->prof && i < g->lanes; i++)
+		if (g->pread_ns[i])
+			fprintf(stderr, "gpunvme-emu profile: lane %u: pread into staging %.3f s\n", i,
+				(double)g->pread_ns[i] / 1e9);
 	if (g->edma)
 		edma_close(g->edma, g->edma_first, g->lanes);
 	stage_free(g);

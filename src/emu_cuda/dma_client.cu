@@ -52,6 +52,7 @@ struct lane_state {
 	uint64_t pos;       /* staging bytes taken (free-running, skipped tails included) */
 	uint64_t unpub;     /* bytes of the requests posted but not published */
 	uint64_t beg[EDMA_RING]; /* request i's bytes start at beg[i % EDMA_RING] (pos units) */
+	uint64_t pread_ns, wait_ns; /* GPUNVME_EMU_PROFILE=1: in pread, waiting for staging */
 };
 
 struct edma {
@@ -71,6 +72,7 @@ struct edma {
 	unsigned n_maps;
 	uint64_t merge_bytes; /* publish every this many bytes of reads (GPUNVME_EMU_STAGE_MERGE) */
 	struct lane_state lane[EDMA_LANES];
+	bool prof; /* edma_profile */
 };
 
 static pthread_mutex_t procs_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -320,8 +322,18 @@ int edma_open(struct edma *d, unsigned n, unsigned *first, char *why, size_t wle
 	return 0;
 }
 
+void edma_profile(struct edma *d, bool on)
+{
+	d->prof = on;
+}
+
 void edma_close(struct edma *d, unsigned first, unsigned n)
 {
+	for (unsigned l = first; d->prof && l < first + n; l++)
+		if (d->lane[l].pread_ns)
+			fprintf(stderr, "gpunvme-emu profile: DMA process lane %u: pread into staging %.3f s, waiting "
+					"for staging %.3f s\n",
+				l, (double)d->lane[l].pread_ns / 1e9, (double)d->lane[l].wait_ns / 1e9);
 	struct edma_ctl c;
 	struct edma_reply r;
 	memset(&c, 0, sizeof(c));
@@ -531,6 +543,7 @@ static int post(struct edma *d, unsigned l, unsigned op, uint64_t dev, size_t le
 	if (o + len > EDMA_LANE_STAGE)
 		s->pos += EDMA_LANE_STAGE - o;
 	int rc = 0;
+	const uint64_t p0 = d->prof ? gpunvme_now_ns() : 0;
 	uint32_t done = __atomic_load_n(&L->done, __ATOMIC_ACQUIRE);
 	if (s->posted - done >= EDMA_RING) {
 		publish(d, l);
@@ -549,6 +562,8 @@ static int post(struct edma *d, unsigned l, unsigned op, uint64_t dev, size_t le
 		publish(d, l);
 		rc = wait_done(d, L, j);
 	}
+	if (p0)
+		s->wait_ns += gpunvme_now_ns() - p0;
 	if (rc)
 		return rc;
 	*st = d->stage + (uint64_t)l * EDMA_LANE_STAGE + s->pos % EDMA_LANE_STAGE;
@@ -590,7 +605,10 @@ static int copy(struct edma *d, unsigned l, uint64_t dev, void *host, int fd, ui
 		if (to_gpu) {
 			/* no offset on host where it is NULL (a file read) */
 			const uint8_t *src = fd < 0 ? (const uint8_t *)host + off : NULL;
+			const uint64_t p0 = d->prof ? gpunvme_now_ns() : 0;
 			rc = fill(st, src, fd, foff + off, n);
+			if (p0)
+				d->lane[l].pread_ns += gpunvme_now_ns() - p0;
 			/* published (now or at the sync) even when the file
 			 * failed us: the request is in the ring and the lane's
 			 * count must stay whole; the command fails with rc, so

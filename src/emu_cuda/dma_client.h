@@ -8,6 +8,7 @@
 #ifndef GPUNVME_EMU_CUDA_DMA_CLIENT_H
 #define GPUNVME_EMU_CUDA_DMA_CLIENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,9 @@ int edma_spawn_check(const char *bus_id, char *why, size_t wlen);
 /* n lanes of the process: the first in *first. 0 or negative errno (why). */
 int edma_open(struct edma *d, unsigned n, unsigned *first, char *why, size_t wlen);
 void edma_close(struct edma *d, unsigned first, unsigned n);
+/* GPUNVME_EMU_PROFILE=1 (read by the copy engine): each lane's time in pread
+ * and waiting for staging, on stderr at edma_close */
+void edma_profile(struct edma *d, bool on);
 
 /* Make the GPU allocation holding [addr, addr + len) reachable by the
  * process (counted: each map needs its unmap). 0, or negative errno with
