@@ -27,7 +27,7 @@
 #             through the DMA process (bench/emu_dma_diag.sh PHASES=load)
 #   pyload    issue 32: load_pretrained of a PY_GIB (8.5) save_pretrained checkpoint from an image
 #             file against load_file and from_pretrained, MERGE ("default 0") each, and its
-#             breakdown (after venv)
+#             breakdown (after venv); PYQ lists device-string variants (bench/emu_dma_diag.sh's V)
 #   pystages  issue 32: load_pretrained's stages in a fresh process (bench/py_stages.py), DMA
 #             process or not, eager or lazy module loading; after pyload
 #   open64    issue 32: the same small model from a 1 GiB and a 64 GiB image, start to exit
@@ -175,12 +175,24 @@ for ph in ${PHASES:-build serial}; do
 			mkfs.ext4 -q -F -b 4096 -d $PW/root $PW/ext4.img || { echo "mkfs failed"; continue; }
 		fi
 		cat $PW/ext4.img $PW/root/big/*.safetensors >/dev/null
-		for mg in ${MERGE:-default 0}; do
-			[ "$mg" = default ] && mg=
-			GPUNVME_EMU_STAGE_MERGE=$mg timeout 240 python3 bench/hf_models.py bench "emu:$PW/ext4.img" /big $PW/root/big \
-				--repeat 2 2>>"$R/pyload.err" | sed "s/^/merge=${mg:-default} /" | tee -a "$R/pyload.jsonl" | cut -c1-200
+		# PYQ: device-string variants as QUERY/QUEUES ("-" = none, "," for
+		# "&", QUEUES 0 = the default), as emu_dma_diag.sh's V; the first
+		# runs against load_file and from_pretrained, the rest ours alone
+		only=()
+		for var in ${PYQ:--/0}; do
+			q=${var%/*}
+			qa=()
+			[ "${var##*/}" != 0 ] && [ "$var" != "$q" ] && qa=(--queues "${var##*/}")
+			U="emu:$PW/ext4.img"
+			[ "$q" != - ] && U="$U?$(echo "$q" | tr , '&')"
+			for mg in ${MERGE:-default 0}; do
+				[ "$mg" = default ] && mg=
+				GPUNVME_EMU_STAGE_MERGE=$mg timeout 240 python3 bench/hf_models.py bench "$U" /big $PW/root/big \
+					--repeat "${PYREP:-2}" "${only[@]}" "${qa[@]}" 2>>"$R/pyload.err" | sed "s/^/q=$q merge=${mg:-default} /" | tee -a "$R/pyload.jsonl" | cut -c1-200
+			done
+			timeout 120 python3 bench/hf_models.py breakdown "$U" /big "${qa[@]}" 2>>"$R/pyload.err" | sed "s/^/q=$q /" | tee -a "$R/pyload.jsonl"
+			only=(--only-ours)
 		done
-		timeout 120 python3 bench/hf_models.py breakdown "emu:$PW/ext4.img" /big 2>>"$R/pyload.err" | tee -a "$R/pyload.jsonl"
 		grep -i -m5 "error\|traceback" "$R/pyload.err"
 		;;
 	pystages)

@@ -65,7 +65,7 @@ for ph in ${PHASES:-soak mp load}; do
 							qs=${var%/*}
 							nq=${var##*/}
 							uri="emu:$W/fs.img"
-							[ "$qs" != - ] && uri="$uri?${qs//,/&}"
+							[ "$qs" != - ] && uri="$uri?$(echo "$qs" | tr , '&')"
 							qa=()
 							[ "$nq" != 0 ] && qa=(--queues "$nq")
 							t0=$(date +%s.%N)
