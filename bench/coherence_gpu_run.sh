@@ -30,6 +30,7 @@
 #             breakdown (after venv); PYQ lists device-string variants (bench/emu_dma_diag.sh's V)
 #   pystages  issue 32: load_pretrained's stages in a fresh process (bench/py_stages.py), DMA
 #             process or not, eager or lazy module loading; after pyload
+#   stream32  issue 32: bench/stream_llm_run.sh on the image at Tier 2 (modeled SSD), ref and ssd
 #   open64    issue 32: the same small model from a 1 GiB and a 64 GiB image, start to exit
 #   soakbg:S  issue 32: bench/stream_soak.py for S seconds in the background (outlives the call
 #             on a warm machine); soakget copies its result under $OUT
@@ -214,6 +215,15 @@ for ph in ${PHASES:-build serial}; do
 			echo "cli $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s start to exit: $out"
 		done | tee "$R/pystages.txt"
 		grep -i -m5 "error\|traceback" "$R/pystages.err"
+		;;
+	stream32)
+		# issue 32, acceptance 3: the layer stream on the emulator's Tier 2
+		# from the image itself (no snapshot), modeled 7 GB/s SSD, a fresh
+		# process per method, 40 layers, 8 tokens, 1.6 GiB budget (the
+		# model is 2.98x it): ref and ssd (bench/stream_llm_run.sh). After venv.
+		log "stream32"
+		OUT="$R/stream32" STEPS="model run" METHODS="${SMETHODS:-ref,ssd}" EMUQ="nsq=64&mqes=1023" \
+			timeout "${STREAM_S:-300}" bash bench/stream_llm_run.sh 40 8 1.6 2>&1 | tail -6 | cut -c1-400
 		;;
 	open64)
 		# issue 32, acceptance 1: opening a 64 GiB image costs < 1 s with the

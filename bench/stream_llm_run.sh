@@ -66,7 +66,8 @@ fi
 if has run; then
 cat "$W/root/llm"/* > /dev/null   # page cache: the baselines read the files from RAM
 log "3. decode"
-EMU="emu:$W/ext4.img?snapshot=1&workers=12&mdts=9&nsq=64&mqes=1023"
+# EMUQ: the device string's options (issue 32 runs the image itself: EMUQ="nsq=64&mqes=1023")
+EMU="emu:$W/ext4.img?${EMUQ:-snapshot=1&workers=12&mdts=9&nsq=64&mqes=1023}"
 SSD="$EMU&read_mbps=7000&latency_us=80&iops=1000000"
 ${TRACE:+env GPUNVME_STREAM_TRACE=$TRACE} python3 bench/stream_llm.py run "$EMU" "$SSD" "$W/root" --work "$W" --tokens "$TOKENS" --budget-gib "$BUDGET" \
 	${METHODS:+--methods "$METHODS"} ${WINDOW:+--window "$WINDOW"} \

@@ -143,7 +143,7 @@ static const struct num_opt num_opts[] = {
 	{ "lbads", 9, 12, "LBA data size 2^n bytes", "9 (512-byte blocks) or 12 (4 KiB blocks)" },
 	{ "nsq", 1, 65535, "I/O queue pairs the controller grants" },
 	{ "mqes", 1, 65535, "CAP.MQES, entries per queue minus one" },
-	{ "mdts", 0, 20, "MDTS, 2^n pages per command; 0 = no limit" },
+	{ "mdts", 0, 20, "MDTS, 2^n pages per command; 0 = no limit (default 7: 512 KiB)" },
 	{ "dstrd", 0, 15, "CAP.DSTRD, doorbell stride 4 << n bytes" },
 	{ "workers", 1, 256, "emulator threads serving I/O queues (default: half the CPUs, 1 to 8)" },
 	{ "latency_us", 0, 10000000, "modeled command latency in microseconds" },
@@ -263,6 +263,12 @@ int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec, c
 	}
 	gpunvme_emu_config_init(cfg);
 	cfg->workers = default_workers();
+	/* 512 KiB per command, QEMU's controller's default (hw/nvme, mdts=7).
+	 * Every command costs a worker a pass of fixed work, and at 128 KiB
+	 * (the C API's default, kept for its tests) those costs held a load
+	 * from a page-cached image to 21-23 GB/s on the H200; 512 KiB took it
+	 * to 24-28 (bench/results/emu-load-2026-11-28). */
+	cfg->mdts = 7;
 	const char *q = strchr(spec, '?');
 	size_t base = q ? (size_t)(q - spec) : strlen(spec);
 	if (parse_ns(&cfg->ns[0], spec, base, err))

@@ -591,7 +591,7 @@ group_list() {
 group_id() {
 	ok id-ctrl emu:ram:16M && {
 		expect_out "mn        : gpu-nvme-direct emulator"
-		expect_out "mdts      : 5 (128 KiB"
+		expect_out "mdts      : 7 (512 KiB"
 		expect_out "ver       : 0x00010400 (1.4.0)"
 		expect_out "sqes      : 0x66"
 		expect_out "subnqn"
@@ -781,9 +781,9 @@ group_perf_gpu() {
 	ok perf 'emu:ram:64M?lbads=12&workers=2' -q 32 -o 64K -w randrw -t 0.5 --gpu --gpu-mode thread --tier 2 --json &&
 		json_check 'd["errors"] == 0 and d["read"]["ios"] > 0 and d["write"]["ios"] > 0 and d["gpu"]["mode"] == "thread" and d["gpu"]["tier"] == 2'
 	# I/Os above MDTS (5: 128 KiB) are several commands, one lane each, in both modes
-	ok perf 'emu:ram:64M?workers=2' -q 8 -o 512K -w read -t 0.5 --gpu --json &&
+	ok perf 'emu:ram:64M?workers=2&mdts=5' -q 8 -o 512K -w read -t 0.5 --gpu --json &&
 		json_check 'd["errors"] == 0 and d["total"]["ios"] > 0 and d["gpu"]["commands_per_io"] == 4'
-	ok perf 'emu:ram:64M?workers=2' -q 8 -o 384K -w write -t 0.5 --gpu --gpu-mode thread --json &&
+	ok perf 'emu:ram:64M?workers=2&mdts=5' -q 8 -o 384K -w write -t 0.5 --gpu --gpu-mode thread --json &&
 		json_check 'd["errors"] == 0 and d["total"]["ios"] > 0 and d["gpu"]["commands_per_io"] == 3'
 	# text output
 	ok perf 'emu:null:64M?lbads=12' -q 16 -o 4K -w randread -t 0.3 --gpu && {

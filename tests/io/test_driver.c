@@ -52,14 +52,14 @@ TEST_CASE(open_identify)
 	REQUIRE(!strcmp(ci.mn, "gpu-nvme-direct emulator"));
 	REQUIRE_EQ(ci.nn, 3u);
 	REQUIRE_EQ(ci.nr_io_queues, 8u);
-	REQUIRE_EQ(ci.max_xfer, 128u * 1024);
+	REQUIRE_EQ(ci.max_xfer, 512u * 1024); /* an emu: string's default MDTS 7 */
 	uint32_t ids[8];
 	REQUIRE_EQ(gpunvme_ns_list(c, ids, 8), 3);
 	struct gpunvme_ns_info ni;
 	REQUIRE_OK(gpunvme_ns_info(c, 2, &ni));
 	REQUIRE_EQ(ni.lba_size, 4096u);
 	REQUIRE_EQ(ni.nsze, (1ull << 40) / 4096);
-	REQUIRE_EQ(ni.max_blocks, 32u);
+	REQUIRE_EQ(ni.max_blocks, 128u);
 	REQUIRE(gpunvme_ns_info(c, 9, &ni) == -ENOENT);
 	REQUIRE(strstr(gpunvme_last_error(), "namespace 9"));
 	gpunvme_close(c);
@@ -191,7 +191,7 @@ static int wait_one(struct gpunvme_qpair *qp, struct counter *k, int want)
  */
 TEST_CASE(requests_keep_their_buffers)
 {
-	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M", 0);
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:16M?mdts=5", 0);
 	REQUIRE(c);
 	struct gpunvme_qpair *qp;
 	REQUIRE_OK(gpunvme_qpair_create(c, 4, &qp));
