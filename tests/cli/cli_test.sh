@@ -476,6 +476,13 @@ f.seek(446); f.write(e(2048, 32768) + e(34816, 16384)); f.seek(510); f.write(b"\
 	bad 2 "--tensors ''" load "emu:$img" /m.safetensors --tensors=
 	ok load "emu:$img" /m.safetensors --tier cpu --no-progress && expect_out "GB/s"
 	grep -q "MiB/s" "$OUT" && fail "load printed MiB/s"
+	# GPUNVME_EMU_PROFILE=1: a line per worker that had work, when the
+	# emulator closes (docs/emulator.md); nothing without it
+	GPUNVME_EMU_PROFILE=1 ok load "emu:$img?workers=2" /m.safetensors --tier cpu --no-progress &&
+		{ grep -q '^gpunvme-emu profile: worker [01]: [1-9][0-9]* commands, .* busy .* file reads .* copy waits at pass end' "$ERR" ||
+			{ fail "no profile line per busy worker"; show; }; }
+	ok load "emu:$img?workers=2" /m.safetensors --tier cpu --no-progress &&
+		{ grep -q 'gpunvme-emu profile' "$ERR" && fail "a profile line without GPUNVME_EMU_PROFILE"; }
 	if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
 		# no GPU: load falls back to host memory and says so as a note
 		ok load "emu:$img" /m.safetensors --no-progress && {
