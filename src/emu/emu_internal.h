@@ -47,6 +47,7 @@ struct emu_prof {
 	uint64_t file_ns;                      /* in copy_from_file: pread into staging and its waits */
 	uint64_t sync_ns;                      /* waiting for the lane's copies at a pass's end */
 	uint64_t t0;                           /* the thread's start */
+	uint64_t first_ns, last_ns;            /* the first busy pass's start, the last one's end */
 };
 
 struct emu_thread {

@@ -199,6 +199,16 @@ static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, co
 	return 0;
 }
 
+static void say_inproc(const char *why)
+{
+	static int said;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		fprintf(stderr, "gpunvme: the emulator's copies to GPU memory run in this process's CUDA context (%s): "
+				"a blocking CUDA call here (a copy into pageable memory, such as torch's .cpu()) "
+				"while GPU reads are in flight can hold them up until the reads time out\n",
+			why);
+}
+
 /* One copy of the lane: host memory, or for a read the bytes of file fd at
  * off (fd >= 0: an image file's namespace, also mapped at host), read into
  * staging (the DMA process's or the lane's own) with pread; straight from
@@ -209,12 +219,15 @@ static int lane_copy_src(struct emu_lanes *g, unsigned lane, uint64_t dev, void 
 	if (lane >= g->lanes)
 		return -EINVAL;
 	uint64_t t0 = gpunvme_now_ns();
-	if (g->edma && edma_mapped(g->edma, dev, len)) {
+	char why[200];
+	if (g->edma && edma_mapped(g->edma, dev, len, why, sizeof(why))) {
 		int rc = fd >= 0 ? edma_copy_file(g->edma, g->edma_first + lane, dev, fd, off, len)
 				 : edma_copy(g->edma, g->edma_first + lane, dev, host, len, to_gpu);
 		lane_trace("process copy", lane, len, t0);
 		return rc;
 	}
+	if (g->edma && why[0])
+		say_inproc(why);
 	g->inproc_pending[lane] = true;
 	if (to_gpu && g->stage_mem && !pinned_has(host, len)) {
 		int rc = lane_read_staged(g, lane, dev, (const uint8_t *)host, fd, off, len);
@@ -401,15 +414,6 @@ static void stage_alloc(struct emu_lanes *g)
 
 /* Copies that stay in the application's context can be held up by its
  * blocking CUDA calls (dma_proto.h): said once per process, with why. */
-static void say_inproc(const char *why)
-{
-	static int said;
-	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-		fprintf(stderr, "gpunvme: the emulator's copies to GPU memory run in this process's CUDA context (%s): "
-				"a blocking CUDA call here (a copy into pageable memory, such as torch's .cpu()) "
-				"while GPU reads are in flight can hold them up until the reads time out\n",
-			why);
-}
 
 /*
  * Where the copies run (emu.h, gpunvme_emu_copies): in the DMA process or

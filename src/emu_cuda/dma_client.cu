@@ -36,6 +36,9 @@ extern "C" const unsigned char gpunvme_emu_dma_exe[], gpunvme_emu_dma_exe_end[];
 #define EDMA_WAIT_NS 10000000000ull /* copies: as the in-process lanes (GPUNVME_STREAM_WAIT_NS) */
 #define MAX_GPUS 16
 #define MAX_MAPS 1024
+/* MAP requests in flight at most (edma_map): each is one message in the
+ * socket's buffer (and one reply in the other), far below its size */
+#define EDMA_MAPS_AHEAD 64
 
 /*
  * A lane's staging is a byte ring: request i's bytes are the next ones
@@ -63,13 +66,26 @@ struct edma {
 	int sock;
 	struct edma_shm *shm;
 	uint8_t *stage;
-	pthread_mutex_t ctl; /* one set-up request at a time */
+	pthread_mutex_t ctl; /* one set-up exchange at a time; orders the table's additions and removals */
 	pthread_rwlock_t maps_lock;
 	struct {
 		uint64_t base, size;
 		unsigned refs;
+		bool pending; /* its MAP is sent, not answered yet */
 	} maps[MAX_MAPS];
 	unsigned n_maps;
+	/* MAP requests sent whose replies are not read yet, in the order sent
+	 * (the process answers in order): their allocations' bases; under ctl */
+	uint64_t ahead[EDMA_MAPS_AHEAD];
+	unsigned ahead_first, ahead_n;
+	/* a set-up exchange failed (no answer in time, the process gone): a
+	 * late reply could no longer be told from the next one's, so every
+	 * later request fails with this; under ctl */
+	int ctl_err;
+	/* a MAP the process refused, not yet reported by edma_mapped (its
+	 * caller says why the copies stay in this process) */
+	int fail_unsaid;
+	char fail_why[200];
 	uint64_t merge_bytes; /* publish every this many bytes of reads (GPUNVME_EMU_STAGE_MERGE) */
 	struct lane_state lane[EDMA_LANES];
 	bool prof; /* edma_profile */
@@ -290,18 +306,78 @@ struct edma *edma_get(char *why, size_t wlen)
 
 /* ---- set-up requests ---- */
 
+/* the table entry holding [addr, addr + len), or -1 (maps_lock held) */
+static int map_at(struct edma *d, uint64_t addr, size_t len)
+{
+	for (unsigned i = 0; i < d->n_maps; i++)
+		if (addr >= d->maps[i].base && addr + len <= d->maps[i].base + d->maps[i].size)
+			return (int)i;
+	return -1;
+}
+
+static const char *ctl_why(int rc)
+{
+	return rc == -ETIMEDOUT ? "the emulator's DMA process did not answer within 10 s"
+				: "the emulator's DMA process is gone";
+}
+
+/* The answer to the oldest MAP in flight (ctl held): its allocation is
+ * mapped, or it leaves the table and the reason waits for edma_mapped. */
+static void settle_one(struct edma *d)
+{
+	struct edma_reply r;
+	memset(&r, 0, sizeof(r));
+	int rc = d->ctl_err ? d->ctl_err : recv_reply(d->sock, &r, EDMA_CTL_MS);
+	if (rc) {
+		d->ctl_err = rc;
+		snprintf(r.why, sizeof(r.why), "%s", ctl_why(rc));
+	} else {
+		rc = r.rc;
+	}
+	const uint64_t base = d->ahead[d->ahead_first];
+	d->ahead_first = (d->ahead_first + 1) % EDMA_MAPS_AHEAD;
+	d->ahead_n--;
+	pthread_rwlock_wrlock(&d->maps_lock);
+	int i = map_at(d, base, 1);
+	if (i >= 0 && d->maps[i].pending) {
+		if (!rc)
+			d->maps[i].pending = false;
+		else
+			d->maps[i] = d->maps[--d->n_maps];
+	}
+	pthread_rwlock_unlock(&d->maps_lock);
+	if (rc) {
+		snprintf(d->fail_why, sizeof(d->fail_why), "GPU memory at 0x%llx cannot be shared with the emulator's "
+			 "DMA process: %s", (unsigned long long)base, r.why);
+		__atomic_store_n(&d->fail_unsaid, 1, __ATOMIC_RELEASE);
+	}
+}
+
+/* One request and its reply (ctl held), after the MAP replies still on
+ * their way: the socket carries one answer per request, in order. */
+static int ctl_locked(struct edma *d, struct edma_ctl *c, struct edma_reply *r)
+{
+	while (d->ahead_n)
+		settle_one(d);
+	memset(r, 0, sizeof(*r));
+	int rc = d->ctl_err;
+	if (!rc)
+		rc = send(d->sock, c, sizeof(*c), MSG_NOSIGNAL) == (ssize_t)sizeof(*c) ? 0 : -EPIPE;
+	if (!rc)
+		rc = recv_reply(d->sock, r, EDMA_CTL_MS);
+	if (rc) {
+		d->ctl_err = rc;
+		snprintf(r->why, sizeof(r->why), "%s", ctl_why(rc));
+	}
+	return rc ? rc : r->rc;
+}
+
 static int ctl(struct edma *d, struct edma_ctl *c, struct edma_reply *r)
 {
 	pthread_mutex_lock(&d->ctl);
-	memset(r, 0, sizeof(*r));
-	int rc = send(d->sock, c, sizeof(*c), MSG_NOSIGNAL) == (ssize_t)sizeof(*c) ? 0 : -EPIPE;
-	if (!rc)
-		rc = recv_reply(d->sock, r, EDMA_CTL_MS);
+	int rc = ctl_locked(d, c, r);
 	pthread_mutex_unlock(&d->ctl);
-	if (rc)
-		snprintf(r->why, sizeof(r->why), "the emulator's DMA process %s",
-			 rc == -ETIMEDOUT ? "did not answer within 10 s" : "is gone");
-	return rc ? rc : r->rc;
+	return rc;
 }
 
 int edma_open(struct edma *d, unsigned n, unsigned *first, char *why, size_t wlen)
@@ -369,22 +445,49 @@ static range_fn address_range(void)
 	return range_fn_found;
 }
 
-static int map_at(struct edma *d, uint64_t addr, size_t len)
+int edma_mapped(struct edma *d, uint64_t addr, size_t len, char *why, size_t wlen)
 {
-	for (unsigned i = 0; i < d->n_maps; i++)
-		if (addr >= d->maps[i].base && addr + len <= d->maps[i].base + d->maps[i].size)
-			return (int)i;
-	return -1;
-}
-
-int edma_mapped(struct edma *d, uint64_t addr, size_t len)
-{
+	why[0] = 0;
 	pthread_rwlock_rdlock(&d->maps_lock);
 	int i = map_at(d, addr, len);
+	bool pending = i >= 0 && d->maps[i].pending;
 	pthread_rwlock_unlock(&d->maps_lock);
-	return i >= 0;
+	if (pending) {
+		/* its MAP is on its way (edma_map does not wait): the answers
+		 * come in order, so the ones before it are read first. Bounded:
+		 * each waits EDMA_CTL_MS at most, and a silent process fails
+		 * them all at the first */
+		pthread_mutex_lock(&d->ctl);
+		for (;;) {
+			pthread_rwlock_rdlock(&d->maps_lock);
+			i = map_at(d, addr, len);
+			pending = i >= 0 && d->maps[i].pending;
+			pthread_rwlock_unlock(&d->maps_lock);
+			if (!pending || !d->ahead_n)
+				break;
+			settle_one(d);
+		}
+		pthread_mutex_unlock(&d->ctl);
+	}
+	if (i >= 0 && !pending)
+		return 1;
+	if (__atomic_exchange_n(&d->fail_unsaid, 0, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_lock(&d->ctl); /* settle_one writes the text under it */
+		snprintf(why, wlen, "%s", d->fail_why);
+		pthread_mutex_unlock(&d->ctl);
+	}
+	return 0;
 }
 
+/*
+ * The process opens an allocation's IPC handle in 10-15 ms for a few GB
+ * (bench/results/emu-load-2026-11-28: 0.06-0.07 s of a 0.41 s
+ * load_pretrained for five shards). So the request is sent and not waited
+ * for: a loader maps its runs' memory, then reads the first run while the
+ * process opens the others. The first copy into the allocation waits for
+ * the answer (edma_mapped); a refusal there sends its copies to this
+ * process's context, as a refusal here does.
+ */
 int edma_map(struct edma *d, uint64_t addr, size_t len, char *why, size_t wlen)
 {
 	range_fn range = address_range();
@@ -398,56 +501,66 @@ int edma_map(struct edma *d, uint64_t addr, size_t len, char *why, size_t wlen)
 		snprintf(why, wlen, "the range spans several allocations");
 		return -EINVAL;
 	}
-	/* the set-up lock also orders the table against the process's */
+	/* under ctl: the table's additions and removals in the order of the
+	 * requests (an unmap and a map of the same address in two threads) */
 	pthread_mutex_lock(&d->ctl);
 	pthread_rwlock_wrlock(&d->maps_lock);
 	int i = map_at(d, (uint64_t)base, size);
 	if (i >= 0)
-		d->maps[i].refs++;
+		d->maps[i].refs++; /* opened once in the process: a second open fails there */
+	const bool full = i < 0 && d->n_maps == MAX_MAPS;
 	pthread_rwlock_unlock(&d->maps_lock);
-	pthread_mutex_unlock(&d->ctl);
-	if (i >= 0)
-		return 0;
-	struct edma_ctl c;
-	struct edma_reply r;
-	memset(&c, 0, sizeof(c));
+	int rc = 0;
 	cudaIpcMemHandle_t h;
-	cudaError_t e = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
-	if (e != cudaSuccess) {
-		cudaGetLastError();
-		snprintf(why, wlen, "cudaIpcGetMemHandle: %s", cudaGetErrorString(e));
-		return -EINVAL;
-	}
-	c.msg = EDMA_MAP;
-	c.base = base;
-	c.size = size;
-	memcpy(c.handle, &h, sizeof(h));
-	int rc = ctl(d, &c, &r);
-	if (rc) {
-		snprintf(why, wlen, "%s", r.why);
-		return rc;
-	}
-	pthread_rwlock_wrlock(&d->maps_lock);
-	i = map_at(d, (uint64_t)base, size);
-	if (i >= 0) {
-		/* another thread mapped it meanwhile: the process opened it
-		 * once (a second open fails there), so this one is counted */
-		d->maps[i].refs++;
-	} else if (d->n_maps < MAX_MAPS) {
-		d->maps[d->n_maps].base = base;
-		d->maps[d->n_maps].size = size;
-		d->maps[d->n_maps].refs = 1;
-		d->n_maps++;
-	} else {
+	if (i >= 0)
+		goto out;
+	if (full) {
 		rc = -ENOSPC;
 		snprintf(why, wlen, "more than %d GPU allocations mapped", MAX_MAPS);
+		goto out;
 	}
+	if (cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base) != cudaSuccess) {
+		snprintf(why, wlen, "cudaIpcGetMemHandle: %s", cudaGetErrorString(cudaGetLastError()));
+		rc = -EINVAL;
+		goto out;
+	}
+	if (d->ahead_n == EDMA_MAPS_AHEAD)
+		settle_one(d);
+	{
+		struct edma_ctl c;
+		memset(&c, 0, sizeof(c));
+		c.msg = EDMA_MAP;
+		c.base = base;
+		c.size = size;
+		memcpy(c.handle, &h, sizeof(h));
+		rc = d->ctl_err;
+		if (!rc && send(d->sock, &c, sizeof(c), MSG_NOSIGNAL) != (ssize_t)sizeof(c))
+			rc = d->ctl_err = -EPIPE;
+	}
+	if (rc) {
+		snprintf(why, wlen, "%s", ctl_why(rc));
+		goto out;
+	}
+	d->ahead[(d->ahead_first + d->ahead_n++) % EDMA_MAPS_AHEAD] = base;
+	pthread_rwlock_wrlock(&d->maps_lock);
+	d->maps[d->n_maps].base = base; /* room: only this path adds, under ctl */
+	d->maps[d->n_maps].size = size;
+	d->maps[d->n_maps].refs = 1;
+	d->maps[d->n_maps].pending = true;
+	d->n_maps++;
 	pthread_rwlock_unlock(&d->maps_lock);
+out:
+	pthread_mutex_unlock(&d->ctl);
 	return rc;
 }
 
 void edma_unmap(struct edma *d, uint64_t addr)
 {
+	pthread_mutex_lock(&d->ctl);
+	/* every MAP answered first: the table then says whether the process
+	 * holds this allocation (a refused one has left it) */
+	while (d->ahead_n)
+		settle_one(d);
 	uint64_t base = 0;
 	pthread_rwlock_wrlock(&d->maps_lock);
 	int i = map_at(d, addr, 1);
@@ -462,8 +575,9 @@ void edma_unmap(struct edma *d, uint64_t addr)
 		memset(&c, 0, sizeof(c));
 		c.msg = EDMA_UNMAP;
 		c.base = base;
-		ctl(d, &c, &r);
+		ctl_locked(d, &c, &r);
 	}
+	pthread_mutex_unlock(&d->ctl);
 }
 
 /* ---- the data path ---- */
@@ -526,9 +640,14 @@ static void publish(struct edma *d, unsigned l)
 		return;
 	s->published = s->posted;
 	s->unpub = 0;
+	/* sequentially consistent, as the mover's store of srv_sleep and its
+	 * loads of posted (dma_server.cu, mover_main): one of the two sides
+	 * sees the other's store, so requests never wait for a sleeper */
 	__atomic_store_n(&L->posted, s->posted, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&L->srv_sleep, __ATOMIC_SEQ_CST))
-		edma_futex(&L->posted, FUTEX_WAKE, 1, NULL);
+	if (__atomic_load_n(&d->shm->srv_sleep, __ATOMIC_SEQ_CST)) {
+		__atomic_fetch_add(&d->shm->kick, 1, __ATOMIC_SEQ_CST);
+		edma_futex(&d->shm->kick, FUTEX_WAKE, 1, NULL);
+	}
 }
 
 /* Post one request of len (<= EDMA_CHUNK) bytes on lane l, unpublished;

@@ -35,11 +35,15 @@ void edma_profile(struct edma *d, bool on);
 /* Make the GPU allocation holding [addr, addr + len) reachable by the
  * process (counted: each map needs its unmap). 0, or negative errno with
  * why (memory CUDA cannot share by IPC handle, e.g. cuMemCreate's or a
- * memory pool's): its copies then stay in the application's context. */
+ * memory pool's): its copies then stay in the application's context.
+ * Returns once the request is sent: the process's answer is waited for by
+ * the first edma_mapped of the allocation (or the next set-up request). */
 int edma_map(struct edma *d, uint64_t addr, size_t len, char *why, size_t wlen);
 void edma_unmap(struct edma *d, uint64_t addr);
-/* Whether [addr, addr + len) lies in a mapped allocation. */
-int edma_mapped(struct edma *d, uint64_t addr, size_t len);
+/* Whether [addr, addr + len) lies in an allocation the process holds,
+ * after its answer if it is on its way. 0 with why set, once, when the
+ * process refused a map (the caller says so: those copies stay here). */
+int edma_mapped(struct edma *d, uint64_t addr, size_t len, char *why, size_t wlen);
 
 /* Lane l's copies: host memory anywhere (copied through the lane's staging
  * memory), GPU memory in a mapped allocation. A read (to_gpu) is queued,

@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EDMA_MAGIC 0x31616d64u      /* "dma1" */
+#define EDMA_MAGIC 0x32616d64u      /* "dma2" */
 #define EDMA_LANES 64               /* lanes in one child: 7 queue sets of 8 workers + admin */
 #define EDMA_RING 64                /* requests in flight per lane */
 #define EDMA_CHUNK (512u << 10)     /* one staging chunk: the largest piece one request moves */
@@ -57,8 +57,7 @@ struct edma_req {
  * sides' stores do not share a cache line. */
 struct edma_lane {
 	uint32_t posted;     /* app: requests posted (release: the request and its staging bytes) */
-	uint32_t srv_sleep;  /* child: 1 while it may sleep on posted (futex) */
-	uint8_t pad0[56];
+	uint8_t pad0[60];
 	uint32_t done;       /* child: requests complete on the GPU (release: D2H bytes in staging) */
 	uint32_t app_sleep;  /* app: 1 while it may sleep on done (futex) */
 	int32_t err;         /* child: a failure since the app last took it (negative errno) */
@@ -70,7 +69,12 @@ struct edma_shm {
 	uint32_t magic;
 	uint32_t lanes;
 	uint64_t stage_off; /* lane l's staging: stage_off + l * EDMA_LANE_STAGE */
-	uint8_t pad[48];
+	/* the child's one mover thread serves every lane: it sleeps on kick
+	 * when none has work, srv_sleep set; the app bumps kick and wakes it
+	 * after publishing requests while srv_sleep is set */
+	uint32_t srv_sleep;  /* child */
+	uint32_t kick;       /* app (futex) */
+	uint8_t pad[40];
 	struct edma_lane lane[EDMA_LANES];
 };
 

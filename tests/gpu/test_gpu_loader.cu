@@ -17,6 +17,12 @@
  *                  match the host's
  *   faults         media error -> -EIO with the NVMe status; the loader
  *                  works again after the fault is cleared
+ *   tier2_process_maps
+ *                  the emulator's copies in its DMA process: loader
+ *                  allocations read as soon as they are made (their maps
+ *                  still on their way), freed and made again at the same
+ *                  addresses, and a memory pool's allocation (no IPC
+ *                  handle: its copies stay in this process)
  *   async_wait_failures
  *                  a media error or dropped commands among loads queued
  *                  on the loader's own stream: the wait reports them
@@ -310,6 +316,77 @@ static int double_buffer_mode(int mode)
 	cudaFree(sums);
 	free(L.ref);
 	gpunvme_close(c);
+	return 0;
+}
+
+/*
+ * The DMA process opens an allocation's IPC handle while the application
+ * goes on (dma_client.cu, edma_map): the first copy into it waits for the
+ * answer. Each round makes a few loader allocations and loads them at
+ * once, so reads meet maps still on their way; freeing them and allocating
+ * again gets the same addresses back (cudaMalloc reuses them), so an
+ * unmap and the next map of an address must stay in order. Memory from a
+ * stream-ordered pool has no IPC handle: it is copied in this process.
+ * Every byte compared.
+ */
+TEST_CASE(tier2_process_maps)
+{
+	const enum gpunvme_emu_copies was = gpunvme_emu_copies();
+	gpunvme_emu_set_copies(GPUNVME_EMU_COPIES_PROCESS);
+	struct gpunvme_ctrl *c;
+	struct layout L;
+	struct gpunvme_layer_loader *l;
+	if (setup("emu:ram:64M?lbads=9&workers=4", 6 * 1024 * 1024 + 777, &c, &L, GPUNVME_TIER_2, &l))
+		return 1;
+	uint8_t *host = (uint8_t *)malloc(L.size);
+	uint64_t seed = 7;
+	unsigned loads = 0;
+	for (int r = 0; r < 24; r++) {
+		enum { N = 4 };
+		uint8_t *mem[N];
+		uint64_t off[N], len[N];
+		for (int k = 0; k < N; k++) {
+			off[k] = rng(&seed) % L.size;
+			len[k] = 1 + rng(&seed) % (L.size - off[k]);
+			if (!(mem[k] = (uint8_t *)gpunvme_layer_loader_alloc(l, off[k], len[k])))
+				FAIL("alloc: %s", gpunvme_last_error());
+		}
+		for (int k = 0; k < N; k++) {
+			REQUIRE_CUDA(cudaMemset(mem[k], 0x5a, len[k]));
+			REQUIRE_CUDA(cudaDeviceSynchronize());
+			uint16_t st = 0;
+			REQUIRE_OK(gpunvme_load_layer(l, off[k], len[k], mem[k], &st));
+			REQUIRE_CUDA(cudaMemcpy(host, mem[k], len[k], cudaMemcpyDeviceToHost));
+			if (compare(host, L.ref + off[k], len[k], off[k], "loader memory"))
+				return 1;
+			loads++;
+		}
+		for (int k = 0; k < N; k++)
+			gpunvme_layer_loader_free(l, mem[k]);
+	}
+	/* a memory pool's allocation, registered: the DMA process cannot open
+	 * it, so the emulator copies it in this process; the bytes are the same */
+	cudaStream_t s;
+	uint8_t *pool = NULL;
+	REQUIRE_CUDA(cudaStreamCreate(&s));
+	REQUIRE_CUDA(cudaMallocAsync((void **)&pool, L.size, s));
+	REQUIRE_CUDA(cudaMemsetAsync(pool, 0x5a, L.size, s));
+	REQUIRE_CUDA(cudaStreamSynchronize(s));
+	REQUIRE_OK(gpunvme_layer_loader_register(l, pool, L.size));
+	uint16_t st = 0;
+	REQUIRE_OK(gpunvme_load_layer(l, 0, L.size, pool, &st));
+	REQUIRE_CUDA(cudaMemcpy(host, pool, L.size, cudaMemcpyDeviceToHost));
+	if (compare(host, L.ref, L.size, 0, "a memory pool's allocation"))
+		return 1;
+	gpunvme_layer_loader_destroy(l);
+	REQUIRE_CUDA(cudaFreeAsync(pool, s));
+	REQUIRE_CUDA(cudaStreamSynchronize(s));
+	cudaStreamDestroy(s);
+	printf("tier2_process_maps: %u loads into fresh allocations and one into pool memory, every byte right\n", loads);
+	free(host);
+	free(L.ref);
+	gpunvme_close(c);
+	gpunvme_emu_set_copies(was);
 	return 0;
 }
 
