@@ -28,6 +28,8 @@
 #   pyload    issue 32: load_pretrained of a PY_GIB (8.5) save_pretrained checkpoint from an image
 #             file against load_file and from_pretrained, MERGE ("default 0") each, and its
 #             breakdown (after venv); PYQ lists device-string variants (bench/emu_dma_diag.sh's V)
+#   modeled   issue 32, acceptance 2: bench/modeled_ssd.py on pyload's image (the CLI,
+#             load_file per shard, load_pretrained against a modeled 7 GB/s SSD); after pyload
 #   pystages  issue 32: load_pretrained's stages in a fresh process (bench/py_stages.py), DMA
 #             process or not, eager or lazy module loading; after pyload
 #   stream32  issue 32: bench/stream_llm_run.sh on the image at Tier 2 (modeled SSD), ref and ssd
@@ -195,6 +197,12 @@ for ph in ${PHASES:-build serial}; do
 			only=(--only-ours)
 		done
 		grep -i -m5 "error\|traceback" "$R/pyload.err"
+		;;
+	modeled)
+		log "modeled 7 GB/s SSD: every entry point"
+		timeout 300 python3 bench/modeled_ssd.py /tmp/pyload/ext4.img /big --cli "$B/gpunvme" 2>"$R/modeled.err" |
+			tee "$R/modeled.jsonl" | cut -c1-220
+		grep -i -m5 "error\|traceback" "$R/modeled.err"
 		;;
 	pystages)
 		# issue 32, acceptance 1: where a fresh process's load_pretrained

@@ -75,9 +75,9 @@ for ph in ${PHASES:-soak mp load}; do
 							log "load $mode $fr merge=${mg:-default} $var $i: $(el $t0) s wall: $out"
 							if [ "${PROF:-0}" = 1 ]; then
 								cat "$R/one.log" >>"$R/prof-all.log"
-								awk '/worker [0-9]+:/ { n++; c += $5; for (i = 1; i <= NF; i++) { if ($i == "busy") b += $(i + 1); if ($i == "reads") f += $(i + 1); if ($i == "end") s += $(i + 1); if ($i == "from") { v = $(i - 2); gsub(/\(/, "", v); sp += v; if (v > mx) mx = v } } }
+								awk '/worker [0-9]+:/ { n++; c += $5; for (i = 1; i <= NF; i++) { if ($i == "busy") b += $(i + 1); if ($i == "reads") f += $(i + 1); if ($i == "end") s += $(i + 1); if ($i == "burst") { v = $(i + 1); sp += v; if (v > mx) mx = v; bb += $(i + 3) } } }
 								     /pread into staging/ { for (i = 1; i <= NF; i++) { if ($i == "staging" && $(i - 1) == "into") p += $(i + 1); if ($i == "staging" && $(i - 1) == "for") w += $(i + 1) } }
-								     END { printf "prof: %d workers, %d commands, busy %.2f s, file %.2f s (pread %.2f, staging waits %.2f), pass-end waits %.2f s, first-to-last command %.2f s (longest %.3f)\n", n, c, b, f, p, w, s, sp, mx }' "$R/one.log" | sed 's/^/    /'
+								     END { printf "prof: %d workers, %d commands, busy %.2f s, file %.2f s (pread %.2f, staging waits %.2f), pass-end waits %.2f s, last bursts %.2f s (longest %.3f), busy %.2f s of them\n", n, c, b, f, p, w, s, sp, mx, bb }' "$R/one.log" | sed 's/^/    /'
 							fi
 						done
 					done

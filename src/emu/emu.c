@@ -90,10 +90,14 @@ static void *worker_main(void *arg)
 		if (e->prof) {
 			pf->passes++;
 			if (n > 0) {
-				pf->last_ns = emu_now_ns();
-				if (!pf->busy_passes++)
-					pf->first_ns = p0;
-				pf->busy_ns += pf->last_ns - p0;
+				const uint64_t end = emu_now_ns();
+				if (!pf->busy_passes++ || p0 - pf->last_ns > EMU_PROF_GAP_NS) {
+					pf->burst_ns = p0; /* a new burst: its start */
+					pf->burst_busy_ns = 0;
+				}
+				pf->busy_ns += end - p0;
+				pf->burst_busy_ns += end - p0;
+				pf->last_ns = end;
 			}
 		}
 		if (n > 0) {
@@ -277,11 +281,12 @@ static void prof_print(const struct gpunvme_emu *e)
 			continue;
 		fprintf(stderr,
 			"gpunvme-emu profile: worker %u: %llu commands, %.1f MB read, %llu passes (%llu with work); "
-			"busy %.3f s of %.3f s (%.3f s from the first command to the last): file reads %.3f s, "
+			"busy %.3f s of %.3f s (last burst %.3f s, %.3f s of it busy): file reads %.3f s, "
 			"copy waits at pass end %.3f s\n",
 			i, (unsigned long long)t->c.cmds, (double)t->c.bytes_read / 1e6, (unsigned long long)p->passes,
 			(unsigned long long)p->busy_passes, (double)p->busy_ns / 1e9, (double)(now - p->t0) / 1e9,
-			(double)(p->last_ns - p->first_ns) / 1e9, (double)p->file_ns / 1e9, (double)p->sync_ns / 1e9);
+			(double)(p->last_ns - p->burst_ns) / 1e9, (double)p->burst_busy_ns / 1e9, (double)p->file_ns / 1e9,
+			(double)p->sync_ns / 1e9);
 	}
 }
 

@@ -42,12 +42,16 @@ struct emu_counters {      /* written by one thread only; read relaxed by others
 /* GPUNVME_EMU_PROFILE=1: where a worker's time goes, printed when the
  * emulator is destroyed (bench/EMU_NOTES.md). Written by its own thread
  * only; read after it has been joined. */
+#define EMU_PROF_GAP_NS 10000000ull /* 10 ms idle ends a burst */
+
 struct emu_prof {
 	uint64_t passes, busy_passes, busy_ns; /* passes; those that found commands, their time */
 	uint64_t file_ns;                      /* in copy_from_file: pread into staging and its waits */
 	uint64_t sync_ns;                      /* waiting for the lane's copies at a pass's end */
 	uint64_t t0;                           /* the thread's start */
-	uint64_t first_ns, last_ns;            /* the first busy pass's start, the last one's end */
+	/* the last burst: busy passes none more than EMU_PROF_GAP_NS after the
+	 * one before (one load, without the metadata reads long before it) */
+	uint64_t burst_ns, burst_busy_ns, last_ns;
 };
 
 struct emu_thread {
