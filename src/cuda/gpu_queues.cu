@@ -925,20 +925,65 @@ int gpunvme_gpu_read_async(struct gpunvme_gpu_queues *g, uint64_t slba, uint64_t
 
 /* ---- scattered reads ------------------------------------------------------------ */
 
+/*
+ * A warp's range as batches of one command per lane (gpunvme_dev_rw_lanes:
+ * one admission and one doorbell per batch; the warp polls the CQ, 32
+ * entries per round trip, and publishes everything it finds). In
+ * gpunvme_dev_rw_warp each lane waits for its own completion, and a poller
+ * stops at its own entry: the emulator completes a pass of up to 64
+ * commands at once, and the entries after each poller's wait for the next
+ * waiter's pause to end (up to 16 us). Image loads showed the workers'
+ * queues empty 17 % of each load (GPUNVME_EMU_PROFILE's bursts,
+ * bench/results/emu-load-2026-11-28b). GPUNVME_GPU_WARP_BATCH=1 picks this
+ * path, for the same-run comparison; a batch is admitted whole, so at most
+ * depth - 1 commands.
+ */
+__device__ static int rw_warp_batched(const struct gpunvme_dev_queues *q, uint32_t qi, uint8_t opc, uint64_t slba,
+				      uint64_t nlb, const struct gpunvme_dev_buf *b, uint64_t off, uint64_t timeout_ns)
+{
+	const unsigned int full = 0xffffffffu, lane = threadIdx.x & 31u;
+	if (qi >= q->nq)
+		return GPUNVME_DEV_EINVAL;
+	const uint64_t deadline = gpunvme_dev_now() + timeout_ns;
+	const uint64_t per = q->max_blocks, nchunks = (nlb + per - 1) / per;
+	const uint32_t depth = q->qp[qi].depth;
+	const uint64_t batch = depth <= 2u ? 1u : depth - 1u < 32u ? depth - 1u : 32u;
+	int err = 0;
+	for (uint64_t base = 0; base < nchunks && !err; base += batch) {
+		uint64_t now = lane == 0 ? gpunvme_dev_now() : 0;
+		now = __shfl_sync(full, now, 0);
+		if (now >= deadline)
+			return GPUNVME_DEV_ETIMEDOUT; /* nothing of this batch was sent */
+		const uint64_t k = base + lane;
+		const bool mine = lane < batch && k < nchunks;
+		const uint64_t s0 = mine ? k * per : 0;
+		const uint32_t n = mine ? (uint32_t)(nlb - s0 < per ? nlb - s0 : per) : 0;
+		int rc = gpunvme_dev_rw_lanes(q, qi, opc, slba + s0, n, b, off + (s0 << q->lba_shift), mine,
+					      deadline - now);
+		/* the first failure of the batch, by lane order */
+		unsigned int bad = __ballot_sync(full, mine && rc != 0);
+		if (bad)
+			err = __shfl_sync(full, rc, __ffs(bad) - 1);
+	}
+	return err;
+}
+
 /* Warps take segments in turn; each segment is at most 32 commands, one per
  * lane (the host cuts them), read with the warp-cooperative call on queue
  * pair (warp % nq). A failed warp goes on with its next segment: the first
  * failure is kept, and the rest of the data still lands. */
 __global__ void gpunvme_read_segs_kernel(struct gpunvme_dev_queues q, const struct gpunvme_gpu_seg *segs,
 					 uint32_t nseg, struct gpunvme_dev_buf b0, struct gpunvme_dev_buf b1,
-					 int *status, uint64_t timeout_ns)
+					 int *status, uint64_t timeout_ns, bool batched)
 {
 	uint64_t w = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32;
 	uint64_t nw = (gridDim.x * (uint64_t)blockDim.x) / 32;
 	for (uint64_t i = w; i < nseg; i += nw) {
 		struct gpunvme_gpu_seg sg = segs[i];
-		int rc = gpunvme_dev_rw_warp(&q, (uint32_t)(w % q.nq), GPUNVME_CMD_READ, sg.slba, sg.nlb,
-					     sg.buf ? &b1 : &b0, sg.off, timeout_ns);
+		int rc = batched ? rw_warp_batched(&q, (uint32_t)(w % q.nq), GPUNVME_CMD_READ, sg.slba, sg.nlb,
+						   sg.buf ? &b1 : &b0, sg.off, timeout_ns)
+				 : gpunvme_dev_rw_warp(&q, (uint32_t)(w % q.nq), GPUNVME_CMD_READ, sg.slba, sg.nlb,
+						       sg.buf ? &b1 : &b0, sg.off, timeout_ns);
 		if (rc && (threadIdx.x & 31) == 0)
 			atomicCAS(status, 0, rc);
 	}
@@ -959,8 +1004,10 @@ int gpunvme_gpu_read_segs_async(struct gpunvme_gpu_queues *g, const struct gpunv
 		warps = nseg;
 	unsigned threads = 128;
 	unsigned blocks = (unsigned)((warps * 32 + threads - 1) / threads);
+	const char *wb = getenv("GPUNVME_GPU_WARP_BATCH");
 	gpunvme_read_segs_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(
-		g->desc, d_segs, nseg, buf0->desc, buf1 ? buf1->desc : buf0->desc, d_status, timeout_ns);
+		g->desc, d_segs, nseg, buf0->desc, buf1 ? buf1->desc : buf0->desc, d_status, timeout_ns,
+		wb && *wb == '1');
 	cudaError_t ce = cudaGetLastError();
 	return ce == cudaSuccess ? 0 : cuda_err(ce, "launching the scattered read kernel");
 }
