@@ -23,8 +23,8 @@
  *
  * A lane is one emulator thread's copy queue (emu.h: one lane per thread).
  * Its ring is single-producer (the emulator thread), single-consumer (the
- * child's thread for that lane); `posted` and `done` are free-running
- * counters.
+ * child's mover thread, which serves every lane); `posted` and `done` are
+ * free-running counters.
  */
 #ifndef GPUNVME_EMU_CUDA_DMA_PROTO_H
 #define GPUNVME_EMU_CUDA_DMA_PROTO_H
