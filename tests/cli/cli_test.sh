@@ -479,8 +479,14 @@ f.seek(446); f.write(e(2048, 32768) + e(34816, 16384)); f.seek(510); f.write(b"\
 	# GPUNVME_EMU_PROFILE=1: a line per worker that had work, when the
 	# emulator closes (docs/emulator.md); nothing without it
 	GPUNVME_EMU_PROFILE=1 ok load "emu:$img?workers=2" /m.safetensors --tier cpu --no-progress &&
-		{ grep -q '^gpunvme-emu profile: worker [01]: [1-9][0-9]* commands, .* busy .* file reads .* copy waits at pass end' "$ERR" ||
-			{ fail "no profile line per busy worker"; show; }; }
+		{ grep -q '^gpunvme-emu profile: worker [01]: [1-9][0-9]* commands, .* busy .* (last burst [0-9.]* s, [0-9.]* s of it busy): file reads .* copy waits at pass end' "$ERR" ||
+			{ fail "no profile line per busy worker"; show; }
+		  # a burst is some of the worker's life, and busy at most all of it
+		  awk '/^gpunvme-emu profile: worker/ { for (i = 1; i <= NF; i++) {
+			if ($i == "of" && $(i - 3) == "busy") life = $(i + 1)
+			if ($i == "burst" && ($(i + 3) > $(i + 1) + 0.0005 || $(i + 1) > life + 0.0005)) bad = 1 } }
+			END { exit bad }' "$ERR" ||
+			{ fail "a profile burst longer than the worker's life or busier than itself"; show; }; }
 	ok load "emu:$img?workers=2" /m.safetensors --tier cpu --no-progress &&
 		{ grep -q 'gpunvme-emu profile' "$ERR" && fail "a profile line without GPUNVME_EMU_PROFILE"; }
 	if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
