@@ -30,6 +30,9 @@
 #             breakdown (after venv); PYQ lists device-string variants (bench/emu_dma_diag.sh's V)
 #   modeled   issue 32, acceptance 2: bench/modeled_ssd.py on pyload's image (the CLI,
 #             load_file per shard, load_pretrained against a modeled 7 GB/s SSD); after pyload
+#   wbmd      issue 32: md RAID0 of 4 modeled Gen5 members, 512 KiB chunks (bench/md_run.sh,
+#             MD_SIZE 8G), per-lane waits then warp batches (GPUNVME_GPU_WARP_BATCH), the same array;
+#             the whole GPU suite with warp batches is `GPUNVME_GPU_WARP_BATCH=1 PHASES=j4:1`
 #   pystages  issue 32: load_pretrained's stages in a fresh process (bench/py_stages.py), DMA
 #             process or not, eager or lazy module loading; after pyload
 #   stream32  issue 32: bench/stream_llm_run.sh on the image at Tier 2 (modeled SSD), ref and ssd
@@ -203,6 +206,14 @@ for ph in ${PHASES:-build serial}; do
 		timeout 300 python3 bench/modeled_ssd.py /tmp/pyload/ext4.img /big --cli "$B/gpunvme" 2>"$R/modeled.err" |
 			tee "$R/modeled.jsonl" | cut -c1-220
 		grep -i -m5 "error\|traceback" "$R/modeled.err"
+		;;
+	wbmd)
+		log "md, 4 x Gen5, 512 KiB chunks: per-lane waits, then warp batches"
+		for wb in 0 1; do
+			GPUNVME_GPU_WARP_BATCH=$wb OUT="$R/md-wb$wb" WORKDIR=/dev/shm/mdw MEMBERS=4 CHUNK=512 BUILD="$PWD/$BD" \
+				SKIP_BUILD=1 TMPDIR=/dev/shm timeout 280 bash bench/md_run.sh "${MD_SIZE:-8G}" >/dev/null 2>&1
+			echo "warp batches $wb: $(tail -n 1 "$R/md-wb$wb/summary.csv" 2>/dev/null)"
+		done
 		;;
 	pystages)
 		# issue 32, acceptance 1: where a fresh process's load_pretrained
