@@ -32,7 +32,11 @@ extern char **environ;
 extern "C" const unsigned char gpunvme_emu_dma_exe[], gpunvme_emu_dma_exe_end[];
 
 #define EDMA_START_MS 60000 /* the child's CUDA start: seconds on a busy machine */
-#define EDMA_CTL_MS 10000   /* one set-up request */
+#ifndef EDMA_CTL_MS
+#define EDMA_CTL_MS 10000   /* one set-up request (tests/emu_cuda/test_dma_client.cpp sets its own) */
+#endif
+#define EDMA_STR_(x) #x
+#define EDMA_STR(x) EDMA_STR_(x)
 #define EDMA_WAIT_NS 10000000000ull /* copies: as the in-process lanes (GPUNVME_STREAM_WAIT_NS) */
 #define MAX_GPUS 16
 #define MAX_MAPS 1024
@@ -317,7 +321,7 @@ static int map_at(struct edma *d, uint64_t addr, size_t len)
 
 static const char *ctl_why(int rc)
 {
-	return rc == -ETIMEDOUT ? "the emulator's DMA process did not answer within 10 s"
+	return rc == -ETIMEDOUT ? "the emulator's DMA process did not answer within " EDMA_STR(EDMA_CTL_MS) " ms"
 				: "the emulator's DMA process is gone";
 }
 

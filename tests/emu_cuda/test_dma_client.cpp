@@ -1,0 +1,280 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The application's side of the emulator's DMA process
+ * (src/emu_cuda/dma_client.cu) without a GPU: the client is the library's
+ * own source, compiled for the host (dma_client_host.cpp), its few CUDA
+ * runtime calls are the stubs below, and the process it starts is
+ * fake_edma.c, which speaks the set-up protocol (dma_proto.h) and does what
+ * each case tells it through the environment. What the GPU tests cannot
+ * make happen is made here: a map the process refuses after the client
+ * went on, a process that stops answering, one that exits.
+ *
+ * Each case uses a GPU "bus id" of its own, so that it gets a process of
+ * its own (the client keeps one per GPU for the program's life).
+ */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "emu_cuda/dma_client.h"
+
+#include "../harness/check.h"
+
+/* ---- the CUDA runtime, as far as the client uses it ---- */
+
+/* "GPU memory": allocations of 1 MiB at 1 MiB boundaries; those at or
+ * above POOL have no IPC handle (a memory pool's) */
+#define ALLOC (1ull << 20)
+#define POOL 0x7f0000000000ull
+
+static char bus_id[32] = "0000:00:00.0";
+static cudaError_t last = cudaSuccess;
+
+extern "C" cudaError_t cudaGetDevice(int *d)
+{
+	*d = 0;
+	return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int)
+{
+	snprintf(bus, (size_t)len, "%s", bus_id);
+	return cudaSuccess;
+}
+
+extern "C" const char *cudaGetErrorString(cudaError_t e)
+{
+	return e == cudaSuccess ? "no error" : "invalid argument (stub)";
+}
+
+extern "C" cudaError_t cudaGetLastError(void)
+{
+	cudaError_t e = last;
+	last = cudaSuccess;
+	return e;
+}
+
+extern "C" cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
+{
+	if ((uintptr_t)p >= POOL)
+		return last = cudaErrorInvalidValue;
+	memset(h, 0, sizeof(*h));
+	memcpy(h, &p, sizeof(p));
+	return cudaSuccess;
+}
+
+static CUresult fake_range(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+	*base = p & ~(CUdeviceptr)(ALLOC - 1);
+	*size = ALLOC;
+	return CUDA_SUCCESS;
+}
+
+extern "C" cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned int, unsigned long long,
+							 cudaDriverEntryPointQueryResult *q)
+{
+	if (strcmp(sym, "cuMemGetAddressRange"))
+		return cudaErrorInvalidValue;
+	*fn = (void *)fake_range;
+	if (q)
+		*q = cudaDriverEntryPointSuccess;
+	return cudaSuccess;
+}
+
+/* ---- helpers ---- */
+
+static char logpath[64];
+
+/* A process of its own for this case, with the fake's settings. */
+static struct edma *fresh(const char *bus, const char *delay_ms, const char *refuse, const char *hang_at,
+			  const char *exit_at)
+{
+	snprintf(bus_id, sizeof(bus_id), "%s", bus);
+	snprintf(logpath, sizeof(logpath), "/tmp/fake_edma.%d.%s.log", (int)getpid(), bus);
+	unlink(logpath);
+	setenv("FAKE_EDMA_LOG", logpath, 1);
+	setenv("FAKE_EDMA_DELAY_MS", delay_ms ? delay_ms : "0", 1);
+	setenv("FAKE_EDMA_REFUSE", refuse ? refuse : "0", 1);
+	setenv("FAKE_EDMA_HANG_AT", hang_at ? hang_at : "0", 1);
+	setenv("FAKE_EDMA_EXIT_AT", exit_at ? exit_at : "0", 1);
+	char why[200] = "";
+	struct edma *d = edma_get(why, sizeof(why));
+	if (!d)
+		fprintf(stderr, "the fake DMA process did not start: %s\n", why);
+	return d;
+}
+
+/* The requests the fake saw, one per line */
+static void seen(char *out, size_t len)
+{
+	out[0] = 0;
+	FILE *f = fopen(logpath, "r");
+	if (!f)
+		return;
+	size_t n = fread(out, 1, len - 1, f);
+	out[n] = 0;
+	fclose(f);
+}
+
+static uint64_t alloc_at(unsigned k)
+{
+	return 0x100000000ull + (uint64_t)k * ALLOC;
+}
+
+/* ---- cases ---- */
+
+/* Maps do not wait for the process: three maps whose answers take 200 ms
+ * each are sent in well under 600 ms; the first copy into the last one
+ * waits for all three answers; after that a check is immediate. */
+TEST_CASE(maps_ahead)
+{
+	struct edma *d = fresh("0000:01:00.0", "200", NULL, NULL, NULL);
+	REQUIRE(d);
+	char why[200];
+	const uint64_t t0 = check_now_ms();
+	for (unsigned k = 0; k < 3; k++)
+		REQUIRE_OK(edma_map(d, alloc_at(k) + 4096, 8192, why, sizeof(why)));
+	const uint64_t sent = check_now_ms() - t0;
+	CHECK(sent < 300, "three maps took %llu ms: they waited for the answers", (unsigned long long)sent);
+	CHECK_EQ(edma_mapped(d, alloc_at(2) + 100, 4096, why, sizeof(why)), 1);
+	const uint64_t answered = check_now_ms() - t0;
+	CHECK(answered >= 550, "the last map was usable after %llu ms, before its answer", (unsigned long long)answered);
+	const uint64_t t1 = check_now_ms();
+	CHECK_EQ(edma_mapped(d, alloc_at(0), ALLOC, why, sizeof(why)), 1);
+	CHECK_EQ(edma_mapped(d, alloc_at(1) + ALLOC - 1, 1, why, sizeof(why)), 1);
+	CHECK(check_now_ms() - t1 < 50, "an answered map waited");
+	/* outside every allocation mapped, and across two of them */
+	CHECK_EQ(edma_mapped(d, alloc_at(3), 1, why, sizeof(why)), 0);
+	CHECK_STR(why, "");
+	CHECK_EQ(edma_mapped(d, alloc_at(1) + ALLOC - 1, 2, why, sizeof(why)), 0);
+	for (unsigned k = 0; k < 3; k++)
+		edma_unmap(d, alloc_at(k));
+	char log[1024];
+	seen(log, sizeof(log));
+	CHECK_STR(log, "MAP 0x100000000\nMAP 0x100100000\nMAP 0x100200000\n"
+		       "UNMAP 0x100000000\nUNMAP 0x100100000\nUNMAP 0x100200000\n");
+	return 0;
+}
+
+/* A map the process refuses after the client went on: the first check of
+ * it says why (once), later ones say nothing more; no unmap is sent for
+ * it; the allocations around it are not affected. */
+TEST_CASE(refused_late)
+{
+	struct edma *d = fresh("0000:02:00.0", "20", "100100000", NULL, NULL);
+	REQUIRE(d);
+	char why[200];
+	for (unsigned k = 0; k < 3; k++)
+		REQUIRE_OK(edma_map(d, alloc_at(k), ALLOC, why, sizeof(why)));
+	CHECK_EQ(edma_mapped(d, alloc_at(1), 4096, why, sizeof(why)), 0);
+	CHECK(strstr(why, "refused by the test") && strstr(why, "0x100100000") &&
+		      strstr(why, "cannot be shared with the emulator's DMA process"),
+	      "why: '%s'", why);
+	CHECK_EQ(edma_mapped(d, alloc_at(1), 4096, why, sizeof(why)), 0);
+	CHECK_STR(why, "");
+	CHECK_EQ(edma_mapped(d, alloc_at(0), 4096, why, sizeof(why)), 1);
+	CHECK_EQ(edma_mapped(d, alloc_at(2), 4096, why, sizeof(why)), 1);
+	for (unsigned k = 0; k < 3; k++)
+		edma_unmap(d, alloc_at(k));
+	char log[1024];
+	seen(log, sizeof(log));
+	CHECK_STR(log, "MAP 0x100000000\nMAP 0x100100000\nMAP 0x100200000\nUNMAP 0x100000000\nUNMAP 0x100200000\n");
+	return 0;
+}
+
+/* Memory without an IPC handle is refused at once, with the runtime's
+ * reason; nothing is sent. */
+TEST_CASE(refused_at_once)
+{
+	struct edma *d = fresh("0000:03:00.0", NULL, NULL, NULL, NULL);
+	REQUIRE(d);
+	char why[200] = "";
+	CHECK_EQ(edma_map(d, POOL + 4096, 4096, why, sizeof(why)), (uint64_t)-EINVAL);
+	CHECK(strstr(why, "cudaIpcGetMemHandle"), "why: '%s'", why);
+	CHECK_EQ(edma_mapped(d, POOL + 4096, 4096, why, sizeof(why)), 0);
+	/* a range across two allocations is refused too */
+	CHECK_EQ(edma_map(d, alloc_at(0) + ALLOC - 8, 16, why, sizeof(why)), (uint64_t)-EINVAL);
+	CHECK(strstr(why, "spans several allocations"), "why: '%s'", why);
+	char log[256];
+	seen(log, sizeof(log));
+	CHECK_STR(log, "");
+	return 0;
+}
+
+/* Maps are counted: one request per allocation, its unmap with the last
+ * unmap; freed and mapped again (cudaMalloc gives the address back), the
+ * requests stay in order. */
+TEST_CASE(counted)
+{
+	struct edma *d = fresh("0000:04:00.0", "30", NULL, NULL, NULL);
+	REQUIRE(d);
+	char why[200];
+	REQUIRE_OK(edma_map(d, alloc_at(5), 4096, why, sizeof(why)));
+	REQUIRE_OK(edma_map(d, alloc_at(5) + 8192, 4096, why, sizeof(why)));
+	edma_unmap(d, alloc_at(5));
+	CHECK_EQ(edma_mapped(d, alloc_at(5), 4096, why, sizeof(why)), 1);
+	edma_unmap(d, alloc_at(5) + 8192);
+	CHECK_EQ(edma_mapped(d, alloc_at(5), 4096, why, sizeof(why)), 0);
+	REQUIRE_OK(edma_map(d, alloc_at(5), 4096, why, sizeof(why)));
+	CHECK_EQ(edma_mapped(d, alloc_at(5), 4096, why, sizeof(why)), 1);
+	CHECK_STR(why, ""); /* the process did not see a second open */
+	edma_unmap(d, alloc_at(5));
+	char log[256];
+	seen(log, sizeof(log));
+	CHECK_STR(log, "MAP 0x100500000\nUNMAP 0x100500000\nMAP 0x100500000\nUNMAP 0x100500000\n");
+	return 0;
+}
+
+/* A process that stops answering: the wait ends at the set-up timeout with
+ * that reason, and every later request fails at once with it (a late
+ * answer could no longer be told from the next request's). */
+TEST_CASE(silent)
+{
+	struct edma *d = fresh("0000:05:00.0", NULL, NULL, "2", NULL);
+	REQUIRE(d);
+	char why[200];
+	REQUIRE_OK(edma_map(d, alloc_at(0), 4096, why, sizeof(why)));
+	REQUIRE_OK(edma_map(d, alloc_at(1), 4096, why, sizeof(why))); /* request 2: never answered */
+	CHECK_EQ(edma_mapped(d, alloc_at(0), 4096, why, sizeof(why)), 1);
+	const uint64_t t0 = check_now_ms();
+	CHECK_EQ(edma_mapped(d, alloc_at(1), 4096, why, sizeof(why)), 0);
+	const uint64_t waited = check_now_ms() - t0;
+	CHECK(strstr(why, "did not answer"), "why: '%s'", why);
+	CHECK(waited >= EDMA_CTL_MS - 50 && waited < EDMA_CTL_MS + 2000, "waited %llu ms for a silent process",
+	      (unsigned long long)waited);
+	const uint64_t t1 = check_now_ms();
+	unsigned first = 0;
+	CHECK_EQ(edma_open(d, 1, &first, why, sizeof(why)), (uint64_t)-ETIMEDOUT);
+	CHECK(strstr(why, "did not answer"), "why: '%s'", why);
+	CHECK_EQ(edma_map(d, alloc_at(2), 4096, why, sizeof(why)), (uint64_t)-ETIMEDOUT);
+	CHECK(check_now_ms() - t1 < 50, "later requests waited again");
+	return 0;
+}
+
+/* A process that exits: the maps on their way fail with that reason, and
+ * so does everything after. */
+TEST_CASE(gone)
+{
+	struct edma *d = fresh("0000:06:00.0", NULL, NULL, NULL, "2");
+	REQUIRE(d);
+	char why[200];
+	REQUIRE_OK(edma_map(d, alloc_at(0), 4096, why, sizeof(why)));
+	int rc = edma_map(d, alloc_at(1), 4096, why, sizeof(why)); /* request 2: it exits */
+	CHECK(rc == 0 || rc == -EPIPE, "map to an exiting process: %d", rc);
+	CHECK_EQ(edma_mapped(d, alloc_at(0), 4096, why, sizeof(why)), 1);
+	CHECK_EQ(edma_mapped(d, alloc_at(1), 4096, why, sizeof(why)), 0);
+	CHECK(strstr(why, "is gone") || rc == -EPIPE, "why: '%s'", why);
+	unsigned first = 0;
+	CHECK(edma_open(d, 1, &first, why, sizeof(why)) < 0);
+	CHECK(strstr(why, "is gone"), "why: '%s'", why);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	return check_main(argc, argv);
+}
