@@ -7,7 +7,10 @@
  * fake_edma.c, which speaks the set-up protocol (dma_proto.h) and does what
  * each case tells it through the environment. What the GPU tests cannot
  * make happen is made here: a map the process refuses after the client
- * went on, a process that stops answering, one that exits.
+ * went on, a process that stops answering, one that exits. The fake's
+ * mover runs a group's copies when the group completes, as a GPU does, so
+ * a client that reused staging bytes too early reads back wrong bytes (the
+ * rings cases caught exactly that with the staging wait removed).
  *
  * Each case uses a GPU "bus id" of its own, so that it gets a process of
  * its own (the client keeps one per GPU for the program's life).
@@ -15,9 +18,11 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "emu_cuda/dma_client.h"
@@ -89,10 +94,17 @@ extern "C" cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **
 
 static char logpath[64];
 
+/* the data path's settings for the next fresh() (fake_edma.c) */
+static const char *dev_path = "", *copy_us = "0", *die_after = "0";
+
 /* A process of its own for this case, with the fake's settings. */
 static struct edma *fresh(const char *bus, const char *delay_ms, const char *refuse, const char *hang_at,
 			  const char *exit_at)
 {
+	setenv("FAKE_EDMA_DEV", dev_path, 1);
+	setenv("FAKE_EDMA_DEV_BASE", "100000000", 1);
+	setenv("FAKE_EDMA_COPY_US", copy_us, 1);
+	setenv("FAKE_EDMA_DIE_AFTER", die_after, 1);
 	snprintf(bus_id, sizeof(bus_id), "%s", bus);
 	snprintf(logpath, sizeof(logpath), "/tmp/fake_edma.%d.%s.log", (int)getpid(), bus);
 	unlink(logpath);
@@ -271,6 +283,188 @@ TEST_CASE(gone)
 	unsigned first = 0;
 	CHECK(edma_open(d, 1, &first, why, sizeof(why)) < 0);
 	CHECK(strstr(why, "is gone"), "why: '%s'", why);
+	return 0;
+}
+
+/* ---- the data path: the lanes' staging rings ---- */
+
+#define DEV_ALLOCS 8
+#define DEV_BYTES (DEV_ALLOCS * ALLOC)
+
+static uint64_t rnd(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* "GPU memory" (a file the fake maps) and a source file of random bytes;
+ * a process whose mover takes copy_us per group */
+static struct edma *fresh_dev(const char *bus, const char *us, const char *die, int *src_fd, uint8_t **src,
+			      uint8_t **devmem)
+{
+	static char dp[64], sp[64];
+	snprintf(dp, sizeof(dp), "/tmp/fake_dev.%d.%s", (int)getpid(), bus);
+	snprintf(sp, sizeof(sp), "/tmp/fake_src.%d.%s", (int)getpid(), bus);
+	int dfd = open(dp, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	int sfd = open(sp, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (dfd < 0 || sfd < 0 || ftruncate(dfd, DEV_BYTES) || ftruncate(sfd, DEV_BYTES))
+		return NULL;
+	*devmem = (uint8_t *)mmap(NULL, DEV_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, dfd, 0);
+	*src = (uint8_t *)malloc(DEV_BYTES);
+	if (*devmem == MAP_FAILED || !*src)
+		return NULL;
+	uint64_t seed = 0x9e3779b97f4a7c15ull;
+	for (uint64_t i = 0; i < DEV_BYTES / 8; i++) {
+		uint64_t v = rnd(&seed);
+		memcpy(*src + 8 * i, &v, 8);
+	}
+	if (pwrite(sfd, *src, DEV_BYTES, 0) != (ssize_t)DEV_BYTES)
+		return NULL;
+	close(dfd);
+	*src_fd = sfd;
+	dev_path = dp;
+	copy_us = us;
+	die_after = die;
+	struct edma *d = fresh(bus, NULL, NULL, NULL, NULL); /* it has opened the file once it greets */
+	dev_path = "";
+	copy_us = die_after = "0";
+	unlink(dp);
+	unlink(sp);
+	return d;
+}
+
+/*
+ * Reads from a file into "GPU memory" through two lanes' staging rings, of
+ * every size from 1 byte to 1 MiB at every offset, so that requests wrap
+ * the 4 MiB byte ring and wait for its bytes to be free; the mover is slow
+ * (copy_us a group), so the rings fill. Lane 0 serves the even
+ * allocations, lane 1 the odd ones (lanes are not ordered among
+ * themselves, as two emulator workers are not). Writes back to host memory
+ * check bytes as they go; at the end every byte of the "GPU memory" is
+ * compared with the model.
+ */
+static int ring_case(const char *bus, const char *us)
+{
+	int fd;
+	uint8_t *src, *devmem;
+	struct edma *d = fresh_dev(bus, us, "0", &fd, &src, &devmem);
+	REQUIRE(d);
+	char why[200];
+	unsigned first = 0;
+	REQUIRE_OK(edma_open(d, 2, &first, why, sizeof(why)));
+	for (unsigned k = 0; k < DEV_ALLOCS; k++)
+		REQUIRE_OK(edma_map(d, alloc_at(k), ALLOC, why, sizeof(why)));
+	for (unsigned k = 0; k < DEV_ALLOCS; k++)
+		REQUIRE_EQ(edma_mapped(d, alloc_at(k), ALLOC, why, sizeof(why)), 1);
+	uint8_t *model = (uint8_t *)calloc(1, DEV_BYTES), *back = (uint8_t *)malloc(ALLOC);
+	REQUIRE(model && back);
+	uint64_t seed = 12345, bytes = 0;
+	for (unsigned it = 0; it < 400; it++) {
+		const unsigned k = (unsigned)(rnd(&seed) % DEV_ALLOCS), lane = first + k % 2;
+		const uint64_t o = rnd(&seed) % ALLOC;
+		uint64_t len = 1 + rnd(&seed) % (ALLOC - o);
+		if (it % 3 == 0)
+			len = 1 + len % 5000; /* small ones too */
+		const uint64_t foff = rnd(&seed) % (DEV_BYTES - len);
+		REQUIRE_OK(edma_copy_file(d, lane, alloc_at(k) + o, fd, foff, len));
+		memcpy(model + k * ALLOC + o, src + foff, len);
+		bytes += len;
+		/* rarely: between syncs a lane queues many times its 4 MiB ring */
+		if (it % 97 == 0)
+			REQUIRE_OK(edma_sync(d, lane));
+		if (it % 61 == 0) {
+			/* a write: ordered after this lane's reads */
+			const uint64_t o2 = rnd(&seed) % ALLOC, len2 = 1 + rnd(&seed) % (ALLOC - o2);
+			REQUIRE_OK(edma_copy(d, lane, alloc_at(k) + o2, back, len2, 0));
+			if (memcmp(back, model + k * ALLOC + o2, len2))
+				FAIL("iteration %u: a write of %llu bytes from allocation %u read back other bytes", it,
+				     (unsigned long long)len2, k);
+		}
+	}
+	REQUIRE_OK(edma_sync(d, first));
+	REQUIRE_OK(edma_sync(d, first + 1));
+	for (uint64_t i = 0; i < DEV_BYTES; i++)
+		if (devmem[i] != model[i])
+			FAIL("byte %llu of the GPU memory is 0x%02x, want 0x%02x", (unsigned long long)i, devmem[i],
+			     model[i]);
+	printf("%s: %llu bytes read through the rings, every byte right\n", bus, (unsigned long long)bytes);
+	for (unsigned k = 0; k < DEV_ALLOCS; k++)
+		edma_unmap(d, alloc_at(k));
+	edma_close(d, first, 2);
+	free(model);
+	free(back);
+	free(src);
+	close(fd);
+	return 0;
+}
+
+TEST_CASE(rings_merged)
+{
+	unsetenv("GPUNVME_EMU_STAGE_MERGE");
+	return ring_case("0000:07:00.0", "300");
+}
+
+/* the same, each piece published on its own (GPUNVME_EMU_STAGE_MERGE=0) */
+TEST_CASE(rings_piecewise)
+{
+	setenv("GPUNVME_EMU_STAGE_MERGE", "0", 1);
+	int rc = ring_case("0000:08:00.0", "50");
+	unsetenv("GPUNVME_EMU_STAGE_MERGE");
+	return rc;
+}
+
+/* A copy to memory no map covers: the process reports it on the lane, the
+ * lane's sync returns it once, and the lane goes on. */
+TEST_CASE(unmapped_copy)
+{
+	int fd;
+	uint8_t *src, *devmem;
+	struct edma *d = fresh_dev("0000:09:00.0", "0", "0", &fd, &src, &devmem);
+	REQUIRE(d);
+	char why[200];
+	unsigned first = 0;
+	REQUIRE_OK(edma_open(d, 1, &first, why, sizeof(why)));
+	REQUIRE_OK(edma_map(d, alloc_at(0), ALLOC, why, sizeof(why)));
+	/* the copy engine's order: a copy only into memory edma_mapped says
+	 * the process holds (which waits for the map's answer) */
+	REQUIRE_EQ(edma_mapped(d, alloc_at(0), 4096, why, sizeof(why)), 1);
+	REQUIRE_OK(edma_copy_file(d, first, alloc_at(1), fd, 0, 4096)); /* queued: not mapped */
+	CHECK_EQ(edma_sync(d, first), (uint64_t)-EFAULT);
+	REQUIRE_OK(edma_copy_file(d, first, alloc_at(0), fd, 0, 4096));
+	CHECK_OK(edma_sync(d, first));
+	CHECK(!memcmp(devmem, src, 4096));
+	edma_unmap(d, alloc_at(0));
+	free(src);
+	close(fd);
+	return 0;
+}
+
+/* The process dies while copies are queued (as if killed): the lane's
+ * waits end with -EIO within a bounded time, never hang. */
+TEST_CASE(killed_mid_copy)
+{
+	int fd;
+	uint8_t *src, *devmem;
+	struct edma *d = fresh_dev("0000:0a:00.0", "100", "40", &fd, &src, &devmem);
+	REQUIRE(d);
+	char why[200];
+	unsigned first = 0;
+	REQUIRE_OK(edma_open(d, 1, &first, why, sizeof(why)));
+	REQUIRE_OK(edma_map(d, alloc_at(0), ALLOC, why, sizeof(why)));
+	REQUIRE_EQ(edma_mapped(d, alloc_at(0), ALLOC, why, sizeof(why)), 1);
+	const uint64_t t0 = check_now_ms();
+	int rc = 0;
+	for (unsigned it = 0; it < 400 && !rc; it++)
+		rc = edma_copy_file(d, first, alloc_at(0) + (it % 8) * 65536, fd, 0, 65536);
+	if (!rc)
+		rc = edma_sync(d, first);
+	CHECK_EQ(rc, (uint64_t)-EIO);
+	CHECK(check_now_ms() - t0 < 5000, "the wait for a dead process took %llu ms",
+	      (unsigned long long)(check_now_ms() - t0));
+	free(src);
+	close(fd);
 	return 0;
 }
 
