@@ -91,6 +91,7 @@ struct edma {
 	int fail_unsaid;
 	char fail_why[200];
 	uint64_t merge_bytes; /* publish every this many bytes of reads (GPUNVME_EMU_STAGE_MERGE) */
+	uint64_t lane_stage;  /* staging per lane (GPUNVME_EMU_DMA_STAGE_MB), the shared header's */
 	struct lane_state lane[EDMA_LANES];
 	bool prof; /* edma_profile */
 };
@@ -121,6 +122,25 @@ static int recv_reply(int sock, struct edma_reply *r, int ms)
 	return 0;
 }
 
+/* Staging per lane: GPUNVME_EMU_DMA_STAGE_MB (1 to 32, for a same-run
+ * comparison of ring sizes), else 4 MiB. Read at the process's start. */
+static uint64_t lane_stage_bytes(void)
+{
+	const char *v = getenv("GPUNVME_EMU_DMA_STAGE_MB");
+	if (!v || !*v)
+		return EDMA_LANE_STAGE_DEFAULT;
+	char *end;
+	unsigned long mb = strtoul(v, &end, 10);
+	if (*end || !edma_lane_stage_ok((uint64_t)mb << 20)) {
+		fprintf(stderr, "gpunvme: GPUNVME_EMU_DMA_STAGE_MB=%s: expected a whole number of MiB from %llu to %llu; "
+				"the emulator's DMA process uses %llu\n",
+			v, (unsigned long long)(EDMA_LANE_STAGE_MIN >> 20), (unsigned long long)(EDMA_LANE_STAGE_MAX >> 20),
+			(unsigned long long)(EDMA_LANE_STAGE_DEFAULT >> 20));
+		return EDMA_LANE_STAGE_DEFAULT;
+	}
+	return (uint64_t)mb << 20;
+}
+
 /* *fd moved to a number above the child's fixed ones (3, 4) */
 static int above(int *fd)
 {
@@ -144,9 +164,11 @@ static struct edma *start(const char *bus_id, char *why, size_t wlen)
 		return NULL;
 	}
 	snprintf(d->bus_id, sizeof(d->bus_id), "%s", bus_id);
+	d->lane_stage = lane_stage_bytes();
 	/* 1 MiB: 22 GB/s against 17 piece by piece, every byte verified
 	 * (H200, bench/results/emu-file-2026-11-28) */
-	d->merge_bytes = emu_stage_merge_bytes(EDMA_LANE_STAGE / 4, 1u << 20);
+	d->merge_bytes = emu_stage_merge_bytes(d->lane_stage / 4, 1u << 20);
+	const uint64_t shm_size = edma_shm_size(d->lane_stage);
 	const size_t exe_len = (size_t)(gpunvme_emu_dma_exe_end - gpunvme_emu_dma_exe);
 	exe = (int)syscall(SYS_memfd_create, "gpunvme-emu-dma", MFD_CLOEXEC);
 	mem = (int)syscall(SYS_memfd_create, "gpunvme-emu-dma-shm", MFD_CLOEXEC);
@@ -172,15 +194,16 @@ static struct edma *start(const char *bus_id, char *why, size_t wlen)
 	}
 	/* the shared memory: pages appear when first touched, so only the
 	 * lanes in use cost memory */
-	if (ftruncate(mem, (off_t)EDMA_SHM_SIZE) ||
-	    (m = mmap(NULL, EDMA_SHM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0)) == MAP_FAILED) {
-		snprintf(why, wlen, "shared memory of %llu MiB: %s", (unsigned long long)(EDMA_SHM_SIZE >> 20),
+	if (ftruncate(mem, (off_t)shm_size) ||
+	    (m = mmap(NULL, shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0)) == MAP_FAILED) {
+		snprintf(why, wlen, "shared memory of %llu MiB: %s", (unsigned long long)(shm_size >> 20),
 			 strerror(errno));
 		goto fail;
 	}
 	d->shm = (struct edma_shm *)m;
 	d->shm->magic = EDMA_MAGIC;
 	d->shm->lanes = EDMA_LANES;
+	d->shm->lane_stage = d->lane_stage;
 	d->shm->stage_off = (sizeof(struct edma_shm) + 4095) & ~(uint64_t)4095;
 	d->stage = (uint8_t *)m + d->shm->stage_off;
 	{
@@ -237,7 +260,7 @@ fail:
 	if (mem >= 0)
 		close(mem);
 	if (m != MAP_FAILED)
-		munmap(m, EDMA_SHM_SIZE);
+		munmap(m, shm_size);
 	free(d);
 	return NULL;
 }
@@ -251,7 +274,7 @@ static void stop(struct edma *d)
 		kill(d->pid, SIGKILL);
 		waitpid(d->pid, NULL, 0);
 	}
-	munmap(d->shm, EDMA_SHM_SIZE);
+	munmap(d->shm, edma_shm_size(d->lane_stage));
 	pthread_mutex_destroy(&d->ctl);
 	pthread_rwlock_destroy(&d->maps_lock);
 	free(d);
@@ -662,9 +685,10 @@ static int post(struct edma *d, unsigned l, unsigned op, uint64_t dev, size_t le
 {
 	struct lane_state *s = &d->lane[l];
 	struct edma_lane *L = &d->shm->lane[l];
-	const uint64_t o = s->pos % EDMA_LANE_STAGE;
-	if (o + len > EDMA_LANE_STAGE)
-		s->pos += EDMA_LANE_STAGE - o;
+	const uint64_t S = d->lane_stage;
+	const uint64_t o = s->pos % S;
+	if (o + len > S)
+		s->pos += S - o;
 	int rc = 0;
 	const uint64_t p0 = d->prof ? gpunvme_now_ns() : 0;
 	uint32_t done = __atomic_load_n(&L->done, __ATOMIC_ACQUIRE);
@@ -673,11 +697,11 @@ static int post(struct edma *d, unsigned l, unsigned op, uint64_t dev, size_t le
 		rc = wait_done(d, L, s->posted - EDMA_RING + 1);
 		done = __atomic_load_n(&L->done, __ATOMIC_ACQUIRE);
 	}
-	/* the new bytes reuse the ring's memory of [pos + len - EDMA_LANE_STAGE,
+	/* the new bytes reuse the ring's memory of [pos + len - S,
 	 * ...): every request that starts before that must be done (they start
 	 * in order; fewer than EDMA_RING are outstanding, so their beg[]
 	 * entries are still theirs) */
-	const uint64_t need = s->pos + len > EDMA_LANE_STAGE ? s->pos + len - EDMA_LANE_STAGE : 0;
+	const uint64_t need = s->pos + len > S ? s->pos + len - S : 0;
 	uint32_t j = done;
 	while (j != s->posted && s->beg[j % EDMA_RING] < need)
 		j++;
@@ -689,10 +713,10 @@ static int post(struct edma *d, unsigned l, unsigned op, uint64_t dev, size_t le
 		s->wait_ns += gpunvme_now_ns() - p0;
 	if (rc)
 		return rc;
-	*st = d->stage + (uint64_t)l * EDMA_LANE_STAGE + s->pos % EDMA_LANE_STAGE;
+	*st = d->stage + (uint64_t)l * S + s->pos % S;
 	struct edma_req *r = &L->ring[s->posted % EDMA_RING];
 	r->dev = dev;
-	r->off = (uint64_t)l * EDMA_LANE_STAGE + s->pos % EDMA_LANE_STAGE;
+	r->off = (uint64_t)l * S + s->pos % S;
 	r->len = (uint32_t)len;
 	r->op = op;
 	s->beg[s->posted % EDMA_RING] = s->pos;

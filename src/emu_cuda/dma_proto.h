@@ -35,12 +35,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EDMA_MAGIC 0x32616d64u      /* "dma2" */
+#define EDMA_MAGIC 0x33616d64u      /* "dma3" */
 #define EDMA_LANES 64               /* lanes in one child: 7 queue sets of 8 workers + admin */
 #define EDMA_RING 64                /* requests in flight per lane */
 #define EDMA_CHUNK (512u << 10)     /* one staging chunk: the largest piece one request moves */
-#define EDMA_LANE_CHUNKS 8          /* staging per lane: 4 MiB, a byte ring (dma_client.cu) */
-#define EDMA_LANE_STAGE ((uint64_t)EDMA_CHUNK * EDMA_LANE_CHUNKS)
+/* Staging per lane, a byte ring (dma_client.cu): 4 MiB unless
+ * GPUNVME_EMU_DMA_STAGE_MB says otherwise (1 to 32). The application picks
+ * it and writes it in the header (lane_stage); the child maps the memory
+ * at its size. */
+#define EDMA_LANE_STAGE_DEFAULT (4ull << 20)
+#define EDMA_LANE_STAGE_MIN (1ull << 20)
+#define EDMA_LANE_STAGE_MAX (32ull << 20)
 
 enum edma_op { EDMA_H2D = 1, EDMA_D2H = 2 };
 
@@ -68,17 +73,29 @@ struct edma_lane {
 struct edma_shm {
 	uint32_t magic;
 	uint32_t lanes;
-	uint64_t stage_off; /* lane l's staging: stage_off + l * EDMA_LANE_STAGE */
+	uint64_t stage_off; /* lane l's staging: stage_off + l * lane_stage */
+	uint64_t lane_stage; /* bytes of staging per lane (EDMA_LANE_STAGE_MIN..MAX, whole chunks) */
 	/* the child's one mover thread serves every lane: it sleeps on kick
 	 * when none has work, srv_sleep set; the app bumps kick and wakes it
 	 * after publishing requests while srv_sleep is set */
 	uint32_t srv_sleep;  /* child */
 	uint32_t kick;       /* app (futex) */
-	uint8_t pad[40];
+	uint8_t pad[32];
 	struct edma_lane lane[EDMA_LANES];
 };
 
-#define EDMA_SHM_SIZE (((sizeof(struct edma_shm) + 4095) & ~(uint64_t)4095) + EDMA_LANES * EDMA_LANE_STAGE)
+/* the shared memory's size for a lane_stage: the header, then the lanes'
+ * staging (pages appear when first touched: only lanes in use cost memory) */
+static inline uint64_t edma_shm_size(uint64_t lane_stage)
+{
+	return ((sizeof(struct edma_shm) + 4095) & ~(uint64_t)4095) + EDMA_LANES * lane_stage;
+}
+
+/* a lane_stage both sides accept */
+static inline int edma_lane_stage_ok(uint64_t b)
+{
+	return b >= EDMA_LANE_STAGE_MIN && b <= EDMA_LANE_STAGE_MAX && b % EDMA_CHUNK == 0;
+}
 
 /* Set-up messages on the socket. Replies: struct edma_reply. */
 enum edma_msg { EDMA_OPEN = 1, EDMA_CLOSE = 2, EDMA_MAP = 3, EDMA_UNMAP = 4 };

@@ -51,6 +51,7 @@ static unsigned nmapped;
 
 static struct edma_shm *shm;
 static uint8_t *stage, *dev;
+static uint64_t lane_stage;
 static uint64_t dev_len, dev_base, copy_us, die_after;
 static unsigned lanes_open;
 
@@ -78,7 +79,7 @@ static void run_group(struct edma_lane *L, uint32_t from, uint32_t to, uint64_t 
 {
 	for (uint32_t i = from; i != to; i++) {
 		const struct edma_req *r = &L->ring[i % EDMA_RING];
-		const bool ok = r->len <= EDMA_CHUNK && r->off + r->len <= EDMA_LANES * EDMA_LANE_STAGE &&
+		const bool ok = r->len <= EDMA_CHUNK && r->off + r->len <= EDMA_LANES * lane_stage &&
 				in_map(r->dev, r->len) && r->dev >= dev_base && r->dev - dev_base + r->len <= dev_len;
 		if (!ok) {
 			int32_t z = 0;
@@ -155,11 +156,16 @@ int main(void)
 	copy_us = env_num("FAKE_EDMA_COPY_US", 10);
 	die_after = env_num("FAKE_EDMA_DIE_AFTER", 10);
 	dev_base = env_num("FAKE_EDMA_DEV_BASE", 16);
-	void *m = mmap(NULL, EDMA_SHM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, 4, 0);
+	struct stat sst;
+	void *m = fstat(4, &sst) ? MAP_FAILED : mmap(NULL, (size_t)sst.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, 4, 0);
 	if (m == MAP_FAILED)
 		return 1;
 	shm = (struct edma_shm *)m;
 	stage = (uint8_t *)m + shm->stage_off;
+	lane_stage = shm->lane_stage;
+	if (shm->magic != EDMA_MAGIC || !edma_lane_stage_ok(lane_stage) ||
+	    (uint64_t)sst.st_size != edma_shm_size(lane_stage))
+		return 1;
 	const char *devpath = getenv("FAKE_EDMA_DEV");
 	if (devpath && *devpath) {
 		int fd = open(devpath, O_RDWR);

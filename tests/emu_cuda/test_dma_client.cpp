@@ -370,6 +370,25 @@ TEST_CASE(rings_piecewise)
 	return rc;
 }
 
+/* staging of 1 MiB per lane (GPUNVME_EMU_DMA_STAGE_MB): every second
+ * 512 KiB piece wraps the ring */
+TEST_CASE(rings_small_stage)
+{
+	setenv("GPUNVME_EMU_DMA_STAGE_MB", "1", 1);
+	int rc = ring_case("0000:0b:00.0", "100");
+	unsetenv("GPUNVME_EMU_DMA_STAGE_MB");
+	return rc;
+}
+
+/* and 16 MiB */
+TEST_CASE(rings_large_stage)
+{
+	setenv("GPUNVME_EMU_DMA_STAGE_MB", "16", 1);
+	int rc = ring_case("0000:0c:00.0", "300");
+	unsetenv("GPUNVME_EMU_DMA_STAGE_MB");
+	return rc;
+}
+
 /* A copy to memory no map covers: the process reports it on the lane, the
  * lane's sync returns it once, and the lane goes on. */
 TEST_CASE(unmapped_copy)

@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +35,7 @@
 
 static struct edma_shm *shm;
 static uint8_t *stage;
+static uint64_t lane_stage; /* the header's, checked at the start */
 
 /* ---- the application's GPU allocations, opened from their IPC handles ---- */
 
@@ -120,7 +122,7 @@ static void issue_group(struct lane *me, struct edma_lane *L, uint32_t first, ui
 		const struct edma_req *r = i != end ? &L->ring[i % EDMA_RING] : NULL;
 		unsigned which = 0;
 		uint8_t *dev = NULL;
-		if (r && r->len <= EDMA_CHUNK && r->off + r->len <= EDMA_LANES * EDMA_LANE_STAGE)
+		if (r && r->len <= EDMA_CHUNK && r->off + r->len <= EDMA_LANES * lane_stage)
 			dev = (uint8_t *)map_find(r->dev, r->len, &which);
 		uint8_t *host = r ? stage + r->off : NULL;
 		if (r && dev && rlen && r->op == rop && which == rmap && dev == rdev + rlen && host == rhost + rlen) {
@@ -265,7 +267,7 @@ static int lane_stop(unsigned l)
 	for (unsigned i = 0; i < EDMA_RING; i++)
 		cudaEventDestroy(me->ev[i]);
 	cudaStreamDestroy(me->s);
-	cudaHostUnregister(stage + (uint64_t)l * EDMA_LANE_STAGE);
+	cudaHostUnregister(stage + (uint64_t)l * lane_stage);
 	memset(me, 0, sizeof(*me));
 	return 0;
 }
@@ -276,7 +278,7 @@ static int lane_start(unsigned l, char *why, size_t wlen)
 	struct edma_lane *L = &shm->lane[l];
 	memset(me, 0, sizeof(*me));
 	memset(L, 0, sizeof(*L));
-	cudaError_t e = cudaHostRegister(stage + (uint64_t)l * EDMA_LANE_STAGE, EDMA_LANE_STAGE, cudaHostRegisterDefault);
+	cudaError_t e = cudaHostRegister(stage + (uint64_t)l * lane_stage, lane_stage, cudaHostRegisterDefault);
 	if (e == cudaSuccess)
 		e = cudaStreamCreateWithFlags(&me->s, cudaStreamNonBlocking);
 	for (unsigned i = 0; e == cudaSuccess && i < EDMA_RING; i++)
@@ -401,7 +403,10 @@ int main(int argc, char **argv)
 		e = cudaSetDevice(dev);
 	if (e == cudaSuccess)
 		e = cudaFree(0);
-	void *m = mmap(NULL, EDMA_SHM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, 4, 0);
+	/* the memory at the size the application made it (its header says
+	 * the staging per lane) */
+	struct stat st;
+	void *m = fstat(4, &st) ? MAP_FAILED : mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, 4, 0);
 	struct edma_reply hello;
 	memset(&hello, 0, sizeof(hello));
 	if (e != cudaSuccess) {
@@ -413,7 +418,9 @@ int main(int argc, char **argv)
 	} else {
 		shm = (struct edma_shm *)m;
 		stage = (uint8_t *)m + shm->stage_off;
-		if (shm->magic != EDMA_MAGIC) {
+		lane_stage = shm->lane_stage;
+		if (shm->magic != EDMA_MAGIC || !edma_lane_stage_ok(lane_stage) ||
+		    (uint64_t)st.st_size != edma_shm_size(lane_stage)) {
 			hello.rc = -EPROTO;
 			snprintf(hello.why, sizeof(hello.why), "the library and this program disagree");
 		}
