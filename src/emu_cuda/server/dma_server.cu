@@ -66,6 +66,11 @@ static void *map_find(uint64_t dev, uint64_t len, unsigned *which)
 
 struct lane {
 	int running; /* under lanes_mu: the mover serves it */
+	/* its stream, events and pinned staging, made at its first open and
+	 * kept for the process's life: an application opens and closes its
+	 * lanes with every queue set (each loader), and registering 4 MiB and
+	 * creating 64 events per lane each time was part of every call */
+	int prepared;
 	cudaStream_t s;
 	/* one event per group of requests, recorded in the slot of its last
 	 * request; gend[first % EDMA_RING]: the group's end (free-running) */
@@ -262,13 +267,52 @@ static int lane_stop(unsigned l)
 		lanes_hi--;
 	pthread_mutex_unlock(&lanes_mu);
 	/* the application closes a lane when its copies are done; a dying
-	 * one's last copies land before the staging they read goes */
+	 * one's last copies land before its staging is used again */
 	cudaStreamSynchronize(me->s);
+	return 0;
+}
+
+/* At exit: what lane_prepare made (the lane is stopped) */
+static void lane_release(unsigned l)
+{
+	struct lane *me = &lanes[l];
+	if (!me->prepared)
+		return;
 	for (unsigned i = 0; i < EDMA_RING; i++)
 		cudaEventDestroy(me->ev[i]);
 	cudaStreamDestroy(me->s);
 	cudaHostUnregister(stage + (uint64_t)l * lane_stage);
-	memset(me, 0, sizeof(*me));
+	me->prepared = 0;
+}
+
+static int lane_prepare(unsigned l, char *why, size_t wlen)
+{
+	struct lane *me = &lanes[l];
+	if (me->prepared)
+		return 0;
+	cudaError_t e = cudaHostRegister(stage + (uint64_t)l * lane_stage, lane_stage, cudaHostRegisterDefault);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(why, wlen, "lane set-up: %s", cudaGetErrorString(e));
+		return -ENOMEM;
+	}
+	unsigned k = 0;
+	e = cudaStreamCreateWithFlags(&me->s, cudaStreamNonBlocking);
+	for (; e == cudaSuccess && k < EDMA_RING; k++)
+		if ((e = cudaEventCreateWithFlags(&me->ev[k], cudaEventDisableTiming)) != cudaSuccess)
+			break;
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(why, wlen, "lane set-up: %s", cudaGetErrorString(e));
+		while (k--)
+			cudaEventDestroy(me->ev[k]);
+		if (me->s)
+			cudaStreamDestroy(me->s);
+		me->s = NULL;
+		cudaHostUnregister(stage + (uint64_t)l * lane_stage);
+		return -ENOMEM;
+	}
+	me->prepared = 1;
 	return 0;
 }
 
@@ -276,17 +320,14 @@ static int lane_start(unsigned l, char *why, size_t wlen)
 {
 	struct lane *me = &lanes[l];
 	struct edma_lane *L = &shm->lane[l];
-	memset(me, 0, sizeof(*me));
+	int rc = lane_prepare(l, why, wlen);
+	if (rc)
+		return rc;
+	/* a fresh lane: both counters at 0 (the application resets its side
+	 * after the open's answer, dma_client.cu edma_open) */
+	me->next = me->done = 0;
+	memset(me->gend, 0, sizeof(me->gend));
 	memset(L, 0, sizeof(*L));
-	cudaError_t e = cudaHostRegister(stage + (uint64_t)l * lane_stage, lane_stage, cudaHostRegisterDefault);
-	if (e == cudaSuccess)
-		e = cudaStreamCreateWithFlags(&me->s, cudaStreamNonBlocking);
-	for (unsigned i = 0; e == cudaSuccess && i < EDMA_RING; i++)
-		e = cudaEventCreateWithFlags(&me->ev[i], cudaEventDisableTiming);
-	if (e != cudaSuccess) {
-		snprintf(why, wlen, "lane set-up: %s", cudaGetErrorString(e));
-		return -ENOMEM;
-	}
 	if (!mover_running) {
 		if (pthread_create(&mover, NULL, mover_main, NULL)) {
 			snprintf(why, wlen, "cannot start a thread");
@@ -449,5 +490,7 @@ int main(int argc, char **argv)
 		__atomic_store_n(&mover_stop, 1, __ATOMIC_RELEASE);
 		pthread_join(mover, NULL);
 	}
+	for (unsigned l = 0; l < EDMA_LANES; l++)
+		lane_release(l);
 	return 0;
 }
