@@ -53,7 +53,8 @@ static struct edma_shm *shm;
 static uint8_t *stage, *dev;
 static uint64_t lane_stage;
 static uint64_t dev_len, dev_base, copy_us, die_after;
-static unsigned lanes_open;
+static unsigned lanes_open, opens; /* opens: OPEN requests so far (the mover starts its lanes afresh) */
+static pthread_mutex_t lanes_mu = PTHREAD_MUTEX_INITIALIZER; /* a sweep, or an OPEN's reset */
 
 static bool in_map(uint64_t a, uint64_t len)
 {
@@ -99,10 +100,17 @@ static void *mover(void *arg)
 	(void)arg;
 	uint32_t next[EDMA_LANES] = {0}, done[EDMA_LANES] = {0};
 	uint64_t due[EDMA_LANES] = {0}, moved = 0;
-	unsigned idle = 0;
+	unsigned idle = 0, seen_opens = 0;
 	for (;;) {
 		bool any = false;
+		pthread_mutex_lock(&lanes_mu);
 		const unsigned nl = __atomic_load_n(&lanes_open, __ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&opens, __ATOMIC_ACQUIRE) != seen_opens) {
+			/* lanes opened again (closed idle before): counters at 0 */
+			seen_opens = __atomic_load_n(&opens, __ATOMIC_ACQUIRE);
+			memset(next, 0, sizeof(next));
+			memset(done, 0, sizeof(done));
+		}
 		for (unsigned l = 0; l < nl; l++) {
 			struct edma_lane *L = &shm->lane[l];
 			if (done[l] != next[l]) {
@@ -124,6 +132,7 @@ static void *mover(void *arg)
 				due[l] = now_us() + copy_us;
 			}
 		}
+		pthread_mutex_unlock(&lanes_mu);
 		if (any) {
 			idle = 0;
 			continue;
@@ -240,8 +249,11 @@ int main(void)
 		}
 		case EDMA_OPEN:
 			/* lanes [0, n): one engine per process in these tests */
+			pthread_mutex_lock(&lanes_mu);
 			memset(shm->lane, 0, sizeof(shm->lane[0]) * c.n);
 			__atomic_store_n(&lanes_open, c.n, __ATOMIC_RELEASE);
+			__atomic_add_fetch(&opens, 1, __ATOMIC_RELEASE);
+			pthread_mutex_unlock(&lanes_mu);
 			r.first = 0;
 			break;
 		case EDMA_CLOSE:

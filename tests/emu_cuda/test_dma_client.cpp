@@ -300,15 +300,13 @@ static struct edma *fresh_dev(const char *bus, const char *us, const char *die, 
  * check bytes as they go; at the end every byte of the "GPU memory" is
  * compared with the model.
  */
-static int ring_case(const char *bus, const char *us)
+static int ring_case(const char *bus, const char *us, unsigned rounds = 1)
 {
 	int fd;
 	uint8_t *src, *devmem;
 	struct edma *d = fresh_dev(bus, us, "0", &fd, &src, &devmem);
 	REQUIRE(d);
 	char why[200];
-	unsigned first = 0;
-	REQUIRE_OK(edma_open(d, 2, &first, why, sizeof(why)));
 	for (unsigned k = 0; k < DEV_ALLOCS; k++)
 		REQUIRE_OK(edma_map(d, alloc_at(k), ALLOC, why, sizeof(why)));
 	for (unsigned k = 0; k < DEV_ALLOCS; k++)
@@ -316,7 +314,12 @@ static int ring_case(const char *bus, const char *us)
 	uint8_t *model = (uint8_t *)calloc(1, DEV_BYTES), *back = (uint8_t *)malloc(ALLOC);
 	REQUIRE(model && back);
 	uint64_t seed = 12345, bytes = 0;
-	for (unsigned it = 0; it < 400; it++) {
+	/* each round opens the lanes afresh and closes them, as each loader
+	 * (queue set) of an application does */
+	for (unsigned round = 0; round < rounds; round++) {
+	unsigned first = 0;
+	REQUIRE_OK(edma_open(d, 2, &first, why, sizeof(why)));
+	for (unsigned it = 0; it < 400 / rounds; it++) {
 		const unsigned k = (unsigned)(rnd(&seed) % DEV_ALLOCS), lane = first + k % 2;
 		const uint64_t o = rnd(&seed) % ALLOC;
 		uint64_t len = 1 + rnd(&seed) % (ALLOC - o);
@@ -342,12 +345,14 @@ static int ring_case(const char *bus, const char *us)
 	REQUIRE_OK(edma_sync(d, first + 1));
 	for (uint64_t i = 0; i < DEV_BYTES; i++)
 		if (devmem[i] != model[i])
-			FAIL("byte %llu of the GPU memory is 0x%02x, want 0x%02x", (unsigned long long)i, devmem[i],
-			     model[i]);
-	printf("%s: %llu bytes read through the rings, every byte right\n", bus, (unsigned long long)bytes);
+			FAIL("round %u: byte %llu of the GPU memory is 0x%02x, want 0x%02x", round, (unsigned long long)i,
+			     devmem[i], model[i]);
+	edma_close(d, first, 2);
+	}
+	printf("%s: %llu bytes read through the rings in %u round(s), every byte right\n", bus,
+	       (unsigned long long)bytes, rounds);
 	for (unsigned k = 0; k < DEV_ALLOCS; k++)
 		edma_unmap(d, alloc_at(k));
-	edma_close(d, first, 2);
 	free(model);
 	free(back);
 	free(src);
@@ -387,6 +392,13 @@ TEST_CASE(rings_large_stage)
 	int rc = ring_case("0000:0c:00.0", "300");
 	unsetenv("GPUNVME_EMU_DMA_STAGE_MB");
 	return rc;
+}
+
+/* the lanes closed and opened again, three times (the process keeps a
+ * lane's stream, events and staging between opens) */
+TEST_CASE(lanes_reopened)
+{
+	return ring_case("0000:0d:00.0", "100", 3);
 }
 
 /* A copy to memory no map covers: the process reports it on the lane, the
