@@ -360,38 +360,38 @@ static int ring_case(const char *bus, const char *us, unsigned rounds = 1)
 	return 0;
 }
 
+/* ring_case with one setting of the client's environment, read when its
+ * process starts */
+static int ring_case_with(const char *var, const char *value, const char *bus, const char *us)
+{
+	setenv(var, value, 1);
+	int rc = ring_case(bus, us);
+	unsetenv(var);
+	return rc;
+}
+
 TEST_CASE(rings_merged)
 {
 	unsetenv("GPUNVME_EMU_STAGE_MERGE");
 	return ring_case("0000:07:00.0", "300");
 }
 
-/* the same, each piece published on its own (GPUNVME_EMU_STAGE_MERGE=0) */
+/* the same, each piece published on its own */
 TEST_CASE(rings_piecewise)
 {
-	setenv("GPUNVME_EMU_STAGE_MERGE", "0", 1);
-	int rc = ring_case("0000:08:00.0", "50");
-	unsetenv("GPUNVME_EMU_STAGE_MERGE");
-	return rc;
+	return ring_case_with("GPUNVME_EMU_STAGE_MERGE", "0", "0000:08:00.0", "50");
 }
 
-/* staging of 1 MiB per lane (GPUNVME_EMU_DMA_STAGE_MB): every second
- * 512 KiB piece wraps the ring */
+/* staging of 1 MiB per lane: every second 512 KiB piece wraps the ring */
 TEST_CASE(rings_small_stage)
 {
-	setenv("GPUNVME_EMU_DMA_STAGE_MB", "1", 1);
-	int rc = ring_case("0000:0b:00.0", "100");
-	unsetenv("GPUNVME_EMU_DMA_STAGE_MB");
-	return rc;
+	return ring_case_with("GPUNVME_EMU_DMA_STAGE_MB", "1", "0000:0b:00.0", "100");
 }
 
 /* and 16 MiB */
 TEST_CASE(rings_large_stage)
 {
-	setenv("GPUNVME_EMU_DMA_STAGE_MB", "16", 1);
-	int rc = ring_case("0000:0c:00.0", "300");
-	unsetenv("GPUNVME_EMU_DMA_STAGE_MB");
-	return rc;
+	return ring_case_with("GPUNVME_EMU_DMA_STAGE_MB", "16", "0000:0c:00.0", "300");
 }
 
 /* the lanes closed and opened again, three times (the process keeps a
