@@ -401,21 +401,31 @@ TEST_CASE(lanes_reopened)
 	return ring_case("0000:0d:00.0", "100", 3);
 }
 
+/* fresh_dev with one lane open and allocation 0 mapped, its answer in:
+ * the copy engine's order, a copy only into memory edma_mapped says the
+ * process holds. NULL when any step fails. */
+static struct edma *one_lane(const char *bus, const char *us, const char *die, int *fd, uint8_t **src,
+			     uint8_t **devmem, unsigned *first)
+{
+	char why[200];
+	struct edma *d = fresh_dev(bus, us, die, fd, src, devmem);
+	if (!d || edma_open(d, 1, first, why, sizeof(why)) || edma_map(d, alloc_at(0), ALLOC, why, sizeof(why)) ||
+	    edma_mapped(d, alloc_at(0), ALLOC, why, sizeof(why)) != 1) {
+		fprintf(stderr, "%s: set-up failed: %s\n", bus, d ? why : "no process");
+		return NULL;
+	}
+	return d;
+}
+
 /* A copy to memory no map covers: the process reports it on the lane, the
  * lane's sync returns it once, and the lane goes on. */
 TEST_CASE(unmapped_copy)
 {
 	int fd;
 	uint8_t *src, *devmem;
-	struct edma *d = fresh_dev("0000:09:00.0", "0", "0", &fd, &src, &devmem);
+	unsigned first;
+	struct edma *d = one_lane("0000:09:00.0", "0", "0", &fd, &src, &devmem, &first);
 	REQUIRE(d);
-	char why[200];
-	unsigned first = 0;
-	REQUIRE_OK(edma_open(d, 1, &first, why, sizeof(why)));
-	REQUIRE_OK(edma_map(d, alloc_at(0), ALLOC, why, sizeof(why)));
-	/* the copy engine's order: a copy only into memory edma_mapped says
-	 * the process holds (which waits for the map's answer) */
-	REQUIRE_EQ(edma_mapped(d, alloc_at(0), 4096, why, sizeof(why)), 1);
 	REQUIRE_OK(edma_copy_file(d, first, alloc_at(1), fd, 0, 4096)); /* queued: not mapped */
 	CHECK_EQ(edma_sync(d, first), (uint64_t)-EFAULT);
 	REQUIRE_OK(edma_copy_file(d, first, alloc_at(0), fd, 0, 4096));
@@ -433,13 +443,9 @@ TEST_CASE(killed_mid_copy)
 {
 	int fd;
 	uint8_t *src, *devmem;
-	struct edma *d = fresh_dev("0000:0a:00.0", "100", "40", &fd, &src, &devmem);
+	unsigned first;
+	struct edma *d = one_lane("0000:0a:00.0", "100", "40", &fd, &src, &devmem, &first);
 	REQUIRE(d);
-	char why[200];
-	unsigned first = 0;
-	REQUIRE_OK(edma_open(d, 1, &first, why, sizeof(why)));
-	REQUIRE_OK(edma_map(d, alloc_at(0), ALLOC, why, sizeof(why)));
-	REQUIRE_EQ(edma_mapped(d, alloc_at(0), ALLOC, why, sizeof(why)), 1);
 	const uint64_t t0 = check_now_ms();
 	int rc = 0;
 	for (unsigned it = 0; it < 400 && !rc; it++)
