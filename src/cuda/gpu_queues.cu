@@ -11,6 +11,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -968,6 +969,22 @@ __device__ static int rw_warp_batched(const struct gpunvme_dev_queues *q, uint32
 	return err;
 }
 
+static pthread_once_t warp_batch_once = PTHREAD_ONCE_INIT;
+static bool warp_batch_on;
+
+static void warp_batch_read(void)
+{
+	const char *v = getenv("GPUNVME_GPU_WARP_BATCH");
+	warp_batch_on = v && !strcmp(v, "1");
+}
+
+/* GPUNVME_GPU_WARP_BATCH=1, read once (not at every launch) */
+static bool warp_batch(void)
+{
+	pthread_once(&warp_batch_once, warp_batch_read);
+	return warp_batch_on;
+}
+
 /* Warps take segments in turn; each segment is at most 32 commands, one per
  * lane (the host cuts them), read with the warp-cooperative call on queue
  * pair (warp % nq). A failed warp goes on with its next segment: the first
@@ -1004,10 +1021,9 @@ int gpunvme_gpu_read_segs_async(struct gpunvme_gpu_queues *g, const struct gpunv
 		warps = nseg;
 	unsigned threads = 128;
 	unsigned blocks = (unsigned)((warps * 32 + threads - 1) / threads);
-	const char *wb = getenv("GPUNVME_GPU_WARP_BATCH");
 	gpunvme_read_segs_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(
 		g->desc, d_segs, nseg, buf0->desc, buf1 ? buf1->desc : buf0->desc, d_status, timeout_ns,
-		wb && *wb == '1');
+		warp_batch());
 	cudaError_t ce = cudaGetLastError();
 	return ce == cudaSuccess ? 0 : cuda_err(ce, "launching the scattered read kernel");
 }

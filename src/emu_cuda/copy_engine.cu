@@ -199,6 +199,8 @@ static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, co
 	return 0;
 }
 
+/* Copies that stay in the application's context can be held up by its
+ * blocking CUDA calls (dma_proto.h): said once per process, with why. */
 static void say_inproc(const char *why)
 {
 	static int said;
@@ -411,9 +413,6 @@ static void stage_alloc(struct emu_lanes *g)
 		stage_free(g);
 	}
 }
-
-/* Copies that stay in the application's context can be held up by its
- * blocking CUDA calls (dma_proto.h): said once per process, with why. */
 
 /*
  * Where the copies run (emu.h, gpunvme_emu_copies): in the DMA process or

@@ -10,11 +10,12 @@
  * lane's requests: each group becomes a cudaMemcpyAsync on the lane's
  * stream and an event; a lane's `done` advances as its events complete, in
  * order. One thread, not one per lane: a lane's thread polled its events
- * while its copies ran, so nine lanes took nine of the cores the
- * application's emulator workers read the image with (12 workers waited
- * 0.3 s for staging on 16 cores, bench/results/emu-load-2026-11-28); one
- * thread issues a 4 MiB group in a few microseconds. The process exits
- * when the socket closes (the application exited or closed it).
+ * while its copies ran, so every open lane kept a core busy beside the
+ * application's emulator workers; one thread issues a 4 MiB group in a few
+ * microseconds. (It did not end the workers' waits for staging with 12
+ * workers, 0.3 s either way: those come from the hop itself,
+ * bench/results/emu-load-2026-11-28b.) The process exits when the socket
+ * closes (the application exited or closed it).
  */
 #include <cuda_runtime.h>
 #include <errno.h>
