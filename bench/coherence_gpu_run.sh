@@ -212,7 +212,12 @@ for ph in ${PHASES:-build serial}; do
 		for wb in 0 1; do
 			GPUNVME_GPU_WARP_BATCH=$wb OUT="$R/md-wb$wb" WORKDIR=/dev/shm/mdw MEMBERS=4 CHUNK=512 BUILD="$PWD/$BD" \
 				SKIP_BUILD=1 TMPDIR=/dev/shm timeout 280 bash bench/md_run.sh "${MD_SIZE:-8G}" >/dev/null 2>&1
-			echo "warp batches $wb: $(tail -n 1 "$R/md-wb$wb/summary.csv" 2>/dev/null)"
+			# the summary's header alone: the run ended before its load
+			if [ "$(wc -l <"$R/md-wb$wb/summary.csv" 2>/dev/null || echo 0)" -ge 2 ]; then
+				echo "warp batches $wb: $(tail -n 1 "$R/md-wb$wb/summary.csv")"
+			else
+				echo "warp batches $wb: FAILED, no load in the summary (see $R/md-wb$wb/md_run.log)"
+			fi
 		done
 		;;
 	pystages)
