@@ -94,6 +94,13 @@ extern "C" cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **
 
 static char logpath[64];
 
+static void drop_log(void)
+{
+	if (logpath[0])
+		unlink(logpath);
+	logpath[0] = 0;
+}
+
 /* the data path's settings for the next fresh() (fake_edma.c) */
 static const char *dev_path = "", *copy_us = "0", *die_after = "0";
 
@@ -106,6 +113,12 @@ static struct edma *fresh(const char *bus, const char *delay_ms, const char *ref
 	setenv("FAKE_EDMA_COPY_US", copy_us, 1);
 	setenv("FAKE_EDMA_DIE_AFTER", die_after, 1);
 	snprintf(bus_id, sizeof(bus_id), "%s", bus);
+	/* one log at a time, gone when the case's process ends: the suite
+	 * runs hundreds of these and must not leave them in /tmp */
+	static bool cleanup_set;
+	if (!cleanup_set && atexit(drop_log) == 0)
+		cleanup_set = true;
+	drop_log();
 	snprintf(logpath, sizeof(logpath), "/tmp/fake_edma.%d.%s.log", (int)getpid(), bus);
 	unlink(logpath);
 	setenv("FAKE_EDMA_LOG", logpath, 1);

@@ -440,53 +440,39 @@ static int rc_check_blocks(struct gpunvme_qpair *qp, uint32_t nsid, uint32_t lbs
 	return bad;
 }
 
-static int recovery(const char *uri, uint32_t nsid, uint32_t seed, bool timeouts_part)
+/* What each part works on: namespace nsid through qp, RC_TMO_CMDS
+ * buffers of RC_LEN at mem, a scratch buffer, blocks [0, RC_CMDS *
+ * RC_LEN) holding seed a. */
+struct rc_ctx {
+	struct gpunvme_ctrl *c;
+	struct gpunvme_qpair *qp;
+	uint32_t nsid, lbs, a, b;
+	uint8_t *mem, *scratch;
+};
+
+/* 1. real timeouts: 60 reads of 512 KiB at once (30 MiB) with a 1 ms
+ * timeout; the scenario throttles the drive's reads (read_mbps), so they
+ * take longer than that (TCG alone sometimes did not) */
+static void rc_timeouts(const struct rc_ctx *x)
 {
-	struct gpunvme_ctrl *c = open_ctrl(uri);
-	if (!c)
-		return 1;
-	struct gpunvme_ns_info ni;
-	struct gpunvme_qpair *qp = NULL;
-	uint8_t *mem = NULL;
-	int rc = gpunvme_ns_info(c, nsid, &ni);
-	CHECK(rc == 0 && ni.nsze * ni.lba_size >= (uint64_t)RC_CMDS * RC_LEN, "namespace %u holds 8 MiB", nsid);
-	if (rc || (rc = gpunvme_qpair_create(c, 64, &qp)) ||
-	    !(mem = gpunvme_dma_alloc(c, (size_t)RC_TMO_CMDS * RC_LEN + RC_LEN))) {
-		CHECK(0, "setup: %s", gpunvme_last_error());
-		goto out;
-	}
-	const uint32_t lbs = ni.lba_size, a = seed, b = seed + 1;
-	uint8_t *scratch = mem + (size_t)RC_TMO_CMDS * RC_LEN;
-	for (int i = 0; i < RC_CMDS; i++) {
-		pattern(scratch, RC_LEN, (uint64_t)i * RC_LEN, a);
-		rc = gpunvme_write_sync(qp, nsid, scratch, (uint64_t)i * RC_LEN / lbs, RC_LEN / lbs, NULL);
-		CHECK(rc == 0, "write seed %u part %d: %s", a, i, rc ? gpunvme_last_error() : "ok");
-		if (rc)
-			goto out;
-	}
-	if (!timeouts_part)
-		goto resets;
-	/* 1. real timeouts: 60 reads of 512 KiB at once (30 MiB) with a 1 ms
-	 * timeout; the scenario throttles the drive's reads (read_mbps), so
-	 * they take longer than that (TCG alone sometimes did not) */
 	struct rc_cmd t[RC_TMO_CMDS];
-	int timeouts = 0;
-	CHECK(gpunvme_qpair_set_timeout(qp, 0) == -EINVAL, "a 0 ms timeout is refused");
-	gpunvme_qpair_set_timeout(qp, 1);
+	int timeouts = 0, rc;
+	CHECK(gpunvme_qpair_set_timeout(x->qp, 0) == -EINVAL, "a 0 ms timeout is refused");
+	gpunvme_qpair_set_timeout(x->qp, 1);
 	for (int round = 0; round < 20 && !timeouts; round++) {
 		for (int i = 0; i < RC_TMO_CMDS; i++) {
-			t[i] = (struct rc_cmd){ 0, 0, mem + (size_t)i * RC_LEN };
-			rc = gpunvme_read(qp, nsid, t[i].buf, (uint64_t)(i % RC_CMDS) * RC_LEN / lbs, RC_LEN / lbs, rc_cb,
-					  &t[i]);
+			t[i] = (struct rc_cmd){ 0, 0, x->mem + (size_t)i * RC_LEN };
+			rc = gpunvme_read(x->qp, x->nsid, t[i].buf, (uint64_t)(i % RC_CMDS) * RC_LEN / x->lbs,
+					  RC_LEN / x->lbs, rc_cb, &t[i]);
 			CHECK(rc == 0, "submit read %d: %d", i, rc);
 		}
-		rc = poll_until_done(qp, t, RC_TMO_CMDS, 5000);
+		rc = poll_until_done(x->qp, t, RC_TMO_CMDS, 5000);
 		CHECK(rc == 0, "every read ended (success or timeout) within 5 s: %d", rc);
 		for (int i = 0; i < RC_TMO_CMDS; i++)
 			timeouts += t[i].err == -ETIMEDOUT;
 		/* the abort step: QEMU answers "not aborted" and completes the
 		 * reads late, which gives their ids back */
-		int left = gpunvme_qpair_abort_expired(qp);
+		int left = gpunvme_qpair_abort_expired(x->qp);
 		CHECK(left == 0, "abort step after %d timeouts: %d left (%s)", timeouts, left,
 		      left ? gpunvme_last_error() : "ok");
 	}
@@ -506,22 +492,25 @@ static int recovery(const char *uri, uint32_t nsid, uint32_t seed, bool timeouts
 				break;
 			}
 	}
-	gpunvme_qpair_set_timeout(qp, 60000);
-	rc_check_blocks(qp, nsid, lbs, scratch, a, a, NULL, "after the timeouts");
-	goto out;
-resets:;
+	gpunvme_qpair_set_timeout(x->qp, 60000);
+	rc_check_blocks(x->qp, x->nsid, x->lbs, x->scratch, x->a, x->a, NULL, "after the timeouts");
+}
 
-	/* 2. a reset with writes of seed b in flight */
+/* 2. a reset with writes of seed b in flight: every write ended, the
+ * acknowledged ones on the disk, every block whole, old or new */
+static void rc_writes(const struct rc_ctx *x)
+{
 	struct rc_cmd k[RC_CMDS];
-	uint8_t *wsrc = mem;
+	int rc;
 	for (int i = 0; i < RC_CMDS; i++) {
-		pattern(wsrc + (size_t)i * RC_LEN, RC_LEN, (uint64_t)i * RC_LEN, b);
-		k[i] = (struct rc_cmd){ 0, 0, wsrc + (size_t)i * RC_LEN };
-		rc = gpunvme_write(qp, nsid, k[i].buf, (uint64_t)i * RC_LEN / lbs, RC_LEN / lbs, rc_cb, &k[i]);
+		pattern(x->mem + (size_t)i * RC_LEN, RC_LEN, (uint64_t)i * RC_LEN, x->b);
+		k[i] = (struct rc_cmd){ 0, 0, x->mem + (size_t)i * RC_LEN };
+		rc = gpunvme_write(x->qp, x->nsid, k[i].buf, (uint64_t)i * RC_LEN / x->lbs, RC_LEN / x->lbs, rc_cb,
+				   &k[i]);
 		CHECK(rc == 0, "submit write %d: %d", i, rc);
 	}
-	gpunvme_qpair_poll(qp, 2); /* some done, most in flight */
-	rc = gpunvme_reset(c);
+	gpunvme_qpair_poll(x->qp, 2); /* some done, most in flight */
+	rc = gpunvme_reset(x->c);
 	CHECK(rc == 0, "reset with writes in flight: %s", rc ? gpunvme_last_error() : "ok");
 	int acked = 0, failed = 0;
 	for (int i = 0; i < RC_CMDS; i++) {
@@ -530,20 +519,31 @@ resets:;
 		failed += k[i].err == -EIO;
 	}
 	printf("INFO reset with 16 writes in flight: %d acknowledged, %d failed with -EIO\n", acked, failed);
-	rc_check_blocks(qp, nsid, lbs, scratch, a, b, k, "after a reset under writes");
+	rc_check_blocks(x->qp, x->nsid, x->lbs, x->scratch, x->a, x->b, k, "after a reset under writes");
+}
 
-	/* 3. a reset with reads in flight: failed reads' buffers stay poisoned */
+/* 3. a reset with reads in flight: failed reads' buffers stay poisoned */
+static void rc_reads(const struct rc_ctx *x)
+{
+	struct rc_cmd k[RC_CMDS];
+	int rc;
+	/* where a QEMU crash happened, for run.sh (QEMU 7.2 dies in this
+	 * reset on some hosts: the scenario recovery_reads) */
+	printf("QEMU-STEP reset-with-reads-in-flight\n");
+	fflush(stdout);
 	for (int i = 0; i < RC_CMDS; i++) {
-		k[i] = (struct rc_cmd){ 0, 0, mem + (size_t)i * RC_LEN };
+		k[i] = (struct rc_cmd){ 0, 0, x->mem + (size_t)i * RC_LEN };
 		memset(k[i].buf, 0, RC_LEN);
-		rc = gpunvme_read(qp, nsid, k[i].buf, (uint64_t)i * RC_LEN / lbs, RC_LEN / lbs, rc_cb, &k[i]);
+		rc = gpunvme_read(x->qp, x->nsid, k[i].buf, (uint64_t)i * RC_LEN / x->lbs, RC_LEN / x->lbs, rc_cb,
+				  &k[i]);
 		CHECK(rc == 0, "submit read %d: %d", i, rc);
 	}
-	rc = gpunvme_reset(c);
+	rc = gpunvme_reset(x->c);
 	CHECK(rc == 0, "reset with reads in flight: %s", rc ? gpunvme_last_error() : "ok");
 	usleep(50000);
-	failed = 0;
+	int failed = 0;
 	for (int i = 0; i < RC_CMDS; i++) {
+		CHECK(k[i].done, "read %d ended by the reset", i);
 		if (k[i].err != -EIO)
 			continue;
 		failed++;
@@ -554,17 +554,66 @@ resets:;
 			}
 	}
 	printf("INFO reset with 16 reads in flight: %d failed, their buffers untouched afterwards\n", failed);
-	/* 4. the controller works: everything written again and read back */
+	printf("QEMU-STEP reset-with-reads-in-flight done\n");
+	fflush(stdout);
+}
+
+/* 4. the controller works after a reset: everything written again (seed
+ * b) and read back */
+static void rc_works(const struct rc_ctx *x)
+{
 	for (int i = 0; i < RC_CMDS; i++) {
-		pattern(scratch, RC_LEN, (uint64_t)i * RC_LEN, b);
-		rc = gpunvme_write_sync(qp, nsid, scratch, (uint64_t)i * RC_LEN / lbs, RC_LEN / lbs, NULL);
-		CHECK(rc == 0, "write after the resets %d: %s", i, rc ? gpunvme_last_error() : "ok");
+		pattern(x->scratch, RC_LEN, (uint64_t)i * RC_LEN, x->b);
+		int rc = gpunvme_write_sync(x->qp, x->nsid, x->scratch, (uint64_t)i * RC_LEN / x->lbs, RC_LEN / x->lbs,
+					    NULL);
+		CHECK(rc == 0, "write after the reset %d: %s", i, rc ? gpunvme_last_error() : "ok");
 	}
-	rc_check_blocks(qp, nsid, lbs, scratch, b, b, NULL, "after the resets");
+	rc_check_blocks(x->qp, x->nsid, x->lbs, x->scratch, x->b, x->b, NULL, "after the reset");
+}
+
+/* The parts run in VMs of their own (scenarios recovery and
+ * recovery_reads), so that a QEMU crash in one costs that part alone. */
+enum rc_part { RC_TIMEOUTS, RC_WRITES, RC_READS };
+
+static int recovery(const char *uri, uint32_t nsid, uint32_t seed, enum rc_part part)
+{
+	struct rc_ctx x = { .c = open_ctrl(uri), .nsid = nsid, .a = seed, .b = seed + 1 };
+	if (!x.c)
+		return 1;
+	struct gpunvme_ns_info ni;
+	int rc = gpunvme_ns_info(x.c, nsid, &ni);
+	CHECK(rc == 0 && ni.nsze * ni.lba_size >= (uint64_t)RC_CMDS * RC_LEN, "namespace %u holds 8 MiB", nsid);
+	if (rc || (rc = gpunvme_qpair_create(x.c, 64, &x.qp)) ||
+	    !(x.mem = gpunvme_dma_alloc(x.c, (size_t)RC_TMO_CMDS * RC_LEN + RC_LEN))) {
+		CHECK(0, "setup: %s", gpunvme_last_error());
+		goto out;
+	}
+	x.lbs = ni.lba_size;
+	x.scratch = x.mem + (size_t)RC_TMO_CMDS * RC_LEN;
+	for (int i = 0; i < RC_CMDS; i++) {
+		pattern(x.scratch, RC_LEN, (uint64_t)i * RC_LEN, x.a);
+		rc = gpunvme_write_sync(x.qp, nsid, x.scratch, (uint64_t)i * RC_LEN / x.lbs, RC_LEN / x.lbs, NULL);
+		CHECK(rc == 0, "write seed %u part %d: %s", x.a, i, rc ? gpunvme_last_error() : "ok");
+		if (rc)
+			goto out;
+	}
+	switch (part) {
+	case RC_TIMEOUTS:
+		rc_timeouts(&x);
+		break;
+	case RC_WRITES:
+		rc_writes(&x);
+		rc_works(&x);
+		break;
+	case RC_READS:
+		rc_reads(&x);
+		rc_works(&x);
+		break;
+	}
 out:
-	if (qp)
-		gpunvme_qpair_destroy(qp);
-	gpunvme_close(c);
+	if (x.qp)
+		gpunvme_qpair_destroy(x.qp);
+	gpunvme_close(x.c);
 	return check_failures() ? 1 : 0;
 }
 
@@ -576,9 +625,13 @@ int main(int argc, char **argv)
 			      (uint32_t)strtoul(argv[5], NULL, 0), (uint32_t)strtoul(argv[6], NULL, 0));
 	if (argc == 3 && !strcmp(argv[1], "selftest"))
 		return selftest(argv[2]);
-	if (argc == 5 && (!strcmp(argv[1], "recovery-timeouts") || !strcmp(argv[1], "recovery-resets")))
-		return recovery(argv[2], (uint32_t)strtoul(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0),
-				!strcmp(argv[1], "recovery-timeouts"));
+	static const char *const parts[] = { [RC_TIMEOUTS] = "recovery-timeouts",
+					     [RC_WRITES] = "recovery-writes",
+					     [RC_READS] = "recovery-reads" };
+	for (unsigned p = 0; argc == 5 && p < sizeof(parts) / sizeof(parts[0]); p++)
+		if (!strcmp(argv[1], parts[p]))
+			return recovery(argv[2], (uint32_t)strtoul(argv[3], NULL, 0),
+					(uint32_t)strtoul(argv[4], NULL, 0), (enum rc_part)p);
 	if (argc == 3 && !strcmp(argv[1], "iommu-fault"))
 		return iommu_fault(argv[2]);
 	if (argc == 7 && (!strcmp(argv[1], "write") || !strcmp(argv[1], "verify")))
@@ -600,6 +653,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	fprintf(stderr, "usage: %s selftest URI | iommu-fault URI | write|verify URI NSID SLBA NLB SEED | "
-			"randio URI NSID SEED OPS MAX_CMDS | pattern SEED START BYTES\n", argv[0]);
+			"randio URI NSID SEED OPS MAX_CMDS | recovery-timeouts|recovery-writes|recovery-reads URI NSID SEED | "
+			"pattern SEED START BYTES\n", argv[0]);
 	return 2;
 }
