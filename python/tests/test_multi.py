@@ -108,6 +108,79 @@ def test_multi_split_rows(model):
             gpunvme._load_multi(m, sel, _cpu_devices(2), "split", 1, "np", False, "m", None, None)
 
 
+def test_split_one_selection_per_device(model, monkeypatch):
+    """split places and loads each device's parts in one selection (a
+    selection per tensor cost each tensor its own placement and load)"""
+    uri, ts, data = model
+    calls = []
+    real = gpunvme._gpunvme.Loader
+
+    class Counting:
+        def __init__(self, *a):
+            self.ld = real(*a)
+
+        def select_parts(self, parts):
+            calls.append(("parts", len(parts)))
+            return self.ld.select_parts(parts)
+
+        def select(self, idx):
+            calls.append(("select", len(idx)))
+            return self.ld.select(idx)
+
+    monkeypatch.setattr(gpunvme._gpunvme, "Loader", Counting)
+    with gpunvme.Volume(uri) as v:
+        m = v.open_model("/m.safetensors")
+        sel = list(gpunvme._index(m).values())
+        gpunvme._load_multi(m, sel, _cpu_devices(3), "split", 0, "np", False, "m", None, None)
+    assert calls == [("parts", len(ts))] * 3
+
+
+def test_split_zero_byte_tensors(tmp_path):
+    """tensors of zero bytes among split ones: each device gets its slice of
+    the empty whole, the others their rows, every byte checked"""
+    rng = np.random.default_rng(4)
+    ts = [("a", "F32", [6, 3], rand_bytes(rng, 72)), ("e", "BF16", [4, 0], b""), ("z", "F32", [0, 5], b""),
+          ("b", "I8", [5], rand_bytes(rng, 5))]
+    blob, _ = st_bytes(ts)
+    uri = make_image(tmp_path, {"/z.safetensors": blob})
+    with gpunvme.Volume(uri) as v:
+        m = v.open_model("/z.safetensors")
+        sel = list(gpunvme._index(m).values())
+        shards = gpunvme._load_multi(m, sel, _cpu_devices(2), "split", 0, "np", False, "z", None, None)
+    assert [list(s) for s in shards] == [["a", "e", "z", "b"]] * 2
+    assert [s["e"].shape for s in shards] == [(2, 0), (2, 0)]
+    assert [s["z"].shape for s in shards] == [(0, 5), (0, 5)]
+    assert shards[0]["a"].tobytes() + shards[1]["a"].tobytes() == ts[0][3]
+    assert shards[0]["b"].tobytes() + shards[1]["b"].tobytes() == ts[3][3]
+
+
+def test_select_parts(model):
+    """Loader.select_parts: several parts in one selection, each part's bytes
+    as the file has them; every bad part a clear error"""
+    uri, ts, data = model
+    with gpunvme.Volume(uri) as v:
+        m = v.open_model("/m.safetensors")
+        idx = {n: i.index for n, i in gpunvme._index(m).items()}
+        ld = gpunvme._gpunvme.Loader(m, 0)
+        raw = {t[0]: t[3] for t in ts}
+        parts = [(idx["model.layers.2.w"], 16, 64), (idx["model.embed_tokens.weight"], 0, 640),
+                 (idx["model.layers.2.w"], 0, 16), (idx["lm_head.weight"], 4, 12)]
+        bufs = ld.select_parts(parts)
+        bufs.load()
+        names = ["model.layers.2.w", "model.embed_tokens.weight", "model.layers.2.w", "lm_head.weight"]
+        for j, ((_, start, n), name) in enumerate(zip(parts, names)):
+            got = np.from_dlpack(gpunvme._gpunvme.Tensor(bufs, j)).view(np.uint8).tobytes()
+            assert got == raw[name][start:start + n], j
+        w = idx["model.layers.0.w"]
+        for bad, err in [([], "no parts"), ([(w, 0, 0)], "not inside"), ([(w, 500, 100)], "not inside"),
+                         ([(999, 0, 4)], "out of range"), ([(w, 0, 4), (-1, 0, 4)], "out of range")]:
+            with pytest.raises(gpunvme.Error, match=err):
+                ld.select_parts(bad)
+        for bad in [[(w, 0)], [[w, 0, 4]], [(w, "0", 4)], 5]:
+            with pytest.raises(TypeError):
+                ld.select_parts(bad)
+
+
 @pytest.mark.skipif(not gpunvme.cuda_available() or gpunvme._gpunvme.cuda_device_count() < 2,
                     reason="needs two CUDA GPUs")
 def test_two_gpus(model):

@@ -197,44 +197,128 @@ static PyObject *Loader_select(Loader *ld, PyObject *args)
 	return bu;
 }
 
-/* Loader.select_bytes(index, start, length) -> Buffers: bytes [start,
- * start + length) of tensor model.tensors()[index] alone, placed in loader
- * memory (nothing read yet): a slice of rows reads only those rows. The
- * part is a one-tensor index of its own, so the library places and loads
- * it like any tensor (offset in the file moved by start). */
-static PyObject *Loader_select_bytes(Loader *ld, PyObject *args)
+/* One part of tensor k of m, bytes [start, start + len), as tensor *pt of a
+ * part index: the library places and loads it like any tensor (offset in
+ * the file moved by start). `what` names the caller in errors. */
+static int part_of(const struct gpunvme_model *m, Py_ssize_t k, unsigned long long start, unsigned long long len,
+		   struct gpunvme_tensor *pt, const char *what)
 {
-	Py_ssize_t k;
-	unsigned long long start, len;
-	if (!PyArg_ParseTuple(args, "nKK", &k, &start, &len))
-		return NULL;
-	const struct gpunvme_model *m = ld->model->m;
-	if (k < 0 || (size_t)k >= m->n_tensors)
-		return gnpy_raise_err(ERANGE, "select_bytes: tensor index %zd out of range (%zu tensors)", k, m->n_tensors);
-	const struct gpunvme_tensor *t = &m->tensors[k];
-	if (!len || start > t->bytes || len > t->bytes - start)
-		return gnpy_raise_err(EINVAL, "select_bytes: bytes [%llu, +%llu) are not inside tensor \"%s\" (%llu bytes)",
-				      start, len, t->name, (unsigned long long)t->bytes);
-	struct gpunvme_model *part = calloc(1, sizeof(*part));
-	if (!part || !(part->tensors = calloc(1, sizeof(*part->tensors)))) {
-		free(part);
-		return PyErr_NoMemory();
+	if (k < 0 || (size_t)k >= m->n_tensors) {
+		gnpy_raise_err(ERANGE, "%s: tensor index %zd out of range (%zu tensors)", what, k, m->n_tensors);
+		return -1;
 	}
-	part->format = m->format;
-	part->file_size = m->file_size;
-	part->n_tensors = 1;
-	struct gpunvme_tensor *pt = &part->tensors[0];
+	const struct gpunvme_tensor *t = &m->tensors[k];
+	if (!len || start > t->bytes || len > t->bytes - start) {
+		gnpy_raise_err(EINVAL, "%s: bytes [%llu, +%llu) are not inside tensor \"%s\" (%llu bytes)", what, start,
+			       len, t->name, (unsigned long long)t->bytes);
+		return -1;
+	}
 	*pt = *t;
 	pt->offset += start;
 	pt->bytes = len;
 	pt->ndim = 1;
 	pt->shape[0] = len;
 	if (!(pt->name = strdup(t->name))) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	return 0;
+}
+
+/* A part index of n tensors (names NULL until part_of fills them) */
+static struct gpunvme_model *parts_new(const struct gpunvme_model *m, size_t n)
+{
+	struct gpunvme_model *part = calloc(1, sizeof(*part));
+	if (!part || !(part->tensors = calloc(n, sizeof(*part->tensors)))) {
+		free(part);
+		PyErr_NoMemory();
+		return NULL;
+	}
+	part->format = m->format;
+	part->file_size = m->file_size;
+	return part;
+}
+
+/* Buffers over every tensor of a part index (which the Buffers then owns) */
+static PyObject *parts_place(Loader *ld, struct gpunvme_model *part)
+{
+	size_t *idx = malloc((part->n_tensors + 1) * sizeof(*idx));
+	if (!idx) {
 		gpunvme_model_free(part);
 		return PyErr_NoMemory();
 	}
-	size_t zero = 0;
-	return buffers_place(ld, part, part, &zero, 1);
+	for (size_t i = 0; i < part->n_tensors; i++)
+		idx[i] = i;
+	PyObject *bu = buffers_place(ld, part, part, idx, part->n_tensors);
+	free(idx);
+	return bu;
+}
+
+/* Loader.select_bytes(index, start, length) -> Buffers: bytes [start,
+ * start + length) of tensor model.tensors()[index] alone, placed in loader
+ * memory (nothing read yet): a slice of rows reads only those rows. */
+static PyObject *Loader_select_bytes(Loader *ld, PyObject *args)
+{
+	Py_ssize_t k;
+	unsigned long long start, len;
+	if (!PyArg_ParseTuple(args, "nKK", &k, &start, &len))
+		return NULL;
+	struct gpunvme_model *part = parts_new(ld->model->m, 1);
+	if (!part)
+		return NULL;
+	if (part_of(ld->model->m, k, start, len, &part->tensors[0], "select_bytes")) {
+		gpunvme_model_free(part);
+		return NULL;
+	}
+	part->n_tensors = 1;
+	return parts_place(ld, part);
+}
+
+/* Loader.select_parts([(index, start, length), ...]) -> Buffers: several
+ * parts (of one tensor or of several) in one selection, Tensor(bufs, i)
+ * being part i: one placement and one load for them all, where a part
+ * each cost its own (placement "split": one per device, not one per
+ * tensor and device). */
+static PyObject *Loader_select_parts(Loader *ld, PyObject *args)
+{
+	PyObject *seq;
+	if (!PyArg_ParseTuple(args, "O", &seq))
+		return NULL;
+	PyObject *fast = PySequence_Fast(seq, "select_parts() takes a sequence of (index, start, length)");
+	if (!fast)
+		return NULL;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+	if (!n) {
+		Py_DECREF(fast);
+		return gnpy_raise_err(EINVAL, "select_parts: no parts given");
+	}
+	struct gpunvme_model *part = parts_new(ld->model->m, (size_t)n);
+	if (!part) {
+		Py_DECREF(fast);
+		return NULL;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		Py_ssize_t k;
+		unsigned long long start, len;
+		PyObject *it = PySequence_Fast_GET_ITEM(fast, i);
+		if (!PyTuple_Check(it) || !PyArg_ParseTuple(it, "nKK", &k, &start, &len)) {
+			if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+				PyErr_Clear();
+				PyErr_Format(PyExc_TypeError, "select_parts: part %zd is not an (index, start, length) tuple",
+					     i);
+			}
+			break;
+		}
+		if (part_of(ld->model->m, k, start, len, &part->tensors[i], "select_parts"))
+			break;
+		part->n_tensors = (size_t)i + 1;
+	}
+	Py_DECREF(fast);
+	if (PyErr_Occurred()) {
+		gpunvme_model_free(part);
+		return NULL;
+	}
+	return parts_place(ld, part);
 }
 
 /*
@@ -485,6 +569,8 @@ static PyMethodDef Loader_methods[] = {
 	{ "select", (PyCFunction)Loader_select, METH_VARARGS, "select(indices) -> Buffers" },
 	{ "select_bytes", (PyCFunction)Loader_select_bytes, METH_VARARGS,
 	  "select_bytes(index, start, length) -> Buffers: part of one tensor" },
+	{ "select_parts", (PyCFunction)Loader_select_parts, METH_VARARGS,
+	  "select_parts([(index, start, length), ...]) -> Buffers: parts of tensors, one selection" },
 	{ NULL, NULL, 0, NULL },
 };
 

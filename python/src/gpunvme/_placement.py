@@ -6,7 +6,7 @@ import re
 from . import _gpunvme
 from ._gpunvme import Error
 from ._parse import _NP, _NP_RAW, _device, _wrap
-from ._loading import StateDict, _fill, _load, _queue_opts
+from ._loading import StateDict, _Progress, _fill, _load, _queue_opts
 
 
 # ---- several GPUs ---------------------------------------------------------------------------
@@ -107,29 +107,57 @@ def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queu
             sd = StateDict()
             sd.metadata = model.metadata()
             out.append(sd)
-        loaders = [_gpunvme.Loader(model, t, idx, q, d) for t, idx, _ in devs]
-        for info in sel:
-            rows = _split_rows(info, len(devs))
-            for k, ld in enumerate(loaders):
-                if rows is None or not info.nbytes:
-                    # a tensor of zero bytes has nothing to read (and
-                    # select_bytes takes no empty part): its shard is a
-                    # slice of the empty whole
-                    bufs = ld.select([info.index])
-                    bufs.load()
-                    t = _wrap(_gpunvme.Tensor(bufs, 0), info, fw)
-                    if rows is not None:
-                        t = t[rows[k][0]:rows[k][0] + rows[k][1]]
+        rows = [_split_rows(info, len(devs)) for info in sel]
+        rows_of = {info.name: r for info, r in zip(sel, rows)}
+        # a tensor of zero bytes has nothing to read (and a part of zero
+        # bytes is refused): each device gets a slice of the empty whole
+        empty = [info for info in sel if not info.nbytes]
+        for k, (t, idx, name) in enumerate(devs):
+            ld = _gpunvme.Loader(model, t, idx, q, d)
+            # one selection and one load per device for every part it holds
+            # (its rows, or the whole of a tensor too small to split): a
+            # selection per tensor cost each its own placement and load
+            parts, shapes = [], []
+            for info, r in zip(sel, rows):
+                if not info.nbytes:
+                    continue
+                if r is None:
+                    parts.append((info.index, 0, info.nbytes))
+                    shapes.append(None)
                 else:
-                    first, count = rows[k]
+                    first, count = r[k]
                     row = info.nbytes // info.shape[0]
-                    bufs = ld.select_bytes(info.index, first * row, count * row)
+                    parts.append((info.index, first * row, count * row))
+                    shapes.append((count,) + tuple(info.shape[1:]))
+            got = {}
+            if parts:
+                bufs = ld.select_parts(parts)
+                if progress:
+                    bar = _Progress(bufs.run_bytes, "%s -> %s" % (desc, name))
+                    try:
+                        bufs.load(bar)
+                    finally:
+                        bar.close()
+                else:
                     bufs.load()
-                    part = copy.copy(info)
-                    part.shape = (count,) + tuple(info.shape[1:])
-                    part.nbytes = count * row
-                    t = _wrap(_gpunvme.Tensor(bufs, 0), part, fw)
-                out[k][info.name] = t
+                full = [info for info in sel if info.nbytes]
+                for j, (info, shape) in enumerate(zip(full, shapes)):
+                    if shape is None:
+                        got[info.name] = _wrap(_gpunvme.Tensor(bufs, j), info, fw)
+                    else:
+                        part = copy.copy(info)
+                        part.shape = shape
+                        part.nbytes = parts[j][2]
+                        got[info.name] = _wrap(_gpunvme.Tensor(bufs, j), part, fw)
+            if empty:
+                ebufs = ld.select([info.index for info in empty])
+                ebufs.load()
+                for j, info in enumerate(empty):
+                    t_ = _wrap(_gpunvme.Tensor(ebufs, j), info, fw)
+                    r = rows_of[info.name]
+                    got[info.name] = t_ if r is None else t_[r[k][0]:r[k][0] + r[k][1]]
+            for info in sel:
+                out[k][info.name] = got[info.name]
                 out[k].dtypes[info.name] = info.file_dtype
                 if info.ggml_type >= 0:
                     out[k].ggml_types[info.name] = info.file_dtype
