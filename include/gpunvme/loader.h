@@ -239,6 +239,16 @@ int gpunvme_model_buffers_alloc(struct gpunvme_layer_loader *l, const struct gpu
  */
 int gpunvme_model_buffers_alloc_sel(struct gpunvme_layer_loader *l, const struct gpunvme_model *m, const size_t *idx,
 				    size_t n, struct gpunvme_model_buffers **out);
+/*
+ * The same with the widest gap a run reads across given (bytes; the
+ * others use GPUNVME_MODEL_RUN_GAP; 0: only tensors that touch or overlap
+ * share a run): for selections whose gaps hold someone else's bytes, such
+ * as one GPU's rows of tensors split between GPUs, where reading a gap
+ * would also hold it in that GPU's memory.
+ */
+int gpunvme_model_buffers_alloc_sel_gap(struct gpunvme_layer_loader *l, const struct gpunvme_model *m,
+					const size_t *idx, size_t n, uint64_t max_gap,
+					struct gpunvme_model_buffers **out);
 /* Load every run: GPU tiers queue them on `stream` and record `event` (both
  * may be NULL: the loader's own stream, and then wait); the CPU tier loads
  * them at once. Results as for gpunvme_load_layer / _check. */

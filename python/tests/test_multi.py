@@ -119,9 +119,9 @@ def test_split_one_selection_per_device(model, monkeypatch):
         def __init__(self, *a):
             self.ld = real(*a)
 
-        def select_parts(self, parts):
-            calls.append(("parts", len(parts)))
-            return self.ld.select_parts(parts)
+        def select_parts(self, parts, gap=None):
+            calls.append(("parts", len(parts), gap))
+            return self.ld.select_parts(parts, gap=gap)
 
         def select(self, idx):
             calls.append(("select", len(idx)))
@@ -132,7 +132,8 @@ def test_split_one_selection_per_device(model, monkeypatch):
         m = v.open_model("/m.safetensors")
         sel = list(gpunvme._index(m).values())
         gpunvme._load_multi(m, sel, _cpu_devices(3), "split", 0, "np", False, "m", None, None)
-    assert calls == [("parts", len(ts))] * 3
+    # gap=0: no device reads (or holds) the rows between its own
+    assert calls == [("parts", len(ts), 0)] * 3
 
 
 def test_split_zero_byte_tensors(tmp_path):
@@ -179,6 +180,20 @@ def test_select_parts(model):
         for bad in [[(w, 0)], [[w, 0, 4]], [(w, "0", 4)], 5]:
             with pytest.raises(TypeError):
                 ld.select_parts(bad)
+        # the gap a run reads across: the default spans the 400 bytes
+        # between two parts, gap=0 reads only the parts
+        e = idx["model.embed_tokens.weight"]
+        two = [(e, 0, 120), (e, 520, 120)]
+        assert ld.select_parts(two).run_bytes == 640
+        b0 = ld.select_parts(two, gap=0)
+        assert b0.run_bytes == 240 and b0.n_runs == 2
+        b0.load()
+        assert [np.from_dlpack(gpunvme._gpunvme.Tensor(b0, j)).view(np.uint8).tobytes() for j in (0, 1)] == \
+            [raw["model.embed_tokens.weight"][0:120], raw["model.embed_tokens.weight"][520:640]]
+        with pytest.raises(gpunvme.Error, match="gap=-1"):
+            ld.select_parts(two, gap=-1)
+        with pytest.raises(TypeError, match="gap="):
+            ld.select_parts(two, gap="4")
 
 
 @pytest.mark.skipif(not gpunvme.cuda_available() or gpunvme._gpunvme.cuda_device_count() < 2,

@@ -22,8 +22,8 @@ static int by_offset(const void *a, const void *b)
 }
 
 /* Runs over the selected tensors in file order: a tensor that starts
- * within GPUNVME_MODEL_RUN_GAP of the current run's end joins it. */
-static int make_runs(struct gpunvme_model_buffers *b)
+ * within max_gap bytes of the current run's end joins it. */
+static int make_runs(struct gpunvme_model_buffers *b, uint64_t max_gap)
 {
 	const struct gpunvme_tensor **s = malloc((b->n_tensors ? b->n_tensors : 1) * sizeof(*s));
 	b->runs = calloc(b->n_tensors ? b->n_tensors : 1, sizeof(*b->runs));
@@ -38,7 +38,8 @@ static int make_runs(struct gpunvme_model_buffers *b)
 		if (!t->bytes)
 			continue;
 		struct gpunvme_model_run *r = b->n_runs ? &b->runs[b->n_runs - 1] : NULL;
-		if (r && t->offset <= r->off + r->len + GPUNVME_MODEL_RUN_GAP) {
+		const uint64_t end = r ? r->off + r->len : 0;
+		if (r && (t->offset <= end || t->offset - end <= max_gap)) {
 			if (t->offset + t->bytes > r->off + r->len)
 				r->len = t->offset + t->bytes - r->off;
 		} else {
@@ -68,9 +69,10 @@ static const struct gpunvme_model_run *run_of(const struct gpunvme_model_buffers
 
 /* The selection is made (b->tensors, n_tensors, bytes): runs, loader
  * memory per run, each tensor's pointer. Frees b on failure. */
-static int place(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b, struct gpunvme_model_buffers **out)
+static int place(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b, uint64_t max_gap,
+		 struct gpunvme_model_buffers **out)
 {
-	int rc = make_runs(b);
+	int rc = make_runs(b, max_gap);
 	for (size_t k = 0; !rc && k < b->n_runs; k++) {
 		/* a run's first tensor on a 256-byte boundary, as torch places
 		 * tensors (model_internal.h says why); the allocator returns
@@ -127,11 +129,18 @@ int gpunvme_model_buffers_alloc(struct gpunvme_layer_loader *l, const struct gpu
 		gpunvme_model_buffers_free(l, b);
 		return gpunvme_set_error(-ENOENT, "no tensor matches '%s' (%zu tensors)", patterns, m->n_tensors);
 	}
-	return place(l, b, out);
+	return place(l, b, GPUNVME_MODEL_RUN_GAP, out);
 }
 
 int gpunvme_model_buffers_alloc_sel(struct gpunvme_layer_loader *l, const struct gpunvme_model *m, const size_t *idx,
 				    size_t n, struct gpunvme_model_buffers **out)
+{
+	return gpunvme_model_buffers_alloc_sel_gap(l, m, idx, n, GPUNVME_MODEL_RUN_GAP, out);
+}
+
+int gpunvme_model_buffers_alloc_sel_gap(struct gpunvme_layer_loader *l, const struct gpunvme_model *m,
+					const size_t *idx, size_t n, uint64_t max_gap,
+					struct gpunvme_model_buffers **out)
 {
 	if (!l || !m || !out || (n && !idx))
 		return gpunvme_set_error(-EINVAL, "model buffers: bad arguments");
@@ -162,7 +171,7 @@ int gpunvme_model_buffers_alloc_sel(struct gpunvme_layer_loader *l, const struct
 		b->bytes += m->tensors[i].bytes;
 	}
 	free(seen);
-	return place(l, b, out);
+	return place(l, b, max_gap, out);
 }
 
 int gpunvme_model_load(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b, void *stream, void *event,

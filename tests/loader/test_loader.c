@@ -386,6 +386,27 @@ TEST_CASE(model_load)
 		}
 		gpunvme_model_buffers_free(l, b);
 	}
+	/* the widest gap a run spans, given: the 6 MiB of "pad" between a.w and
+	 * b.w is read across at 7 MiB, not at the default 4; touching tensors
+	 * (b.w and the next) share a run even at 0 */
+	const size_t across[] = { 0, 3 }, touching[] = { 3, 4 };
+	const struct {
+		const size_t *idx;
+		uint64_t gap;
+		size_t runs;
+		uint64_t run_bytes;
+	} gaps[] = { { across, 7u << 20, 1, 84 + big + 5005 }, { across, GPUNVME_MODEL_RUN_GAP, 2, 84 + 5005 },
+		     { across, 0, 2, 84 + 5005 }, { touching, 0, 1, 5021 } };
+	for (size_t k = 0; k < sizeof(gaps) / sizeof(gaps[0]); k++) {
+		struct gpunvme_model_buffers *b = NULL;
+		REQUIRE_OK(gpunvme_model_buffers_alloc_sel_gap(l, m, gaps[k].idx, 2, gaps[k].gap, &b));
+		REQUIRE(b->n_runs == gaps[k].runs, "gap case %zu: %zu runs", k, b->n_runs);
+		REQUIRE(b->run_bytes == gaps[k].run_bytes, "gap case %zu: %llu bytes", k, (unsigned long long)b->run_bytes);
+		REQUIRE_OK(gpunvme_model_load(l, b, NULL, NULL, NULL));
+		for (size_t i = 0; i < b->n_tensors; i++)
+			REQUIRE(!memcmp(b->ptr[i], file + b->tensors[i]->offset, b->tensors[i]->bytes), "gap case %zu", k);
+		gpunvme_model_buffers_free(l, b);
+	}
 	struct gpunvme_model_buffers *empty = NULL;
 	REQUIRE_OK(gpunvme_model_buffers_alloc_sel(l, m, NULL, 0, &empty));
 	REQUIRE(empty->n_tensors == 0 && empty->n_runs == 0);

@@ -134,7 +134,7 @@ static void Buffers_dealloc(Buffers *bu)
  * `part`, a one-tensor index the Buffers then owns and frees), placed in
  * loader memory; nothing read yet. */
 static PyObject *buffers_place(Loader *ld, const struct gpunvme_model *m, struct gpunvme_model *part,
-			       const size_t *idx, size_t n)
+			       const size_t *idx, size_t n, uint64_t max_gap)
 {
 	if (gnpy_vol_usable(ld->model->vol)) {
 		gpunvme_model_free(part);
@@ -155,7 +155,7 @@ static PyObject *buffers_place(Loader *ld, const struct gpunvme_model *m, struct
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(loader_lock(ld));
 	rc = gnpy_use_device(ld->tier, ld->device, err);
-	if (!rc && (rc = gpunvme_model_buffers_alloc_sel(ld->l, m, idx, n, &bu->b)))
+	if (!rc && (rc = gpunvme_model_buffers_alloc_sel_gap(ld->l, m, idx, n, max_gap, &bu->b)))
 		snprintf(err, LASTERR_LEN, "%s: %s", ld->model->path, gpunvme_last_error());
 	pthread_mutex_unlock(loader_lock(ld));
 	Py_END_ALLOW_THREADS
@@ -192,7 +192,7 @@ static PyObject *Loader_select(Loader *ld, PyObject *args)
 		idx[i] = k;
 	}
 	Py_DECREF(fast);
-	PyObject *bu = buffers_place(ld, ld->model->m, NULL, idx, (size_t)n);
+	PyObject *bu = buffers_place(ld, ld->model->m, NULL, idx, (size_t)n, GPUNVME_MODEL_RUN_GAP);
 	free(idx);
 	return bu;
 }
@@ -239,8 +239,9 @@ static struct gpunvme_model *parts_new(const struct gpunvme_model *m, size_t n)
 	return part;
 }
 
-/* Buffers over every tensor of a part index (which the Buffers then owns) */
-static PyObject *parts_place(Loader *ld, struct gpunvme_model *part)
+/* Buffers over every tensor of a part index (which the Buffers then owns),
+ * runs reading across gaps up to max_gap bytes */
+static PyObject *parts_place(Loader *ld, struct gpunvme_model *part, uint64_t max_gap)
 {
 	size_t *idx = malloc((part->n_tensors + 1) * sizeof(*idx));
 	if (!idx) {
@@ -249,7 +250,7 @@ static PyObject *parts_place(Loader *ld, struct gpunvme_model *part)
 	}
 	for (size_t i = 0; i < part->n_tensors; i++)
 		idx[i] = i;
-	PyObject *bu = buffers_place(ld, part, part, idx, part->n_tensors);
+	PyObject *bu = buffers_place(ld, part, part, idx, part->n_tensors, max_gap);
 	free(idx);
 	return bu;
 }
@@ -271,19 +272,34 @@ static PyObject *Loader_select_bytes(Loader *ld, PyObject *args)
 		return NULL;
 	}
 	part->n_tensors = 1;
-	return parts_place(ld, part);
+	return parts_place(ld, part, GPUNVME_MODEL_RUN_GAP);
 }
 
-/* Loader.select_parts([(index, start, length), ...]) -> Buffers: several
- * parts (of one tensor or of several) in one selection, Tensor(bufs, i)
- * being part i: one placement and one load for them all, where a part
- * each cost its own (placement "split": one per device, not one per
- * tensor and device). */
-static PyObject *Loader_select_parts(Loader *ld, PyObject *args)
+/* Loader.select_parts([(index, start, length), ...], gap=None) -> Buffers:
+ * several parts (of one tensor or of several) in one selection,
+ * Tensor(bufs, i) being part i: one placement and one load for them all,
+ * where a part each cost its own (placement "split": one per device, not
+ * one per tensor and device). gap: the widest gap between parts that one
+ * read spans (bytes; None: the library's GPUNVME_MODEL_RUN_GAP), 0 when
+ * the gaps are someone else's (a split's other rows). */
+static PyObject *Loader_select_parts(Loader *ld, PyObject *args, PyObject *kw)
 {
-	PyObject *seq;
-	if (!PyArg_ParseTuple(args, "O", &seq))
+	static char *kwlist[] = { "parts", "gap", NULL };
+	PyObject *seq, *gapo = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &seq, &gapo))
 		return NULL;
+	uint64_t max_gap = GPUNVME_MODEL_RUN_GAP;
+	if (gapo != Py_None) {
+		if (!PyLong_Check(gapo))
+			return PyErr_Format(PyExc_TypeError, "select_parts: gap= takes an int (bytes) or None, not %s",
+					    Py_TYPE(gapo)->tp_name);
+		long long g = PyLong_AsLongLong(gapo);
+		if (g == -1 && PyErr_Occurred())
+			return NULL; /* OverflowError names it */
+		if (g < 0)
+			return gnpy_raise_err(EINVAL, "select_parts: gap=%lld: expected 0 or more bytes", g);
+		max_gap = (uint64_t)g;
+	}
 	PyObject *fast = PySequence_Fast(seq, "select_parts() takes a sequence of (index, start, length)");
 	if (!fast)
 		return NULL;
@@ -318,7 +334,7 @@ static PyObject *Loader_select_parts(Loader *ld, PyObject *args)
 		gpunvme_model_free(part);
 		return NULL;
 	}
-	return parts_place(ld, part);
+	return parts_place(ld, part, max_gap);
 }
 
 /*
@@ -569,8 +585,8 @@ static PyMethodDef Loader_methods[] = {
 	{ "select", (PyCFunction)Loader_select, METH_VARARGS, "select(indices) -> Buffers" },
 	{ "select_bytes", (PyCFunction)Loader_select_bytes, METH_VARARGS,
 	  "select_bytes(index, start, length) -> Buffers: part of one tensor" },
-	{ "select_parts", (PyCFunction)Loader_select_parts, METH_VARARGS,
-	  "select_parts([(index, start, length), ...]) -> Buffers: parts of tensors, one selection" },
+	{ "select_parts", (PyCFunction)(void (*)(void))Loader_select_parts, METH_VARARGS | METH_KEYWORDS,
+	  "select_parts([(index, start, length), ...], gap=None) -> Buffers: parts of tensors, one selection" },
 	{ NULL, NULL, 0, NULL },
 };
 

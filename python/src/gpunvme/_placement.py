@@ -131,7 +131,9 @@ def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queu
                     shapes.append((count,) + tuple(info.shape[1:]))
             got = {}
             if parts:
-                bufs = ld.select_parts(parts)
+                # gap=0: the gaps between a device's rows are the other
+                # devices' rows, which it must neither read nor hold
+                bufs = ld.select_parts(parts, gap=0)
                 if progress:
                     bar = _Progress(bufs.run_bytes, "%s -> %s" % (desc, name))
                     try:
