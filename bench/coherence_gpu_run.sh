@@ -33,6 +33,8 @@
 #   wbmd      issue 32: md RAID0 of 4 modeled Gen5 members, 512 KiB chunks (bench/md_run.sh,
 #             MD_SIZE 8G), per-lane waits then warp batches (GPUNVME_GPU_WARP_BATCH), the same array;
 #             the whole GPU suite with warp batches is `GPUNVME_GPU_WARP_BATCH=1 PHASES=j4:1`
+#   multi2    issue 32, acceptance 4, on two GPUs: bench/multi_gpu.py on pyload's checkpoint
+#             (one GPU, two with their own controllers, placement layers and split, safetensors)
 #   pystages  issue 32: load_pretrained's stages in a fresh process (bench/py_stages.py), DMA
 #             process or not, eager or lazy module loading; after pyload
 #   stream32  issue 32: bench/stream_llm_run.sh on the image at Tier 2 (modeled SSD), ref and ssd
@@ -54,6 +56,19 @@ log() { echo "[$(date -u +%T)] $*"; }
 { git log -1 --format="%h %s" 2>/dev/null; echo "tools: $(command -v zstd mkfs.ext4 python3 | tr "\n" " ")"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; echo "cores $(nproc), kernel $(uname -r)"; } | tee "$R/machine.txt"
 BD=${BD:-build-gpu}
 B=$BD/bin
+# the PY_GIB (8.5) save_pretrained checkpoint in an ext4 image under
+# /tmp/pyload (made once per machine), page cache warmed
+py_image() {
+	local PW=/tmp/pyload
+	if [ ! -f $PW/ext4.img ]; then
+		mkdir -p $PW/root
+		timeout 300 python3 bench/hf_models.py make $PW/root --big-gib "${PY_GIB:-8.5}" 2>"$R/pyload-make.err" | tail -2
+		SZ=$(du -sb $PW/root | cut -f1)
+		truncate -s $(((SZ + SZ / 16 + (512 << 20)) / 1048576 * 1048576)) $PW/ext4.img
+		mkfs.ext4 -q -F -b 4096 -d $PW/root $PW/ext4.img || { echo "mkfs failed"; rm -f $PW/ext4.img; return 1; }
+	fi
+	cat $PW/ext4.img $PW/root/big/*.safetensors >/dev/null
+}
 for ph in ${PHASES:-build serial}; do
 	case $ph in
 	build)
@@ -173,14 +188,7 @@ for ph in ${PHASES:-build serial}; do
 		# load_pretrained's time goes (breakdown). After venv.
 		log "pyload ${PY_GIB:-8.5} GiB"
 		PW=/tmp/pyload
-		if [ ! -f $PW/ext4.img ]; then
-			mkdir -p $PW/root
-			timeout 300 python3 bench/hf_models.py make $PW/root --big-gib "${PY_GIB:-8.5}" 2>"$R/pyload-make.err" | tail -2
-			SZ=$(du -sb $PW/root | cut -f1)
-			truncate -s $(((SZ + SZ / 16 + (512 << 20)) / 1048576 * 1048576)) $PW/ext4.img
-			mkfs.ext4 -q -F -b 4096 -d $PW/root $PW/ext4.img || { echo "mkfs failed"; continue; }
-		fi
-		cat $PW/ext4.img $PW/root/big/*.safetensors >/dev/null
+		py_image || continue
 		# PYQ: device-string variants as QUERY/QUEUES ("-" = none, "," for
 		# "&", QUEUES 0 = the default), as emu_dma_diag.sh's V; the first
 		# runs against load_file and from_pretrained, the rest ours alone
@@ -219,6 +227,16 @@ for ph in ${PHASES:-build serial}; do
 				echo "warp batches $wb: FAILED, no load in the summary (see $R/md-wb$wb/md_run.log)"
 			fi
 		done
+		;;
+	multi2)
+		# issue 32, acceptance 4 (two GPUs: nvidia-h200-x2): one GPU against
+		# two fed by their own controllers, placement split against layers,
+		# safetensors beside them (bench/multi_gpu.py). After venv.
+		log "multi2: two GPUs"
+		py_image || continue
+		timeout 400 python3 bench/multi_gpu.py emu:/tmp/pyload/ext4.img /big /tmp/pyload/root/big \
+			--repeat "${PYREP:-3}" 2>"$R/multi2.err" | tee "$R/multi2.jsonl" | cut -c1-220
+		grep -i -m5 "error\|traceback" "$R/multi2.err"
 		;;
 	pystages)
 		# issue 32, acceptance 1: where a fresh process's load_pretrained

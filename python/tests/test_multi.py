@@ -55,6 +55,32 @@ def test_place_errors():
         gpunvme.load_file("emu:/nonexistent", "/m", device=["cuda:0", "cuda:1"], placement="bad", framework="numpy")
     with pytest.raises(gpunvme.Error):
         gpunvme.load_file("emu:/nonexistent", "/m", device=[], framework="numpy")
+    # load_pretrained takes the same several-GPU arguments
+    with pytest.raises(gpunvme.Error, match="placement="):
+        gpunvme.load_pretrained("emu:/nonexistent", "/m", device=["cuda:0", "cuda:1"], placement="bad",
+                                framework="numpy")
+
+
+def test_load_pretrained_several_devices(model, monkeypatch):
+    """load_pretrained(device=[...], placement=, split_dim=) reaches the
+    several-device loading with those arguments (CPU-tier stand-ins)"""
+    uri, ts, data = model
+    seen = []
+    real = gpunvme._safetensors._load_multi
+
+    def spy(model_, sel, devs, placement, split_dim, *rest):
+        seen.append((placement, split_dim))
+        return real(model_, sel, _cpu_devices(2), placement, split_dim, *rest)
+
+    monkeypatch.setattr(gpunvme._safetensors, "_load_multi", spy)
+    shards = gpunvme.load_pretrained(uri, "/m.safetensors", device=["cpu"], placement="split", framework="numpy")
+    assert seen == [("split", 0)] and len(shards) == 2
+    for name, _, shape, raw in ts:
+        assert b"".join(np.ascontiguousarray(s[name]).view(np.uint8).tobytes() for s in shards) == \
+            (raw + raw if not shape or shape[0] < 2 else raw), name
+    with pytest.raises(gpunvme.Error, match="split_dim"):
+        gpunvme.load_pretrained(uri, "/m.safetensors", device=["cpu"], placement="split", split_dim=1,
+                                framework="numpy")
 
 
 @pytest.fixture

@@ -315,14 +315,17 @@ class safe_open:
 
 
 def load_pretrained(uri, model_dir, device="cpu", framework="pt", tensors=None, tier=None, *, nsid=1,
-                    partition=None, offset=None, progress=False, queues=None, depth=None):
+                    partition=None, offset=None, progress=False, queues=None, depth=None, placement="layers",
+                    split_dim=0):
     """A Hugging Face model directory (model.safetensors.index.json and its
     shards, or one model.safetensors), its index file, a split GGUF's shard,
     or one model file -> one StateDict, ready for
     model.load_state_dict(sd, assign=True). Every shard is read by one loader
-    in one pass (the library's model set: include/gpunvme/modelset.h)."""
+    in one pass (the library's model set: include/gpunvme/modelset.h).
+    device=[...], placement=, split_dim=: several GPUs, as for load_file."""
     return load_file(uri, model_dir, device=device, framework=framework, tensors=tensors, tier=tier, nsid=nsid,
-                     partition=partition, offset=offset, progress=progress, queues=queues, depth=depth)
+                     partition=partition, offset=offset, progress=progress, queues=queues, depth=depth,
+                     placement=placement, split_dim=split_dim)
 
 
 def cuda_available():

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
+"""Issue 32, acceptance 4, on a machine with two GPUs: a save_pretrained
+checkpoint in an image file (bench/hf_models.py make; the pyload phase of
+bench/coherence_gpu_run.sh), page cache warm, every row in one process.
+
+  multi_gpu.py URI DIR_IN_FS HOST_DIR [--repeat N]
+
+Rows (one JSON object per run; the best of each row is in the summary):
+  one          load_pretrained onto cuda:0 alone: the one-GPU rate
+  own_ctrls    two volumes on the same image (each its own emulated
+               controller), one thread per GPU, each loading every other
+               shard onto its GPU (load_file per shard): the aggregate
+               when each GPU is fed by its own controller
+  layers       load_pretrained(device=["cuda:0", "cuda:1"], placement="layers")
+  split        the same with placement="split" (a StateDict per GPU)
+  st_one       safetensors.torch.load_file per shard onto cuda:0 (baseline)
+  st_two       the same, one thread per GPU, every other shard each
+The summary line: own_ctrls / one (asked: >= 1.8) and split / layers
+(asked: >= 0.90), with the baselines' aggregate beside them.
+"""
+import argparse
+import glob
+import json
+import os
+import threading
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("uri")
+    ap.add_argument("fs_dir")
+    ap.add_argument("host_dir")
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+
+    import torch
+    import gpunvme
+    from safetensors.torch import load_file as st_load
+    if torch.cuda.device_count() < 2:
+        print(json.dumps({"error": "needs two CUDA GPUs, found %d" % torch.cuda.device_count()}))
+        return 2
+    for d in (0, 1):
+        torch.zeros(1, device="cuda:%d" % d)  # both contexts made before any clock
+    shards = sorted(glob.glob(os.path.join(a.host_dir, "*.safetensors")))
+    names = [os.path.basename(s) for s in shards]
+    fbytes = sum(os.path.getsize(s) for s in shards)
+
+    def nbytes(out):
+        sds = out if isinstance(out, list) else [out]
+        return sum(v.numel() * v.element_size() for sd in sds for v in sd.values())
+
+    def sync():
+        for d in (0, 1):
+            torch.cuda.synchronize(d)
+
+    best = {}
+
+    def timed(row, fn, note):
+        for r in range(a.repeat):
+            sync()
+            t = time.perf_counter()
+            out = fn()
+            sync()
+            s = time.perf_counter() - t
+            n = nbytes(out)
+            gbps = n / s / 1e9
+            best[row] = max(best.get(row, 0.0), gbps)
+            print(json.dumps({"row": row, "run": r, "seconds": round(s, 3), "tensor_bytes": n, "file_bytes": fbytes,
+                              "gbps": round(gbps, 2), "note": note}), flush=True)
+            del out
+            for d in (0, 1):
+                with torch.cuda.device(d):
+                    torch.cuda.empty_cache()
+
+    def two_threads(load_one):
+        """every other shard on each GPU, one thread per GPU; the first
+        exception in a thread is raised here"""
+        outs, errs = [{}, {}], []
+
+        def work(d):
+            try:
+                for k in range(d, len(names), 2):
+                    outs[d].update(load_one(d, k))
+            except BaseException as e:  # re-raised in the caller
+                errs.append(e)
+
+        th = [threading.Thread(target=work, args=(d,)) for d in (0, 1)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        if errs:
+            raise errs[0]
+        return outs
+
+    vol = gpunvme.Volume(a.uri)
+    vols = [vol, gpunvme.Volume(a.uri)]
+    fs_dir = a.fs_dir.rstrip("/")
+    timed("one", lambda: gpunvme.load_pretrained(vol, a.fs_dir, device="cuda:0"), "load_pretrained onto cuda:0")
+    timed("own_ctrls",
+          lambda: two_threads(lambda d, k: gpunvme.load_file(vols[d], fs_dir + "/" + names[k], device="cuda:%d" % d)),
+          "two volumes (own emulated controllers), a thread per GPU, every other shard")
+    timed("layers", lambda: gpunvme.load_pretrained(vol, a.fs_dir, device=["cuda:0", "cuda:1"], placement="layers"),
+          "one volume, placement layers")
+    timed("split", lambda: gpunvme.load_pretrained(vol, a.fs_dir, device=["cuda:0", "cuda:1"], placement="split"),
+          "one volume, placement split")
+    timed("st_one", lambda: {k: v for s in shards for k, v in st_load(s, device="cuda:0").items()},
+          "safetensors load_file per shard onto cuda:0")
+    timed("st_two", lambda: two_threads(lambda d, k: st_load(shards[k], device="cuda:%d" % d)),
+          "safetensors load_file, a thread per GPU, every other shard")
+    for v in vols:
+        v.close()
+    one = best.get("one") or float("nan")
+    print(json.dumps({"summary": {k: round(v, 2) for k, v in best.items()},
+                      "own_ctrls_over_one": round(best["own_ctrls"] / one, 3),
+                      "split_over_layers": round(best["split"] / best["layers"], 3),
+                      "st_two_over_st_one": round(best["st_two"] / best["st_one"], 3),
+                      "asked": {"own_ctrls_over_one": 1.8, "split_over_layers": 0.9}}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
