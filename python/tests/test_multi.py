@@ -222,6 +222,58 @@ def test_select_parts(model):
             ld.select_parts(two, gap="4")
 
 
+def test_load_many(model, tmp_path):
+    """_gpunvme.load_many: several selections of one volume (CPU-tier loaders
+    standing in for GPUs) loaded together, progress over all of them, every
+    byte checked; a failure leaves none of them loaded; every bad input a
+    clear error"""
+    uri, ts, data = model
+    raw = {t[0]: t[3] for t in ts}
+    with gpunvme.Volume(uri) as v:
+        m = v.open_model("/m.safetensors")
+        idx = {n: i.index for n, i in gpunvme._index(m).items()}
+        names = [["model.layers.0.w", "lm_head.weight"], ["model.embed_tokens.weight"], ["model.layers.3.w"]]
+        lds = [gpunvme._gpunvme.Loader(m, 0) for _ in names]
+        bufs = [ld.select([idx[n] for n in ns]) for ld, ns in zip(lds, names)]
+        seen = []
+        gpunvme._gpunvme.load_many(bufs, lambda done, total: seen.append((done, total)))
+        total = sum(b.run_bytes for b in bufs)
+        assert seen and seen[-1] == (total, total) and all(a <= b for a, b in zip(seen, seen[1:]))
+        for b, ns in zip(bufs, names):
+            for j, n in enumerate(ns):
+                assert np.from_dlpack(gpunvme._gpunvme.Tensor(b, j)).view(np.uint8).tobytes() == raw[n], n
+        # two selections of one loader, and a selection with nothing to read
+        two = [lds[0].select([idx["model.layers.1.w"]]), lds[0].select([idx["model.layers.2.w"]]),
+               lds[1].select([])]
+        gpunvme._gpunvme.load_many(two, progress=None)
+        assert np.from_dlpack(gpunvme._gpunvme.Tensor(two[1], 0)).view(np.uint8).tobytes() == raw["model.layers.2.w"]
+        # a failure (here the progress callback's) leaves none loaded: no
+        # tensor can be made of them
+        fresh = [ld.select([idx["model.layers.0.w"]]) for ld in lds[:2]]
+
+        def boom(done, total):
+            raise RuntimeError("stop")
+
+        with pytest.raises(RuntimeError, match="stop"):
+            gpunvme._gpunvme.load_many(fresh, boom)
+        for b in fresh:
+            with pytest.raises(gpunvme.Error):
+                gpunvme._gpunvme.Tensor(b, 0)
+        with pytest.raises(gpunvme.Error, match="no Buffers"):
+            gpunvme._gpunvme.load_many([])
+        with pytest.raises(TypeError, match="not Buffers"):
+            gpunvme._gpunvme.load_many([bufs[0], lds[0]])
+        with pytest.raises(TypeError):
+            gpunvme._gpunvme.load_many(5)
+        with pytest.raises(gpunvme.Error, match="also item 0"):
+            gpunvme._gpunvme.load_many([bufs[0], bufs[0]])
+        with gpunvme.Volume(uri) as v2:
+            m2 = v2.open_model("/m.safetensors")
+            other = gpunvme._gpunvme.Loader(m2, 0).select([0])
+            with pytest.raises(gpunvme.Error, match="another volume"):
+                gpunvme._gpunvme.load_many([bufs[0], other])
+
+
 @pytest.mark.skipif(not gpunvme.cuda_available() or gpunvme._gpunvme.cuda_device_count() < 2,
                     reason="needs two CUDA GPUs")
 def test_two_gpus(model):

@@ -68,6 +68,8 @@ int gnpy_path_conv(PyObject *o, void *out)
 
 static PyMethodDef mod_methods[] = {
 	{ "cuda_device_count", gnpy_cuda_device_count, METH_NOARGS, "GPUs the CUDA runtime sees (0 without CUDA)" },
+	{ "load_many", (PyCFunction)(void (*)(void))gnpy_load_many, METH_VARARGS | METH_KEYWORDS,
+	  "load_many(buffers, progress=None): several selections of one volume loaded together" },
 	{ NULL, NULL, 0, NULL },
 };
 

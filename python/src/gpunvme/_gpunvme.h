@@ -154,6 +154,10 @@ PyObject *gnpy_model_open(Volume *v, const char *path);
 /* ---- Loader, Buffers, Tensor (_gpunvme_loader.c) --------------------------------- */
 
 extern PyTypeObject gnpy_LoaderType, gnpy_BuffersType, gnpy_TensorType;
+/* _gpunvme.load_many(buffers, progress=None): selections of one volume
+ * loaded together, each step queued on every loader before any is waited
+ * for */
+PyObject *gnpy_load_many(PyObject *self, PyObject *args, PyObject *kw);
 
 /* ---- Stream, View (_gpunvme_stream.c) -------------------------------------------- */
 

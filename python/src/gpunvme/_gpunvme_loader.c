@@ -364,65 +364,104 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* One locked, GIL-free step: about `budget` bytes from *p on, across runs;
- * *got: bytes read. The GPU tiers queue the pieces and wait once, so the
- * runs of one step overlap as in gpunvme_model_load. */
-static int load_step(Loader *ld, struct gpunvme_model_buffers *b, struct load_pos *p, uint64_t budget, uint64_t *got,
-		     char *err)
+/* One selection's part of a load (Buffers.load: one; load_many: several) */
+struct load_job {
+	Buffers *bu;
+	struct load_pos p, start; /* where it is; where its step began */
+	uint64_t got;             /* bytes of this step */
+	bool queued;              /* reads queued on its loader's stream, not waited for */
+	int rc;
+	char err[LASTERR_LEN];
+};
+
+/* About `budget` bytes of j's runs from its position on: queued on the
+ * loader's stream (GPU tiers, async) or read at once (the CPU tier, or a
+ * step done again after a failure: one synchronous load a piece, with the
+ * loader's retries). With the volume's lock held. */
+static int step_pieces(struct load_job *j, uint64_t budget, bool async)
 {
-	int rc = 0;
+	Loader *ld = j->bu->loader;
+	const struct gpunvme_model_buffers *b = j->bu->b;
 	uint16_t status = 0;
-	const bool gpu = ld->tier != GPUNVME_TIER_CPU;
-	bool queued = false, again = false;
-	const struct load_pos start = *p;
-	*got = 0;
-	pthread_mutex_lock(loader_lock(ld));
-	rc = gnpy_use_device(ld->tier, ld->device, err);
-redo:
-	while (!rc && p->k < b->n_runs && *got < budget) {
-		const struct gpunvme_model_run *r = &b->runs[p->k];
-		uint64_t n = r->len - p->o;
-		if (n > budget - *got) {
-			n = budget - *got;
+	int rc = 0;
+	while (!rc && j->p.k < b->n_runs && j->got < budget) {
+		const struct gpunvme_model_run *r = &b->runs[j->p.k];
+		uint64_t n = r->len - j->p.o;
+		if (n > budget - j->got) {
+			n = budget - j->got;
 			/* end at a 4 KiB file offset: the next step starts on a block
 			 * boundary, so no block is read twice through the bounce buffer */
 			if (n > 4096)
-				n -= (r->off + p->o + n) % 4096;
+				n -= (r->off + j->p.o + n) % 4096;
 		}
 		if (n) {
-			rc = gpu && !again ? gpunvme_load_layer_async(ld->l, r->off + p->o, n, r->dst + p->o, NULL, NULL)
-					   : gpunvme_load_layer(ld->l, r->off + p->o, n, r->dst + p->o, &status);
-			queued |= gpu && !again && !rc;
+			rc = async ? gpunvme_load_layer_async(ld->l, r->off + j->p.o, n, r->dst + j->p.o, NULL, NULL)
+				   : gpunvme_load_layer(ld->l, r->off + j->p.o, n, r->dst + j->p.o, &status);
+			j->queued |= async && !rc;
 		}
-		*got += n;
-		if ((p->o += n) == r->len) {
-			p->k++;
-			p->o = 0;
+		j->got += n;
+		if ((j->p.o += n) == r->len) {
+			j->p.k++;
+			j->p.o = 0;
 		}
 	}
 	if (rc)
-		snprintf(err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
-	/* wait for what was queued (also after a failure: the memory may be
-	 * freed next) and collect the reads' result */
-	if (queued) {
-		queued = false;
-		int rc2 = gpunvme_layer_loader_wait(ld->l, &status);
-		if (!rc && (rc2 == -ETIMEDOUT || rc2 == -EIO)) {
-			/* which queued piece failed is not known: the step's
-			 * pieces again, one synchronous load each (with the
-			 * loader's retries; the wait recovered the queues) */
-			*p = start;
-			*got = 0;
-			again = true;
-			goto redo;
+		snprintf(j->err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
+	return rc;
+}
+
+/* One locked, GIL-free step of every unfinished job: each queues about
+ * `budget` bytes on its own loader's stream (GPU tiers; the CPU tier reads
+ * them at once), and only then is each waited for, so that the loaders of
+ * several GPUs read at the same time, as the runs of one step overlap in
+ * gpunvme_model_load. A failed wait (which queued piece failed is not
+ * known) does that job's step again, one synchronous load a piece, with
+ * the loader's retries (the wait recovered the queues). A job's failure
+ * stops none of the others' waits: their memory may be freed next. */
+static void load_step_many(struct load_job *jobs, size_t n, uint64_t budget)
+{
+	pthread_mutex_t *lk = loader_lock(jobs[0].bu->loader);
+	pthread_mutex_lock(lk);
+	for (size_t i = 0; i < n; i++) {
+		struct load_job *j = &jobs[i];
+		j->start = j->p;
+		j->got = 0;
+		j->queued = false;
+		if (j->rc || j->p.k >= j->bu->b->n_runs)
+			continue;
+		Loader *ld = j->bu->loader;
+		if (!(j->rc = gnpy_use_device(ld->tier, ld->device, j->err)))
+			j->rc = step_pieces(j, budget, ld->tier != GPUNVME_TIER_CPU);
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct load_job *j = &jobs[i];
+		if (!j->queued)
+			continue;
+		Loader *ld = j->bu->loader;
+		uint16_t status = 0;
+		char derr[LASTERR_LEN];
+		j->queued = false;
+		int drc = gnpy_use_device(ld->tier, ld->device, derr);
+		if (drc) {
+			/* its device cannot be made current: nothing can be
+			 * waited for or done again here */
+			if (!j->rc) {
+				j->rc = drc;
+				snprintf(j->err, LASTERR_LEN, "%s", derr);
+			}
+			continue;
 		}
-		if (rc2 && !rc) {
-			rc = rc2;
-			snprintf(err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
+		int rc2 = gpunvme_layer_loader_wait(ld->l, &status);
+		if (!j->rc && (rc2 == -ETIMEDOUT || rc2 == -EIO)) {
+			j->p = j->start;
+			j->got = 0;
+			j->rc = step_pieces(j, budget, false);
+		} else if (rc2 && !j->rc) {
+			j->rc = rc2;
+			snprintf(j->err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
 		}
 	}
-	pthread_mutex_unlock(loader_lock(ld));
-	return rc;
+	pthread_mutex_unlock(lk);
 }
 
 /* The end of a load, however it ended: the CPU tier gives its queue pairs
@@ -440,6 +479,77 @@ static void load_end(Loader *ld)
 	Py_END_ALLOW_THREADS
 }
 
+/* Load every job's runs in steps (progress(done, total) after each step,
+ * bytes of all jobs); Ctrl-C stops at the end of the step it arrives in.
+ * The first failure is raised, after every job's step has ended; only the
+ * jobs that read everything are marked loaded. */
+static PyObject *load_jobs(struct load_job *jobs, size_t n, PyObject *cb)
+{
+	uint64_t done = 0, all = 0, budget = LOAD_STEP_MIN;
+	for (size_t i = 0; i < n; i++) {
+		jobs[i].bu->loaded = false;
+		all += jobs[i].bu->b->run_bytes;
+	}
+	PyObject *ret = Py_None;
+	for (;;) {
+		size_t active = 0;
+		for (size_t i = 0; i < n; i++)
+			active += jobs[i].p.k < jobs[i].bu->b->n_runs;
+		if (!active)
+			break;
+		uint64_t t0 = now_ns(), got = 0;
+		Py_BEGIN_ALLOW_THREADS
+		load_step_many(jobs, n, budget);
+		Py_END_ALLOW_THREADS
+		uint64_t dt = now_ns() - t0;
+		size_t failed = n;
+		for (size_t i = 0; i < n; i++) {
+			got += jobs[i].got;
+			if (jobs[i].rc && failed == n)
+				failed = i;
+		}
+		if (failed < n) {
+			gnpy_raise_err(jobs[failed].rc, "%s", jobs[failed].err);
+			ret = NULL;
+			break;
+		}
+		done += got;
+		if (cb != Py_None) {
+			PyObject *res = PyObject_CallFunction(cb, "KK", (unsigned long long)done, (unsigned long long)all);
+			if (!res) {
+				ret = NULL;
+				break;
+			}
+			Py_DECREF(res);
+		}
+		if (PyErr_CheckSignals()) {
+			ret = NULL;
+			break;
+		}
+		/* each job's bytes per LOAD_STEP_NS at this step's rate (in
+		 * doubles: no overflow, and a zero time is the largest step) */
+		double per = (double)got / (double)active;
+		double next = dt ? per * (double)LOAD_STEP_NS / (double)dt : (double)LOAD_STEP_MAX;
+		if (next > 8.0 * (double)budget)
+			next = 8.0 * (double)budget;
+		budget = next > (double)LOAD_STEP_MAX ? LOAD_STEP_MAX
+			 : next < (double)LOAD_STEP_MIN ? LOAD_STEP_MIN : (uint64_t)next;
+	}
+	for (size_t i = 0; i < n; i++) {
+		/* a Loader listed twice (two selections of it) ends once */
+		bool seen = false;
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = jobs[k].bu->loader == jobs[i].bu->loader;
+		if (!seen)
+			load_end(jobs[i].bu->loader);
+		if (ret)
+			jobs[i].bu->loaded = true;
+	}
+	if (ret)
+		Py_INCREF(ret);
+	return ret;
+}
+
 /* Buffers.load(progress=None): read every run; progress(done, total) is
  * called after each step (bytes the runs read). Ctrl-C stops the load at
  * the end of the step it arrives in: KeyboardInterrupt, the Buffers stay
@@ -449,48 +559,70 @@ static PyObject *Buffers_load(Buffers *bu, PyObject *args)
 	PyObject *cb = Py_None;
 	if (!PyArg_ParseTuple(args, "|O", &cb))
 		return NULL;
-	Loader *ld = bu->loader;
-	if (gnpy_vol_usable(ld->model->vol))
+	if (gnpy_vol_usable(bu->loader->model->vol))
 		return NULL;
-	char err[LASTERR_LEN];
-	int rc = 0;
-	struct load_pos p = { 0, 0 };
-	uint64_t done = 0, all = bu->b->run_bytes, budget = LOAD_STEP_MIN;
-	bu->loaded = false;
-	while (p.k < bu->b->n_runs) {
-		uint64_t got = 0, t0 = now_ns();
-		Py_BEGIN_ALLOW_THREADS
-		rc = load_step(ld, bu->b, &p, budget, &got, err);
-		Py_END_ALLOW_THREADS
-		if (rc) {
-			load_end(ld);
-			return gnpy_raise_err(rc, "%s", err);
-		}
-		uint64_t dt = now_ns() - t0;
-		done += got;
-		if (cb != Py_None) {
-			PyObject *res = PyObject_CallFunction(cb, "KK", (unsigned long long)done, (unsigned long long)all);
-			if (!res) {
-				load_end(ld);
-				return NULL;
-			}
-			Py_DECREF(res);
-		}
-		if (PyErr_CheckSignals()) {
-			load_end(ld);
-			return NULL;
-		}
-		/* bytes per LOAD_STEP_NS at this step's rate (in doubles: no
-		 * overflow, and a zero time is the largest step) */
-		double next = dt ? (double)got * (double)LOAD_STEP_NS / (double)dt : (double)LOAD_STEP_MAX;
-		if (next > 8.0 * (double)budget)
-			next = 8.0 * (double)budget;
-		budget = next > (double)LOAD_STEP_MAX ? LOAD_STEP_MAX
-			 : next < (double)LOAD_STEP_MIN ? LOAD_STEP_MIN : (uint64_t)next;
+	struct load_job j = { .bu = bu };
+	return load_jobs(&j, 1, cb);
+}
+
+/* _gpunvme.load_many(buffers, progress=None): several selections of one
+ * volume (one per GPU: placement "layers", "size", "split") loaded
+ * together, each step queued on every loader before any is waited for, so
+ * that the GPUs read at the same time: one after the other, each step's
+ * tail (the last reads, the wait) idled the others. progress(done, total)
+ * counts the bytes of all. */
+PyObject *gnpy_load_many(PyObject *self, PyObject *args, PyObject *kw)
+{
+	(void)self;
+	static char *kwlist[] = { "buffers", "progress", NULL };
+	PyObject *seq, *cb = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &seq, &cb))
+		return NULL;
+	PyObject *fast = PySequence_Fast(seq, "load_many() takes a sequence of Buffers");
+	if (!fast)
+		return NULL;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+	if (!n) {
+		Py_DECREF(fast);
+		return gnpy_raise_err(EINVAL, "load_many: no Buffers given");
 	}
-	load_end(ld);
-	bu->loaded = true;
-	Py_RETURN_NONE;
+	struct load_job *jobs = calloc((size_t)n, sizeof(*jobs));
+	if (!jobs) {
+		Py_DECREF(fast);
+		return PyErr_NoMemory();
+	}
+	PyObject *ret = NULL;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *it = PySequence_Fast_GET_ITEM(fast, i);
+		if (!PyObject_TypeCheck(it, &gnpy_BuffersType)) {
+			PyErr_Format(PyExc_TypeError, "load_many: item %zd is a %s, not Buffers (Loader.select...)", i,
+				     Py_TYPE(it)->tp_name);
+			goto out;
+		}
+		Buffers *bu = (Buffers *)it;
+		if (bu->loader->model->vol != ((Buffers *)PySequence_Fast_GET_ITEM(fast, 0))->loader->model->vol) {
+			gnpy_raise_err(EINVAL, "load_many: Buffers %zd is of another volume than Buffers 0: "
+					       "load each volume's with its own call",
+				       i);
+			goto out;
+		}
+		for (Py_ssize_t k = 0; k < i; k++)
+			if (jobs[k].bu == bu) {
+				gnpy_raise_err(EINVAL, "load_many: Buffers %zd is also item %zd: give each once", i, k);
+				goto out;
+			}
+		/* held for the load: a progress callback may drop the caller's */
+		Py_INCREF(bu);
+		jobs[i].bu = bu;
+	}
+	if (!gnpy_vol_usable(jobs[0].bu->loader->model->vol))
+		ret = load_jobs(jobs, (size_t)n, cb);
+out:
+	for (Py_ssize_t i = 0; i < n; i++)
+		Py_XDECREF(jobs[i].bu);
+	free(jobs);
+	Py_DECREF(fast);
+	return ret;
 }
 
 static PyObject *Buffers_run_bytes(Buffers *bu, void *unused)

@@ -6,7 +6,7 @@ import re
 from . import _gpunvme
 from ._gpunvme import Error
 from ._parse import _NP, _NP_RAW, _device, _wrap
-from ._loading import StateDict, _Progress, _fill, _load, _queue_opts
+from ._loading import StateDict, _Progress, _fill, _queue_opts
 
 
 # ---- several GPUs ---------------------------------------------------------------------------
@@ -93,34 +93,47 @@ def _devices(device, tier):
     return out
 
 
+def _load_together(bufs, progress, desc):
+    """every device's selection loaded by one load_many: each step is queued
+    on every GPU's loader before any is waited for, so the GPUs read at the
+    same time (one after the other, each idled while the others loaded)"""
+    bufs = [b for b in bufs if b is not None]
+    if not bufs:
+        return
+    if progress:
+        bar = _Progress(sum(b.run_bytes for b in bufs), desc)
+        try:
+            _gpunvme.load_many(bufs, bar)
+        finally:
+            bar.close()
+    else:
+        _gpunvme.load_many(bufs)
+
+
 def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queues, depth):
     """sel loaded onto several devices, each device its own Loader (its own
     queues on every controller of the volume), no tensor staged on another
-    GPU first. -> StateDict (layers, size) or [StateDict per device] (split)."""
+    GPU first, the devices' loads together (_load_together).
+    -> StateDict (layers, size) or [StateDict per device] (split)."""
+    q, d = _queue_opts(queues, depth)
+    shown = "%s -> %d devices" % (desc, len(devs))
     if placement == "split":
         if split_dim != 0:
             raise Error(95, "split_dim=%r: only dimension 0 (rows, contiguous in the file) is split so far"
                         % (split_dim,))
-        q, d = _queue_opts(queues, depth)
-        out = []
-        for t, idx, _ in devs:
-            sd = StateDict()
-            sd.metadata = model.metadata()
-            out.append(sd)
         rows = [_split_rows(info, len(devs)) for info in sel]
-        rows_of = {info.name: r for info, r in zip(sel, rows)}
+        full = [(info, r) for info, r in zip(sel, rows) if info.nbytes]
         # a tensor of zero bytes has nothing to read (and a part of zero
         # bytes is refused): each device gets a slice of the empty whole
-        empty = [info for info in sel if not info.nbytes]
-        for k, (t, idx, name) in enumerate(devs):
+        empty = [(info, r) for info, r in zip(sel, rows) if not info.nbytes]
+        plans = []
+        for k, (t, idx, _) in enumerate(devs):
             ld = _gpunvme.Loader(model, t, idx, q, d)
-            # one selection and one load per device for every part it holds
-            # (its rows, or the whole of a tensor too small to split): a
-            # selection per tensor cost each its own placement and load
+            # one selection per device for every part it holds (its rows,
+            # or the whole of a tensor too small to split): a selection per
+            # tensor cost each its own placement and load
             parts, shapes = [], []
-            for info, r in zip(sel, rows):
-                if not info.nbytes:
-                    continue
+            for info, r in full:
                 if r is None:
                     parts.append((info.index, 0, info.nbytes))
                     shapes.append(None)
@@ -129,51 +142,45 @@ def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queu
                     row = info.nbytes // info.shape[0]
                     parts.append((info.index, first * row, count * row))
                     shapes.append((count,) + tuple(info.shape[1:]))
+            # gap=0: the gaps between a device's rows are the other
+            # devices' rows, which it must neither read nor hold
+            bufs = ld.select_parts(parts, gap=0) if parts else None
+            ebufs = ld.select([info.index for info, _ in empty]) if empty else None
+            plans.append((parts, shapes, bufs, ebufs))
+        _load_together([b for p in plans for b in p[2:]], progress, shown)
+        out = []
+        for k, (parts, shapes, bufs, ebufs) in enumerate(plans):
             got = {}
-            if parts:
-                # gap=0: the gaps between a device's rows are the other
-                # devices' rows, which it must neither read nor hold
-                bufs = ld.select_parts(parts, gap=0)
-                if progress:
-                    bar = _Progress(bufs.run_bytes, "%s -> %s" % (desc, name))
-                    try:
-                        bufs.load(bar)
-                    finally:
-                        bar.close()
+            for j, ((info, _), shape) in enumerate(zip(full, shapes)):
+                if shape is None:
+                    got[info.name] = _wrap(_gpunvme.Tensor(bufs, j), info, fw)
                 else:
-                    bufs.load()
-                full = [info for info in sel if info.nbytes]
-                for j, (info, shape) in enumerate(zip(full, shapes)):
-                    if shape is None:
-                        got[info.name] = _wrap(_gpunvme.Tensor(bufs, j), info, fw)
-                    else:
-                        part = copy.copy(info)
-                        part.shape = shape
-                        part.nbytes = parts[j][2]
-                        got[info.name] = _wrap(_gpunvme.Tensor(bufs, j), part, fw)
-            if empty:
-                ebufs = ld.select([info.index for info in empty])
-                ebufs.load()
-                for j, info in enumerate(empty):
-                    t_ = _wrap(_gpunvme.Tensor(ebufs, j), info, fw)
-                    r = rows_of[info.name]
-                    got[info.name] = t_ if r is None else t_[r[k][0]:r[k][0] + r[k][1]]
-            for info in sel:
-                out[k][info.name] = got[info.name]
-                out[k].dtypes[info.name] = info.file_dtype
-                if info.ggml_type >= 0:
-                    out[k].ggml_types[info.name] = info.file_dtype
+                    part = copy.copy(info)
+                    part.shape = shape
+                    part.nbytes = parts[j][2]
+                    got[info.name] = _wrap(_gpunvme.Tensor(bufs, j), part, fw)
+            for j, (info, r) in enumerate(empty):
+                whole = _wrap(_gpunvme.Tensor(ebufs, j), info, fw)
+                got[info.name] = whole if r is None else whole[r[k][0]:r[k][0] + r[k][1]]
+            sd = StateDict()
+            sd.metadata = model.metadata()
+            _fill(sd, sel, [got[info.name] for info in sel])
+            out.append(sd)
         return out
     where = _place(sel, len(devs), placement)
-    sd = StateDict()
-    sd.metadata = model.metadata()
-    got = {}
-    for k, (t, idx, name) in enumerate(devs):
+    plans = []
+    for k, (t, idx, _) in enumerate(devs):
         mine = [info for info, w in zip(sel, where) if w == k]
         if mine:
-            for info, ten in zip(mine, _load(model, mine, t, idx, fw, progress, "%s -> %s" % (desc, name),
-                                              queues, depth)):
-                got[info.name] = ten
+            bufs = _gpunvme.Loader(model, t, idx, q, d).select([info.index for info in mine])
+            plans.append((mine, bufs))
+    _load_together([bufs for _, bufs in plans], progress, shown)
+    got = {}
+    for mine, bufs in plans:
+        for j, info in enumerate(mine):
+            got[info.name] = _wrap(_gpunvme.Tensor(bufs, j), info, fw)
+    sd = StateDict()
+    sd.metadata = model.metadata()
     # the file's order, as load_file with one device
     _fill(sd, sel, [got[i.name] for i in sel])
     sd.placement = {i.name: devs[w][2] for i, w in zip(sel, where)}
