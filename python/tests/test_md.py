@@ -46,6 +46,27 @@ def test_md_load_file_any_order(array):
         assert v.exists("/m/model.safetensors")
 
 
+def test_md_several_devices(array):
+    """an md array onto several devices (CPU-tier loaders standing in for
+    GPUs, as in test_multi.py): every placement's selections loaded together
+    (load_many) through every member controller, every byte compared; the
+    split's rows of "w" (1.5 MiB, 64 KiB chunks) are each device's alone"""
+    members, data = array
+    devs = [(0, 0, "cpu%d" % k) for k in range(3)]
+    with gpunvme.Volume("md:" + ";".join(members)) as v:
+        m = v.open_model("/m/model.safetensors")
+        sel = list(gpunvme._index(m).values())
+        for placement in ("layers", "size"):
+            sd = gpunvme._load_multi(m, sel, devs, placement, 0, "np", False, "m", None, None)
+            for name, want in data.items():
+                assert raw(sd[name]) == want, (placement, name)
+        shards = gpunvme._load_multi(m, sel, devs, "split", 0, "np", False, "m", None, None)
+        assert b"".join(raw(s["w"]) for s in shards) == data["w"]
+        assert [s["w"].shape for s in shards] == [(128, 1024)] * 3
+        assert b"".join(raw(s["b"]) for s in shards) == data["b"]
+        assert [s["e"].shape for s in shards] == [(0, 3)] * 3
+
+
 def test_md_refusals(array):
     members, _ = array
     with pytest.raises(gpunvme.Error, match="slot 3 missing"):
