@@ -8,10 +8,11 @@ bench/coherence_gpu_run.sh), page cache warm, every row in one process.
 
 Rows (one JSON object per run; the best of each row is in the summary):
   one          load_pretrained onto cuda:0 alone: the one-GPU rate
-  own_ctrls    two volumes on the same image (each its own emulated
-               controller), one thread per GPU, each loading every other
-               shard onto its GPU (load_file per shard): the aggregate
-               when each GPU is fed by its own controller
+  own_ctrls    load_pretrained([vol_a, vol_b], device=["cuda:0", "cuda:1"]):
+               replicas, two volumes on the same image (each its own
+               emulated controller), GPU k reading through volume k,
+               placement "layers": the aggregate when each GPU is fed by its
+               own controller
   layers       load_pretrained(device=["cuda:0", "cuda:1"], placement="layers")
   split        the same with placement="split" (a StateDict per GPU)
   st_one       safetensors.torch.load_file per shard onto cuda:0 (baseline)
@@ -97,11 +98,10 @@ def main():
 
     vol = gpunvme.Volume(a.uri)
     vols = [vol, gpunvme.Volume(a.uri)]
-    fs_dir = a.fs_dir.rstrip("/")
     timed("one", lambda: gpunvme.load_pretrained(vol, a.fs_dir, device="cuda:0"), "load_pretrained onto cuda:0")
     timed("own_ctrls",
-          lambda: two_threads(lambda d, k: gpunvme.load_file(vols[d], fs_dir + "/" + names[k], device="cuda:%d" % d)),
-          "two volumes (own emulated controllers), a thread per GPU, every other shard")
+          lambda: gpunvme.load_pretrained(vols, a.fs_dir, device=["cuda:0", "cuda:1"], placement="layers"),
+          "replicas: two volumes on the image (own emulated controllers), GPU k through volume k")
     timed("layers", lambda: gpunvme.load_pretrained(vol, a.fs_dir, device=["cuda:0", "cuda:1"], placement="layers"),
           "one volume, placement layers")
     timed("split", lambda: gpunvme.load_pretrained(vol, a.fs_dir, device=["cuda:0", "cuda:1"], placement="split"),

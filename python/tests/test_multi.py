@@ -274,6 +274,49 @@ def test_load_many(model, tmp_path):
                 gpunvme._gpunvme.load_many([bufs[0], other])
 
 
+def test_replicas_one_volume_per_device(model, tmp_path):
+    """replicas: device k reads through volume k (here two emulated
+    controllers over the same image, CPU-tier loaders standing in for GPUs),
+    the volumes' loads in threads of their own, every byte checked, with a
+    progress bar over all of them"""
+    uri, ts, data = model
+    raw = {t[0]: t[3] for t in ts}
+    with gpunvme.Volume(uri) as v0, gpunvme.Volume(uri) as v1:
+        models = [v0.open_model("/m.safetensors"), v1.open_model("/m.safetensors")]
+        assert models[0].volume is v0 and models[1].volume is v1
+        sel = list(gpunvme._index(models[0]).values())
+        for placement in ("layers", "size"):
+            sd = gpunvme._load_multi(models, sel, _cpu_devices(2), placement, 0, "np", True, "m", None, None)
+            for name in raw:
+                assert np.ascontiguousarray(sd[name]).view(np.uint8).tobytes() == raw[name], (placement, name)
+        shards = gpunvme._load_multi(models, sel, _cpu_devices(2), "split", 0, "np", False, "m", None, None)
+        w = "model.layers.1.w"
+        assert b"".join(np.ascontiguousarray(s[w]).view(np.uint8).tobytes() for s in shards) == raw[w]
+        with pytest.raises(gpunvme.Error, match="one per device"):
+            gpunvme._load_multi(models, sel, _cpu_devices(3), "layers", 0, "np", False, "m", None, None)
+
+
+def test_replicas_refusals(model, tmp_path):
+    """replicas that differ, too few or too many volumes, a list of volumes
+    for one device: each a clear error"""
+    uri, ts, data = model
+    rng = np.random.default_rng(8)
+    other_blob, _ = st_bytes([("model.embed_tokens.weight", "F32", [10, 16], rand_bytes(rng, 640))])
+    other = make_image(tmp_path / "other", {"/m.safetensors": other_blob})
+    with pytest.raises(gpunvme.Error, match="needs device="):
+        gpunvme.load_file([uri, uri], "/m.safetensors", device="cpu", framework="numpy")
+    with pytest.raises(gpunvme.Error, match="2 volumes for 3 devices"):
+        gpunvme.load_file([uri, uri], "/m.safetensors", device=["cuda:0", "cuda:1", "cuda:2"], framework="numpy")
+    with gpunvme.Volume(uri) as v0, gpunvme.Volume(other) as v1:
+        ms = [v0.open_model("/m.safetensors"), v1.open_model("/m.safetensors")]
+        # the first entry that differs, named (here its offset: the
+        # other file's header is shorter)
+        with pytest.raises(gpunvme.Error, match=r"replica on volume 1 .* differs from volume 0's .*: tensor 0: "
+                                                r"\('model.embed_tokens.weight'.* against .*; replicas must hold"):
+            gpunvme._safetensors._same_model(ms, [uri, other], "/m.safetensors")
+        gpunvme._safetensors._same_model([ms[0], v0.open_model("/m.safetensors")], [uri, uri], "/m.safetensors")
+
+
 @pytest.mark.skipif(not gpunvme.cuda_available() or gpunvme._gpunvme.cuda_device_count() < 2,
                     reason="needs two CUDA GPUs")
 def test_two_gpus(model):

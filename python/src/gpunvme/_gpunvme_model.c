@@ -178,6 +178,14 @@ static PyObject *Model_path(Model *mo, void *unused)
 	return str_or_bytes(mo->path);
 }
 
+/* the Volume it was opened on (loads of one volume share its lock) */
+static PyObject *Model_volume(Model *mo, void *unused)
+{
+	(void)unused;
+	Py_INCREF(mo->vol);
+	return (PyObject *)mo->vol;
+}
+
 /* ---- the type -------------------------------------------------------------------- */
 
 static PyMethodDef Model_methods[] = {
@@ -192,6 +200,7 @@ static PyGetSetDef Model_getset[] = {
 	{ "format", (getter)Model_format, NULL, "\"safetensors\" or \"gguf\"", NULL },
 	{ "path", (getter)Model_path, NULL, NULL, NULL },
 	{ "kind", (getter)Model_kind, NULL, "\"file\", \"hf-index\", \"hf-dir\" or \"gguf-split\"", NULL },
+	{ "volume", (getter)Model_volume, NULL, "the Volume it was opened on", NULL },
 	{ NULL, NULL, NULL, NULL, NULL },
 };
 

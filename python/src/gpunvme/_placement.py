@@ -2,6 +2,7 @@
 """gpunvme: several GPUs: placing tensors (layers, size, split) and loading each device's share."""
 import copy
 import re
+import threading
 
 from . import _gpunvme
 from ._gpunvme import Error
@@ -93,29 +94,75 @@ def _devices(device, tier):
     return out
 
 
-def _load_together(bufs, progress, desc):
-    """every device's selection loaded by one load_many: each step is queued
-    on every GPU's loader before any is waited for, so the GPUs read at the
-    same time (one after the other, each idled while the others loaded)"""
-    bufs = [b for b in bufs if b is not None]
-    if not bufs:
+def _load_together(groups, progress, desc):
+    """every device's selections loaded at the same time. groups: lists of
+    Buffers, one list per volume. A volume's are loaded by one load_many
+    (each step queued on every GPU's loader before any is waited for: one
+    after the other, each GPU idled while the others loaded); several
+    volumes (replicas) each in a thread of its own, since each has its own
+    lock (load_many releases the GIL while it reads). The first failure is
+    raised once every volume's load has ended."""
+    groups = [[b for b in g if b is not None] for g in groups]
+    groups = [g for g in groups if g]
+    if not groups:
         return
-    if progress:
-        bar = _Progress(sum(b.run_bytes for b in bufs), desc)
-        try:
-            _gpunvme.load_many(bufs, bar)
-        finally:
+    bar = _Progress(sum(b.run_bytes for g in groups for b in g), desc) if progress else None
+    done = [0] * len(groups)
+    lock = threading.Lock()
+
+    def one(k):
+        def tick(d, total):
+            # progress callbacks run with the GIL: the lock only keeps the
+            # sum and the bar in step when several volumes report
+            with lock:
+                done[k] = d
+                bar(sum(done), bar.total)
+        _gpunvme.load_many(groups[k], tick if bar else None)
+
+    try:
+        if len(groups) == 1:
+            one(0)
+            return
+        errors = [None] * len(groups)
+
+        def run(k):
+            try:
+                one(k)
+            except BaseException as e:  # raised below, in the caller's thread
+                errors[k] = e
+
+        threads = [threading.Thread(target=run, args=(k,), name="gpunvme-load-%d" % k) for k in range(len(groups))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+    finally:
+        if bar:
             bar.close()
-    else:
-        _gpunvme.load_many(bufs)
 
 
 def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queues, depth):
     """sel loaded onto several devices, each device its own Loader (its own
     queues on every controller of the volume), no tensor staged on another
-    GPU first, the devices' loads together (_load_together).
+    GPU first, the devices' loads together (_load_together). model: one
+    Model, or one per device (replicas on their own volumes, the same
+    tensors: device k reads model[k]).
     -> StateDict (layers, size) or [StateDict per device] (split)."""
     q, d = _queue_opts(queues, depth)
+    models = list(model) if isinstance(model, (list, tuple)) else [model] * len(devs)
+    if len(models) != len(devs):
+        raise Error(22, "%d models for %d devices: one per device" % (len(models), len(devs)))
+
+    def groups(per_dev):
+        """the devices' Buffers grouped by volume (replicas: one each)"""
+        out = {}
+        for k, bufs in enumerate(per_dev):
+            out.setdefault(id(models[k].volume), []).extend(bufs)
+        return list(out.values())
+
     shown = "%s -> %d devices" % (desc, len(devs))
     if placement == "split":
         if split_dim != 0:
@@ -128,7 +175,7 @@ def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queu
         empty = [(info, r) for info, r in zip(sel, rows) if not info.nbytes]
         plans = []
         for k, (t, idx, _) in enumerate(devs):
-            ld = _gpunvme.Loader(model, t, idx, q, d)
+            ld = _gpunvme.Loader(models[k], t, idx, q, d)
             # one selection per device for every part it holds (its rows,
             # or the whole of a tensor too small to split): a selection per
             # tensor cost each its own placement and load
@@ -147,7 +194,7 @@ def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queu
             bufs = ld.select_parts(parts, gap=0) if parts else None
             ebufs = ld.select([info.index for info, _ in empty]) if empty else None
             plans.append((parts, shapes, bufs, ebufs))
-        _load_together([b for p in plans for b in p[2:]], progress, shown)
+        _load_together(groups([p[2:] for p in plans]), progress, shown)
         out = []
         for k, (parts, shapes, bufs, ebufs) in enumerate(plans):
             got = {}
@@ -163,7 +210,7 @@ def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queu
                 whole = _wrap(_gpunvme.Tensor(ebufs, j), info, fw)
                 got[info.name] = whole if r is None else whole[r[k][0]:r[k][0] + r[k][1]]
             sd = StateDict()
-            sd.metadata = model.metadata()
+            sd.metadata = models[0].metadata()
             _fill(sd, sel, [got[info.name] for info in sel])
             out.append(sd)
         return out
@@ -171,16 +218,15 @@ def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queu
     plans = []
     for k, (t, idx, _) in enumerate(devs):
         mine = [info for info, w in zip(sel, where) if w == k]
-        if mine:
-            bufs = _gpunvme.Loader(model, t, idx, q, d).select([info.index for info in mine])
-            plans.append((mine, bufs))
-    _load_together([bufs for _, bufs in plans], progress, shown)
+        bufs = _gpunvme.Loader(models[k], t, idx, q, d).select([info.index for info in mine]) if mine else None
+        plans.append((mine, bufs))
+    _load_together(groups([[bufs] for _, bufs in plans]), progress, shown)
     got = {}
     for mine, bufs in plans:
         for j, info in enumerate(mine):
             got[info.name] = _wrap(_gpunvme.Tensor(bufs, j), info, fw)
     sd = StateDict()
-    sd.metadata = model.metadata()
+    sd.metadata = models[0].metadata()
     # the file's order, as load_file with one device
     _fill(sd, sel, [got[i.name] for i in sel])
     sd.placement = {i.name: devs[w][2] for i, w in zip(sel, where)}

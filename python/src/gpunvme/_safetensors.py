@@ -11,6 +11,24 @@ from ._loading import StateDict, _fill, _index, _load, _queue_opts, _select
 from ._placement import PLACEMENTS, _devices, _load_multi
 
 
+def _same_model(models, uris, shown):
+    """replicas: every volume's model at the path is the first one's (the
+    same tensors at the same offsets), or Error naming the first that is not"""
+    ref = models[0].tensors()
+    for k in range(1, len(models)):
+        t = models[k].tensors()
+        if t != ref:
+            diff = next((i for i, (a, b) in enumerate(zip(ref, t)) if a != b), min(len(ref), len(t)))
+            what = ("tensor %d: %r against %r" % (diff, t[diff][:5], ref[diff][:5]) if diff < min(len(ref), len(t))
+                    else "%d tensors against %d" % (len(t), len(ref)))
+            raise Error(22, "%s: the replica on volume %d (%s) differs from volume 0's (%s): %s; replicas must "
+                        "hold the same model" % (shown, k, _uri_name(uris[k]), _uri_name(uris[0]), what))
+
+
+def _uri_name(u):
+    return u if isinstance(u, str) else "an open Volume"
+
+
 def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, *, nsid=1, partition=None,
               offset=None, progress=False, queues=None, depth=None, placement="layers", split_dim=0):
     """Every tensor (or those named in `tensors`) of a safetensors or GGUF file
@@ -27,24 +45,39 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
     "size" (round-robin by size, largest first onto the least-loaded GPU), or
     "split" (every tensor split along split_dim=0 into one shard per GPU, each
     GPU reading only its rows; returns one StateDict per device).
+    uri=[uri0, uri1, ...] with device=[...] (as many): replicas, device k
+    reading through volume k (each GPU fed by its own drive or controller,
+    at the same time); every volume must hold the same model at `path`.
     """
     fw = _framework(framework)
     _queue_opts(queues, depth)
+    replicas = isinstance(uri, (list, tuple))
+    if replicas and not isinstance(device, (list, tuple)):
+        raise Error(22, "uri=[...] (replicas, one volume per device) needs device=[...] with as many devices")
     if isinstance(device, (list, tuple)):
         if placement not in PLACEMENTS:
             raise Error(22, "placement=%r: expected one of %s" % (placement, ", ".join(repr(p) for p in PLACEMENTS)))
         devs = _devices(device, tier)
+        uris = list(uri) if replicas else [uri]
+        if replicas and len(uris) != len(devs):
+            raise Error(22, "uri=[...] has %d volumes for %d devices: give one volume per device (replicas)"
+                        % (len(uris), len(devs)))
         path = _path(path)
-        vol, own = _volume(uri, nsid, partition, offset)
+        opened = []
         try:
-            devs = [(_tier(vol, t), idx, name) for t, idx, name in devs]
-            model = vol.open_model(path)
-            sel = _select(_index(model), tensors, _shown(path))
-            return _load_multi(model, sel, devs, placement, split_dim, fw, progress, posixpath.basename(_shown(path)),
-                               queues, depth)
+            for u in uris:
+                opened.append(_volume(u, nsid, partition, offset))
+            vols = [v for v, _ in opened]
+            devs = [(_tier(vols[k if replicas else 0], t), idx, name) for k, (t, idx, name) in enumerate(devs)]
+            models = [v.open_model(path) for v in vols]
+            _same_model(models, uris, _shown(path))
+            sel = _select(_index(models[0]), tensors, _shown(path))
+            return _load_multi(models if replicas else models[0], sel, devs, placement, split_dim, fw, progress,
+                               posixpath.basename(_shown(path)), queues, depth)
         finally:
-            if own:
-                vol.close()
+            for v, own in opened:
+                if own:
+                    v.close()
     t, devidx, _ = _device(device, tier)
     path = _path(path)
     vol, own = _volume(uri, nsid, partition, offset)
@@ -322,7 +355,8 @@ def load_pretrained(uri, model_dir, device="cpu", framework="pt", tensors=None, 
     or one model file -> one StateDict, ready for
     model.load_state_dict(sd, assign=True). Every shard is read by one loader
     in one pass (the library's model set: include/gpunvme/modelset.h).
-    device=[...], placement=, split_dim=: several GPUs, as for load_file."""
+    device=[...], placement=, split_dim=, uri=[...] (replicas): several GPUs,
+    as for load_file."""
     return load_file(uri, model_dir, device=device, framework=framework, tensors=tensors, tier=tier, nsid=nsid,
                      partition=partition, offset=offset, progress=progress, queues=queues, depth=depth,
                      placement=placement, split_dim=split_dim)
