@@ -342,3 +342,17 @@ def test_two_gpus(model):
             assert parts[0] == raw[:(shape[0] // 2) * row] and parts[1] == raw[(shape[0] // 2) * row:], name
         else:  # too small to split: whole on both
             assert parts[0] == raw and parts[1] == raw, name
+    # replicas: GPU k through volume k (two emulated controllers over the
+    # image), each placement, the volumes' loads in threads of their own
+    for placement in ("layers", "size"):
+        sd = gpunvme.load_file([uri, uri], "/m.safetensors", device=["cuda:0", "cuda:1"], placement=placement)
+        for name, _, _, raw in ts:
+            assert tbytes(sd[name]) == raw, (placement, name)
+        assert {str(sd[n].device) for n in sd} == {"cuda:0", "cuda:1"}, placement
+    shards = gpunvme.load_file([uri, uri], "/m.safetensors", device=["cuda:0", "cuda:1"], placement="split")
+    for name, _, shape, raw in ts:
+        parts = [tbytes(s[name]) for s in shards]
+        if shape and shape[0] >= 2:
+            assert parts[0] + parts[1] == raw, name
+        else:
+            assert parts == [raw, raw], name
