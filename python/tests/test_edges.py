@@ -197,6 +197,46 @@ def test_ctrl_c_stops_load_file(slow_model):
         assert raw(sd["t.0"]) == data["t.0"] and raw(sd["t.5"]) == data["t.5"]
 
 
+def test_ctrl_c_stops_replicas(slow_model):
+    """replicas (a volume per device, loads in threads of their own; CPU-tier
+    loaders standing in for GPUs): Ctrl-C stops every volume's load within a
+    step, raises KeyboardInterrupt in the caller, and leaves no load thread
+    behind"""
+    img_uri, data = slow_model
+    slow = img_uri + "?read_mbps=24"
+    devs = [(0, 0, "cpu0"), (0, 0, "cpu1")]
+    with gpunvme.Volume(slow) as v0, gpunvme.Volume(slow) as v1:
+        ms = [v0.open_model("/slow.safetensors"), v1.open_model("/slow.safetensors")]
+        sel = list(gpunvme._index(ms[0]).values())
+        t0 = time.monotonic()
+        sd = gpunvme._load_multi(ms, sel, devs, "size", 0, "np", False, "slow", None, None)
+        full = time.monotonic() - t0
+        assert all(raw(sd[n]) == data[n] for n in data)
+        del sd
+        # each volume reads half at 24 MB/s, at the same time
+        assert full > 0.8, "the emulator did not slow the load (%.2f s): the test would prove nothing" % full
+        threads = threading.active_count()
+        old = signal.signal(signal.SIGINT, signal.default_int_handler)
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        got = "nothing"
+        try:
+            t0 = time.monotonic()
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                got = gpunvme._load_multi(ms, sel, devs, "size", 0, "np", False, "slow", None, None)
+            took = time.monotonic() - t0
+        finally:
+            timer.cancel()
+            timer.join()
+            signal.signal(signal.SIGINT, old)
+        assert got == "nothing"
+        assert took < 0.75 * full, "KeyboardInterrupt after %.2f s of a %.2f s load" % (took, full)
+        assert threading.active_count() == threads, "a load thread outlived the call"
+        # the volumes are fine afterwards
+        sd = gpunvme._load_multi(ms, sel[:2], devs, "layers", 0, "np", False, "slow", None, None)
+        assert raw(sd["t.0"]) == data["t.0"] and raw(sd["t.1"]) == data["t.1"]
+
+
 # ---- e. Volume.read's arguments -----------------------------------------------------------------------
 
 

@@ -109,15 +109,21 @@ def _load_together(groups, progress, desc):
     bar = _Progress(sum(b.run_bytes for g in groups for b in g), desc) if progress else None
     done = [0] * len(groups)
     lock = threading.Lock()
+    stop = threading.Event()
 
     def one(k):
         def tick(d, total):
-            # progress callbacks run with the GIL: the lock only keeps the
-            # sum and the bar in step when several volumes report
-            with lock:
-                done[k] = d
-                bar(sum(done), bar.total)
-        _gpunvme.load_many(groups[k], tick if bar else None)
+            # after every step: the caller's Ctrl-C (seen by the main
+            # thread alone) ends this volume's load here too
+            if stop.is_set():
+                raise KeyboardInterrupt
+            if bar:
+                # callbacks run with the GIL: the lock only keeps the sum
+                # and the bar in step when several volumes report
+                with lock:
+                    done[k] = d
+                    bar(sum(done), bar.total)
+        _gpunvme.load_many(groups[k], tick if bar or len(groups) > 1 else None)
 
     try:
         if len(groups) == 1:
@@ -134,8 +140,16 @@ def _load_together(groups, progress, desc):
         threads = [threading.Thread(target=run, args=(k,), name="gpunvme-load-%d" % k) for k in range(len(groups))]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.join()
+        except BaseException:
+            # Ctrl-C in the caller: every volume's load stops at the end of
+            # its step, and nothing is returned before they have
+            stop.set()
+            for t in threads:
+                t.join()
+            raise
         first = next((e for e in errors if e is not None), None)
         if first is not None:
             raise first
