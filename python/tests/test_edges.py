@@ -237,6 +237,37 @@ def test_ctrl_c_stops_replicas(slow_model):
         assert raw(sd["t.0"]) == data["t.0"] and raw(sd["t.1"]) == data["t.1"]
 
 
+def test_replica_failure_stops_the_others(slow_model, tmp_path):
+    """replicas: a read failure on one volume (its image cut short under
+    it: Unrecovered Read Error) ends the other volume's load at its step
+    too, and the failure is what is raised, not the stop it caused"""
+    img_uri, data = slow_model
+    img = img_uri[len("emu:"):]
+    cut = str(tmp_path / "cut.img")
+    shutil.copy(img, cut)
+    devs = [(0, 0, "cpu0"), (0, 0, "cpu1")]
+    with gpunvme.Volume(img_uri + "?read_mbps=24") as v0, gpunvme.Volume("emu:%s?read_mbps=24" % cut) as v1:
+        ms = [v0.open_model("/slow.safetensors"), v1.open_model("/slow.safetensors")]
+        sel = list(gpunvme._index(ms[0]).values())
+        t0 = time.monotonic()
+        gpunvme._load_multi(ms, sel, devs, "size", 0, "np", False, "slow", None, None)
+        full = time.monotonic() - t0
+        assert full > 0.8, "the emulator did not slow the load (%.2f s): the test would prove nothing" % full
+        timer = threading.Timer(0.3, os.truncate, (cut, 1 << 20))
+        got = "nothing"
+        try:
+            t0 = time.monotonic()
+            timer.start()
+            with pytest.raises(gpunvme.Error, match="Unrecovered Read Error") as e:
+                got = gpunvme._load_multi(ms, sel, devs, "size", 0, "np", False, "slow", None, None)
+            took = time.monotonic() - t0
+        finally:
+            timer.cancel()
+            timer.join()
+        assert got == "nothing" and e.value.errno == errno.EIO
+        assert took < 0.75 * full, "the failure was raised after %.2f s of a %.2f s load" % (took, full)
+
+
 # ---- e. Volume.read's arguments -----------------------------------------------------------------------
 
 

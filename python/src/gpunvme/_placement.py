@@ -94,14 +94,20 @@ def _devices(device, tier):
     return out
 
 
+class _Stopped(Exception):
+    """a volume's load ended early because another one failed, or the caller
+    pressed Ctrl-C (never the error reported)"""
+
+
 def _load_together(groups, progress, desc):
     """every device's selections loaded at the same time. groups: lists of
     Buffers, one list per volume. A volume's are loaded by one load_many
     (each step queued on every GPU's loader before any is waited for: one
     after the other, each GPU idled while the others loaded); several
     volumes (replicas) each in a thread of its own, since each has its own
-    lock (load_many releases the GIL while it reads). The first failure is
-    raised once every volume's load has ended."""
+    lock (load_many releases the GIL while it reads). A failure stops the
+    other volumes' loads at the end of their step (no result will be
+    returned), and is raised once every load has ended."""
     groups = [[b for b in g if b is not None] for g in groups]
     groups = [g for g in groups if g]
     if not groups:
@@ -113,10 +119,10 @@ def _load_together(groups, progress, desc):
 
     def one(k):
         def tick(d, total):
-            # after every step: the caller's Ctrl-C (seen by the main
-            # thread alone) ends this volume's load here too
+            # after every step: another volume's failure, or the caller's
+            # Ctrl-C (seen by the main thread alone), ends this load here
             if stop.is_set():
-                raise KeyboardInterrupt
+                raise _Stopped()
             if bar:
                 # callbacks run with the GIL: the lock only keeps the sum
                 # and the bar in step when several volumes report
@@ -136,6 +142,7 @@ def _load_together(groups, progress, desc):
                 one(k)
             except BaseException as e:  # raised below, in the caller's thread
                 errors[k] = e
+                stop.set()
 
         threads = [threading.Thread(target=run, args=(k,), name="gpunvme-load-%d" % k) for k in range(len(groups))]
         for t in threads:
@@ -150,7 +157,7 @@ def _load_together(groups, progress, desc):
             for t in threads:
                 t.join()
             raise
-        first = next((e for e in errors if e is not None), None)
+        first = next((e for e in errors if e is not None and not isinstance(e, _Stopped)), None)
         if first is not None:
             raise first
     finally:
