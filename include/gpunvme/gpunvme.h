@@ -68,7 +68,10 @@ int gpunvme_open(const char *uri, const struct gpunvme_opts *opts, struct gpunvm
 void gpunvme_close(struct gpunvme_ctrl *c);
 
 /* Controller level reset (CC.EN 1 -> 0 -> 1); existing queue pairs are
- * re-created in place, their outstanding commands complete with -EIO. */
+ * re-created in place, their outstanding commands complete with -EIO. On
+ * PCIe a controller that still answers has its I/O queues deleted first
+ * (as Linux does), so it has ended their commands before it is disabled;
+ * the GPU's queue pairs go too (their owner re-creates them: recovery). */
 int gpunvme_reset(struct gpunvme_ctrl *c);
 
 struct gpunvme_ctrl_info {

@@ -476,6 +476,70 @@ static void poison_cb(void *arg, const struct gpunvme_cpl *cpl)
 	p->done = true;
 }
 
+/* A reset of a controller that answers deletes its I/O queues first (SQ,
+ * then CQ: Linux's order), so the controller ends every command of theirs
+ * before CC.EN = 0: here 8 reads held by a DROP fault. Two admin commands
+ * more than the bring-up alone (Set Features, Create CQ, Create SQ); a
+ * controller in fatal status gets none of them. */
+TEST_CASE(reset_deletes_queues_first)
+{
+	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 0);
+	REQUIRE(c);
+	struct gpunvme_emu *emu = gpunvme_ctrl_emu(c);
+	struct gpunvme_qpair *qp;
+	REQUIRE_OK(gpunvme_qpair_create(c, 16, &qp));
+	uint8_t *b = gpunvme_dma_alloc(c, 8 * 4096);
+	REQUIRE(b);
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_DROP, .sqid = GPUNVME_EMU_SQID_ANY, .count = 8 };
+	REQUIRE_OK(gpunvme_emu_inject(emu, &f));
+	struct poison_wait w[8];
+	for (int i = 0; i < 8; i++) {
+		w[i] = (struct poison_wait){ b + i * 4096, 4096, 0, false };
+		REQUIRE_OK(gpunvme_read(qp, 1, w[i].buf, (uint64_t)i, 1, poison_cb, &w[i]));
+	}
+	uint64_t end = h_now_ms() + 2000;
+	struct gpunvme_emu_stats st;
+	do
+		gpunvme_emu_get_stats(emu, &st);
+	while (st.dropped < 8 && h_now_ms() < end);
+	REQUIRE(st.dropped == 8, "%llu of 8 reads held", (unsigned long long)st.dropped);
+	const uint64_t admin0 = st.admin_cmds;
+	REQUIRE_OK(gpunvme_reset(c));
+	gpunvme_emu_get_stats(emu, &st);
+	CHECK(st.admin_cmds - admin0 == 5, "%llu admin commands in the reset (Delete SQ, Delete CQ, then the "
+					   "bring-up's 3)",
+	      (unsigned long long)(st.admin_cmds - admin0));
+	for (int i = 0; i < 8; i++)
+		CHECK(w[i].done && w[i].err == -EIO, "read %d: done %d err %d", i, w[i].done, w[i].err);
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 0, 1, NULL));
+	/* a GPU queue ID whose queues are gone already (a GPU recovery
+	 * deletes its own before it resets): Invalid Queue Identifier for
+	 * both, and the queue pair's are still deleted after it */
+	uint16_t gq;
+	REQUIRE_OK(gpunvme_ctrl_reserve_qid(c, &gq));
+	gpunvme_emu_get_stats(emu, &st);
+	const uint64_t admin2 = st.admin_cmds;
+	REQUIRE_OK(gpunvme_reset(c));
+	gpunvme_emu_get_stats(emu, &st);
+	CHECK(st.admin_cmds - admin2 == 7, "%llu admin commands in the reset with a queue ID already deleted",
+	      (unsigned long long)(st.admin_cmds - admin2));
+	gpunvme_ctrl_release_qid(c, gq);
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 0, 1, NULL));
+	/* fatal status: nothing is asked of it before CC.EN = 0 */
+	struct gpunvme_emu_fault cfs = { .kind = GPUNVME_EMU_FAULT_CFS };
+	REQUIRE_OK(gpunvme_emu_inject(emu, &cfs));
+	gpunvme_emu_get_stats(emu, &st);
+	const uint64_t admin1 = st.admin_cmds;
+	REQUIRE_OK(gpunvme_reset(c));
+	gpunvme_emu_get_stats(emu, &st);
+	CHECK(st.admin_cmds - admin1 == 3, "%llu admin commands in the reset of a controller in fatal status",
+	      (unsigned long long)(st.admin_cmds - admin1));
+	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 0, 1, NULL));
+	gpunvme_qpair_destroy(qp);
+	gpunvme_close(c);
+	return 0;
+}
+
 /* gpunvme_reset fails every outstanding command, and a callback may reuse
  * its buffer at once: the controller must have stopped first (CC.EN = 0,
  * CSTS.RDY = 0), or a read it is still working on lands in a buffer its

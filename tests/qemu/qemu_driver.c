@@ -527,10 +527,6 @@ static void rc_reads(const struct rc_ctx *x)
 {
 	struct rc_cmd k[RC_CMDS];
 	int rc;
-	/* where a QEMU crash happened, for run.sh (QEMU 7.2 dies in this
-	 * reset on some hosts: the scenario recovery_reads) */
-	printf("QEMU-STEP reset-with-reads-in-flight\n");
-	fflush(stdout);
 	for (int i = 0; i < RC_CMDS; i++) {
 		k[i] = (struct rc_cmd){ 0, 0, x->mem + (size_t)i * RC_LEN };
 		memset(k[i].buf, 0, RC_LEN);
@@ -554,8 +550,6 @@ static void rc_reads(const struct rc_ctx *x)
 			}
 	}
 	printf("INFO reset with 16 reads in flight: %d failed, their buffers untouched afterwards\n", failed);
-	printf("QEMU-STEP reset-with-reads-in-flight done\n");
-	fflush(stdout);
 }
 
 /* 4. the controller works after a reset: everything written again (seed

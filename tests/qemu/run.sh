@@ -118,7 +118,6 @@ LOG=$WORK/serial.log
 # ---- scenario DSL ---------------------------------------------------------
 IOMMU=none
 MEM=1G
-CRASH_SKIP=
 APPEND_EXTRA=()
 DEVARGS=()
 NETARGS=()
@@ -161,10 +160,6 @@ netfwd() {
 }
 modules() { EXTRA_MODS+=("$@"); }
 plan() { cat >> "$WORK/plan"; }
-# crash_skip STEP: QEMU crashing in both runs inside the guest's step STEP
-# (between its "QEMU-STEP STEP" and "QEMU-STEP STEP done" lines), with no
-# check failed before, skips the test: QEMU's defect, not a verdict
-crash_skip() { CRASH_SKIP=$1; }
 new_drive() {  # new_drive SIZE [IMAGE] [DRIVE_OPTS] -> sets DRIVE_ID
 	local img=$WORK/disk$NDRIVE.img
 	fresh_file "$img" "$1" "${2:-}"
@@ -299,13 +294,17 @@ QRC=$?
 # nvme_rw_complete_cb after the kernel module resets a controller with
 # reads in flight behind the emulated IOMMU (kmod_iommu, kmod.kill.a;
 # tests/qemu/README.md). Such a run says nothing about the guest: run it
-# once more, on fresh disks, and keep the crashed run's log.
+# again, on fresh disks, up to QEMU_CRASH_RUNS (3) runs in all (a crash in 1
+# run of 10 then fails a scenario about once in 1000 runs, against once in
+# 100 with 2 runs; CI runs several such scenarios), keeping each crashed
+# run's log.
 # run_again NAME: keep this run's serial log as NAME, run the scenario once
 # more on fresh disks
 run_again() {
-	log "the first run's serial log: $WORK/$1"
+	log "that run's serial log: $WORK/$1"
 	cp "$LOG" "$WORK/$1"
 	AGAIN=("${FRESH[@]}")
+	FRESH=()
 	for ((i = 0; i + 2 < ${#AGAIN[@]}; i += 3)); do
 		fresh_file "${AGAIN[i]}" "${AGAIN[i + 1]}" "${AGAIN[i + 2]}"
 	done
@@ -313,10 +312,14 @@ run_again() {
 	timeout -k 10 "$TMO" "${CMD[@]}" < /dev/null 2> "$WORK/qemu.stderr"
 	QRC=$?
 }
+rm -f "$WORK"/serial.crashed*.log
 case $QRC in
 134 | 135 | 139)
-	log "QEMU crashed (exit $QRC, signal $((QRC - 128))): QEMU's own failure; running the scenario once more"
-	run_again serial.crashed.log
+	for ((run = 2; run <= ${QEMU_CRASH_RUNS:-3}; run++)); do
+		log "QEMU crashed (exit $QRC, signal $((QRC - 128))): QEMU's own failure; running the scenario again (run $run)"
+		run_again "serial.crashed$((run - 1)).log"
+		case $QRC in 134 | 135 | 139) ;; *) break ;; esac
+	done
 	;;
 *)
 	# The guest kernel dying in its own boot, before /init (ours) ran, is
@@ -334,16 +337,6 @@ case $QRC in
 esac
 set -e
 T2=$(date +%s.%N)
-CRASHED_IN_STEP=0
-case $QRC in
-134 | 135 | 139)
-	if [ -n "$CRASH_SKIP" ] && tr -d '\r' < "$LOG" | grep -qx "QEMU-STEP $CRASH_SKIP" &&
-		! tr -d '\r' < "$LOG" | grep -qx "QEMU-STEP $CRASH_SKIP done" &&
-		! cat "$LOG" "$WORK/serial.crashed.log" 2>/dev/null | tr -d '\r' | grep -qE '^(FAIL |QEMU-TEST .* FAIL )'; then
-		CRASHED_IN_STEP=1
-	fi
-	;;
-esac
 if [ -n "$TAILPID" ]; then
 	sleep 0.2
 	kill "$TAILPID" 2>/dev/null || true
@@ -388,14 +381,6 @@ if [ "$HOST_OK" -eq 1 ] && grep -q '^QEMU-RESULT PASS' "$LOG" && ! grep -q '^QEM
 		rm -f "$WORK"/*.img "$WORK/ivshmem.bin"
 	fi
 	exit 0
-fi
-if [ "$CRASHED_IN_STEP" -eq 1 ]; then
-	log "QEMU crashed in both runs inside the step $CRASH_SKIP, after every check before it passed"
-	log "(serial logs: $WORK/serial.crashed.log, $LOG)"
-	# a skip even under GPUNVME_QEMU_REQUIRED=1: that variable turns a
-	# missing QEMU or kernel into a failure, and here both were present
-	log "SKIP: QEMU's own defect in the step $CRASH_SKIP on this host (tests/qemu/README.md); not a verdict on the driver"
-	exit 77
 fi
 [ -n "$BOOT" ] || log "the guest never reached /init"
 log "FAIL; last 60 lines of $LOG:"
