@@ -167,6 +167,27 @@ def slow_model(tmp_path_factory):
     return make_image(tmp_path_factory.mktemp("slow"), {"/slow.safetensors": st}), data
 
 
+def interrupted(after_s, load):
+    """load() with Ctrl-C (SIGINT) after after_s seconds: it must raise
+    KeyboardInterrupt and return nothing (no partial result) -> seconds it
+    took"""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # what Ctrl-C raises
+    timer = threading.Timer(after_s, os.kill, (os.getpid(), signal.SIGINT))
+    got = "nothing"
+    try:
+        t0 = time.monotonic()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            got = load()
+        took = time.monotonic() - t0
+    finally:
+        timer.cancel()
+        timer.join()
+        signal.signal(signal.SIGINT, old)
+    assert got == "nothing"
+    return took
+
+
 def test_ctrl_c_stops_load_file(slow_model):
     img_uri, data = slow_model
     slow = img_uri + "?read_mbps=24"
@@ -176,19 +197,7 @@ def test_ctrl_c_stops_load_file(slow_model):
     assert full > 1.7, "the emulator did not slow the load (%.2f s): the test would prove nothing" % full
     assert raw(sd["t.7"]) == data["t.7"]
     del sd
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # what Ctrl-C raises
-    timer = threading.Timer(0.4, os.kill, (os.getpid(), signal.SIGINT))
-    got = "nothing"
-    try:
-        t0 = time.monotonic()
-        timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            got = gpunvme.load_file(slow, "/slow.safetensors", framework="numpy")
-        took = time.monotonic() - t0
-    finally:
-        timer.cancel()
-        signal.signal(signal.SIGINT, old)
-    assert got == "nothing"  # no partial result
+    took = interrupted(0.4, lambda: gpunvme.load_file(slow, "/slow.safetensors", framework="numpy"))
     # a step takes ~0.35 s here: stopped within two of them, not at the end
     assert took < 0.6 * full, "KeyboardInterrupt after %.2f s of a %.2f s load" % (took, full)
     # the volume and the library are fine afterwards
@@ -216,20 +225,7 @@ def test_ctrl_c_stops_replicas(slow_model):
         # each volume reads half at 24 MB/s, at the same time
         assert full > 0.8, "the emulator did not slow the load (%.2f s): the test would prove nothing" % full
         threads = threading.active_count()
-        old = signal.signal(signal.SIGINT, signal.default_int_handler)
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        got = "nothing"
-        try:
-            t0 = time.monotonic()
-            timer.start()
-            with pytest.raises(KeyboardInterrupt):
-                got = gpunvme._load_multi(ms, sel, devs, "size", 0, "np", False, "slow", None, None)
-            took = time.monotonic() - t0
-        finally:
-            timer.cancel()
-            timer.join()
-            signal.signal(signal.SIGINT, old)
-        assert got == "nothing"
+        took = interrupted(0.3, lambda: gpunvme._load_multi(ms, sel, devs, "size", 0, "np", False, "slow", None, None))
         assert took < 0.75 * full, "KeyboardInterrupt after %.2f s of a %.2f s load" % (took, full)
         assert threading.active_count() == threads, "a load thread outlived the call"
         # the volumes are fine afterwards
