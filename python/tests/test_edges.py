@@ -227,7 +227,7 @@ def test_ctrl_c_stops_replicas(slow_model):
         threads = threading.active_count()
         took = interrupted(0.3, lambda: gpunvme._load_multi(ms, sel, devs, "size", 0, "np", False, "slow", None, None))
         assert took < 0.75 * full, "KeyboardInterrupt after %.2f s of a %.2f s load" % (took, full)
-        assert threading.active_count() == threads, "a load thread outlived the call"
+        assert threading.active_count() == threads, "a thread outlived the call: %s" % [t.name for t in threading.enumerate()]
         # the volumes are fine afterwards
         sd = gpunvme._load_multi(ms, sel[:2], devs, "layers", 0, "np", False, "slow", None, None)
         assert raw(sd["t.0"]) == data["t.0"] and raw(sd["t.1"]) == data["t.1"]

@@ -137,26 +137,36 @@ def _load_together(groups, progress, desc):
             return
         errors = [None] * len(groups)
 
+        # each thread's end, as an Event: a Thread.join() that Ctrl-C
+        # interrupted marks the thread stopped while it still runs (CPython
+        # 3.11's bpo-45274 handling), so a second join would not wait
+        ended = [threading.Event() for _ in groups]
+
         def run(k):
             try:
                 one(k)
             except BaseException as e:  # raised below, in the caller's thread
                 errors[k] = e
                 stop.set()
+            finally:
+                ended[k].set()
 
         threads = [threading.Thread(target=run, args=(k,), name="gpunvme-load-%d" % k) for k in range(len(groups))]
         for t in threads:
             t.start()
         try:
-            for t in threads:
-                t.join()
+            for e in ended:
+                e.wait()
         except BaseException:
             # Ctrl-C in the caller: every volume's load stops at the end of
             # its step, and nothing is returned before they have
             stop.set()
+            for e in ended:
+                e.wait()
+            raise
+        finally:
             for t in threads:
                 t.join()
-            raise
         first = next((e for e in errors if e is not None and not isinstance(e, _Stopped)), None)
         if first is not None:
             raise first
