@@ -560,3 +560,59 @@ def test_matrix_every_cell(request):
     missing = [(e, v, t) for e in ENTRIES for v in VOLUMES for t in TIERS if (e, v, t) not in MATRIX]
     assert not missing, "cells without a result: %s" % missing[:5]
     assert not [k for k, r in MATRIX.items() if r[0] == "FAILED"]
+
+
+# ---- several devices on every kind of volume ---------------------------------------------------
+
+def _same_split(shards, infos, want, what):
+    """placement "split": each tensor's rows over the devices in order, or
+    the whole tensor on every device when it is too small to split"""
+    for info in infos:
+        parts = [raw(s[info.name]) for s in shards]
+        if gpunvme._split_rows(info, len(shards)) is None:
+            assert parts == [want[info.name]] * len(shards), "%s: %s is not whole on every device" % (what, info.name)
+        else:
+            assert b"".join(parts) == want[info.name], "%s: %s's rows differ from the source" % (what, info.name)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("volume", [v for v in VOLUMES if v != "QEMU vfio"])
+def test_several_devices(volumes, volume, tier):
+    """device=[...] with every placement, one volume and replicas (a volume
+    per device), the model file and the Hugging Face directory, every byte
+    compared. The CPU tier: CPU-tier loaders standing in for two GPUs, one
+    queue pair of 2 entries each (few free slots), loaded together. Tiers 1
+    and 2: two GPUs through the public API (the GPU machine)."""
+    v = volumes[volume]
+    cases = [(v.model, {n: t[2] for n, t in v.tensors.items()}), (v.pretrained, v.pretrained_data)]
+    if tier == "cpu":
+        devs = [(0, 0, "cpu0"), (0, 0, "cpu1")]
+        with gpunvme.Volume(v.uri) as a, gpunvme.Volume(v.uri) as b:
+            for path, want in cases:
+                ma, mb = a.open_model(path), b.open_model(path)
+                sel = list(gpunvme._index(ma).values())
+                for models, kind in ((ma, "one volume"), ([ma, mb], "replicas")):
+                    what = "%s, %s, %s" % (volume, path, kind)
+                    for placement in ("layers", "size"):
+                        sd = gpunvme._load_multi(models, sel, devs, placement, 0, "np", False, "m", 1, 2)
+                        same_dict(dict(sd), want, "%s, %s" % (what, placement), ordered=False)
+                    shards = gpunvme._load_multi(models, sel, devs, "split", 0, "np", False, "m", 1, 2)
+                    _same_split(shards, sel, want, what + ", split")
+        return
+    if not CUDA_PY or TORCH is None or gpunvme._gpunvme.cuda_device_count() < 2:
+        pytest.skip("needs two CUDA GPUs and torch (the GPU machine)")
+    t = 1 if tier == "tier1" else 2
+    devices = ["cuda:0", "cuda:1"]
+    for path, want in cases:
+        for uri, kind in ((v.uri, "one volume"), ([v.uri, v.uri], "replicas")):
+            what = "%s, %s, %s, %s" % (volume, path, kind, tier)
+            try:
+                sd = gpunvme.load_pretrained(uri, path, device=devices, tier=t, placement="layers")
+            except gpunvme.Error as e:
+                want_refusal = expect("load_pretrained", volume, tier)
+                assert want_refusal and re.search(want_refusal, str(e)), "%s: %s" % (what, e)
+                return
+            same_dict(dict(sd), want, what + ", layers", ordered=False)
+            shards = gpunvme.load_pretrained(uri, path, device=devices, tier=t, placement="split")
+            with gpunvme.Volume(v.uri) as a:
+                _same_split(shards, list(gpunvme._index(a.open_model(path)).values()), want, what + ", split")

@@ -478,22 +478,27 @@ static void poison_cb(void *arg, const struct gpunvme_cpl *cpl)
 
 /* A reset of a controller that answers deletes its I/O queues first (SQ,
  * then CQ: Linux's order), so the controller ends every command of theirs
- * before CC.EN = 0: here 8 reads held by a DROP fault. Two admin commands
- * more than the bring-up alone (Set Features, Create CQ, Create SQ); a
- * controller in fatal status gets none of them. */
+ * before CC.EN = 0: here 7 reads held by a DROP fault fill a queue of 8
+ * entries. Each ends with -EIO (its callback poisons its buffer), the
+ * buffers stay poisoned afterwards and the pages around them untouched.
+ * Two admin commands more than the bring-up alone (Set Features, Create
+ * CQ, Create SQ); a controller in fatal status gets none of them. */
 TEST_CASE(reset_deletes_queues_first)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 0);
 	REQUIRE(c);
 	struct gpunvme_emu *emu = gpunvme_ctrl_emu(c);
 	struct gpunvme_qpair *qp;
-	REQUIRE_OK(gpunvme_qpair_create(c, 16, &qp));
-	uint8_t *b = gpunvme_dma_alloc(c, 8 * 4096);
-	REQUIRE(b);
-	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_DROP, .sqid = GPUNVME_EMU_SQID_ANY, .count = 8 };
+	enum { N = 7 };
+	REQUIRE_OK(gpunvme_qpair_create(c, 8, &qp));
+	/* N pages of reads between two guard pages */
+	uint8_t *mem = gpunvme_dma_alloc(c, (N + 2) * 4096), *b = mem + 4096;
+	REQUIRE(mem);
+	memset(mem, 0x5c, (N + 2) * 4096);
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_DROP, .sqid = GPUNVME_EMU_SQID_ANY, .count = N };
 	REQUIRE_OK(gpunvme_emu_inject(emu, &f));
-	struct poison_wait w[8];
-	for (int i = 0; i < 8; i++) {
+	struct poison_wait w[N];
+	for (int i = 0; i < N; i++) {
 		w[i] = (struct poison_wait){ b + i * 4096, 4096, 0, false };
 		REQUIRE_OK(gpunvme_read(qp, 1, w[i].buf, (uint64_t)i, 1, poison_cb, &w[i]));
 	}
@@ -501,16 +506,25 @@ TEST_CASE(reset_deletes_queues_first)
 	struct gpunvme_emu_stats st;
 	do
 		gpunvme_emu_get_stats(emu, &st);
-	while (st.dropped < 8 && h_now_ms() < end);
-	REQUIRE(st.dropped == 8, "%llu of 8 reads held", (unsigned long long)st.dropped);
+	while (st.dropped < N && h_now_ms() < end);
+	REQUIRE(st.dropped == N, "%llu of %d reads held", (unsigned long long)st.dropped, N);
 	const uint64_t admin0 = st.admin_cmds;
 	REQUIRE_OK(gpunvme_reset(c));
 	gpunvme_emu_get_stats(emu, &st);
 	CHECK(st.admin_cmds - admin0 == 5, "%llu admin commands in the reset (Delete SQ, Delete CQ, then the "
 					   "bring-up's 3)",
 	      (unsigned long long)(st.admin_cmds - admin0));
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < N; i++)
 		CHECK(w[i].done && w[i].err == -EIO, "read %d: done %d err %d", i, w[i].done, w[i].err);
+	usleep(50000);
+	for (int i = 0; i < N + 2; i++) {
+		const uint8_t want = i == 0 || i == N + 1 ? 0x5c : 0xa5;
+		uint32_t o = 0;
+		while (o < 4096 && mem[(size_t)i * 4096 + o] == want)
+			o++;
+		CHECK(o == 4096, "page %d (%s) changed after the reset at byte %u", i,
+		      i == 0 || i == N + 1 ? "a guard" : "a failed read's", o);
+	}
 	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 0, 1, NULL));
 	/* a GPU queue ID whose queues are gone already (a GPU recovery
 	 * deletes its own before it resets): Invalid Queue Identifier for
