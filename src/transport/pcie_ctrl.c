@@ -90,14 +90,15 @@ static int bring_up(struct gpunvme_ctrl *c)
 /* Admin command: one at a time (admin_lock held by the caller), wait for
  * its completion with a timeout. Completions of other CIDs (late answers to
  * commands that timed out) are consumed and ignored. */
-static int admin_exec_locked(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, struct gpunvme_cqe *out)
+static int admin_exec_locked(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, struct gpunvme_cqe *out,
+			     uint32_t timeout_ms)
 {
 	struct gpunvme_ring *aq = &pcie_ctrl(c)->aq;
 	cmd->cid = pcie_ctrl(c)->acid++;
 	*gpunvme_ring_sqe(aq) = *cmd;
 	gpunvme_ring_sq_push(aq);
 	gpunvme_ring_sq_doorbell(aq);
-	uint64_t deadline = gpunvme_now_ns() + (uint64_t)c->opts.admin_timeout_ms * 1000000ull;
+	uint64_t deadline = gpunvme_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	for (uint32_t spins = 0;; spins++) {
 		uint32_t dw3;
 		if (gpunvme_ring_cq_peek(aq, &dw3)) {
@@ -122,7 +123,7 @@ static int admin_exec_locked(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, st
 			if (gpunvme_now_ns() > deadline)
 				return gpunvme_set_error(-ETIMEDOUT, "%s:%s: admin command %s timed out after %u ms",
 							 c->bus.ops->name, c->bus.addr, gpunvme_opcode_str(1, cmd->opc),
-							 c->opts.admin_timeout_ms);
+							 timeout_ms);
 		}
 		ctrl_relax(spins);
 	}
@@ -141,7 +142,7 @@ static int pcie_admin(struct gpunvme_ctrl *c, struct gpunvme_sqe *cmd, void *buf
 		cmd->prp1 = gpunvme_dma_iova(c, pc->abuf);
 		cmd->prp2 = 0; /* the bounce buffer is one page */
 	}
-	int rc = admin_exec_locked(c, cmd, cpl);
+	int rc = admin_exec_locked(c, cmd, cpl, c->opts.admin_timeout_ms);
 	if (!rc && len && dir != QP_DATA_H2C)
 		memcpy(buf, pc->abuf, len);
 	return rc;
@@ -257,9 +258,7 @@ static void delete_queues_first(struct gpunvme_ctrl *c)
 	uint32_t csts = pcie_rd32(c, GPUNVME_REG_CSTS);
 	if (csts == 0xffffffffu || (csts & GPUNVME_CSTS_CFS) || !(csts & GPUNVME_CSTS_RDY))
 		return;
-	const uint32_t keep = c->opts.admin_timeout_ms;
-	if (c->opts.admin_timeout_ms > RESET_DELETE_MS)
-		c->opts.admin_timeout_ms = RESET_DELETE_MS;
+	const uint32_t timeout_ms = c->opts.admin_timeout_ms < RESET_DELETE_MS ? c->opts.admin_timeout_ms : RESET_DELETE_MS;
 	bool ok = true;
 	for (int pass = 0; pass < 2 && ok; pass++) {
 		for (uint32_t q = 1; ok && q <= c->nr_io_queues; q++) {
@@ -267,11 +266,10 @@ static void delete_queues_first(struct gpunvme_ctrl *c)
 				continue;
 			struct gpunvme_sqe cmd = { .opc = pass ? GPUNVME_ADM_DELETE_CQ : GPUNVME_ADM_DELETE_SQ };
 			cmd.queue.qid = (uint16_t)q;
-			const int rc = admin_exec_locked(c, &cmd, NULL);
+			const int rc = admin_exec_locked(c, &cmd, NULL, timeout_ms);
 			ok = rc != -ETIMEDOUT && rc != -ENODEV;
 		}
 	}
-	c->opts.admin_timeout_ms = keep;
 }
 
 /* Reset, first half: CC.EN = 0, and bus mastering off too, until the
