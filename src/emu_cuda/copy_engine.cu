@@ -62,7 +62,8 @@ struct emu_lanes {
 	bool lane_timeout_said;          /* a lane copy timed out: said once on stderr */
 	/* lane l's ring: its share of stage_mem (pinned, cudaHostAlloc;
 	 * NULL: none could be had), its fences' events */
-	uint8_t *stage_mem;
+	uint8_t *stage_mem;  /* published with release once the rings are set (stage_alloc) */
+	pthread_mutex_t stage_lock; /* one stage_alloc at a time (engine_map's threads) */
 	struct stage_ring ring[MAX_LANES];
 	cudaEvent_t fence_ev[MAX_LANES][STAGE_RING_FENCES];
 	/* The emulator's DMA process (dma_proto.h), NULL: copies stay here.
@@ -170,6 +171,12 @@ static int ring_wait(void *ctx, unsigned lane, unsigned k)
 
 static const struct stage_ring_ops ring_ops = { ring_copy, ring_fence, ring_wait };
 
+/* The staging memory once stage_alloc has published it, else NULL */
+static uint8_t *stage_of(struct emu_lanes *g)
+{
+	return __atomic_load_n(&g->stage_mem, __ATOMIC_ACQUIRE);
+}
+
 /* len bytes from host to GPU memory through the lane's staging ring, a
  * piece at a time, queued by the ring (stage_ring.h) by the lane's sync at
  * the latest, as copy() allows. The bytes come from file fd at off where
@@ -231,9 +238,24 @@ static int lane_copy_src(struct emu_lanes *g, unsigned lane, uint64_t dev, void 
 	if (g->edma && why[0])
 		say_inproc(why);
 	g->inproc_pending[lane] = true;
-	if (to_gpu && g->stage_mem && !pinned_has(host, len)) {
+	if (to_gpu && stage_of(g) && !pinned_has(host, len)) {
 		int rc = lane_read_staged(g, lane, dev, (const uint8_t *)host, fd, off, len);
 		lane_trace("staged copy", lane, len, t0);
+		return rc;
+	}
+	if (to_gpu && fd >= 0) {
+		/* no staging here (the DMA process refused this allocation
+		 * after its map was sent, and this thread may not allocate
+		 * pinned memory, stage_alloc says why): still pread, never the
+		 * mapping, through a bounce the copy is done with on return
+		 * (a copy from pageable memory stages it before returning) */
+		uint8_t *tmp = (uint8_t *)malloc(len);
+		int rc = tmp ? gpunvme_pread_all(fd, tmp, len, off) : -ENOMEM;
+		if (!rc && cudaMemcpyAsync((void *)dev, tmp, len, cudaMemcpyHostToDevice, g->lane_stream[lane]) !=
+				   cudaSuccess)
+			rc = -EIO;
+		free(tmp);
+		lane_trace("bounced copy", lane, len, t0);
 		return rc;
 	}
 	cudaError_t e = to_gpu ? cudaMemcpyAsync((void *)dev, host, len, cudaMemcpyHostToDevice, g->lane_stream[lane])
@@ -278,7 +300,7 @@ static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_co
 		 * and the rest one by one */
 		bool pageable = false;
 		for (unsigned i = 0; i < k && !pageable; i++)
-			pageable = v[i].to_gpu && g->stage_mem && !pinned_has(v[i].host, v[i].len);
+			pageable = v[i].to_gpu && stage_of(g) && !pinned_has(v[i].host, v[i].len);
 		if (pageable)
 			break;
 		void *dst[LANE_BATCH];
@@ -348,11 +370,12 @@ static int lane_sync(void *ctx, unsigned lane)
 		return 0;
 	g->inproc_pending[lane] = false;
 	/* the staged run too: the completions wait for its bytes */
-	if (g->stage_mem && stage_ring_flush(&g->ring[lane]))
+	const bool staged = stage_of(g);
+	if (staged && stage_ring_flush(&g->ring[lane]))
 		return -EIO;
 	cudaError_t e = gpunvme_stream_wait(g->lane_stream[lane], GPUNVME_STREAM_WAIT_NS);
 	lane_trace("sync", lane, 0, t0);
-	if (e == cudaSuccess && g->stage_mem)
+	if (e == cudaSuccess && staged)
 		stage_ring_idle(&g->ring[lane]);
 	if (e == cudaErrorNotReady) {
 		/* the commands fail with a data transfer error; say why once */
@@ -396,7 +419,7 @@ static void stage_alloc(struct emu_lanes *g)
 		cudaGetLastError();
 		return;
 	}
-	g->stage_mem = (uint8_t *)mem;
+	uint8_t *stage = (uint8_t *)mem;
 	/* Runs of up to 1 MiB, one fence each (a quarter of the ring at most,
 	 * so that four fences cover it): 22 GB/s against 17 piece by piece on
 	 * the H200 (bench/results/emu-file-2026-11-28), as in the DMA process
@@ -404,14 +427,19 @@ static void stage_alloc(struct emu_lanes *g)
 	const size_t merge = emu_stage_merge_bytes(per / 4, 1u << 20);
 	bool ok = true;
 	for (unsigned l = 0; l < g->lanes; l++) {
-		stage_ring_init(&g->ring[l], &ring_ops, g, l, g->stage_mem + (size_t)l * per, per, STAGE_PIECE_MAX, merge);
+		stage_ring_init(&g->ring[l], &ring_ops, g, l, stage + (size_t)l * per, per, STAGE_PIECE_MAX, merge);
 		for (unsigned k = 0; ok && k < STAGE_RING_FENCES; k++)
 			ok = cudaEventCreateWithFlags(&g->fence_ev[l][k], cudaEventDisableTiming) == cudaSuccess;
 	}
 	if (!ok) {
 		cudaGetLastError();
+		g->stage_mem = stage;
 		stage_free(g);
+		return;
 	}
+	/* pairs with the lanes' acquire (stage_of): the rings and events are
+	 * set before a lane sees the memory */
+	__atomic_store_n(&g->stage_mem, stage, __ATOMIC_RELEASE);
 }
 
 /*
@@ -444,7 +472,7 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 		g->lanes = MAX_LANES;
 	for (unsigned i = 0; i < g->lanes; i++)
 		cudaStreamCreateWithFlags(&g->lane_stream[i], cudaStreamNonBlocking);
-	stage_alloc(g);
+	pthread_mutex_init(&g->stage_lock, NULL);
 	if (want_process()) {
 		char why[200];
 		g->edma = edma_get(why, sizeof(why));
@@ -453,6 +481,11 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 		if (!g->edma)
 			say_inproc(why);
 	}
+	/* With the DMA process the copies use its staging; this engine's own
+	 * (32 MiB pinned, then freed, on every queue set) is made when a map
+	 * is refused and its copies stay here (engine_map) */
+	if (!g->edma)
+		stage_alloc(g);
 	g->ops.copy = lane_copy;
 	g->ops.sync = lane_sync;
 	g->ops.ctx = g;
@@ -529,6 +562,7 @@ static void engine_detach(void *engine)
 	if (g->edma)
 		edma_close(g->edma, g->edma_first, g->lanes);
 	stage_free(g);
+	pthread_mutex_destroy(&g->stage_lock);
 	free(g);
 }
 
@@ -599,6 +633,12 @@ static int engine_map(void *engine, uint64_t addr, size_t len)
 	char why[200];
 	if (edma_map(g->edma, addr, len, why, sizeof(why)) == 0)
 		return 1;
+	/* its copies stay here: this thread (the application's) makes the
+	 * staging they go through, once */
+	pthread_mutex_lock(&g->stage_lock);
+	if (!stage_of(g))
+		stage_alloc(g);
+	pthread_mutex_unlock(&g->stage_lock);
 	char what[300];
 	snprintf(what, sizeof(what), "GPU memory at 0x%llx cannot be shared with the emulator's DMA process: %s",
 		 (unsigned long long)addr, why);
