@@ -390,3 +390,25 @@ def test_partitioned_disk_ambiguous(tmp_path):
     assert "--partition" in e.value.strerror or "partition" in e.value.strerror
     with gpunvme.Volume(disk, partition=1) as v:
         assert gpunvme.load_file(v, "/q.safetensors", framework="numpy")["q.w"].tobytes() == data["q.w"]
+
+
+def test_load_profile_lines(models):
+    """GPUNVME_LOAD_PROFILE=1: a line per selection after each load, with its
+    runs, steps and the host's time queueing and waiting; none without it
+    (read once per process: a child each)"""
+    import subprocess
+    import sys
+    code = ("import gpunvme; sd = gpunvme.load_file(%r, '/m/big.safetensors', framework='numpy'); "
+            "print(len(sd))" % models.uri)
+    for env, want in (({"GPUNVME_LOAD_PROFILE": "1"}, True), ({"GPUNVME_LOAD_PROFILE": "0"}, False), ({}, False)):
+        e = {k: v for k, v in os.environ.items() if k != "GPUNVME_LOAD_PROFILE"}
+        e.update(env)
+        p = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        lines = [ln for ln in p.stderr.splitlines() if ln.startswith("gpunvme load profile:")]
+        if not want:
+            assert not lines, (env, p.stderr)
+            continue
+        assert len(lines) == 1, p.stderr
+        assert "/m/big.safetensors, tier 0 device 0:" in lines[0]
+        assert " runs, " in lines[0] and " steps, " in lines[0] and "queueing " in lines[0] and "waiting " in lines[0]

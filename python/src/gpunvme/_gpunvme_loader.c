@@ -372,7 +372,23 @@ struct load_job {
 	bool queued;              /* reads queued on its loader's stream, not waited for */
 	int rc;
 	char err[LASTERR_LEN];
+	/* GPUNVME_LOAD_PROFILE=1: the host's time queueing this job's reads
+	 * and waiting for them, its steps and pieces (load_jobs prints them) */
+	uint64_t queue_ns, wait_ns, steps, pieces;
 };
+
+/* GPUNVME_LOAD_PROFILE=1: after every load, a line per selection on
+ * stderr: where the host's time went (did queueing one GPU's reads wait for
+ * them, so that the next GPU's were queued only after?) */
+static bool load_profile(void)
+{
+	static int on = -1; /* read once, under the GIL */
+	if (on < 0) {
+		const char *e = getenv("GPUNVME_LOAD_PROFILE");
+		on = e && *e && strcmp(e, "0") != 0;
+	}
+	return on;
+}
 
 /* About `budget` bytes of j's runs from its position on: queued on the
  * loader's stream (GPU tiers, async) or read at once (the CPU tier, or a
@@ -398,6 +414,7 @@ static int step_pieces(struct load_job *j, uint64_t budget, bool async)
 			rc = async ? gpunvme_load_layer_async(ld->l, r->off + j->p.o, n, r->dst + j->p.o, NULL, NULL)
 				   : gpunvme_load_layer(ld->l, r->off + j->p.o, n, r->dst + j->p.o, &status);
 			j->queued |= async && !rc;
+			j->pieces++;
 		}
 		j->got += n;
 		if ((j->p.o += n) == r->len) {
@@ -430,8 +447,11 @@ static void load_step_many(struct load_job *jobs, size_t n, uint64_t budget)
 		if (j->rc || j->p.k >= j->bu->b->n_runs)
 			continue;
 		Loader *ld = j->bu->loader;
+		const uint64_t t0 = now_ns();
 		if (!(j->rc = gnpy_use_device(ld->tier, ld->device, j->err)))
 			j->rc = step_pieces(j, budget, ld->tier != GPUNVME_TIER_CPU);
+		j->queue_ns += now_ns() - t0;
+		j->steps++;
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct load_job *j = &jobs[i];
@@ -451,7 +471,9 @@ static void load_step_many(struct load_job *jobs, size_t n, uint64_t budget)
 			}
 			continue;
 		}
+		const uint64_t t0 = now_ns();
 		int rc2 = gpunvme_layer_loader_wait(ld->l, &status);
+		j->wait_ns += now_ns() - t0;
 		if (!j->rc && (rc2 == -ETIMEDOUT || rc2 == -EIO)) {
 			j->p = j->start;
 			j->got = 0;
@@ -534,6 +556,15 @@ static PyObject *load_jobs(struct load_job *jobs, size_t n, PyObject *cb)
 			next = 8.0 * (double)budget;
 		budget = next > (double)LOAD_STEP_MAX ? LOAD_STEP_MAX
 			 : next < (double)LOAD_STEP_MIN ? LOAD_STEP_MIN : (uint64_t)next;
+	}
+	for (size_t i = 0; load_profile() && i < n; i++) {
+		const struct load_job *j = &jobs[i];
+		fprintf(stderr,
+			"gpunvme load profile: %s, tier %d device %d: %zu runs, %llu bytes, %llu steps, %llu pieces; "
+			"queueing %.4f s, waiting %.4f s\n",
+			j->bu->loader->model->path, j->bu->loader->tier, j->bu->loader->device, j->bu->b->n_runs,
+			(unsigned long long)j->bu->b->run_bytes, (unsigned long long)j->steps,
+			(unsigned long long)j->pieces, (double)j->queue_ns / 1e9, (double)j->wait_ns / 1e9);
 	}
 	for (size_t i = 0; i < n; i++) {
 		/* a Loader listed twice (two selections of it) ends once */
