@@ -483,6 +483,18 @@ static void poison_cb(void *arg, const struct gpunvme_cpl *cpl)
  * buffers stay poisoned afterwards and the pages around them untouched.
  * Two admin commands more than the bring-up alone (Set Features, Create
  * CQ, Create SQ); a controller in fatal status gets none of them. */
+/* gpunvme_reset, and the admin commands the emulator saw during it */
+static int reset_counting(struct gpunvme_ctrl *c, struct gpunvme_emu *emu, uint64_t *n)
+{
+	struct gpunvme_emu_stats st;
+	gpunvme_emu_get_stats(emu, &st);
+	const uint64_t before = st.admin_cmds;
+	int rc = gpunvme_reset(c);
+	gpunvme_emu_get_stats(emu, &st);
+	*n = st.admin_cmds - before;
+	return rc;
+}
+
 TEST_CASE(reset_deletes_queues_first)
 {
 	struct gpunvme_ctrl *c = open_or_null("emu:ram:4M", 0);
@@ -508,12 +520,10 @@ TEST_CASE(reset_deletes_queues_first)
 		gpunvme_emu_get_stats(emu, &st);
 	while (st.dropped < N && h_now_ms() < end);
 	REQUIRE(st.dropped == N, "%llu of %d reads held", (unsigned long long)st.dropped, N);
-	const uint64_t admin0 = st.admin_cmds;
-	REQUIRE_OK(gpunvme_reset(c));
-	gpunvme_emu_get_stats(emu, &st);
-	CHECK(st.admin_cmds - admin0 == 5, "%llu admin commands in the reset (Delete SQ, Delete CQ, then the "
-					   "bring-up's 3)",
-	      (unsigned long long)(st.admin_cmds - admin0));
+	uint64_t n = 0;
+	REQUIRE_OK(reset_counting(c, emu, &n));
+	CHECK(n == 5, "%llu admin commands in the reset (Delete SQ, Delete CQ, then the bring-up's 3)",
+	      (unsigned long long)n);
 	for (int i = 0; i < N; i++)
 		CHECK(w[i].done && w[i].err == -EIO, "read %d: done %d err %d", i, w[i].done, w[i].err);
 	usleep(50000);
@@ -531,23 +541,15 @@ TEST_CASE(reset_deletes_queues_first)
 	 * both, and the queue pair's are still deleted after it */
 	uint16_t gq;
 	REQUIRE_OK(gpunvme_ctrl_reserve_qid(c, &gq));
-	gpunvme_emu_get_stats(emu, &st);
-	const uint64_t admin2 = st.admin_cmds;
-	REQUIRE_OK(gpunvme_reset(c));
-	gpunvme_emu_get_stats(emu, &st);
-	CHECK(st.admin_cmds - admin2 == 7, "%llu admin commands in the reset with a queue ID already deleted",
-	      (unsigned long long)(st.admin_cmds - admin2));
+	REQUIRE_OK(reset_counting(c, emu, &n));
+	CHECK(n == 7, "%llu admin commands in the reset with a queue ID already deleted", (unsigned long long)n);
 	gpunvme_ctrl_release_qid(c, gq);
 	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 0, 1, NULL));
 	/* fatal status: nothing is asked of it before CC.EN = 0 */
 	struct gpunvme_emu_fault cfs = { .kind = GPUNVME_EMU_FAULT_CFS };
 	REQUIRE_OK(gpunvme_emu_inject(emu, &cfs));
-	gpunvme_emu_get_stats(emu, &st);
-	const uint64_t admin1 = st.admin_cmds;
-	REQUIRE_OK(gpunvme_reset(c));
-	gpunvme_emu_get_stats(emu, &st);
-	CHECK(st.admin_cmds - admin1 == 3, "%llu admin commands in the reset of a controller in fatal status",
-	      (unsigned long long)(st.admin_cmds - admin1));
+	REQUIRE_OK(reset_counting(c, emu, &n));
+	CHECK(n == 3, "%llu admin commands in the reset of a controller in fatal status", (unsigned long long)n);
 	REQUIRE_OK(gpunvme_read_sync(qp, 1, b, 0, 1, NULL));
 	gpunvme_qpair_destroy(qp);
 	gpunvme_close(c);
