@@ -370,6 +370,8 @@ struct load_job {
 	struct load_pos p, start; /* where it is; where its step began */
 	uint64_t got;             /* bytes of this step */
 	bool queued;              /* reads queued on its loader's stream, not waited for */
+	bool waited;              /* this step's wait done, its result in wrc */
+	int wrc;
 	int rc;
 	char err[LASTERR_LEN];
 	/* GPUNVME_LOAD_PROFILE=1: the host's time queueing this job's reads
@@ -444,6 +446,7 @@ static void load_step_many(struct load_job *jobs, size_t n, uint64_t budget)
 		j->start = j->p;
 		j->got = 0;
 		j->queued = false;
+		j->waited = false;
 		if (j->rc || j->p.k >= j->bu->b->n_runs)
 			continue;
 		Loader *ld = j->bu->loader;
@@ -471,9 +474,20 @@ static void load_step_many(struct load_job *jobs, size_t n, uint64_t budget)
 			}
 			continue;
 		}
+		/* One wait per loader: it takes the status of every read queued
+		 * on it this step. A job whose loader an earlier job waited for
+		 * (two selections of one Loader) takes that result: a failure
+		 * there may be this job's reads', so it does its step again too
+		 * (a second wait would find the status taken and report
+		 * success). */
+		size_t k = 0;
+		while (k < i && !(jobs[k].waited && jobs[k].bu->loader->l == ld->l))
+			k++;
 		const uint64_t t0 = now_ns();
-		int rc2 = gpunvme_layer_loader_wait(ld->l, &status);
+		int rc2 = k < i ? jobs[k].wrc : gpunvme_layer_loader_wait(ld->l, &status);
 		j->wait_ns += now_ns() - t0;
+		j->waited = true;
+		j->wrc = rc2;
 		if (!j->rc && (rc2 == -ETIMEDOUT || rc2 == -EIO)) {
 			j->p = j->start;
 			j->got = 0;
