@@ -101,6 +101,16 @@ int gpunvme_layer_loader_init_volume(struct gpunvme_volume *v, const struct gpun
 				     uint64_t file_size, const struct gpunvme_loader_opts *opts,
 				     struct gpunvme_layer_loader **out);
 void gpunvme_layer_loader_destroy(struct gpunvme_layer_loader *l);
+/*
+ * Point the loader at another file of the same namespace (or md array):
+ * its extents (copied, checked as init checks them) and size. Its queues,
+ * bounce buffer and memory stay, so a caller that reads several files in
+ * turn (a checkpoint's shards) sets a loader up once. Loads already queued
+ * keep the file they were queued for (their commands are built); loads
+ * from here on read the new one. On an error the loader keeps its file.
+ */
+int gpunvme_layer_loader_retarget(struct gpunvme_layer_loader *l, const struct gpunvme_extent *ext, size_t n,
+				  uint64_t file_size);
 enum gpunvme_tier gpunvme_layer_loader_tier(const struct gpunvme_layer_loader *l);
 /* Give the loader's I/O queues back to the controller (no load may be in
  * flight); the next load takes them again. For a controller that granted

@@ -64,6 +64,7 @@ struct gpunvme_layer_loader {
 	 * each reading its own chunks; this one only fans out */
 	struct gpunvme_layer_loader **mem;
 	uint32_t nmem;
+	const struct gpunvme_md *md; /* the array, for retargeting (not owned) */
 };
 
 void gpunvme_loader_opts_init(struct gpunvme_loader_opts *o)
@@ -253,6 +254,53 @@ void gpunvme_layer_loader_destroy(struct gpunvme_layer_loader *l)
 		gpunvme_dma_free(l->c, l->bounce);
 	free(l->ext);
 	free(l);
+}
+
+int gpunvme_layer_loader_retarget(struct gpunvme_layer_loader *l, const struct gpunvme_extent *ext, size_t n,
+				  uint64_t file_size)
+{
+	if (!l || (n && !ext))
+		return gpunvme_set_error(-EINVAL, "loader retarget: bad arguments");
+	if (l->mem) {
+		/* every member's new extents first, then all swapped: a
+		 * member that cannot take them leaves the array on its file */
+		struct gpunvme_extent **me = calloc(l->nmem, sizeof(*me));
+		size_t *nme = calloc(l->nmem, sizeof(*nme));
+		int rc = me && nme ? 0 : gpunvme_set_error(-ENOMEM, "out of memory");
+		for (uint32_t k = 0; k < l->nmem && !rc; k++) {
+			struct gpunvme_ns_info ni;
+			rc = gpunvme_md_member_extents(l->md, ext, n, file_size, k, &me[k], &nme[k]);
+			if (!rc && !(rc = gpunvme_ns_info(l->mem[k]->c, l->mem[k]->nsid, &ni)))
+				rc = check_extents(me[k], nme[k], ni.nsze << ni.lba_shift);
+		}
+		for (uint32_t k = 0; k < l->nmem && !rc; k++) {
+			free(l->mem[k]->ext);
+			l->mem[k]->ext = me[k] ? me[k] : malloc(sizeof(*ext));
+			me[k] = NULL;
+			l->mem[k]->n_ext = nme[k];
+			l->mem[k]->file_size = file_size;
+		}
+		for (uint32_t k = 0; me && k < l->nmem; k++)
+			free(me[k]);
+		free(me);
+		free(nme);
+		if (!rc)
+			l->file_size = file_size;
+		return rc;
+	}
+	int rc = check_extents(ext, n, l->nsze << l->lba_shift);
+	if (rc)
+		return rc;
+	struct gpunvme_extent *copy = malloc((n ? n : 1) * sizeof(*ext));
+	if (!copy)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	if (n)
+		memcpy(copy, ext, n * sizeof(*ext));
+	free(l->ext);
+	l->ext = copy;
+	l->n_ext = n;
+	l->file_size = file_size;
+	return 0;
 }
 
 int gpunvme_layer_loader_release_queues(struct gpunvme_layer_loader *l)
@@ -1092,6 +1140,7 @@ int gpunvme_layer_loader_init_md(struct gpunvme_ctrl *const *ctrls, const uint32
 		return rc;
 	}
 	l->gpu = l->mem[0]->gpu;
+	l->md = md;
 	*out = l;
 	return 0;
 }

@@ -431,6 +431,81 @@ TEST_CASE(model_load)
 
 int main(int argc, char **argv) { return check_main(argc, argv); }
 
+/* Loads of `rounds` random ranges of L into loader memory (placed for the
+ * range) and heap memory (staged), every byte compared */
+static int load_some(struct gpunvme_layer_loader *l, const struct layout *L, uint64_t seed, int rounds,
+		     const char *what)
+{
+	uint8_t *heap = malloc(L->size + 8);
+	REQUIRE(heap);
+	for (int r = 0; r < rounds; r++) {
+		const uint64_t off = rng(&seed) % L->size, len = 1 + rng(&seed) % (L->size - off);
+		uint8_t *mem = r % 2 ? gpunvme_layer_loader_alloc(l, off, len) : NULL;
+		uint8_t *dst = mem ? mem : heap + r % 8;
+		REQUIRE(dst);
+		memset(dst, 0xa5, len);
+		REQUIRE_OK(gpunvme_load_layer(l, off, len, dst, NULL));
+		REQUIRE(!memcmp(dst, L->ref + off, len), "%s: load %llu+%llu", what, (unsigned long long)off,
+			(unsigned long long)len);
+		gpunvme_layer_loader_free(l, mem);
+	}
+	free(heap);
+	return 0;
+}
+
+/* One loader pointed at one file, then another, then back: every load
+ * reads the file it is pointed at; a file it cannot take leaves it on the
+ * one it had; memory allocated before a retarget serves after it. */
+TEST_CASE(retarget)
+{
+	size_t ns_len;
+	uint8_t *ns;
+	struct gpunvme_ctrl *c = open_filled("emu:ram:32M?lbads=9&workers=2", 3, &ns, &ns_len);
+	REQUIRE(c);
+	struct layout A, B;
+	make_layout(&A, ns, ns_len, 3 * 1024 * 1024 + 12345, 7);
+	make_layout(&B, ns, ns_len, 1024 * 1024 + 4321, 19);
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.queues = 2;
+	o.depth = 32;
+	struct gpunvme_layer_loader *l = NULL;
+	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, A.ext, A.n, A.size, &o, &l));
+	uint8_t *kept = gpunvme_layer_loader_alloc(l, 0, B.size);
+	REQUIRE(kept);
+	if (load_some(l, &A, 1, 12, "file A"))
+		return 1;
+	REQUIRE_OK(gpunvme_layer_loader_retarget(l, B.ext, B.n, B.size));
+	if (load_some(l, &B, 2, 12, "file B"))
+		return 1;
+	REQUIRE_OK(gpunvme_load_layer(l, 0, B.size, kept, NULL));
+	REQUIRE(!memcmp(kept, B.ref, B.size), "memory allocated before the retarget");
+	/* B's size is the limit now */
+	uint8_t one;
+	REQUIRE_EQ(gpunvme_load_layer(l, B.size, 1, &one, NULL), -ERANGE);
+	REQUIRE(strstr(gpunvme_last_error(), "past the end of the file"));
+	/* files it cannot take: it stays on B */
+	struct gpunvme_extent past = { 0, ns_len - 4096, 8192, 0 };
+	REQUIRE_EQ(gpunvme_layer_loader_retarget(l, &past, 1, 8192), -ERANGE);
+	REQUIRE(strstr(gpunvme_last_error(), "past the end of the namespace"));
+	struct gpunvme_extent unsorted[2] = { { 8192, 0, 4096, 0 }, { 0, 8192, 4096, 0 } };
+	REQUIRE_EQ(gpunvme_layer_loader_retarget(l, unsorted, 2, 12288), -EINVAL);
+	REQUIRE(strstr(gpunvme_last_error(), "not sorted"));
+	REQUIRE_EQ(gpunvme_layer_loader_retarget(NULL, B.ext, B.n, B.size), -EINVAL);
+	REQUIRE_EQ(gpunvme_layer_loader_retarget(l, NULL, 2, B.size), -EINVAL);
+	if (load_some(l, &B, 3, 6, "file B after refused retargets"))
+		return 1;
+	REQUIRE_OK(gpunvme_layer_loader_retarget(l, A.ext, A.n, A.size));
+	if (load_some(l, &A, 4, 12, "file A again"))
+		return 1;
+	gpunvme_layer_loader_free(l, kept);
+	gpunvme_layer_loader_destroy(l);
+	free(A.ref);
+	free(B.ref);
+	gpunvme_close(c);
+	return 0;
+}
+
 /* Where model_load puts a run (src/loader/model_internal.h): a file offset
  * that is dword aligned starts on a 256-byte boundary, as torch places a
  * tensor (cuBLAS picks kernels by alignment); any other stays congruent to
