@@ -142,7 +142,7 @@ def test_split_one_selection_per_device(model, monkeypatch):
     real = gpunvme._gpunvme.Loader
 
     class Counting:
-        def __init__(self, *a):
+        def __init__(self, *a, **kw):
             self.ld = real(*a)
 
         def select_parts(self, parts, gap=None):

@@ -144,6 +144,8 @@ typedef struct {
 	size_t n_ext;
 	uint64_t size;                /* bytes of the file (or set's address space) */
 	char *path;
+	uint64_t uid;                 /* this Model's number in the process, never reused (a
+	                                 shared loader's file: _gpunvme_loader.c) */
 } Model;
 
 extern PyTypeObject gnpy_ModelType;

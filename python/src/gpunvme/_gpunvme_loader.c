@@ -20,12 +20,24 @@
 
 /* ---- Loader -------------------------------------------------------------------- */
 
+/* A layer loader and its queues, shared by the Loaders of one volume's
+ * files read in turn (Loader(..., share=)): pointed at a Loader's file
+ * before each of its loads (gpunvme_layer_loader_retarget), so that
+ * load_file of a checkpoint's shards one by one sets up queues once. */
+struct loader_core {
+	struct gpunvme_layer_loader *l;
+	uint64_t target; /* the uid of the Model whose file l reads (volume lock) */
+	Py_ssize_t refs; /* Loaders sharing it (GIL) */
+	unsigned queues, depth; /* as asked (0: fitted), for share= */
+};
+
 typedef struct {
 	PyObject_HEAD
 	Model *model;
-	struct gpunvme_layer_loader *l;
+	struct loader_core *core;
 	int tier;
 	int device;        /* CUDA device of the GPU tiers */
+	PyObject *weakrefs;
 } Loader;
 
 static pthread_mutex_t *loader_lock(Loader *ld)
@@ -33,20 +45,52 @@ static pthread_mutex_t *loader_lock(Loader *ld)
 	return &ld->model->vol->lock;
 }
 
-/* Loader(model, tier, device=0, queues=0, depth=0): 0 = fit to the
- * controller (gpunvme_loader_opts) */
+/* The shared loader pointed at ld's file (volume lock held) */
+static int loader_aim(Loader *ld, char *err)
+{
+	struct loader_core *k = ld->core;
+	if (k->target == ld->model->uid)
+		return 0;
+	int rc = gpunvme_layer_loader_retarget(k->l, ld->model->ext, ld->model->n_ext, ld->model->size);
+	if (rc)
+		snprintf(err, LASTERR_LEN, "%s: %s", ld->model->path, gpunvme_last_error());
+	else
+		k->target = ld->model->uid;
+	return rc;
+}
+
+/* share=: a Loader whose loader (queues, bounce buffer, memory) this one
+ * takes over for its own file, when it asked for the same volume, tier,
+ * device and queues; else None (a loader of its own) */
+static struct loader_core *shared_core(PyObject *share, const Model *mo, int tier, int device, unsigned queues,
+				       unsigned depth)
+{
+	if (!share || share == Py_None || !PyObject_TypeCheck(share, &gnpy_LoaderType))
+		return NULL;
+	const Loader *o = (const Loader *)share;
+	if (!o->core || o->model->vol != mo->vol || o->device != device || o->core->queues != queues ||
+	    o->core->depth != depth || (tier != GPUNVME_TIER_AUTO && tier != o->tier))
+		return NULL;
+	return o->core;
+}
+
+/* Loader(model, tier, device=0, queues=0, depth=0, share=None): 0 = fit to
+ * the controller (gpunvme_loader_opts) */
 static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "model", "tier", "device", "queues", "depth", NULL };
+	static char *kwlist[] = { "model", "tier", "device", "queues", "depth", "share", NULL };
 	Model *mo;
 	int tier, device = 0;
 	unsigned int queues = 0, depth = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!i|iII", kwlist, &gnpy_ModelType, &mo, &tier, &device, &queues,
-					 &depth))
+	PyObject *share = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!i|iIIO", kwlist, &gnpy_ModelType, &mo, &tier, &device, &queues,
+					 &depth, &share))
 		return NULL;
 	if (tier < GPUNVME_TIER_AUTO || tier > 2)
 		return gnpy_raise_err(EINVAL, "tier %d: expected -1 (auto: the tier policy), 0 (CPU), 1 (pinned host memory) "
 				      "or 2 (GPU memory)", tier);
+	if (share != Py_None && !PyObject_TypeCheck(share, &gnpy_LoaderType))
+		return PyErr_Format(PyExc_TypeError, "Loader: share= takes a Loader or None, not %s", Py_TYPE(share)->tp_name);
 	if (gnpy_vol_usable(mo->vol))
 		return NULL;
 	if (gnpy_tier_built(tier))
@@ -58,6 +102,23 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	ld->model = mo;
 	ld->tier = tier;
 	ld->device = device;
+	struct loader_core *k = shared_core(share, mo, tier, device, queues, depth);
+	if (k) {
+		/* pointed at this Loader's file at its first load */
+		k->refs++;
+		ld->core = k;
+		ld->tier = ((Loader *)share)->tier;
+		return (PyObject *)ld;
+	}
+	if (!(k = calloc(1, sizeof(*k)))) {
+		Py_DECREF(ld);
+		return PyErr_NoMemory();
+	}
+	k->refs = 1;
+	k->queues = queues;
+	k->depth = depth;
+	k->target = mo->uid;
+	ld->core = k;
 	Volume *v = mo->vol;
 	char err[LASTERR_LEN];
 	int rc = 0;
@@ -71,13 +132,13 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	rc = gnpy_gpu_prepare(tier, device, &o.gpu, err);
 	if (!rc) {
 		/* an array: one loader per member, each on its own controller */
-		rc = gpunvme_layer_loader_init_volume(v->vol, mo->ext, mo->n_ext, mo->size, &o, &ld->l);
+		rc = gpunvme_layer_loader_init_volume(v->vol, mo->ext, mo->n_ext, mo->size, &o, &k->l);
 		if (rc)
 			snprintf(err, LASTERR_LEN, "%s: layer loader (tier %d): %s", mo->path, tier, gpunvme_last_error());
 		/* the CPU tier takes its queues again at its next load: idle
 		 * loaders (a safe_open between reads) leave them to others */
-		else if ((ld->tier = (int)gpunvme_layer_loader_tier(ld->l)) == GPUNVME_TIER_CPU)
-			gpunvme_layer_loader_release_queues(ld->l);
+		else if ((ld->tier = (int)gpunvme_layer_loader_tier(k->l)) == GPUNVME_TIER_CPU)
+			gpunvme_layer_loader_release_queues(k->l);
 	}
 	pthread_mutex_unlock(&v->lock);
 	Py_END_ALLOW_THREADS
@@ -90,13 +151,19 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 
 static void Loader_dealloc(Loader *ld)
 {
-	if (ld->l) {
-		pthread_mutex_t *lk = loader_lock(ld);
-		pthread_mutex_lock(lk);
-		char err[LASTERR_LEN];
-		gnpy_use_device(ld->tier, ld->device, err);
-		gpunvme_layer_loader_destroy(ld->l);
-		pthread_mutex_unlock(lk);
+	if (ld->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)ld);
+	struct loader_core *k = ld->core;
+	if (k && --k->refs == 0) {
+		if (k->l) {
+			pthread_mutex_t *lk = loader_lock(ld);
+			pthread_mutex_lock(lk);
+			char err[LASTERR_LEN];
+			gnpy_use_device(ld->tier, ld->device, err);
+			gpunvme_layer_loader_destroy(k->l);
+			pthread_mutex_unlock(lk);
+		}
+		free(k);
 	}
 	Py_XDECREF(ld->model);
 	Py_TYPE(ld)->tp_free((PyObject *)ld);
@@ -122,7 +189,7 @@ static void Buffers_dealloc(Buffers *bu)
 		pthread_mutex_lock(lk);
 		char err[LASTERR_LEN];
 		gnpy_use_device(ld->tier, ld->device, err);
-		gpunvme_model_buffers_free(ld->l, bu->b);
+		gpunvme_model_buffers_free(ld->core->l, bu->b);
 		pthread_mutex_unlock(lk);
 	}
 	gpunvme_model_free(bu->part);
@@ -155,7 +222,7 @@ static PyObject *buffers_place(Loader *ld, const struct gpunvme_model *m, struct
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(loader_lock(ld));
 	rc = gnpy_use_device(ld->tier, ld->device, err);
-	if (!rc && (rc = gpunvme_model_buffers_alloc_sel_gap(ld->l, m, idx, n, max_gap, &bu->b)))
+	if (!rc && (rc = gpunvme_model_buffers_alloc_sel_gap(ld->core->l, m, idx, n, max_gap, &bu->b)))
 		snprintf(err, LASTERR_LEN, "%s: %s", ld->model->path, gpunvme_last_error());
 	pthread_mutex_unlock(loader_lock(ld));
 	Py_END_ALLOW_THREADS
@@ -413,8 +480,8 @@ static int step_pieces(struct load_job *j, uint64_t budget, bool async)
 				n -= (r->off + j->p.o + n) % 4096;
 		}
 		if (n) {
-			rc = async ? gpunvme_load_layer_async(ld->l, r->off + j->p.o, n, r->dst + j->p.o, NULL, NULL)
-				   : gpunvme_load_layer(ld->l, r->off + j->p.o, n, r->dst + j->p.o, &status);
+			rc = async ? gpunvme_load_layer_async(ld->core->l, r->off + j->p.o, n, r->dst + j->p.o, NULL, NULL)
+				   : gpunvme_load_layer(ld->core->l, r->off + j->p.o, n, r->dst + j->p.o, &status);
 			j->queued |= async && !rc;
 			j->pieces++;
 		}
@@ -451,7 +518,7 @@ static void load_step_many(struct load_job *jobs, size_t n, uint64_t budget)
 			continue;
 		Loader *ld = j->bu->loader;
 		const uint64_t t0 = now_ns();
-		if (!(j->rc = gnpy_use_device(ld->tier, ld->device, j->err)))
+		if (!(j->rc = gnpy_use_device(ld->tier, ld->device, j->err)) && !(j->rc = loader_aim(ld, j->err)))
 			j->rc = step_pieces(j, budget, ld->tier != GPUNVME_TIER_CPU);
 		j->queue_ns += now_ns() - t0;
 		j->steps++;
@@ -481,17 +548,19 @@ static void load_step_many(struct load_job *jobs, size_t n, uint64_t budget)
 		 * (a second wait would find the status taken and report
 		 * success). */
 		size_t k = 0;
-		while (k < i && !(jobs[k].waited && jobs[k].bu->loader->l == ld->l))
+		while (k < i && !(jobs[k].waited && jobs[k].bu->loader->core->l == ld->core->l))
 			k++;
 		const uint64_t t0 = now_ns();
-		int rc2 = k < i ? jobs[k].wrc : gpunvme_layer_loader_wait(ld->l, &status);
+		int rc2 = k < i ? jobs[k].wrc : gpunvme_layer_loader_wait(ld->core->l, &status);
 		j->wait_ns += now_ns() - t0;
 		j->waited = true;
 		j->wrc = rc2;
 		if (!j->rc && (rc2 == -ETIMEDOUT || rc2 == -EIO)) {
 			j->p = j->start;
 			j->got = 0;
-			j->rc = step_pieces(j, budget, false);
+			/* another job may have pointed a shared loader at its file */
+			if (!(j->rc = loader_aim(ld, j->err)))
+				j->rc = step_pieces(j, budget, false);
 		} else if (rc2 && !j->rc) {
 			j->rc = rc2;
 			snprintf(j->err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
@@ -510,7 +579,7 @@ static void load_end(Loader *ld)
 		return;
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(loader_lock(ld));
-	gpunvme_layer_loader_release_queues(ld->l);
+	gpunvme_layer_loader_release_queues(ld->core->l);
 	pthread_mutex_unlock(loader_lock(ld));
 	Py_END_ALLOW_THREADS
 }
@@ -767,15 +836,29 @@ static PyMethodDef Loader_methods[] = {
 	{ NULL, NULL, 0, NULL },
 };
 
+/* how many Loaders share this one's loader (itself included) */
+static PyObject *Loader_sharing(Loader *ld, void *unused)
+{
+	(void)unused;
+	return PyLong_FromSsize_t(ld->core ? ld->core->refs : 0);
+}
+
+static PyGetSetDef Loader_getset[] = {
+	{ "sharing", (getter)Loader_sharing, NULL, "how many Loaders share its loader (share=), itself included", NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
+};
+
 PyTypeObject gnpy_LoaderType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "gpunvme._gpunvme.Loader",
 	.tp_basicsize = sizeof(Loader),
+	.tp_weaklistoffset = offsetof(Loader, weakrefs),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "Loader(model, tier, device=0, queues=0, depth=0)",
+	.tp_doc = "Loader(model, tier, device=0, queues=0, depth=0, share=None)",
 	.tp_new = Loader_new,
 	.tp_dealloc = (destructor)Loader_dealloc,
 	.tp_methods = Loader_methods,
+	.tp_getset = Loader_getset,
 };
 
 static PyMethodDef Buffers_methods[] = {

@@ -64,6 +64,8 @@ PyObject *gnpy_model_open(Volume *v, const char *path)
 	pthread_mutex_unlock(&v->lock);
 	Py_END_ALLOW_THREADS
 	Py_INCREF(v);
+	static uint64_t uids; /* under the GIL */
+	mo->uid = ++uids;
 	mo->vol = v;
 	v->nchild++;
 	if (rc) {

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """gpunvme: loading tensors through a loader: progress, StateDict, tensor selection."""
 import sys
+import weakref
 
 from . import _gpunvme
 from ._gpunvme import Error
@@ -73,9 +74,27 @@ def _queue_opts(queues, depth):
     return out
 
 
+def _loader(model, tier, devidx, q, d):
+    """A Loader for model that shares the loader (queues, bounce buffer) of
+    the volume's last Loader for this tier, device and queue request while
+    that one lives (the tensors of an earlier load hold it): load_file of a
+    checkpoint's shards one by one then sets up its queues once, not once a
+    shard. The volume only remembers it (a weak reference): nothing is kept
+    alive for it."""
+    cache = getattr(model.volume, "__dict__", None)
+    if cache is None:  # a bare _gpunvme.Volume: no place to remember it
+        return _gpunvme.Loader(model, tier, devidx, q, d)
+    cache = cache.setdefault("_loaders", {})
+    key = (tier, devidx, q, d)
+    prev = cache.get(key)
+    ld = _gpunvme.Loader(model, tier, devidx, q, d, share=prev() if prev is not None else None)
+    cache[key] = weakref.ref(ld)
+    return ld
+
+
 def _load(model, infos, tier, devidx, fw, progress, desc, queues=None, depth=None):
     q, d = _queue_opts(queues, depth)
-    loader = _gpunvme.Loader(model, tier, devidx, q, d)
+    loader = _loader(model, tier, devidx, q, d)
     bufs = loader.select([i.index for i in infos])
     if progress:
         bar = _Progress(bufs.run_bytes, desc)

@@ -7,7 +7,7 @@ import threading
 from . import _gpunvme
 from ._gpunvme import Error
 from ._parse import _NP, _NP_RAW, _device, _wrap
-from ._loading import StateDict, _Progress, _fill, _queue_opts
+from ._loading import StateDict, _Progress, _fill, _loader, _queue_opts
 
 
 # ---- several GPUs ---------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queu
         empty = [(info, r) for info, r in zip(sel, rows) if not info.nbytes]
         plans = []
         for k, (t, idx, _) in enumerate(devs):
-            ld = _gpunvme.Loader(models[k], t, idx, q, d)
+            ld = _loader(models[k], t, idx, q, d)
             # one selection per device for every part it holds (its rows,
             # or the whole of a tensor too small to split): a selection per
             # tensor cost each its own placement and load
@@ -249,7 +249,7 @@ def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queu
     plans = []
     for k, (t, idx, _) in enumerate(devs):
         mine = [info for info, w in zip(sel, where) if w == k]
-        bufs = _gpunvme.Loader(models[k], t, idx, q, d).select([info.index for info in mine]) if mine else None
+        bufs = _loader(models[k], t, idx, q, d).select([info.index for info in mine]) if mine else None
         plans.append((mine, bufs))
     _load_together(groups([[bufs] for _, bufs in plans]), progress, shown)
     got = {}

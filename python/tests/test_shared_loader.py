@@ -1,0 +1,130 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Loaders of one volume's files sharing one loader (its queues and bounce
+buffer): load_file of a checkpoint's shards one by one sets the loader up
+once. Each load reads its own file wherever the shared loader last pointed;
+the volume remembers the last Loader only weakly; loaders that asked for
+other queues, another tier or device are not shared. Every byte compared,
+on an image and on an md array."""
+import gc
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpunvme
+from gpunvme import _gpunvme
+from conftest import make_image, rand_bytes, st_bytes
+
+MKRAID0 = Path(__file__).resolve().parents[2] / "bench" / "md_mkraid0.py"
+
+
+def raw(a):
+    return np.ascontiguousarray(a).view(np.uint8).tobytes()
+
+
+def shards(n=4, seed=5):
+    """n safetensors files of different sizes and layouts"""
+    rng = np.random.default_rng(seed)
+    files, want = {}, {}
+    for k in range(n):
+        rows = 96 + 37 * k
+        blob, data = st_bytes([("s%d.w" % k, "F32", [rows, 1024], rand_bytes(rng, rows * 1024 * 4)),
+                               ("s%d.b" % k, "U8", [4099 + k], rand_bytes(rng, 4099 + k))])
+        files["/ck/model-%05d.safetensors" % k] = blob
+        want.update(data)
+    return files, want
+
+
+def load_shards(v, paths):
+    out = {}
+    for p in paths:
+        out.update(gpunvme.load_file(v, p, framework="numpy"))
+    return out
+
+
+def check(sd, want):
+    assert sorted(sd) == sorted(want)
+    for name, data in want.items():
+        assert raw(sd[name]) == data, name
+
+
+def shared_count(v):
+    """how many Loaders share the volume's last CPU-tier loader"""
+    ref = v.__dict__.get("_loaders", {}).get((0, 0, 0, 0))
+    ld = ref() if ref is not None else None
+    return ld.sharing if ld is not None else 0
+
+
+def test_shards_share_one_loader(tmp_path):
+    files, want = shards()
+    uri = make_image(tmp_path, files)
+    with gpunvme.Volume(uri) as v:
+        sd = load_shards(v, sorted(files))
+        check(sd, want)
+        # every shard's Loader lives (its tensors hold it): one loader for all
+        assert shared_count(v) == len(files)
+        # loaded again while the first results live: still one, and right
+        sd2 = load_shards(v, sorted(files, reverse=True))
+        check(sd2, want)
+        assert shared_count(v) == 2 * len(files)
+        del sd, sd2
+        gc.collect()
+        # nothing held any more: the volume kept none alive
+        assert shared_count(v) == 0
+        check(load_shards(v, sorted(files)), want)
+
+
+def test_shared_loads_in_any_order(tmp_path):
+    """Buffers of two files of one shared loader loaded in turns: each load
+    reads its own file, whichever file the loader read last"""
+    files, want = shards(3, seed=9)
+    uri = make_image(tmp_path, files)
+    with gpunvme.Volume(uri) as v:
+        paths = sorted(files)
+        models = [v.open_model(p) for p in paths]
+        first = _gpunvme.Loader(models[0], 0)
+        lds = [first] + [_gpunvme.Loader(m, 0, share=first) for m in models[1:]]
+        assert first.sharing == 3
+        bufs = [ld.select(list(range(len(m.tensors())))) for ld, m in zip(lds, models)]
+        for k in (2, 0, 1, 0, 2):
+            bufs[k].load()
+            m = models[k]
+            for j, t in enumerate(m.tensors()):
+                got = bytes(memoryview(np.from_dlpack(_gpunvme.Tensor(bufs[k], j))))
+                assert got == want[t[0]], (k, t[0])
+
+
+def test_not_shared_across_requests(tmp_path):
+    files, _ = shards(2)
+    uri = make_image(tmp_path, files)
+    with gpunvme.Volume(uri) as v:
+        a, b = (v.open_model(p) for p in sorted(files))
+        first = _gpunvme.Loader(a, 0, 0, 2, 8)
+        # other queues or depth: a loader of its own
+        for q, d in ((1, 8), (2, 16), (0, 0)):
+            other = _gpunvme.Loader(b, 0, 0, q, d, share=first)
+            assert other.sharing == 1 and first.sharing == 1
+        same = _gpunvme.Loader(b, 0, 0, 2, 8, share=first)
+        assert same.sharing == 2
+        # another volume's Loader is never shared
+        with gpunvme.Volume(uri) as w:
+            c = w.open_model(sorted(files)[0])
+            assert _gpunvme.Loader(c, 0, 0, 2, 8, share=first).sharing == 1
+        with pytest.raises(TypeError, match="share= takes a Loader"):
+            _gpunvme.Loader(b, 0, share="loader")
+
+
+def test_md_shards_share_one_loader(tmp_path):
+    files, want = shards(3, seed=21)
+    uri = make_image(tmp_path, files)
+    img = uri[len("emu:"):]
+    subprocess.run([sys.executable, str(MKRAID0), img, "4", "64", str(tmp_path / "m")], check=True,
+                   stdout=subprocess.DEVNULL)
+    md = "md:" + ";".join("emu:%s" % (tmp_path / ("m%d.img" % k)) for k in range(4))
+    with gpunvme.Volume(md) as v:
+        sd = load_shards(v, sorted(files))
+        check(sd, want)
+        assert shared_count(v) == len(files)
+        check(load_shards(v, sorted(files, reverse=True)), want)
