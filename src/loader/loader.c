@@ -268,10 +268,10 @@ int gpunvme_layer_loader_retarget(struct gpunvme_layer_loader *l, const struct g
 		size_t *nme = calloc(l->nmem, sizeof(*nme));
 		int rc = me && nme ? 0 : gpunvme_set_error(-ENOMEM, "out of memory");
 		for (uint32_t k = 0; k < l->nmem && !rc; k++) {
-			struct gpunvme_ns_info ni;
+			const struct gpunvme_layer_loader *m = l->mem[k];
 			rc = gpunvme_md_member_extents(l->md, ext, n, file_size, k, &me[k], &nme[k]);
-			if (!rc && !(rc = gpunvme_ns_info(l->mem[k]->c, l->mem[k]->nsid, &ni)))
-				rc = check_extents(me[k], nme[k], ni.nsze << ni.lba_shift);
+			if (!rc)
+				rc = check_extents(me[k], nme[k], m->nsze << m->lba_shift);
 		}
 		for (uint32_t k = 0; k < l->nmem && !rc; k++) {
 			free(l->mem[k]->ext);
