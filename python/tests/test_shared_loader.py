@@ -128,3 +128,47 @@ def test_md_shards_share_one_loader(tmp_path):
         check(sd, want)
         assert shared_count(v) == len(files)
         check(load_shards(v, sorted(files, reverse=True)), want)
+
+
+@pytest.mark.skipif(not (gpunvme.HAVE_CUDA and gpunvme.cuda_available()), reason="needs a CUDA GPU and the CUDA build")
+@pytest.mark.parametrize("tier", [2, 1])
+def test_gpu_shared_loads_together(tmp_path, tier):
+    """the GPU tiers: three files' Buffers on one shared loader loaded by one
+    load_many (their reads queued on one stream, one wait), then each again
+    alone in another order, and load_file of the shards: every byte"""
+    torch = pytest.importorskip("torch")
+    files, want = shards(3, seed=31)
+    uri = make_image(tmp_path, files)
+    with gpunvme.Volume(uri) as v:
+        models = [v.open_model(p) for p in sorted(files)]
+        first = _gpunvme.Loader(models[0], tier, 0)
+        lds = [first] + [_gpunvme.Loader(m, tier, 0, share=first) for m in models[1:]]
+        assert first.sharing == 3
+        bufs = [ld.select(list(range(len(m.tensors())))) for ld, m in zip(lds, models)]
+
+        def check_bufs(k):
+            for j, t in enumerate(models[k].tensors()):
+                got = torch.from_dlpack(_gpunvme.Tensor(bufs[k], j)).cpu().numpy().tobytes()
+                assert got == want[t[0]], (k, t[0])
+
+        _gpunvme.load_many(bufs)
+        for k in range(3):
+            check_bufs(k)
+        for k in (2, 0, 1):
+            bufs[k].load()
+            check_bufs(k)
+        dev = "cuda:0"
+        sd = {}
+        for p in sorted(files):
+            sd.update(gpunvme.load_file(v, p, device=dev, tier=tier))
+        for name, data in want.items():
+            assert sd[name].cpu().contiguous().view(torch.uint8).numpy().tobytes() == data, name
+        assert shared_count_gpu(v, tier) == len(files)
+
+
+def shared_count_gpu(v, tier):
+    for key, ref in v.__dict__.get("_loaders", {}).items():
+        ld = ref()
+        if ld is not None and key[:2] == (tier, 0):
+            return ld.sharing
+    return 0
