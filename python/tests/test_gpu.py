@@ -122,9 +122,9 @@ def test_cuda_first_loader_gone(models):
         a = f1.get_tensor("layer.0.w")  # the controller's first GPU loader
         f2 = gpunvme.safe_open(vol, "/m/big.safetensors", framework="pt", device="cuda:0")
         assert tbytes(f2.get_tensor("layer.1.w")) == models.big_data["layer.1.w"]
-        f1.__exit__(None, None, None)
+        f1.close()
         del a, f1
         gc.collect()
         for k in sorted(models.big_data):
             assert tbytes(f2.get_tensor(k)) == models.big_data[k], k
-        f2.__exit__(None, None, None)
+        f2.close()
