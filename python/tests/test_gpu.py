@@ -110,3 +110,21 @@ def test_repeated_cuda_loads_release_memory(models):
     free1, _ = torch.cuda.mem_get_info()
     vol.close()
     assert free0 - free1 < (64 << 20), "GPU memory fell by %d bytes over 100 loads" % (free0 - free1)
+
+
+def test_cuda_first_loader_gone(models):
+    """the controller's first GPU loader destroyed while a later one still
+    reads: the first mapped the doorbells for the GPU and the later one uses
+    that mapping, which must stay (its doorbell writes faulted otherwise:
+    an illegal address). Every byte, through the second safe_open."""
+    with gpunvme.Volume(models.uri) as vol:
+        f1 = gpunvme.safe_open(vol, "/m/big.safetensors", framework="pt", device="cuda:0")
+        a = f1.get_tensor("layer.0.w")  # the controller's first GPU loader
+        f2 = gpunvme.safe_open(vol, "/m/big.safetensors", framework="pt", device="cuda:0")
+        assert tbytes(f2.get_tensor("layer.1.w")) == models.big_data["layer.1.w"]
+        f1.close()
+        del a, f1
+        gc.collect()
+        for k in sorted(models.big_data):
+            assert tbytes(f2.get_tensor(k)) == models.big_data[k], k
+        f2.close()

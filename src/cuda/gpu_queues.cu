@@ -90,6 +90,74 @@ static size_t align_up(size_t x, size_t a)
 	return (x + a - 1) & ~(a - 1);
 }
 
+/*
+ * Host ranges this library registered with CUDA, counted. A range is
+ * registered once for the process: a second cudaHostRegister of it fails
+ * (AlreadyRegistered) and the caller uses the first one's mapping. A queue
+ * set that unregistered the doorbells when it went, because it had
+ * registered them first, unmapped them under every other queue set of the
+ * controller still in use: their next doorbell write would fault (an
+ * illegal address: the suspected cause of the loader pool's failure on the
+ * H200, 2026-11-28, a loader's queues outliving the first loader of its
+ * controller; bench/EMU_NOTES.md, session 14). The same holds for DMA memory several
+ * queue sets register (md members, Tier 1). The last user unregisters. A
+ * range registered by someone else (the application) is theirs: not
+ * counted, never unregistered here.
+ */
+struct host_reg {
+	void *p;
+	size_t len;
+	unsigned refs;
+};
+static pthread_mutex_t host_regs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct host_reg *host_regs; /* n_host_regs in use, unordered */
+static size_t n_host_regs, cap_host_regs;
+
+/* cudaSuccess: the range is registered and counted for this caller (who
+ * must call host_unregister_counted); AlreadyRegistered: registered by
+ * someone else, usable, not ours; anything else: not registered */
+static cudaError_t host_register_counted(void *p, size_t len, unsigned flags)
+{
+	pthread_mutex_lock(&host_regs_lock);
+	for (size_t i = 0; i < n_host_regs; i++)
+		/* a longer range at the same start is not covered: CUDA says
+		 * AlreadyRegistered for it, as before */
+		if (host_regs[i].p == p && len <= host_regs[i].len) {
+			host_regs[i].refs++;
+			pthread_mutex_unlock(&host_regs_lock);
+			return cudaSuccess;
+		}
+	cudaError_t ce = cudaSuccess;
+	if (n_host_regs == cap_host_regs) {
+		size_t cap = cap_host_regs ? 2 * cap_host_regs : 16;
+		struct host_reg *r = (struct host_reg *)realloc(host_regs, cap * sizeof(*r));
+		if (!r)
+			ce = cudaErrorMemoryAllocation;
+		else {
+			host_regs = r;
+			cap_host_regs = cap;
+		}
+	}
+	if (ce == cudaSuccess && (ce = cudaHostRegister(p, len, flags)) == cudaSuccess)
+		host_regs[n_host_regs++] = { p, len, 1 };
+	pthread_mutex_unlock(&host_regs_lock);
+	return ce;
+}
+
+static void host_unregister_counted(void *p)
+{
+	pthread_mutex_lock(&host_regs_lock);
+	for (size_t i = 0; i < n_host_regs; i++)
+		if (host_regs[i].p == p) {
+			if (--host_regs[i].refs == 0) {
+				cudaHostUnregister(p);
+				host_regs[i] = host_regs[--n_host_regs];
+			}
+			break;
+		}
+	pthread_mutex_unlock(&host_regs_lock);
+}
+
 /* The doorbells mapped into the GPU's address space: *dbar is their
  * device address. BAR0: device MMIO on PCIe (GPUNVME_CAP_DOORBELL_MMIO),
  * ordinary host memory on a bus without that bit; over NVMe/TCP a host page
@@ -100,7 +168,7 @@ static int map_bar(struct gpunvme_gpu_queues *g, const struct gpunvme_ctrl_info 
 	unsigned flags = cudaHostRegisterMapped;
 	if (ci->caps & GPUNVME_CAP_DOORBELL_MMIO)
 		flags |= cudaHostRegisterIoMemory; /* MMIO: uncached, PCIe writes */
-	cudaError_t ce = cudaHostRegister((void *)g->bar, g->bar_len, flags);
+	cudaError_t ce = host_register_counted((void *)g->bar, g->bar_len, flags);
 	if (ce == cudaSuccess)
 		g->bar_registered = true;
 	else if (ce == cudaErrorHostMemoryAlreadyRegistered)
@@ -337,7 +405,7 @@ void gpunvme_gpu_queues_destroy(struct gpunvme_gpu_queues *g)
 		gpunvme_dma_free(g->c, g->mem);
 	}
 	if (g->bar_registered)
-		cudaHostUnregister((void *)g->bar);
+		host_unregister_counted((void *)g->bar);
 	cudaFree(g->dev_state);
 	cudaFree(g->dev_list_iova);
 	gpunvme_ctrl_devmem_detach(g->c, g->engine);
@@ -598,7 +666,7 @@ int gpunvme_gpu_buf_host(struct gpunvme_gpu_queues *g, void *dma_mem, size_t len
 			}
 		}
 	}
-	cudaError_t ce = cudaHostRegister(dma_mem, len, cudaHostRegisterMapped);
+	cudaError_t ce = host_register_counted(dma_mem, len, cudaHostRegisterMapped);
 	if (ce == cudaSuccess)
 		b->host_registered = true;
 	else if (ce == cudaErrorHostMemoryAlreadyRegistered)
@@ -848,7 +916,7 @@ void gpunvme_gpu_buf_free(struct gpunvme_gpu_buf *b)
 	if (b->vram)
 		cudaFree(b->vram);
 	if (b->host_registered)
-		cudaHostUnregister(b->host);
+		host_unregister_counted(b->host);
 	if (b->dev_tab) /* stream-ordered: no device-wide wait (the queues may be gone) */
 		cudaFreeAsync(b->dev_tab, 0);
 	free(b);

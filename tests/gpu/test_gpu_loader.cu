@@ -23,6 +23,10 @@
  *                  still on their way), freed and made again at the same
  *                  addresses, and a memory pool's allocation (no IPC
  *                  handle: its copies stay in this process)
+ *   first_loader_freed
+ *                  loaders of one controller made in turn, the first
+ *                  destroyed while the others go on loading (tiers 2 and
+ *                  1): the doorbells it mapped first stay mapped for them
  *   async_wait_failures
  *                  a media error or dropped commands among loads queued
  *                  on the loader's own stream: the wait reports them
@@ -316,6 +320,73 @@ static int double_buffer_mode(int mode)
 	cudaFree(sums);
 	free(L.ref);
 	gpunvme_close(c);
+	return 0;
+}
+
+/* One load of a random range of L through l into loader memory, compared */
+static int load_check(struct gpunvme_layer_loader *l, const struct layout *L, uint64_t *seed, uint8_t *host,
+		      const char *what)
+{
+	const uint64_t off = rng(seed) % L->size, len = 1 + rng(seed) % (L->size - off);
+	uint8_t *mem = (uint8_t *)gpunvme_layer_loader_alloc(l, off, len);
+	if (!mem)
+		FAIL("%s: alloc: %s", what, gpunvme_last_error());
+	uint16_t st = 0;
+	REQUIRE_OK(gpunvme_load_layer(l, off, len, mem, &st));
+	if (gpunvme_layer_loader_tier(l) == GPUNVME_TIER_2)
+		REQUIRE_CUDA(cudaMemcpy(host, mem, len, cudaMemcpyDeviceToHost));
+	else
+		memcpy(host, mem, len);
+	if (compare(host, L->ref + off, len, off, what))
+		return 1;
+	gpunvme_layer_loader_free(l, mem);
+	return 0;
+}
+
+/*
+ * The first GPU queue set of a controller maps its doorbells for the GPU;
+ * the ones made while it lives find them mapped and use that mapping. It
+ * must stay while any of them lives: destroying the first loader used to
+ * unmap it under the others (their next doorbell write: an illegal
+ * address). Loaders A, B, C on one controller: A destroyed, B loads; B
+ * destroyed, C loads; on both GPU tiers.
+ */
+TEST_CASE(first_loader_freed)
+{
+	for (int t = 0; t < 2; t++) {
+		const enum gpunvme_tier tier = t ? GPUNVME_TIER_1 : GPUNVME_TIER_2;
+		struct gpunvme_ctrl *c;
+		struct layout L;
+		struct gpunvme_layer_loader *a, *b, *cl;
+		if (setup_q("emu:ram:64M?lbads=9&workers=2", 3 * 1024 * 1024 + 99, &c, &L, tier, 2, 32, &a))
+			return 1;
+		struct gpunvme_loader_opts o;
+		gpunvme_loader_opts_init(&o);
+		o.tier = tier;
+		o.queues = 2;
+		o.depth = 32;
+		o.timeout_ms = 10000;
+		o.gpu = gpunvme_loader_gpu_backend();
+		REQUIRE_OK(gpunvme_layer_loader_init(c, 1, L.ext, L.n, L.size, &o, &b));
+		uint8_t *host = (uint8_t *)malloc(L.size);
+		uint64_t seed = 23 + (uint64_t)t;
+		if (load_check(a, &L, &seed, host, "loader A") || load_check(b, &L, &seed, host, "loader B"))
+			return 1;
+		gpunvme_layer_loader_destroy(a);
+		for (int k = 0; k < 4; k++)
+			if (load_check(b, &L, &seed, host, "loader B after A was destroyed"))
+				return 1;
+		REQUIRE_OK(gpunvme_layer_loader_init(c, 1, L.ext, L.n, L.size, &o, &cl));
+		gpunvme_layer_loader_destroy(b);
+		for (int k = 0; k < 4; k++)
+			if (load_check(cl, &L, &seed, host, "loader C after B was destroyed"))
+				return 1;
+		gpunvme_layer_loader_destroy(cl);
+		free(host);
+		free(L.ref);
+		gpunvme_close(c);
+	}
+	printf("first_loader_freed: loads after the first loaders were destroyed, every byte right\n");
 	return 0;
 }
 
