@@ -616,3 +616,44 @@ def test_several_devices(volumes, volume, tier):
             shards = gpunvme.load_pretrained(uri, path, device=devices, tier=t, placement="split")
             with gpunvme.Volume(v.uri) as a:
                 _same_split(shards, list(gpunvme._index(a.open_model(path)).values()), want, what + ", split")
+
+
+_PROFILE_CHILD = """
+import hashlib, json, sys
+import numpy as np
+import gpunvme
+uri, path, tier = sys.argv[1:4]
+kw = dict(device="cpu", framework="numpy") if tier == "cpu" else dict(device="cuda", tier=int(tier[-1]))
+sd = gpunvme.load_file(uri, path, **kw)
+out = {}
+for n, t in sd.items():
+    if tier != "cpu":
+        t = t.detach().contiguous().cpu().reshape(-1).view(__import__("torch").uint8).numpy()
+    out[n] = hashlib.sha256(np.ascontiguousarray(t).view(np.uint8).tobytes()).hexdigest()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("volume", [v for v in VOLUMES if v != "QEMU vfio"])
+def test_load_profile(volumes, volume, tier):
+    """GPUNVME_LOAD_PROFILE=1 on every kind of volume and tier: the load is
+    the same (every tensor's bytes, by digest, from a child process: the
+    switch is read once per process) and one line says where the host's
+    time went"""
+    v = volumes[volume]
+    if tier != "cpu" and not (CUDA_PY and TORCH is not None):
+        pytest.skip("needs a CUDA GPU and torch (the GPU machine)")
+    env = dict(os.environ, GPUNVME_LOAD_PROFILE="1")
+    p = subprocess.run([sys.executable, "-c", _PROFILE_CHILD, v.uri, v.model, tier], env=env, capture_output=True,
+                       text=True, timeout=300)
+    if p.returncode and tier != "cpu":
+        want_refusal = expect("load_file", volume, tier)
+        assert want_refusal and re.search(want_refusal, p.stderr), "%s, %s: %s" % (volume, tier, p.stderr[-600:])
+        return
+    assert p.returncode == 0, "%s, %s: %s" % (volume, tier, p.stderr[-600:])
+    got = json.loads(p.stdout.splitlines()[-1])
+    want = {n: hashlib.sha256(t[2]).hexdigest() for n, t in v.tensors.items()}
+    assert got == want, "%s, %s: the tensors differ" % (volume, tier)
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("gpunvme load profile: ")]
+    assert len(lines) == 1 and "%s, tier " % v.model in lines[0] and "queueing " in lines[0], p.stderr[-600:]
