@@ -31,12 +31,16 @@ def main(argv):
     global torch
     if device != "cpu" or entry != "runs":
         import torch
-    uri = "emu:" + img + ("?latency_us=80&read_mbps=7000&iops=1000000" if mode == "modeled" else "")
+    q = ["latency_us=80&read_mbps=7000&iops=1000000"] if mode == "modeled" else []
+    # CASE_URI_EXTRA: more emulator options (e.g. idle_us=10) for an A/B
+    q += [os.environ["CASE_URI_EXTRA"]] if os.environ.get("CASE_URI_EXTRA") else []
+    uri = "emu:" + img + ("?" + "&".join(q) if q else "")
     if device != "cpu":
         torch.zeros(1, device=device)
     vol = gpunvme.Volume(uri)
     shards = sorted(os.path.join(d, n) for n in vol.listdir(d) if n.endswith(".safetensors"))
-    say = {"pkg": os.path.dirname(gpunvme.__file__), "mode": mode, "entry": entry}
+    say = {"pkg": os.path.dirname(gpunvme.__file__), "mode": mode, "entry": entry,
+           "extra": os.environ.get("CASE_URI_EXTRA", "")}
     if entry == "runs":
         return runs(vol, shards, device, say)
     for r in range(3):
