@@ -131,11 +131,20 @@ struct gpunvme_gpu_seg {
 	uint64_t slba;
 	uint64_t off;     /* byte offset in the buffer */
 	uint32_t nlb;     /* blocks, not 0's based */
-	uint32_t buf;     /* 0 or 1: which of the two buffers */
+	uint32_t buf;     /* which buffer: 0 or 1 (buf0, buf1), or an index into bufs */
 };
 int gpunvme_gpu_read_segs_async(struct gpunvme_gpu_queues *g, const struct gpunvme_gpu_seg *d_segs, uint32_t nseg,
 				struct gpunvme_gpu_buf *buf0, struct gpunvme_gpu_buf *buf1, int *d_status, void *stream,
 				uint64_t timeout_ns);
+/*
+ * The same with any number of buffers: seg.buf indexes bufs[0, nbuf), so
+ * one launch reads into many destinations (gpunvme_load_layers_async). The
+ * table is copied to the GPU on `stream` (the caller may free bufs at
+ * once); a segment naming no buffer fails with GPUNVME_DEV_EINVAL.
+ */
+int gpunvme_gpu_read_segs_table_async(struct gpunvme_gpu_queues *g, const struct gpunvme_gpu_seg *d_segs,
+				      uint32_t nseg, struct gpunvme_gpu_buf *const *bufs, uint32_t nbuf, int *d_status,
+				      void *stream, uint64_t timeout_ns);
 
 /* The CUDA backend of the layer loader (loader.h: opts.gpu). */
 const struct gpunvme_loader_gpu_ops *gpunvme_loader_gpu_backend(void);

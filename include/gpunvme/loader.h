@@ -156,6 +156,27 @@ int gpunvme_load_layer(struct gpunvme_layer_loader *l, uint64_t off, uint64_t le
  */
 int gpunvme_load_layer_async(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
 			     void *event);
+
+/*
+ * Several ranges at once: spans[i].len file bytes from spans[i].off into
+ * spans[i].dst, as n loads of their own would, but planned and queued
+ * together: their reads go to the controller in the same kernels (as many
+ * as the bounce buffer needs), so a range does not wait for the last read
+ * of the one before it. Each queued load fills and drains the queues: for
+ * ranges of a few MiB that cost as much as the reads (a tensor's half of
+ * the rows, one run each: 1.2-2.2 ms a range on the emulator, H200,
+ * bench/EMU_NOTES.md). n == 0 is a load of zero bytes. The sync form
+ * retries the whole set as gpunvme_load_layer retries a range.
+ */
+struct gpunvme_load_span {
+	uint64_t off;
+	uint64_t len;
+	void *dst;
+};
+int gpunvme_load_layers(struct gpunvme_layer_loader *l, const struct gpunvme_load_span *spans, size_t n,
+			uint16_t *status);
+int gpunvme_load_layers_async(struct gpunvme_layer_loader *l, const struct gpunvme_load_span *spans, size_t n,
+			      void *stream, void *event);
 int gpunvme_layer_loader_check(struct gpunvme_layer_loader *l, uint16_t *status);
 /*
  * GPU tiers: wait (bounded by the timeout) for every load queued on the

@@ -1057,6 +1057,17 @@ static bool warp_batch(void)
  * lane (the host cuts them), read with the warp-cooperative call on queue
  * pair (warp % nq). A failed warp goes on with its next segment: the first
  * failure is kept, and the rest of the data still lands. */
+__device__ static void read_seg(const struct gpunvme_dev_queues *q, uint64_t w, const struct gpunvme_gpu_seg *sg,
+				const struct gpunvme_dev_buf *b, int *status, uint64_t timeout_ns, bool batched)
+{
+	int rc = batched ? rw_warp_batched(q, (uint32_t)(w % q->nq), GPUNVME_CMD_READ, sg->slba, sg->nlb, b, sg->off,
+					   timeout_ns)
+			 : gpunvme_dev_rw_warp(q, (uint32_t)(w % q->nq), GPUNVME_CMD_READ, sg->slba, sg->nlb, b, sg->off,
+					       timeout_ns);
+	if (rc && (threadIdx.x & 31) == 0)
+		atomicCAS(status, 0, rc);
+}
+
 __global__ void gpunvme_read_segs_kernel(struct gpunvme_dev_queues q, const struct gpunvme_gpu_seg *segs,
 					 uint32_t nseg, struct gpunvme_dev_buf b0, struct gpunvme_dev_buf b1,
 					 int *status, uint64_t timeout_ns, bool batched)
@@ -1065,13 +1076,40 @@ __global__ void gpunvme_read_segs_kernel(struct gpunvme_dev_queues q, const stru
 	uint64_t nw = (gridDim.x * (uint64_t)blockDim.x) / 32;
 	for (uint64_t i = w; i < nseg; i += nw) {
 		struct gpunvme_gpu_seg sg = segs[i];
-		int rc = batched ? rw_warp_batched(&q, (uint32_t)(w % q.nq), GPUNVME_CMD_READ, sg.slba, sg.nlb,
-						   sg.buf ? &b1 : &b0, sg.off, timeout_ns)
-				 : gpunvme_dev_rw_warp(&q, (uint32_t)(w % q.nq), GPUNVME_CMD_READ, sg.slba, sg.nlb,
-						       sg.buf ? &b1 : &b0, sg.off, timeout_ns);
-		if (rc && (threadIdx.x & 31) == 0)
-			atomicCAS(status, 0, rc);
+		read_seg(&q, w, &sg, sg.buf ? &b1 : &b0, status, timeout_ns, batched);
 	}
+}
+
+/* The same with the buffers in a table (bufs[seg.buf]); an index past it
+ * is the host's bug, reported rather than read through. */
+__global__ void gpunvme_read_segs_table_kernel(struct gpunvme_dev_queues q, const struct gpunvme_gpu_seg *segs,
+					       uint32_t nseg, const struct gpunvme_dev_buf *bufs, uint32_t nbuf,
+					       int *status, uint64_t timeout_ns, bool batched)
+{
+	uint64_t w = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32;
+	uint64_t nw = (gridDim.x * (uint64_t)blockDim.x) / 32;
+	for (uint64_t i = w; i < nseg; i += nw) {
+		struct gpunvme_gpu_seg sg = segs[i];
+		if (sg.buf >= nbuf) {
+			if ((threadIdx.x & 31) == 0)
+				atomicCAS(status, 0, GPUNVME_DEV_EINVAL);
+			continue;
+		}
+		const struct gpunvme_dev_buf b = bufs[sg.buf];
+		read_seg(&q, w, &sg, &b, status, timeout_ns, batched);
+	}
+}
+
+#define SEGS_THREADS 128u
+
+/* Blocks of SEGS_THREADS for a scattered read: one warp per 32 queue
+ * entries keeps every queue full; more would only wait for admission. */
+static unsigned segs_blocks(const struct gpunvme_gpu_queues *g, uint32_t nseg)
+{
+	uint64_t warps = (uint64_t)g->nq * (g->depth / 32 > 0 ? g->depth / 32 : 1);
+	if (warps > nseg)
+		warps = nseg;
+	return (unsigned)((warps * 32 + SEGS_THREADS - 1) / SEGS_THREADS);
 }
 
 int gpunvme_gpu_read_segs_async(struct gpunvme_gpu_queues *g, const struct gpunvme_gpu_seg *d_segs, uint32_t nseg,
@@ -1082,16 +1120,48 @@ int gpunvme_gpu_read_segs_async(struct gpunvme_gpu_queues *g, const struct gpunv
 		return gpunvme_set_error(-EINVAL, "scattered read: bad arguments");
 	if (!nseg)
 		return 0;
-	/* one warp per 32 queue entries keeps every queue full; more would
-	 * only wait for admission */
-	uint64_t warps = (uint64_t)g->nq * (g->depth / 32 > 0 ? g->depth / 32 : 1);
-	if (warps > nseg)
-		warps = nseg;
-	unsigned threads = 128;
-	unsigned blocks = (unsigned)((warps * 32 + threads - 1) / threads);
-	gpunvme_read_segs_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(
+	gpunvme_read_segs_kernel<<<segs_blocks(g, nseg), SEGS_THREADS, 0, (cudaStream_t)stream>>>(
 		g->desc, d_segs, nseg, buf0->desc, buf1 ? buf1->desc : buf0->desc, d_status, timeout_ns,
 		warp_batch());
 	cudaError_t ce = cudaGetLastError();
+	return ce == cudaSuccess ? 0 : cuda_err(ce, "launching the scattered read kernel");
+}
+
+int gpunvme_gpu_read_segs_table_async(struct gpunvme_gpu_queues *g, const struct gpunvme_gpu_seg *d_segs,
+				      uint32_t nseg, struct gpunvme_gpu_buf *const *bufs, uint32_t nbuf, int *d_status,
+				      void *stream, uint64_t timeout_ns)
+{
+	if (!g || !bufs || !nbuf || !d_status || (nseg && !d_segs))
+		return gpunvme_set_error(-EINVAL, "scattered read: bad arguments");
+	if (!nseg)
+		return 0;
+	struct gpunvme_dev_buf *h = (struct gpunvme_dev_buf *)malloc(nbuf * sizeof(*h));
+	if (!h)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < nbuf; i++) {
+		if (!bufs[i]) {
+			free(h);
+			return gpunvme_set_error(-EINVAL, "scattered read: buffer %u of %u missing", i, nbuf);
+		}
+		h[i] = bufs[i]->desc;
+	}
+	/* the table in stream order, as the segments: a pageable source is
+	 * staged by the driver before cudaMemcpyAsync returns, so h may go at
+	 * once; the allocation is freed after the kernel, in stream order */
+	cudaStream_t s = (cudaStream_t)stream;
+	struct gpunvme_dev_buf *d = NULL;
+	cudaError_t ce = cudaMallocAsync((void **)&d, nbuf * sizeof(*d), s);
+	if (ce == cudaSuccess)
+		ce = cudaMemcpyAsync(d, h, nbuf * sizeof(*d), cudaMemcpyHostToDevice, s);
+	free(h);
+	if (ce != cudaSuccess) {
+		if (d)
+			cudaFreeAsync(d, s);
+		return cuda_err(ce, "uploading the scattered read's buffer table");
+	}
+	gpunvme_read_segs_table_kernel<<<segs_blocks(g, nseg), SEGS_THREADS, 0, s>>>(g->desc, d_segs, nseg, d, nbuf,
+										      d_status, timeout_ns, warp_batch());
+	ce = cudaGetLastError();
+	cudaFreeAsync(d, s);
 	return ce == cudaSuccess ? 0 : cuda_err(ce, "launching the scattered read kernel");
 }

@@ -279,20 +279,30 @@ static int lg_upload(const void *h, size_t bytes, cudaStream_t s, void **d, cons
 	return ce == cudaSuccess ? 0 : lg_cuda(ce, what);
 }
 
+/* Where one destination of a round lands: its loader allocation (reads go
+ * there by DMA; NULL when it takes only staged ops), where it starts in
+ * it, and the GPU's address of it. */
+struct lg_dst {
+	struct lg_alloc *a;
+	uint64_t base;
+	uint8_t *dev;
+};
+
 /* A Tier 1 bounce copy or zero fill, between GPU addresses of pinned host
  * memory. */
 struct lg_hcop {
-	uint64_t dst_off, src_off, len;
+	uint8_t *dst;
+	uint64_t src_off, len;
 	uint32_t zero;
 };
 
-static __global__ void lg_host_copies(const struct lg_hcop *ops, uint32_t n, uint8_t *dst, const uint8_t *src)
+static __global__ void lg_host_copies(const struct lg_hcop *ops, uint32_t n, const uint8_t *src)
 {
 	uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x, nt = gridDim.x * (uint64_t)blockDim.x;
 	for (uint32_t k = 0; k < n; k++) {
 		struct lg_hcop o = ops[k];
 		for (uint64_t i = t; i < o.len; i += nt)
-			dst[o.dst_off + i] = o.zero ? 0 : src[o.src_off + i];
+			o.dst[i] = o.zero ? 0 : src[o.src_off + i];
 	}
 }
 
@@ -306,7 +316,7 @@ static __global__ void lg_host_copies(const struct lg_hcop *ops, uint32_t n, uin
  * queued only after the consumer's work, 4-5 ms per layer lost;
  * bench/results/stream-llm-2026-11-25).
  */
-static int lg_tier1_copies(struct lg_ctx *x, const struct load_round *r, uint8_t *dst_dev, cudaStream_t s)
+static int lg_tier1_copies(struct lg_ctx *x, const struct load_round *r, const struct lg_dst *dd, cudaStream_t s)
 {
 	uint32_t n = 0;
 	uint64_t most = 0;
@@ -324,7 +334,8 @@ static int lg_tier1_copies(struct lg_ctx *x, const struct load_round *r, uint8_t
 	for (size_t i = 0; i < r->nops; i++) {
 		const struct load_op *op = &r->ops[i];
 		if (op->kind == LOAD_BOUNCE || op->kind == LOAD_ZERO)
-			h[k++] = (struct lg_hcop){ op->dst_off, op->bounce_off + op->skip, op->len, op->kind == LOAD_ZERO };
+			h[k++] = (struct lg_hcop){ dd[op->span].dev + op->dst_off, op->bounce_off + op->skip, op->len,
+						   op->kind == LOAD_ZERO };
 	}
 	struct lg_hcop *d = NULL;
 	int rc = lg_upload(h, n * sizeof(*h), s, (void **)&d, "uploading Tier 1 bounce copies");
@@ -332,116 +343,209 @@ static int lg_tier1_copies(struct lg_ctx *x, const struct load_round *r, uint8_t
 	if (rc)
 		return rc;
 	uint64_t blocks = most / (256 * 16) + 1;
-	lg_host_copies<<<(unsigned)(blocks < 128 ? blocks : 128), 256, 0, s>>>(d, n, dst_dev, x->bounce.dev);
+	lg_host_copies<<<(unsigned)(blocks < 128 ? blocks : 128), 256, 0, s>>>(d, n, x->bounce.dev);
 	cudaError_t ce = cudaGetLastError();
 	cudaFreeAsync(d, s);
 	return ce == cudaSuccess ? 0 : lg_cuda(ce, "queueing Tier 1 bounce copies");
 }
 
-static int lg_exec(void *ctx, uint8_t *dst, uint64_t len, const struct load_round *r, void *stream,
+/* Destination `span` of round r: loader or registered memory, where reads
+ * land by DMA; any other destination got a staged plan (bounce reads and
+ * copies only), which on Tier 2 copies to the caller's GPU pointer as it
+ * is. */
+static int lg_resolve(struct lg_ctx *x, const struct load_dst *t, const struct load_round *r, uint32_t span,
+		      struct lg_dst *o)
+{
+	o->a = NULL;
+	o->base = 0;
+	o->dev = t->p;
+	if (!t->len)
+		return 0;
+	o->a = lg_find(x, t->p, t->len);
+	if (!o->a && x->tier != GPUNVME_TIER_2) {
+		/* pinned host memory CUDA knows but this controller cannot DMA
+		 * into (another md member's loader memory: DMA mappings are per
+		 * controller) takes the staged plan: bounce reads, then copies;
+		 * any other host memory is refused */
+		cudaPointerAttributes pa;
+		bool pinned = cudaPointerGetAttributes(&pa, t->p) == cudaSuccess && pa.type == cudaMemoryTypeHost;
+		cudaGetLastError();
+		bool direct_ops = false;
+		for (size_t i = 0; i < r->nops; i++)
+			direct_ops |= r->ops[i].span == span && r->ops[i].kind == LOAD_DIRECT;
+		if (!pinned || direct_ops)
+			return gpunvme_set_error(-EINVAL, "Tier 1 destination %p is not loader memory or registered "
+							  "(gpunvme_layer_loader_register)", (void *)t->p);
+	}
+	o->base = o->a ? (uint64_t)(t->p - o->a->p) : 0;
+	return lg_gpu_addr(x, t->p, t->len, &o->dev);
+}
+
+/*
+ * The kernel's buffers: slot 0 is the bounce buffer, then one per loader
+ * allocation that direct reads land in (spans in one allocation share
+ * it). *slot[i] is span i's. When at most one allocation takes direct
+ * reads, the two-buffer launch does (no table to upload): *ntab is 0.
+ */
+static int lg_slots(struct lg_ctx *x, const struct lg_dst *dd, size_t ndst, const struct load_round *r,
+		    uint32_t *slot, struct gpunvme_gpu_buf ***tab, uint32_t *ntab)
+{
+	*tab = NULL;
+	*ntab = 0;
+	uint32_t *of = x->na ? (uint32_t *)calloc(x->na, sizeof(*of)) : NULL; /* allocation -> slot, 0: none */
+	if (x->na && !of)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	uint32_t n = 1;
+	for (size_t i = 0; i < ndst; i++)
+		slot[i] = 0;
+	for (size_t i = 0; i < r->nops; i++) {
+		const struct load_op *op = &r->ops[i];
+		if (op->kind != LOAD_DIRECT || slot[op->span])
+			continue;
+		const struct lg_alloc *a = dd[op->span].a;
+		if (!a) {
+			free(of);
+			return gpunvme_set_error(-EINVAL, "direct reads planned for memory the loader does not know");
+		}
+		const size_t ai = (size_t)(a - x->a);
+		slot[op->span] = of[ai] ? of[ai] : (of[ai] = n++);
+	}
+	free(of);
+	if (n <= 2)
+		return 0;
+	*tab = (struct gpunvme_gpu_buf **)malloc(n * sizeof(**tab));
+	if (!*tab)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	(*tab)[0] = x->bounce.buf;
+	for (size_t i = 0; i < ndst; i++)
+		if (slot[i])
+			(*tab)[slot[i]] = dd[i].a->buf;
+	*ntab = n;
+	return 0;
+}
+
+static int lg_exec(void *ctx, const struct load_dst *dst, size_t ndst, const struct load_round *r, void *stream,
 		   uint64_t timeout_ns)
 {
 	struct lg_ctx *x = (struct lg_ctx *)ctx;
 	cudaStream_t s = stream ? (cudaStream_t)stream : x->stream;
 	int rc = 0;
 	cudaError_t ce = cudaSuccess;
-	/* loader or registered memory: reads land there by DMA; any other
-	 * destination got a staged plan (bounce reads and copies only), which
-	 * on Tier 2 copies to the caller's GPU pointer as it is */
-	struct lg_alloc *d = len ? lg_find(x, dst, len) : NULL;
-	if (len && !d && x->tier != GPUNVME_TIER_2) {
-		/* pinned host memory CUDA knows but this controller cannot DMA
-		 * into (another md member's loader memory: DMA mappings are per
-		 * controller) takes the staged plan: bounce reads, then copies;
-		 * any other host memory is refused */
-		cudaPointerAttributes pa;
-		bool pinned = cudaPointerGetAttributes(&pa, dst) == cudaSuccess && pa.type == cudaMemoryTypeHost;
-		cudaGetLastError();
-		bool direct_ops = false;
-		for (size_t i = 0; i < r->nops; i++)
-			direct_ops |= r->ops[i].kind == LOAD_DIRECT;
-		if (!pinned || direct_ops)
-			return gpunvme_set_error(-EINVAL, "Tier 1 destination %p is not loader memory or registered "
-							  "(gpunvme_layer_loader_register)", (void *)dst);
+	struct lg_dst one;
+	uint32_t one_slot;
+	struct lg_dst *dd = ndst == 1 ? &one : (struct lg_dst *)malloc(ndst * sizeof(*dd));
+	uint32_t *slot = ndst == 1 ? &one_slot : (uint32_t *)malloc(ndst * sizeof(*slot));
+	struct gpunvme_gpu_buf **tab = NULL, *buf0 = x->bounce.buf;
+	uint32_t ntab = 0;
+	struct gpunvme_gpu_seg *h = NULL;
+	if (!dd || !slot) {
+		rc = gpunvme_set_error(-ENOMEM, "out of memory");
+		goto out;
 	}
-	const uint64_t base = d ? (uint64_t)(dst - d->p) : 0; /* dst in d's buffer */
-	uint8_t *dst_dev = dst; /* the GPU's address of dst */
-	if (len && (rc = lg_gpu_addr(x, dst, len, &dst_dev)))
-		return rc;
+	for (size_t i = 0; i < ndst && !rc; i++)
+		rc = lg_resolve(x, &dst[i], r, (uint32_t)i, &dd[i]);
+	if (rc || (rc = lg_slots(x, dd, ndst, r, slot, &tab, &ntab)))
+		goto out;
+	for (size_t i = 0; i < ndst && !ntab; i++)
+		if (slot[i])
+			buf0 = dd[i].a->buf; /* the one allocation direct reads land in */
 
-	/* Segments for the kernel: direct reads cut so that every warp gets
-	 * work (but no more than 32 commands, one per lane), bounce reads as
-	 * they are. */
-	uint64_t direct_blocks = 0, nseg = 0;
-	bool bounce = false;
-	for (size_t i = 0; i < r->nops; i++) {
-		direct_blocks += r->ops[i].kind == LOAD_DIRECT ? r->ops[i].nlb : 0;
-		bounce |= r->ops[i].kind == LOAD_BOUNCE;
-	}
-	uint64_t seg = direct_blocks / (x->warps ? x->warps : 1);
-	seg = (seg + x->max_blocks - 1) / x->max_blocks * x->max_blocks;
-	if (seg < x->max_blocks)
-		seg = x->max_blocks;
-	if (seg > 32ull * x->max_blocks)
-		seg = 32ull * x->max_blocks;
-	for (size_t i = 0; i < r->nops; i++) {
-		if (r->ops[i].kind == LOAD_DIRECT)
-			nseg += (r->ops[i].nlb + seg - 1) / seg;
-		else if (r->ops[i].kind == LOAD_BOUNCE)
-			nseg++;
-	}
-	if (nseg > UINT32_MAX)
-		return gpunvme_set_error(-E2BIG, "load round of %llu segments", (unsigned long long)nseg);
-	struct gpunvme_gpu_seg *h = (struct gpunvme_gpu_seg *)malloc((nseg ? nseg : 1) * sizeof(*h));
-	if (!h)
-		return gpunvme_set_error(-ENOMEM, "out of memory");
-	uint64_t k = 0;
-	for (size_t i = 0; i < r->nops; i++) {
-		const struct load_op *op = &r->ops[i];
-		if (op->kind == LOAD_BOUNCE) {
-			h[k++] = (struct gpunvme_gpu_seg){ op->slba, op->bounce_off, op->nlb, 1 };
-		} else if (op->kind == LOAD_DIRECT) {
-			for (uint64_t b = 0; b < op->nlb; b += seg) {
-				uint64_t n = op->nlb - b < seg ? op->nlb - b : seg;
-				h[k++] = (struct gpunvme_gpu_seg){ op->slba + b, base + op->dst_off + (b << x->lba_shift),
-								   (uint32_t)n, 0 };
+	{
+		/* Segments for the kernel: direct reads cut so that every warp
+		 * gets work (but no more than 32 commands, one per lane), bounce
+		 * reads as they are. */
+		uint64_t direct_blocks = 0, nseg = 0;
+		bool bounce = false;
+		for (size_t i = 0; i < r->nops; i++) {
+			direct_blocks += r->ops[i].kind == LOAD_DIRECT ? r->ops[i].nlb : 0;
+			bounce |= r->ops[i].kind == LOAD_BOUNCE;
+		}
+		uint64_t seg = direct_blocks / (x->warps ? x->warps : 1);
+		seg = (seg + x->max_blocks - 1) / x->max_blocks * x->max_blocks;
+		if (seg < x->max_blocks)
+			seg = x->max_blocks;
+		if (seg > 32ull * x->max_blocks)
+			seg = 32ull * x->max_blocks;
+		for (size_t i = 0; i < r->nops; i++) {
+			if (r->ops[i].kind == LOAD_DIRECT)
+				nseg += (r->ops[i].nlb + seg - 1) / seg;
+			else if (r->ops[i].kind == LOAD_BOUNCE)
+				nseg++;
+		}
+		if (nseg > UINT32_MAX) {
+			rc = gpunvme_set_error(-E2BIG, "load round of %llu segments", (unsigned long long)nseg);
+			goto out;
+		}
+		h = (struct gpunvme_gpu_seg *)malloc((nseg ? nseg : 1) * sizeof(*h));
+		if (!h) {
+			rc = gpunvme_set_error(-ENOMEM, "out of memory");
+			goto out;
+		}
+		/* the buffer a segment names: with a table, slot 0 is the bounce
+		 * buffer and direct reads name their allocation's slot; without,
+		 * 0 is buf0 and 1 the bounce buffer */
+		const uint32_t bounce_buf = ntab ? 0 : 1;
+		uint64_t k = 0;
+		for (size_t i = 0; i < r->nops; i++) {
+			const struct load_op *op = &r->ops[i];
+			if (op->kind == LOAD_BOUNCE) {
+				h[k++] = (struct gpunvme_gpu_seg){ op->slba, op->bounce_off, op->nlb, bounce_buf };
+			} else if (op->kind == LOAD_DIRECT) {
+				const uint32_t b = ntab ? slot[op->span] : 0;
+				for (uint64_t o = 0; o < op->nlb; o += seg) {
+					uint64_t n = op->nlb - o < seg ? op->nlb - o : seg;
+					h[k++] = (struct gpunvme_gpu_seg){
+						op->slba + o, dd[op->span].base + op->dst_off + (o << x->lba_shift),
+						(uint32_t)n, b
+					};
+				}
 			}
 		}
-	}
-	/* the bounce buffer is shared by every stream: wait for its last user */
-	if (bounce && (ce = cudaStreamWaitEvent(s, x->bounce_free, 0)) != cudaSuccess) {
-		free(h);
-		return lg_cuda(ce, "waiting for the bounce buffer");
-	}
-	if (nseg) {
-		struct gpunvme_gpu_seg *dseg = NULL;
-		rc = lg_upload(h, nseg * sizeof(*h), s, (void **)&dseg, "uploading the read list");
-		if (!rc) {
-			rc = gpunvme_gpu_read_segs_async(x->g, dseg, (uint32_t)nseg, d ? d->buf : x->bounce.buf,
-							 x->bounce.buf, x->d_status, s, timeout_ns);
-			cudaFreeAsync(dseg, s);
+		/* the bounce buffer is shared by every stream: wait for its last user */
+		if (bounce && (ce = cudaStreamWaitEvent(s, x->bounce_free, 0)) != cudaSuccess) {
+			rc = lg_cuda(ce, "waiting for the bounce buffer");
+			goto out;
 		}
+		if (nseg) {
+			struct gpunvme_gpu_seg *dseg = NULL;
+			rc = lg_upload(h, nseg * sizeof(*h), s, (void **)&dseg, "uploading the read list");
+			if (!rc) {
+				rc = ntab ? gpunvme_gpu_read_segs_table_async(x->g, dseg, (uint32_t)nseg, tab, ntab,
+									      x->d_status, s, timeout_ns)
+					  : gpunvme_gpu_read_segs_async(x->g, dseg, (uint32_t)nseg, buf0, x->bounce.buf,
+									x->d_status, s, timeout_ns);
+				cudaFreeAsync(dseg, s);
+			}
+		}
+		if (rc)
+			goto out;
+		if (x->tier != GPUNVME_TIER_2) {
+			rc = lg_tier1_copies(x, r, dd, s);
+			if (!rc && bounce && (ce = cudaEventRecord(x->bounce_free, s)) != cudaSuccess)
+				rc = lg_cuda(ce, "recording the bounce buffer's use");
+			goto out;
+		}
+		for (size_t i = 0; i < r->nops && ce == cudaSuccess; i++) {
+			const struct load_op *op = &r->ops[i];
+			if (op->kind == LOAD_BOUNCE)
+				ce = cudaMemcpyAsync(dd[op->span].dev + op->dst_off,
+						     x->bounce.dev + op->bounce_off + op->skip, op->len, cudaMemcpyDefault, s);
+			else if (op->kind == LOAD_ZERO)
+				ce = cudaMemsetAsync(dd[op->span].dev + op->dst_off, 0, op->len, s);
+		}
+		if (ce == cudaSuccess && bounce)
+			ce = cudaEventRecord(x->bounce_free, s);
+		if (ce != cudaSuccess)
+			rc = lg_cuda(ce, "queueing bounce copies");
 	}
+out:
 	free(h);
-	if (rc)
-		return rc;
-	if (x->tier != GPUNVME_TIER_2) {
-		rc = lg_tier1_copies(x, r, dst_dev, s);
-		if (!rc && bounce && (ce = cudaEventRecord(x->bounce_free, s)) != cudaSuccess)
-			rc = lg_cuda(ce, "recording the bounce buffer's use");
-		return rc;
-	}
-	for (size_t i = 0; i < r->nops && ce == cudaSuccess; i++) {
-		const struct load_op *op = &r->ops[i];
-		if (op->kind == LOAD_BOUNCE)
-			ce = cudaMemcpyAsync(dst_dev + op->dst_off, x->bounce.dev + op->bounce_off + op->skip, op->len,
-					     cudaMemcpyDefault, s);
-		else if (op->kind == LOAD_ZERO)
-			ce = cudaMemsetAsync(dst_dev + op->dst_off, 0, op->len, s);
-	}
-	if (ce == cudaSuccess && bounce)
-		ce = cudaEventRecord(x->bounce_free, s);
-	return ce == cudaSuccess ? 0 : lg_cuda(ce, "queueing bounce copies");
+	free(tab);
+	if (dd != &one)
+		free(dd);
+	if (slot != &one_slot)
+		free(slot);
+	return rc;
 }
 
 static int lg_finish(void *ctx, void *stream, void *event, int sync)

@@ -465,12 +465,12 @@ static int plan_end_round(struct plan *p)
 /* A bounce read of `bytes` (whole blocks): starts a new round when the
  * bounce buffer of this one is full. */
 static int plan_bounce(struct plan *p, uint64_t slba, uint32_t nlb, uint64_t bytes, uint64_t skip, uint64_t len,
-		       uint64_t dst_off)
+		       uint64_t dst_off, uint32_t span)
 {
 	int rc;
 	if (p->bounce_used + bytes > p->bounce_cap && (rc = plan_end_round(p)))
 		return rc;
-	struct load_op op = { LOAD_BOUNCE, nlb, slba, dst_off, p->bounce_used, skip, len };
+	struct load_op op = { LOAD_BOUNCE, nlb, slba, dst_off, p->bounce_used, skip, len, span };
 	p->bounce_used += bytes;
 	return plan_push(p, &op);
 }
@@ -499,20 +499,20 @@ static bool elsewhere_at(const struct gpunvme_layer_loader *l, uint64_t o)
 }
 
 /*
- * File bytes [off, off + len) -> dst. Within a mapped piece the device
- * bytes are contiguous: a partial first block and a partial last block are
- * bounced, whole blocks in between go straight to dst when the address they
- * land at is dword aligned (§4.3: PRP entries), else in staged chunks.
+ * File bytes [off, off + len) -> dst, the plan's span `span`, added to the
+ * plan (its bounce reads go on from the spans before, in the same rounds).
+ * Within a mapped piece the device bytes are contiguous: a partial first
+ * block and a partial last block are bounced, whole blocks in between go
+ * straight to dst when the address they land at is dword aligned (§4.3:
+ * PRP entries), else in staged chunks.
  */
-static int plan_build(const struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, uintptr_t dst, bool staged,
-		      struct plan *p)
+static int plan_add(const struct gpunvme_layer_loader *l, uint32_t span, uint64_t off, uint64_t len, uintptr_t dst,
+		    bool staged, struct plan *p)
 {
 	const uint64_t lbs = 1ull << l->lba_shift;
 	const uint64_t end = off + len;
 	uint64_t o = off;
 	int rc = 0;
-	memset(p, 0, sizeof(*p));
-	p->bounce_cap = l->bounce_bytes;
 	while (o < end && !rc) {
 		uint64_t contig = 0;
 		int64_t phys = gpunvme_extent_lookup(l->ext, l->n_ext, o, &contig);
@@ -522,7 +522,7 @@ static int plan_build(const struct gpunvme_layer_loader *l, uint64_t off, uint64
 			continue;
 		}
 		if (phys < 0) { /* hole or unwritten: zeroes */
-			struct load_op z = { LOAD_ZERO, 0, 0, o - off, 0, 0, piece };
+			struct load_op z = { LOAD_ZERO, 0, 0, o - off, 0, 0, piece, span };
 			rc = plan_push(p, &z);
 			o += piece;
 			continue;
@@ -530,7 +530,7 @@ static int plan_build(const struct gpunvme_layer_loader *l, uint64_t off, uint64
 		uint64_t P = (uint64_t)phys, pend = P + piece;
 		if (P % lbs) { /* partial first block */
 			uint64_t k = lbs - P % lbs < piece ? lbs - P % lbs : piece;
-			if ((rc = plan_bounce(p, P / lbs, 1, lbs, P % lbs, k, o - off)))
+			if ((rc = plan_bounce(p, P / lbs, 1, lbs, P % lbs, k, o - off, span)))
 				break;
 			P += k;
 		}
@@ -539,23 +539,19 @@ static int plan_build(const struct gpunvme_layer_loader *l, uint64_t off, uint64
 			uint64_t dst_off = o - off + (P - (uint64_t)phys);
 			if (!staged && ((dst + dst_off) & 3) == 0) {
 				uint64_t n = mid_end - P < PLAN_MAX_DIRECT ? mid_end - P : PLAN_MAX_DIRECT;
-				struct load_op d = { LOAD_DIRECT, (uint32_t)(n / lbs), P / lbs, dst_off, 0, 0, n };
+				struct load_op d = { LOAD_DIRECT, (uint32_t)(n / lbs), P / lbs, dst_off, 0, 0, n, span };
 				rc = plan_push(p, &d);
 				P += n;
 			} else {
 				uint64_t n = mid_end - P < STAGE_CHUNK ? mid_end - P : STAGE_CHUNK;
-				rc = plan_bounce(p, P / lbs, (uint32_t)(n / lbs), n, 0, n, dst_off);
+				rc = plan_bounce(p, P / lbs, (uint32_t)(n / lbs), n, 0, n, dst_off, span);
 				P += n;
 			}
 		}
 		if (!rc && P < pend) /* partial last block */
-			rc = plan_bounce(p, P / lbs, 1, lbs, 0, pend - P, o - off + (P - (uint64_t)phys));
+			rc = plan_bounce(p, P / lbs, 1, lbs, 0, pend - P, o - off + (P - (uint64_t)phys), span);
 		o += piece;
 	}
-	if (!rc)
-		rc = plan_end_round(p);
-	if (rc)
-		plan_free(p);
 	return rc;
 }
 
@@ -650,7 +646,7 @@ static int cpu_submit(struct gpunvme_layer_loader *l, struct cpu_run *r, uint32_
 	}
 }
 
-static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct load_op *ops, size_t n,
+static int cpu_round(struct gpunvme_layer_loader *l, const struct load_dst *dst, const struct load_op *ops, size_t n,
 		     uint64_t deadline, uint16_t *status)
 {
 	/* The run's state lives on the heap, not on this stack: a drain that
@@ -676,10 +672,10 @@ static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct 
 	for (size_t i = 0; i < n && !rc && !r->err; i++) {
 		const struct load_op *op = &ops[i];
 		if (op->kind == LOAD_ZERO) {
-			memset(dst + op->dst_off, 0, op->len);
+			memset(dst[op->span].p + op->dst_off, 0, op->len);
 			continue;
 		}
-		uint8_t *buf = op->kind == LOAD_DIRECT ? dst + op->dst_off : l->bounce + op->bounce_off;
+		uint8_t *buf = op->kind == LOAD_DIRECT ? dst[op->span].p + op->dst_off : l->bounce + op->bounce_off;
 		uint64_t per = CPU_REQ_BYTES >> l->lba_shift;
 		for (uint64_t b = 0; b < op->nlb && !rc; b += per) {
 			uint64_t k = op->nlb - b < per ? op->nlb - b : per;
@@ -731,7 +727,7 @@ static int cpu_round(struct gpunvme_layer_loader *l, uint8_t *dst, const struct 
 		const struct load_op *op = &ops[i];
 		if (op->kind != LOAD_BOUNCE)
 			continue;
-		memcpy(dst + op->dst_off, l->bounce + op->bounce_off + op->skip, op->len);
+		memcpy(dst[op->span].p + op->dst_off, l->bounce + op->bounce_off + op->skip, op->len);
 	}
 	return 0;
 }
@@ -751,29 +747,51 @@ static int check_range(const struct gpunvme_layer_loader *l, uint64_t off, uint6
 	return 0;
 }
 
-static int run_once(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
+/* Memory the controller cannot reach (CPU tier: not DMA memory; GPU tiers:
+ * not loader or registered memory) is filled through the bounce buffer,
+ * and counted as bounced. */
+static bool span_staged(const struct gpunvme_layer_loader *l, const struct gpunvme_load_span *s)
+{
+	if (!s->len)
+		return false;
+	if (l->gpu)
+		return !l->gpu->direct(l->gctx, s->dst, s->len);
+	return !gpunvme_dma_iova(l->c, s->dst) || !gpunvme_dma_iova(l->c, (const uint8_t *)s->dst + s->len - 1);
+}
+
+static int run_once(struct gpunvme_layer_loader *l, const struct gpunvme_load_span *sp, size_t n, void *stream,
 		    void *event, int sync, uint16_t *status)
 {
 	int rc;
-	/* memory the controller cannot reach (CPU tier: not DMA memory; GPU
-	 * tiers: not loader or registered memory) is filled through the bounce
-	 * buffer, and counted as bounced */
-	bool staged;
-	if (l->gpu)
-		staged = len && !l->gpu->direct(l->gctx, dst, len);
-	else
-		staged = len && (!gpunvme_dma_iova(l->c, dst) || !gpunvme_dma_iova(l->c, (const uint8_t *)dst + len - 1));
 	if (!l->gpu && !l->nqp && (rc = cpu_queues_acquire(l)))
 		return rc; /* released: take them again */
+	struct load_dst one, *dst = n == 1 ? &one : malloc(n * sizeof(*dst));
+	if (!dst)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	/* one plan for every span: their bounce reads share the rounds, so
+	 * the spans go to the controller together */
 	struct plan p;
-	if ((rc = plan_build(l, off, len, (uintptr_t)dst, staged, &p)))
+	memset(&p, 0, sizeof(p));
+	p.bounce_cap = l->bounce_bytes;
+	rc = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		dst[i] = (struct load_dst){ (uint8_t *)sp[i].dst, sp[i].len };
+		rc = plan_add(l, (uint32_t)i, sp[i].off, sp[i].len, (uintptr_t)sp[i].dst, span_staged(l, &sp[i]), &p);
+	}
+	if (!rc)
+		rc = plan_end_round(&p);
+	if (rc) {
+		plan_free(&p);
+		if (dst != &one)
+			free(dst);
 		return rc;
+	}
 	uint64_t deadline = gpunvme_now_ns() + (uint64_t)l->o.timeout_ms * 1000000ull;
 	size_t start = 0;
 	for (size_t k = 0; k < p.nrounds && !rc; k++) {
 		struct load_round r = { p.ops + start, p.round_end[k] - start };
 		if (l->gpu)
-			rc = l->gpu->exec(l->gctx, dst, len, &r, stream, (uint64_t)l->o.timeout_ms * 1000000ull);
+			rc = l->gpu->exec(l->gctx, dst, n, &r, stream, (uint64_t)l->o.timeout_ms * 1000000ull);
 		else
 			rc = cpu_round(l, dst, r.ops, r.nops, deadline, status);
 		start = p.round_end[k];
@@ -792,6 +810,8 @@ static int run_once(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
 			rc = l->gpu->check(l->gctx, status);
 	}
 	plan_free(&p);
+	if (dst != &one)
+		free(dst);
 	return rc;
 }
 
@@ -830,24 +850,43 @@ static int recover_queues(struct gpunvme_layer_loader *l)
 	return rc;
 }
 
-static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
+/* Every span in the file and with a destination; their total length. */
+static int check_spans(const struct gpunvme_layer_loader *l, const struct gpunvme_load_span *sp, size_t n,
+		       uint64_t *total)
+{
+	if (!l)
+		return gpunvme_set_error(-EINVAL, "load: no loader");
+	if (!sp || n > UINT32_MAX)
+		return gpunvme_set_error(-EINVAL, "load: %s", sp ? "more than 2^32 ranges at once" : "no ranges");
+	*total = 0;
+	for (size_t i = 0; i < n; i++) {
+		int rc = check_range(l, sp[i].off, sp[i].len, sp[i].dst);
+		if (rc)
+			return n > 1 ? gpunvme_set_error(rc, "range %zu of %zu: %s", i, n, gpunvme_last_error()) : rc;
+		*total += sp[i].len;
+	}
+	return 0;
+}
+
+static int run_plan(struct gpunvme_layer_loader *l, const struct gpunvme_load_span *sp, size_t n, void *stream,
 		    void *event, int sync, uint16_t *status)
 {
-	int rc = check_range(l, off, len, dst);
+	uint64_t total;
+	int rc = check_spans(l, sp, n, &total);
 	if (rc)
 		return rc;
-	if (len == 0 && !l->gpu)
+	if (total == 0 && !l->gpu)
 		return 0;
 	uint16_t st = 0;
 	uint32_t attempt;
 	for (attempt = 0;; attempt++) {
 		st = 0;
-		rc = run_once(l, off, len, dst, stream, event, sync, &st);
+		rc = run_once(l, sp, n, stream, event, sync, &st);
 		/* an asynchronous load reports at the next check: the caller
 		 * decides (gpunvme_layer_loader_check) */
 		if (!rc || !sync || !retryable(rc, st) || attempt == l->o.retries)
 			break;
-		if (!len) {
+		if (!total) {
 			/* An empty load only waits for the loads queued before it
 			 * and collects their result (gpunvme_layer_loader_wait):
 			 * tried again it would read nothing and report success
@@ -872,8 +911,9 @@ static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
 		snprintf(why, sizeof(why), "%s", gpunvme_last_error());
 		int rrc = recover_queues(l);
 		if (rrc) {
-			gpunvme_set_error(rrc, "bytes %llu+%llu: %s; recovering the queues failed: %s",
-					  (unsigned long long)off, (unsigned long long)len, why, gpunvme_last_error());
+			gpunvme_set_error(rrc, "bytes %llu+%llu%s: %s; recovering the queues failed: %s",
+					  (unsigned long long)sp[0].off, (unsigned long long)sp[0].len,
+					  n > 1 ? " and more ranges" : "", why, gpunvme_last_error());
 			return rrc;
 		}
 		l->st.retries++;
@@ -881,8 +921,9 @@ static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
 	if (status)
 		*status = st;
 	if (rc && sync)
-		gpunvme_set_error(rc, "bytes %llu+%llu of the file, %u %s: %s", (unsigned long long)off,
-				  (unsigned long long)len, attempt + 1, attempt ? "tries" : "try", gpunvme_last_error());
+		gpunvme_set_error(rc, "bytes %llu+%llu of the file%s, %u %s: %s", (unsigned long long)sp[0].off,
+				  (unsigned long long)sp[0].len, n > 1 ? " and more ranges" : "", attempt + 1,
+				  attempt ? "tries" : "try", gpunvme_last_error());
 	return rc;
 }
 
@@ -892,7 +933,7 @@ static int run_plan(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, 
  * the load must follow) and joined into it after, so the member controllers
  * are read at once and `event`, recorded on `stream`, follows them all.
  */
-static int md_queue_gpu(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
+static int md_queue_gpu(struct gpunvme_layer_loader *l, const struct gpunvme_load_span *sp, size_t n, void *stream,
 			void *event)
 {
 	struct gpunvme_layer_loader *m0 = l->mem[0];
@@ -901,7 +942,7 @@ static int md_queue_gpu(struct gpunvme_layer_loader *l, uint64_t off, uint64_t l
 	for (uint32_t k = 1; k < l->nmem && !rc; k++)
 		rc = l->mem[k]->gpu->wait(l->mem[k]->gctx, l->mem[k]->gpu->own_stream(l->mem[k]->gctx), s);
 	for (uint32_t k = 0; k < l->nmem && !rc; k++)
-		rc = run_plan(l->mem[k], off, len, dst, k ? NULL : s, NULL, 0, NULL);
+		rc = run_plan(l->mem[k], sp, n, k ? NULL : s, NULL, 0, NULL);
 	for (uint32_t k = 1; k < l->nmem && !rc; k++)
 		rc = l->mem[k]->gpu->wait(l->mem[k]->gctx, s, l->mem[k]->gpu->own_stream(l->mem[k]->gctx));
 	if (!rc && event)
@@ -912,8 +953,8 @@ static int md_queue_gpu(struct gpunvme_layer_loader *l, uint64_t off, uint64_t l
 /* One md member's share of a load, on its own thread (CPU tier). */
 struct md_job {
 	struct gpunvme_layer_loader *l;
-	uint64_t off, len;
-	void *dst;
+	const struct gpunvme_load_span *sp;
+	size_t n;
 	uint16_t status;
 	int rc;
 	char err[256];
@@ -922,7 +963,7 @@ struct md_job {
 static void *md_job_run(void *arg)
 {
 	struct md_job *j = arg;
-	j->rc = gpunvme_load_layer(j->l, j->off, j->len, j->dst, &j->status);
+	j->rc = gpunvme_load_layers(j->l, j->sp, j->n, &j->status);
 	if (j->rc) /* the last-error text is per thread: carry it back */
 		snprintf(j->err, sizeof(j->err), "%s", gpunvme_last_error());
 	return NULL;
@@ -935,13 +976,14 @@ static void *md_job_run(void *arg)
  * work at once; each member's wait is bounded by its own timeout. The GPU
  * tiers queue the members one after the other on the loader's stream.
  */
-static int md_load(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, uint16_t *status)
+static int md_load(struct gpunvme_layer_loader *l, const struct gpunvme_load_span *sp, size_t n, uint16_t *status)
 {
-	int rc = check_range(l, off, len, dst);
+	uint64_t total;
+	int rc = check_spans(l, sp, n, &total);
 	if (rc)
 		return rc;
 	if (l->gpu) {
-		if ((rc = md_queue_gpu(l, off, len, dst, NULL, NULL)))
+		if ((rc = md_queue_gpu(l, sp, n, NULL, NULL)))
 			return rc;
 		/* wait for member 0's stream, which joined every other one */
 		struct gpunvme_layer_loader *m0 = l->mem[0];
@@ -950,7 +992,7 @@ static int md_load(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, v
 		return gpunvme_layer_loader_check(l, status);
 	}
 	if (l->nmem == 1)
-		return gpunvme_load_layer(l->mem[0], off, len, dst, status);
+		return gpunvme_load_layers(l->mem[0], sp, n, status);
 	struct md_job *jobs = calloc(l->nmem, sizeof(*jobs));
 	pthread_t *th = calloc(l->nmem, sizeof(*th));
 	bool *started = calloc(l->nmem, sizeof(*started));
@@ -961,7 +1003,7 @@ static int md_load(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, v
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 	}
 	for (uint32_t k = 0; k < l->nmem; k++) {
-		jobs[k] = (struct md_job){ l->mem[k], off, len, dst, 0, 0, "" };
+		jobs[k] = (struct md_job){ l->mem[k], sp, n, 0, 0, "" };
 		/* member 0 runs here; a thread that cannot start runs here too */
 		started[k] = k > 0 && pthread_create(&th[k], NULL, md_job_run, &jobs[k]) == 0;
 	}
@@ -984,13 +1026,23 @@ static int md_load(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, v
 	return rc;
 }
 
-int gpunvme_load_layer(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, uint16_t *status)
+int gpunvme_load_layers(struct gpunvme_layer_loader *l, const struct gpunvme_load_span *spans, size_t n,
+			uint16_t *status)
 {
+	static const struct gpunvme_load_span none = { 0, 0, NULL };
 	if (status)
 		*status = 0;
+	if (!n) /* a load of zero bytes: waits for what is queued */
+		spans = &none, n = 1;
 	if (l && l->mem)
-		return md_load(l, off, len, dst, status);
-	return run_plan(l, off, len, dst, NULL, NULL, 1, status);
+		return md_load(l, spans, n, status);
+	return run_plan(l, spans, n, NULL, NULL, 1, status);
+}
+
+int gpunvme_load_layer(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, uint16_t *status)
+{
+	const struct gpunvme_load_span s = { off, len, dst };
+	return gpunvme_load_layers(l, &s, 1, status);
 }
 
 int gpunvme_layer_loader_wait(struct gpunvme_layer_loader *l, uint16_t *status)
@@ -1003,16 +1055,27 @@ int gpunvme_layer_loader_wait(struct gpunvme_layer_loader *l, uint16_t *status)
 	return gpunvme_load_layer(l, 0, 0, NULL, status);
 }
 
+int gpunvme_load_layers_async(struct gpunvme_layer_loader *l, const struct gpunvme_load_span *spans, size_t n,
+			      void *stream, void *event)
+{
+	static const struct gpunvme_load_span none = { 0, 0, NULL };
+	if (l && !l->gpu)
+		return gpunvme_set_error(-ENOTSUP, "asynchronous loads need a GPU tier (this loader uses the CPU path)");
+	if (!n) /* a load of zero bytes: records the event after what is queued */
+		spans = &none, n = 1;
+	if (l && l->mem) {
+		uint64_t total;
+		int rc = check_spans(l, spans, n, &total);
+		return rc ? rc : md_queue_gpu(l, spans, n, stream, event);
+	}
+	return run_plan(l, spans, n, stream, event, 0, NULL);
+}
+
 int gpunvme_load_layer_async(struct gpunvme_layer_loader *l, uint64_t off, uint64_t len, void *dst, void *stream,
 			     void *event)
 {
-	if (l && !l->gpu)
-		return gpunvme_set_error(-ENOTSUP, "asynchronous loads need a GPU tier (this loader uses the CPU path)");
-	if (l && l->mem) {
-		int rc = check_range(l, off, len, dst);
-		return rc ? rc : md_queue_gpu(l, off, len, dst, stream, event);
-	}
-	return run_plan(l, off, len, dst, stream, event, 0, NULL);
+	const struct gpunvme_load_span s = { off, len, dst };
+	return gpunvme_load_layers_async(l, &s, 1, stream, event);
 }
 
 int gpunvme_load_guard_async(struct gpunvme_layer_loader *l, void *dst, uint64_t len, void *stream)

@@ -182,29 +182,28 @@ int gpunvme_model_load(struct gpunvme_layer_loader *l, struct gpunvme_model_buff
 	if (status)
 		*status = 0;
 	const bool gpu = gpunvme_layer_loader_tier(l) != GPUNVME_TIER_CPU;
-	int rc = 0;
-	for (size_t k = 0; k < b->n_runs && !rc; k++) {
-		const struct gpunvme_model_run *r = &b->runs[k];
-		rc = gpu ? gpunvme_load_layer_async(l, r->off, r->len, r->dst, stream, k + 1 == b->n_runs ? event : NULL)
-			 : gpunvme_load_layer(l, r->off, r->len, r->dst, status);
-	}
-	if (rc || !gpu)
-		return rc;
-	if (!b->n_runs && event) /* nothing read: the event still completes */
-		rc = gpunvme_load_layer_async(l, 0, 0, NULL, stream, event);
+	struct gpunvme_load_span *sp = b->n_runs ? malloc(b->n_runs * sizeof(*sp)) : NULL;
+	if (b->n_runs && !sp)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	for (size_t k = 0; k < b->n_runs; k++)
+		sp[k] = (struct gpunvme_load_span){ b->runs[k].off, b->runs[k].len, b->runs[k].dst };
+	/* every run in one call: the GPU tiers queue their reads together (a
+	 * run does not wait for the last read of the one before it), the CPU
+	 * tier keeps its queues full across runs; no runs: the event still
+	 * completes */
+	int rc = gpu ? gpunvme_load_layers_async(l, sp, b->n_runs, stream, event)
+		     : gpunvme_load_layers(l, sp, b->n_runs, status);
 	/* nothing for the caller to wait on: wait for the runs and collect
 	 * their result. A run that failed (a timeout under a loaded GPU or
 	 * CPU, a transient status) is not known by name, so every run is
-	 * loaded again synchronously, each with the loader's retries; the
-	 * wait itself never reports success for bytes that did not land. */
-	if (!rc && !stream && !event) {
+	 * loaded again synchronously, with the loader's retries; the wait
+	 * itself never reports success for bytes that did not land. */
+	if (!rc && gpu && !stream && !event) {
 		rc = gpunvme_layer_loader_wait(l, status);
-		if (rc == -ETIMEDOUT || rc == -EIO) {
-			rc = 0;
-			for (size_t k = 0; k < b->n_runs && !rc; k++)
-				rc = gpunvme_load_layer(l, b->runs[k].off, b->runs[k].len, b->runs[k].dst, status);
-		}
+		if (rc == -ETIMEDOUT || rc == -EIO)
+			rc = gpunvme_load_layers(l, sp, b->n_runs, status);
 	}
+	free(sp);
 	return rc;
 }
 

@@ -27,6 +27,12 @@
  *                  loaders of one controller made in turn, the first
  *                  destroyed while the others go on loading (tiers 2 and
  *                  1): the doorbells it mapped first stay mapped for them
+ *   many_spans     gpunvme_load_layers_async: up to 200 ranges in one call
+ *                  (tiers 2 and 1) into loader allocations of their own
+ *                  (a buffer table in the kernel), one shared allocation
+ *                  (the two-buffer launch), registered memory and caller
+ *                  memory (Tier 2: staged), guard bytes either side; on the
+ *                  loader's stream and on a caller's stream with an event
  *   async_wait_failures
  *                  a media error or dropped commands among loads queued
  *                  on the loader's own stream: the wait reports them
@@ -387,6 +393,151 @@ TEST_CASE(first_loader_freed)
 		gpunvme_close(c);
 	}
 	printf("first_loader_freed: loads after the first loaders were destroyed, every byte right\n");
+	return 0;
+}
+
+/* Span i's memory: where it starts (guard bytes before the range), and
+ * what to free. Tier 2: device memory; Tier 1: pinned host memory. */
+struct span_mem {
+	uint8_t *base, *own;
+	int kind; /* 0 loader memory of its own, 1 the shared allocation, 2 registered, 3 caller memory */
+};
+
+/* Guard bytes either side of each span: 0x5a before the load, still
+ * 0x5a after. */
+#define SPAN_G 16
+
+static int spans_round(struct gpunvme_layer_loader *l, const struct layout *L, uint64_t *seed, size_t n, int only,
+		       uint8_t *shared, uint8_t *reg, cudaStream_t s, cudaEvent_t ev, const char *what)
+{
+	const bool t2 = gpunvme_layer_loader_tier(l) == GPUNVME_TIER_2;
+	struct gpunvme_load_span *sp = (struct gpunvme_load_span *)calloc(n, sizeof(*sp));
+	struct span_mem *m = (struct span_mem *)calloc(n, sizeof(*m));
+	uint8_t *host = (uint8_t *)malloc(L->size + 2 * SPAN_G);
+	if (!sp || !m || !host)
+		FAIL("out of memory");
+	uint64_t shared_at = 0, reg_at = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t off = rng(seed) % L->size, len = rng(seed) % (L->size - off + 1);
+		if (i % 3 == 0)
+			len %= 9000;
+		if (i % 11 == 4)
+			len = 0;
+		/* Tier 1 takes loader and registered memory only */
+		int k = only >= 0 ? only : (int)(rng(seed) % (t2 ? 4 : 3));
+		/* the shared and registered areas hold what fits; the rest own memory */
+		if ((k == 1 && shared_at + len + 2 * SPAN_G > 2 * L->size) || (k == 2 && reg_at + len + 2 * SPAN_G + 8 > 2 * L->size))
+			k = 0;
+		m[i].kind = k;
+		if (k == 0) {
+			m[i].base = m[i].own = (uint8_t *)gpunvme_layer_loader_alloc(l, off >= SPAN_G ? off - SPAN_G : 0,
+										    len + 2 * SPAN_G);
+		} else if (k == 1) {
+			m[i].base = shared + shared_at;
+			shared_at += len + 2 * SPAN_G;
+		} else if (k == 2) {
+			m[i].base = reg + reg_at + rng(seed) % 8;
+			reg_at += len + 2 * SPAN_G + 8;
+		} else {
+			REQUIRE_CUDA(cudaMalloc(&m[i].own, len + 2 * SPAN_G + 8));
+			m[i].base = m[i].own + rng(seed) % 8;
+		}
+		if (!m[i].base)
+			FAIL("%s: span %zu: alloc: %s", what, i, gpunvme_last_error());
+		if (t2)
+			REQUIRE_CUDA(cudaMemset(m[i].base, 0x5a, len + 2 * SPAN_G));
+		else
+			memset(m[i].base, 0x5a, len + 2 * SPAN_G);
+		sp[i] = (struct gpunvme_load_span){ off, len, m[i].base + SPAN_G };
+	}
+	/* the legacy stream's memsets: done before loads on non-blocking streams */
+	REQUIRE_CUDA(cudaDeviceSynchronize());
+	uint16_t st = 0;
+	REQUIRE_OK(gpunvme_load_layers_async(l, sp, n, s, ev));
+	if (ev) {
+		REQUIRE_CUDA(cudaEventSynchronize(ev));
+		REQUIRE_OK(gpunvme_layer_loader_check(l, &st));
+	} else {
+		REQUIRE_OK(gpunvme_layer_loader_wait(l, &st));
+	}
+	for (size_t i = 0; i < n; i++) {
+		const uint64_t len = sp[i].len, all = len + 2 * SPAN_G;
+		if (t2)
+			REQUIRE_CUDA(cudaMemcpy(host, m[i].base, all, cudaMemcpyDeviceToHost));
+		else
+			memcpy(host, m[i].base, all);
+		char w[160];
+		snprintf(w, sizeof(w), "%s: span %zu of %zu (kind %d)", what, i, n, m[i].kind);
+		if (compare(host + SPAN_G, L->ref + sp[i].off, len, sp[i].off, w))
+			return 1;
+		for (uint64_t g = 0; g < SPAN_G; g++)
+			if (host[g] != 0x5a || host[SPAN_G + len + g] != 0x5a)
+				FAIL("%s: guard bytes overwritten", w);
+		if (m[i].kind == 0)
+			gpunvme_layer_loader_free(l, m[i].own);
+		else if (m[i].kind == 3)
+			cudaFree(m[i].own);
+	}
+	free(sp);
+	free(m);
+	free(host);
+	return 0;
+}
+
+TEST_CASE(many_spans)
+{
+	for (int t = 0; t < 2; t++) {
+		const enum gpunvme_tier tier = t ? GPUNVME_TIER_1 : GPUNVME_TIER_2;
+		struct gpunvme_ctrl *c;
+		struct layout L;
+		struct gpunvme_layer_loader *l;
+		if (setup_q("emu:ram:64M?lbads=9&workers=4", 5 * 1024 * 1024 + 4321, &c, &L, tier, 4, 64, &l))
+			return 1;
+		uint8_t *shared = (uint8_t *)gpunvme_layer_loader_alloc(l, 0, 2 * L.size);
+		uint8_t *reg = NULL;
+		if (tier == GPUNVME_TIER_2)
+			REQUIRE_CUDA(cudaMalloc(&reg, 2 * L.size));
+		else
+			reg = (uint8_t *)gpunvme_dma_alloc(c, 2 * L.size);
+		if (!shared || !reg)
+			FAIL("memory");
+		REQUIRE_OK(gpunvme_layer_loader_register(l, reg, 2 * L.size));
+		cudaStream_t s;
+		cudaEvent_t ev;
+		REQUIRE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+		REQUIRE_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+		uint64_t seed = 7 + (uint64_t)t;
+		const char *tn = t ? "tier 1" : "tier 2";
+		for (int r = 0; r < 6; r++) {
+			char what[64];
+			snprintf(what, sizeof(what), "%s round %d", tn, r);
+			/* mixed; loader memory of their own only (the table); the
+			 * shared allocation only (two buffers); on a caller's stream */
+			const int only = r == 1 ? 0 : r == 2 ? 1 : -1;
+			if (spans_round(l, &L, &seed, 1 + rng(&seed) % 200, only, shared, reg, r >= 4 ? s : NULL,
+					r >= 4 ? ev : NULL, what))
+				return 1;
+		}
+		/* no ranges: the event still completes */
+		REQUIRE_OK(gpunvme_load_layers_async(l, NULL, 0, s, ev));
+		REQUIRE_CUDA(cudaEventSynchronize(ev));
+		REQUIRE_OK(gpunvme_layer_loader_check(l, NULL));
+		struct gpunvme_load_span bad[2] = { { 0, 10, shared }, { L.size, 1, shared } };
+		if (gpunvme_load_layers_async(l, bad, 2, NULL, NULL) != -ERANGE ||
+		    !strstr(gpunvme_last_error(), "range 1 of 2"))
+			FAIL("%s: a range past the end: %s", tn, gpunvme_last_error());
+		cudaEventDestroy(ev);
+		cudaStreamDestroy(s);
+		gpunvme_layer_loader_free(l, shared);
+		gpunvme_layer_loader_destroy(l);
+		if (tier == GPUNVME_TIER_2)
+			cudaFree(reg);
+		else
+			gpunvme_dma_free(c, reg);
+		free(L.ref);
+		gpunvme_close(c);
+		printf("many_spans %s: every byte right\n", tn);
+	}
 	return 0;
 }
 

@@ -4,8 +4,8 @@
  * in random fragments (with holes and unwritten extents) over a namespace
  * filled with random bytes; random byte ranges loaded into loader memory,
  * DMA memory at every dword misalignment, and plain malloc memory, compared
- * with a reference built byte by byte from the extent table. Plus every
- * error a caller can cause.
+ * with a reference built byte by byte from the extent table; many ranges in
+ * one call (gpunvme_load_layers). Plus every error a caller can cause.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -205,6 +205,119 @@ static bool guards_intact(const uint8_t *mem, size_t guard, size_t len)
 		if (mem[i] != 0x5a || mem[guard + len + i] != 0x5a)
 			return false;
 	return true;
+}
+
+/*
+ * Several ranges in one call (gpunvme_load_layers): up to 300 spans of
+ * random ranges (empty ones, ones inside a block, ones near the whole
+ * file), each into loader memory of its own, a shared loader allocation,
+ * DMA memory at every dword misalignment, or heap memory (staged), with
+ * guard bytes either side; heap spans of more than the bounce buffer in
+ * total, so the spans' reads share several rounds. Every byte compared.
+ */
+TEST_CASE(many_spans)
+{
+	size_t ns_len;
+	uint8_t *ns;
+	struct gpunvme_ctrl *c = open_filled("emu:ram:32M?lbads=9&workers=2", 21, &ns, &ns_len);
+	REQUIRE(c);
+	struct layout L;
+	make_layout(&L, ns, ns_len, 3 * 1024 * 1024 + 4321, 17);
+	struct gpunvme_layer_loader *l = NULL;
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.queues = 2;
+	o.depth = 16;
+	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, L.ext, L.n, L.size, &o, &l));
+	enum { MAXN = 300, G = 16 };
+	struct gpunvme_load_span sp[MAXN];
+	uint8_t *mem[MAXN], *base[MAXN];
+	int kind[MAXN];
+	uint64_t seed = 99;
+	uint8_t *shared = gpunvme_layer_loader_alloc(l, 0, L.size + 2 * G);
+	REQUIRE(shared);
+	for (int round = 0; round < 8; round++) {
+		const size_t n = round == 0 ? 1 : round == 7 ? 6 : 1 + rng(&seed) % MAXN;
+		uint64_t shared_at = 0;
+		for (size_t i = 0; i < n; i++) {
+			uint64_t off = rng(&seed) % L.size, len = rng(&seed) % (L.size - off + 1);
+			if (i % 3 == 0)
+				len %= 5000; /* inside one or two blocks */
+			if (i % 17 == 5)
+				len = 0;
+			/* round 7: heap spans of ~2.5 MiB, > 8 MiB in all: bounced in several rounds */
+			kind[i] = round == 7 ? 3 : (int)(rng(&seed) % 4);
+			if (round == 7)
+				off = rng(&seed) % (L.size / 8), len = L.size / 8 * 6 + rng(&seed) % 4096;
+			if (kind[i] == 1 && shared_at + len + 2 * G > L.size + 2 * G)
+				kind[i] = 0; /* the shared allocation is full */
+			mem[i] = NULL;
+			if (kind[i] == 0)
+				base[i] = mem[i] = gpunvme_layer_loader_alloc(l, off >= G ? off - G : 0, len + 2 * G);
+			else if (kind[i] == 1)
+				base[i] = shared + shared_at, shared_at += len + 2 * G;
+			else if (kind[i] == 2)
+				base[i] = mem[i] = gpunvme_dma_alloc(c, len + 2 * G + 8);
+			else
+				base[i] = mem[i] = malloc(len + 2 * G + 8);
+			REQUIRE(base[i], "span %zu: no memory (kind %d)", i, kind[i]);
+			if (kind[i] >= 2)
+				base[i] += rng(&seed) % 8; /* every dword misalignment */
+			memset(base[i], 0x5a, len + 2 * G);
+			sp[i] = (struct gpunvme_load_span){ off, len, base[i] + G };
+		}
+		uint16_t st = 0xffff;
+		REQUIRE_OK(gpunvme_load_layers(l, sp, n, &st));
+		REQUIRE_EQ(st, 0);
+		for (size_t i = 0; i < n; i++) {
+			const uint8_t *d = (const uint8_t *)sp[i].dst;
+			REQUIRE(!memcmp(d, L.ref + sp[i].off, sp[i].len), "round %d span %zu of %zu (%llu+%llu, kind %d): "
+				"bytes differ", round, i, n, (unsigned long long)sp[i].off, (unsigned long long)sp[i].len,
+				kind[i]);
+			REQUIRE(guards_intact(base[i], G, sp[i].len), "round %d span %zu: guard bytes overwritten", round, i);
+			if (kind[i] == 0)
+				gpunvme_layer_loader_free(l, mem[i]);
+			else if (kind[i] == 2)
+				gpunvme_dma_free(c, mem[i]);
+			else if (kind[i] == 3)
+				free(mem[i]);
+		}
+	}
+	/* no ranges: nothing to do; an empty range at the end of the file */
+	REQUIRE_OK(gpunvme_load_layers(l, NULL, 0, NULL));
+	sp[0] = (struct gpunvme_load_span){ L.size, 0, shared };
+	REQUIRE_OK(gpunvme_load_layers(l, sp, 1, NULL));
+	/* a bad range among good ones names itself; nothing is read */
+	for (int i = 0; i < 5; i++)
+		sp[i] = (struct gpunvme_load_span){ (uint64_t)i * 1000, 1000, shared + i * 1000 };
+	sp[3].off = L.size - 10;
+	REQUIRE_EQ(gpunvme_load_layers(l, sp, 5, NULL), -ERANGE);
+	REQUIRE(strstr(gpunvme_last_error(), "range 3 of 5") && strstr(gpunvme_last_error(), "past the end"), "%s",
+		gpunvme_last_error());
+	sp[3].off = 0;
+	sp[4].dst = NULL;
+	REQUIRE_EQ(gpunvme_load_layers(l, sp, 5, NULL), -EINVAL);
+	REQUIRE(strstr(gpunvme_last_error(), "range 4 of 5"), "%s", gpunvme_last_error());
+	REQUIRE_EQ(gpunvme_load_layers(l, NULL, 2, NULL), -EINVAL);
+	REQUIRE(strstr(gpunvme_last_error(), "no ranges"), "%s", gpunvme_last_error());
+	REQUIRE_EQ(gpunvme_load_layers(NULL, sp, 1, NULL), -EINVAL);
+	REQUIRE_EQ(gpunvme_load_layers_async(l, sp, 3, NULL, NULL), -ENOTSUP);
+	/* a media error in one span: -EIO with the status, after the retries */
+	sp[4].dst = shared + 4000;
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_MEDIA, .nsid = 1, .slba = L.ext[0].physical / 512,
+				       .nlb = 1 };
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(c), &f));
+	uint16_t st = 0;
+	sp[2] = (struct gpunvme_load_span){ L.ext[0].logical, 512, shared + 20000 };
+	REQUIRE_EQ(gpunvme_load_layers(l, sp, 5, &st), -EIO);
+	REQUIRE_EQ(gpunvme_status_code(st), GPUNVME_SC_UNRECOVERED_READ & 0x7ff);
+	gpunvme_emu_clear_faults(gpunvme_ctrl_emu(c));
+	REQUIRE_OK(gpunvme_load_layers(l, sp, 5, &st));
+	gpunvme_layer_loader_free(l, shared);
+	gpunvme_layer_loader_destroy(l);
+	free(L.ref);
+	gpunvme_close(c);
+	return 0;
 }
 
 /* Retries after recovery: a dropped command (timeout, abort step), a fatal

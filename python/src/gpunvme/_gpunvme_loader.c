@@ -459,38 +459,56 @@ static bool load_profile(void)
 	return on;
 }
 
-/* About `budget` bytes of j's runs from its position on: queued on the
- * loader's stream (GPU tiers, async) or read at once (the CPU tier, or a
- * step done again after a failure: one synchronous load a piece, with the
- * loader's retries). With the volume's lock held. */
+/* About `budget` bytes of j's runs from its position on, in one call:
+ * queued on the loader's stream (GPU tiers, async; the pieces' reads go
+ * to the controller together, so a run does not wait for the last read of
+ * the one before it) or read at once (the CPU tier, or a step done again
+ * after a failure: one synchronous load, with the loader's retries). With
+ * the volume's lock held. */
 static int step_pieces(struct load_job *j, uint64_t budget, bool async)
 {
 	Loader *ld = j->bu->loader;
 	const struct gpunvme_model_buffers *b = j->bu->b;
 	uint16_t status = 0;
-	int rc = 0;
-	while (!rc && j->p.k < b->n_runs && j->got < budget) {
+	size_t n = 0, cap = 0;
+	struct gpunvme_load_span *sp = NULL;
+	while (j->p.k < b->n_runs && j->got < budget) {
 		const struct gpunvme_model_run *r = &b->runs[j->p.k];
-		uint64_t n = r->len - j->p.o;
-		if (n > budget - j->got) {
-			n = budget - j->got;
+		uint64_t len = r->len - j->p.o;
+		if (len > budget - j->got) {
+			len = budget - j->got;
 			/* end at a 4 KiB file offset: the next step starts on a block
 			 * boundary, so no block is read twice through the bounce buffer */
-			if (n > 4096)
-				n -= (r->off + j->p.o + n) % 4096;
+			if (len > 4096)
+				len -= (r->off + j->p.o + len) % 4096;
 		}
-		if (n) {
-			rc = async ? gpunvme_load_layer_async(ld->core->l, r->off + j->p.o, n, r->dst + j->p.o, NULL, NULL)
-				   : gpunvme_load_layer(ld->core->l, r->off + j->p.o, n, r->dst + j->p.o, &status);
-			j->queued |= async && !rc;
-			j->pieces++;
+		if (len) {
+			if (n == cap) {
+				cap = cap ? 2 * cap : 16;
+				struct gpunvme_load_span *g = realloc(sp, cap * sizeof(*sp));
+				if (!g) {
+					free(sp);
+					snprintf(j->err, LASTERR_LEN, "%s: loading: out of memory", ld->model->path);
+					return -ENOMEM;
+				}
+				sp = g;
+			}
+			sp[n++] = (struct gpunvme_load_span){ r->off + j->p.o, len, r->dst + j->p.o };
 		}
-		j->got += n;
-		if ((j->p.o += n) == r->len) {
+		j->got += len;
+		if ((j->p.o += len) == r->len) {
 			j->p.k++;
 			j->p.o = 0;
 		}
 	}
+	int rc = 0;
+	if (n) {
+		rc = async ? gpunvme_load_layers_async(ld->core->l, sp, n, NULL, NULL)
+			   : gpunvme_load_layers(ld->core->l, sp, n, &status);
+		j->queued |= async && !rc;
+		j->pieces += n;
+	}
+	free(sp);
 	if (rc)
 		snprintf(j->err, LASTERR_LEN, "%s: loading: %s", ld->model->path, gpunvme_last_error());
 	return rc;
