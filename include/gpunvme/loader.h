@@ -166,7 +166,9 @@ int gpunvme_load_layer_async(struct gpunvme_layer_loader *l, uint64_t off, uint6
  * ranges of a few MiB that cost as much as the reads (a tensor's half of
  * the rows, one run each: 1.2-2.2 ms a range on the emulator, H200,
  * bench/EMU_NOTES.md). n == 0 is a load of zero bytes. The sync form
- * retries the whole set as gpunvme_load_layer retries a range.
+ * retries the whole set as gpunvme_load_layer retries a range. The reads
+ * run in no set order, so destinations must not overlap (which bytes win
+ * is then unspecified).
  */
 struct gpunvme_load_span {
 	uint64_t off;
