@@ -66,6 +66,20 @@ static int compare(const uint8_t *got, const uint8_t *want, uint64_t len, uint64
 }
 
 /* queues x depth: 4 x 64 unless given (0) */
+/* A GPU loader's options: tier, queues x depth (4 x 64 when 0), a 10 s
+ * timeout. */
+static struct gpunvme_loader_opts gpu_opts(enum gpunvme_tier tier, uint32_t queues, uint32_t depth)
+{
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.tier = tier;
+	o.queues = queues ? queues : 4;
+	o.depth = depth ? depth : 64;
+	o.timeout_ms = 10000;
+	o.gpu = gpunvme_loader_gpu_backend();
+	return o;
+}
+
 static int setup_q(const char *uri, uint64_t fsize, struct gpunvme_ctrl **c, struct layout *L,
 		   enum gpunvme_tier tier, uint32_t queues, uint32_t depth, struct gpunvme_layer_loader **l)
 {
@@ -77,13 +91,7 @@ static int setup_q(const char *uri, uint64_t fsize, struct gpunvme_ctrl **c, str
 	if (!ns)
 		FAIL("namespace memory");
 	make_layout(L, ns, ns_len, fsize, 21);
-	struct gpunvme_loader_opts o;
-	gpunvme_loader_opts_init(&o);
-	o.tier = tier;
-	o.queues = queues ? queues : 4;
-	o.depth = depth ? depth : 64;
-	o.timeout_ms = 10000;
-	o.gpu = gpunvme_loader_gpu_backend();
+	const struct gpunvme_loader_opts o = gpu_opts(tier, queues, depth);
 	REQUIRE_OK(gpunvme_layer_loader_init(*c, 1, L->ext, L->n, L->size, &o, l));
 	return 0;
 }
@@ -366,13 +374,7 @@ TEST_CASE(first_loader_freed)
 		struct gpunvme_layer_loader *a, *b, *cl;
 		if (setup_q("emu:ram:64M?lbads=9&workers=2", 3 * 1024 * 1024 + 99, &c, &L, tier, 2, 32, &a))
 			return 1;
-		struct gpunvme_loader_opts o;
-		gpunvme_loader_opts_init(&o);
-		o.tier = tier;
-		o.queues = 2;
-		o.depth = 32;
-		o.timeout_ms = 10000;
-		o.gpu = gpunvme_loader_gpu_backend();
+		const struct gpunvme_loader_opts o = gpu_opts(tier, 2, 32);
 		REQUIRE_OK(gpunvme_layer_loader_init(c, 1, L.ext, L.n, L.size, &o, &b));
 		uint8_t *host = (uint8_t *)malloc(L.size);
 		uint64_t seed = 23 + (uint64_t)t;

@@ -8,6 +8,7 @@
  * controller fails a read fails the load with the NVMe status.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,53 @@ static int one(const char *const *uris, uint32_t n, uint32_t chunk_kib, uint64_t
 		}
 		if (r % 2 == 0)
 			gpunvme_layer_loader_free(l, dst);
+	}
+	/* many ranges in one call (gpunvme_load_layers): each member reads
+	 * its chunks of all of them; every byte, and 16 guard bytes either
+	 * side of each range untouched; a bad range among them names itself */
+	{
+		enum { NS = 40, G = 16 };
+		struct gpunvme_load_span sp[NS];
+		uint8_t *mem[NS];
+		for (int i = 0; i < NS; i++) {
+			uint64_t off = rng(&s) % A.L.size, len = rng(&s) % (A.L.size - off + 1) / (i % 4 ? 8 : 1);
+			mem[i] = i % 2 ? malloc(len + 2 * G + 8) : gpunvme_layer_loader_alloc(l, off, len + 2 * G);
+			if (!mem[i]) {
+				fprintf(stderr, "alloc: %s\n", gpunvme_last_error());
+				return 1;
+			}
+			uint8_t *base = mem[i] + (i % 2 ? i % 8 : 0);
+			memset(base, 0x5a, len + 2 * G);
+			sp[i] = (struct gpunvme_load_span){ off, len, base + G };
+		}
+		if ((rc = gpunvme_load_layers(l, sp, NS, NULL))) {
+			fprintf(stderr, "FAIL: %d ranges at once: %d %s\n", NS, rc, gpunvme_last_error());
+			fails++;
+		}
+		for (int i = 0; i < NS && !rc; i++) {
+			const uint8_t *d = (const uint8_t *)sp[i].dst;
+			bool guards = true;
+			for (int g = 0; g < G; g++)
+				guards &= d[-1 - g] == 0x5a && d[sp[i].len + g] == 0x5a;
+			if (memcmp(d, A.L.ref + sp[i].off, sp[i].len) || !guards) {
+				fprintf(stderr, "FAIL: range %d (%llu+%llu) of %d at once: %s\n", i,
+					(unsigned long long)sp[i].off, (unsigned long long)sp[i].len, NS,
+					guards ? "bytes differ" : "guard bytes overwritten");
+				fails++;
+			}
+		}
+		sp[7].off = A.L.size;
+		sp[7].len = 1;
+		if (gpunvme_load_layers(l, sp, NS, NULL) != -ERANGE || !strstr(gpunvme_last_error(), "range 7 of 40")) {
+			fprintf(stderr, "FAIL: a range past the end among %d: %s\n", NS, gpunvme_last_error());
+			fails++;
+		}
+		for (int i = 0; i < NS; i++) {
+			if (i % 2)
+				free(mem[i]);
+			else
+				gpunvme_layer_loader_free(l, mem[i]);
+		}
 	}
 	/* the whole file, every member reading its share */
 	memset(buf, 0, A.L.size);
