@@ -96,10 +96,9 @@ static size_t align_up(size_t x, size_t a)
  * (AlreadyRegistered) and the caller uses the first one's mapping. A queue
  * set that unregistered the doorbells when it went, because it had
  * registered them first, unmapped them under every other queue set of the
- * controller still in use: their next doorbell write would fault (an
- * illegal address: the suspected cause of the loader pool's failure on the
- * H200, 2026-11-28, a loader's queues outliving the first loader of its
- * controller; bench/EMU_NOTES.md, session 14). The same holds for DMA memory several
+ * controller still in use: their next doorbell write faulted (an illegal
+ * address, H200: gpu.loader.first_loader_freed, a loader outliving the
+ * first loader of its controller; bench/results/emu-multi-2026-11-28-s15). The same holds for DMA memory several
  * queue sets register (md members, Tier 1). The last user unregisters. A
  * range registered by someone else (the application) is theirs: not
  * counted, never unregistered here.
@@ -1053,10 +1052,6 @@ static bool warp_batch(void)
 	return warp_batch_on;
 }
 
-/* Warps take segments in turn; each segment is at most 32 commands, one per
- * lane (the host cuts them), read with the warp-cooperative call on queue
- * pair (warp % nq). A failed warp goes on with its next segment: the first
- * failure is kept, and the rest of the data still lands. */
 __device__ static void read_seg(const struct gpunvme_dev_queues *q, uint64_t w, const struct gpunvme_gpu_seg *sg,
 				const struct gpunvme_dev_buf *b, int *status, uint64_t timeout_ns, bool batched)
 {
@@ -1068,6 +1063,10 @@ __device__ static void read_seg(const struct gpunvme_dev_queues *q, uint64_t w, 
 		atomicCAS(status, 0, rc);
 }
 
+/* Warps take segments in turn; each segment is at most 32 commands, one per
+ * lane (the host cuts them), read with the warp-cooperative call on queue
+ * pair (warp % nq). A failed warp goes on with its next segment: the first
+ * failure is kept, and the rest of the data still lands. */
 __global__ void gpunvme_read_segs_kernel(struct gpunvme_dev_queues q, const struct gpunvme_gpu_seg *segs,
 					 uint32_t nseg, struct gpunvme_dev_buf b0, struct gpunvme_dev_buf b1,
 					 int *status, uint64_t timeout_ns, bool batched)

@@ -353,32 +353,33 @@ static int lg_tier1_copies(struct lg_ctx *x, const struct load_round *r, const s
  * land by DMA; any other destination got a staged plan (bounce reads and
  * copies only), which on Tier 2 copies to the caller's GPU pointer as it
  * is. */
-static int lg_resolve(struct lg_ctx *x, const struct load_dst *t, const struct load_round *r, uint32_t span,
+static int lg_resolve(struct lg_ctx *x, const struct gpunvme_load_span *t, const struct load_round *r, uint32_t span,
 		      struct lg_dst *o)
 {
 	o->a = NULL;
 	o->base = 0;
-	o->dev = t->p;
+	uint8_t *p = (uint8_t *)t->dst;
+	o->dev = p;
 	if (!t->len)
 		return 0;
-	o->a = lg_find(x, t->p, t->len);
+	o->a = lg_find(x, p, t->len);
 	if (!o->a && x->tier != GPUNVME_TIER_2) {
 		/* pinned host memory CUDA knows but this controller cannot DMA
 		 * into (another md member's loader memory: DMA mappings are per
 		 * controller) takes the staged plan: bounce reads, then copies;
 		 * any other host memory is refused */
 		cudaPointerAttributes pa;
-		bool pinned = cudaPointerGetAttributes(&pa, t->p) == cudaSuccess && pa.type == cudaMemoryTypeHost;
+		bool pinned = cudaPointerGetAttributes(&pa, p) == cudaSuccess && pa.type == cudaMemoryTypeHost;
 		cudaGetLastError();
 		bool direct_ops = false;
 		for (size_t i = 0; i < r->nops; i++)
 			direct_ops |= r->ops[i].span == span && r->ops[i].kind == LOAD_DIRECT;
 		if (!pinned || direct_ops)
 			return gpunvme_set_error(-EINVAL, "Tier 1 destination %p is not loader memory or registered "
-							  "(gpunvme_layer_loader_register)", (void *)t->p);
+							  "(gpunvme_layer_loader_register)", t->dst);
 	}
-	o->base = o->a ? (uint64_t)(t->p - o->a->p) : 0;
-	return lg_gpu_addr(x, t->p, t->len, &o->dev);
+	o->base = o->a ? (uint64_t)(p - o->a->p) : 0;
+	return lg_gpu_addr(x, p, t->len, &o->dev);
 }
 
 /*
@@ -424,7 +425,7 @@ static int lg_slots(struct lg_ctx *x, const struct lg_dst *dd, size_t ndst, cons
 	return 0;
 }
 
-static int lg_exec(void *ctx, const struct load_dst *dst, size_t ndst, const struct load_round *r, void *stream,
+static int lg_exec(void *ctx, const struct gpunvme_load_span *dst, size_t ndst, const struct load_round *r, void *stream,
 		   uint64_t timeout_ns)
 {
 	struct lg_ctx *x = (struct lg_ctx *)ctx;

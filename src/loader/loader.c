@@ -646,7 +646,8 @@ static int cpu_submit(struct gpunvme_layer_loader *l, struct cpu_run *r, uint32_
 	}
 }
 
-static int cpu_round(struct gpunvme_layer_loader *l, const struct load_dst *dst, const struct load_op *ops, size_t n,
+static int cpu_round(struct gpunvme_layer_loader *l, const struct gpunvme_load_span *sp, const struct load_op *ops,
+		     size_t n,
 		     uint64_t deadline, uint16_t *status)
 {
 	/* The run's state lives on the heap, not on this stack: a drain that
@@ -672,10 +673,10 @@ static int cpu_round(struct gpunvme_layer_loader *l, const struct load_dst *dst,
 	for (size_t i = 0; i < n && !rc && !r->err; i++) {
 		const struct load_op *op = &ops[i];
 		if (op->kind == LOAD_ZERO) {
-			memset(dst[op->span].p + op->dst_off, 0, op->len);
+			memset((uint8_t *)sp[op->span].dst + op->dst_off, 0, op->len);
 			continue;
 		}
-		uint8_t *buf = op->kind == LOAD_DIRECT ? dst[op->span].p + op->dst_off : l->bounce + op->bounce_off;
+		uint8_t *buf = op->kind == LOAD_DIRECT ? (uint8_t *)sp[op->span].dst + op->dst_off : l->bounce + op->bounce_off;
 		uint64_t per = CPU_REQ_BYTES >> l->lba_shift;
 		for (uint64_t b = 0; b < op->nlb && !rc; b += per) {
 			uint64_t k = op->nlb - b < per ? op->nlb - b : per;
@@ -727,7 +728,7 @@ static int cpu_round(struct gpunvme_layer_loader *l, const struct load_dst *dst,
 		const struct load_op *op = &ops[i];
 		if (op->kind != LOAD_BOUNCE)
 			continue;
-		memcpy(dst[op->span].p + op->dst_off, l->bounce + op->bounce_off + op->skip, op->len);
+		memcpy((uint8_t *)sp[op->span].dst + op->dst_off, l->bounce + op->bounce_off + op->skip, op->len);
 	}
 	return 0;
 }
@@ -762,28 +763,20 @@ static bool span_staged(const struct gpunvme_layer_loader *l, const struct gpunv
 static int run_once(struct gpunvme_layer_loader *l, const struct gpunvme_load_span *sp, size_t n, void *stream,
 		    void *event, int sync, uint16_t *status)
 {
-	int rc;
+	int rc = 0;
 	if (!l->gpu && !l->nqp && (rc = cpu_queues_acquire(l)))
 		return rc; /* released: take them again */
-	struct load_dst one, *dst = n == 1 ? &one : malloc(n * sizeof(*dst));
-	if (!dst)
-		return gpunvme_set_error(-ENOMEM, "out of memory");
 	/* one plan for every span: their bounce reads share the rounds, so
 	 * the spans go to the controller together */
 	struct plan p;
 	memset(&p, 0, sizeof(p));
 	p.bounce_cap = l->bounce_bytes;
-	rc = 0;
-	for (size_t i = 0; i < n && !rc; i++) {
-		dst[i] = (struct load_dst){ (uint8_t *)sp[i].dst, sp[i].len };
+	for (size_t i = 0; i < n && !rc; i++)
 		rc = plan_add(l, (uint32_t)i, sp[i].off, sp[i].len, (uintptr_t)sp[i].dst, span_staged(l, &sp[i]), &p);
-	}
 	if (!rc)
 		rc = plan_end_round(&p);
 	if (rc) {
 		plan_free(&p);
-		if (dst != &one)
-			free(dst);
 		return rc;
 	}
 	uint64_t deadline = gpunvme_now_ns() + (uint64_t)l->o.timeout_ms * 1000000ull;
@@ -791,9 +784,9 @@ static int run_once(struct gpunvme_layer_loader *l, const struct gpunvme_load_sp
 	for (size_t k = 0; k < p.nrounds && !rc; k++) {
 		struct load_round r = { p.ops + start, p.round_end[k] - start };
 		if (l->gpu)
-			rc = l->gpu->exec(l->gctx, dst, n, &r, stream, (uint64_t)l->o.timeout_ms * 1000000ull);
+			rc = l->gpu->exec(l->gctx, sp, n, &r, stream, (uint64_t)l->o.timeout_ms * 1000000ull);
 		else
-			rc = cpu_round(l, dst, r.ops, r.nops, deadline, status);
+			rc = cpu_round(l, sp, r.ops, r.nops, deadline, status);
 		start = p.round_end[k];
 	}
 	for (size_t i = 0; i < p.nops; i++) {
@@ -810,8 +803,6 @@ static int run_once(struct gpunvme_layer_loader *l, const struct gpunvme_load_sp
 			rc = l->gpu->check(l->gctx, status);
 	}
 	plan_free(&p);
-	if (dst != &one)
-		free(dst);
 	return rc;
 }
 

@@ -28,14 +28,8 @@ struct load_op {
 	uint64_t bounce_off;
 	uint64_t skip;
 	uint64_t len;
-	uint32_t span;    /* the destination (struct load_dst) dst_off is in */
-};
-
-/* A load's destinations: several spans of file bytes queued together
- * (gpunvme_load_layers_async) share one plan, each op naming its span. */
-struct load_dst {
-	uint8_t *p;
-	uint64_t len;
+	uint32_t span;    /* the range (struct gpunvme_load_span) whose dst dst_off is in:
+	                     the ranges of one call share one plan */
 };
 
 /* One round: its bounce reads fit the bounce buffer. */
@@ -61,8 +55,8 @@ struct gpunvme_loader_gpu_ops {
 	/* 1 when [p, p + len) lies in loader or registered memory */
 	int (*direct)(void *ctx, const void *p, uint64_t len);
 	/* queue one round on stream (NULL: the backend's own): its ops land
-	 * in dst[op->span] (ndst destinations); returns at once */
-	int (*exec)(void *ctx, const struct load_dst *dst, size_t ndst, const struct load_round *r, void *stream,
+	 * in sp[op->span].dst (nsp ranges); returns at once */
+	int (*exec)(void *ctx, const struct gpunvme_load_span *sp, size_t nsp, const struct load_round *r, void *stream,
 		    uint64_t timeout_ns);
 	/* record event (may be NULL) on stream; sync: wait for the stream */
 	int (*finish)(void *ctx, void *stream, void *event, int sync);
