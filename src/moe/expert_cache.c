@@ -147,6 +147,22 @@ int gpunvme_expert_cache_get(struct gpunvme_expert_cache *c, uint32_t i, const u
 		return gpunvme_set_error(-ENOSPC, "expert cache: %u distinct experts in one request, %u slots: they cannot "
 						  "all be resident; open the cache with at least %u slots", distinct, c->nslots,
 					 distinct);
+	/* The misses of this request: each gets its victim slot now (empty
+	 * while it fills: a failed read leaves no partial expert behind), and
+	 * all their pieces are read in one call, so their reads go to the
+	 * controller together (gpunvme_load_layers) rather than one piece
+	 * after the other. */
+	struct miss {
+		uint32_t j, slot;
+		int64_t key;
+	} *miss = malloc((k ? k : 1) * sizeof(*miss));
+	struct gpunvme_load_span *sp = malloc((k ? k : 1) * x->n_proj * sizeof(*sp));
+	if (!miss || !sp) {
+		free(miss);
+		free(sp);
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	}
+	uint32_t nmiss = 0;
 	for (uint32_t j = 0; j < k; j++) {
 		int64_t key = (int64_t)i * x->n_experts + ids[j];
 		int32_t s = c->where[key];
@@ -160,39 +176,65 @@ int gpunvme_expert_cache_get(struct gpunvme_expert_cache *c, uint32_t i, const u
 		if (s >= 0) {
 			if (first)
 				c->st.hits++;
-		} else {
-			uint32_t v = victim(c, mark);
-			struct slot *sl = &c->s[v];
-			if (sl->key >= 0) {
-				c->where[sl->key] = -1;
-				c->st.evictions++;
-			}
-			/* empty while it fills: a failed read leaves no partial
-			 * expert behind */
-			sl->key = -1;
-			sl->mark = mark;
-			gpunvme_moe_place(x, i, ids[j], sl->pos);
-			const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(x, i, ids[j]);
-			uint8_t *base = c->mem + (size_t)v * c->slot_bytes;
-			for (uint32_t p = 0; p < x->n_proj; p++) {
-				uint16_t status = 0;
-				int rc = gpunvme_load_layer(c->l, pc[p].offset, pc[p].bytes, base + sl->pos[p], &status);
-				if (rc) {
+			c->s[s].used = mark;
+			slots[j] = (uint32_t)s;
+			continue;
+		}
+		if (!first)
+			continue; /* a repeat of a miss: its slot is set below */
+		uint32_t v = victim(c, mark);
+		struct slot *sl = &c->s[v];
+		if (sl->key >= 0) {
+			c->where[sl->key] = -1;
+			c->st.evictions++;
+		}
+		sl->key = -1;
+		sl->mark = mark;
+		gpunvme_moe_place(x, i, ids[j], sl->pos);
+		const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(x, i, ids[j]);
+		uint8_t *base = c->mem + (size_t)v * c->slot_bytes;
+		for (uint32_t p = 0; p < x->n_proj; p++)
+			sp[nmiss * x->n_proj + p] = (struct gpunvme_load_span){ pc[p].offset, pc[p].bytes, base + sl->pos[p] };
+		miss[nmiss++] = (struct miss){ j, v, key };
+	}
+	uint16_t status = 0;
+	int rc = nmiss ? gpunvme_load_layers(c->l, sp, (size_t)nmiss * x->n_proj, &status) : 0;
+	uint32_t good = nmiss;
+	if (rc) {
+		/* which expert? (the loader has retried the whole set) Each is
+		 * read again alone, piece by piece, in order: those that read are
+		 * kept, the first that fails is named */
+		rc = 0;
+		for (good = 0; good < nmiss && !rc; good++) {
+			for (uint32_t p = 0; p < x->n_proj && !rc; p++) {
+				const struct gpunvme_load_span *q = &sp[good * x->n_proj + p];
+				if ((rc = gpunvme_load_layer(c->l, q->off, q->len, q->dst, &status))) {
 					char why[256];
 					snprintf(why, sizeof(why), "%s", gpunvme_last_error());
-					return gpunvme_set_error(rc, "expert cache: layer %u expert %u, %s: %s", x->layer[i], ids[j],
-								 x->proj[p], why);
+					gpunvme_set_error(rc, "expert cache: layer %u expert %u, %s: %s", x->layer[i],
+							  ids[miss[good].j], x->proj[p], why);
 				}
-				c->st.bytes_read += pc[p].bytes;
 			}
-			sl->key = key;
-			c->where[key] = (int32_t)v;
-			s = (int32_t)v;
-			c->st.misses++;
 		}
-		c->s[s].used = mark;
-		slots[j] = (uint32_t)s;
+		if (rc)
+			good--; /* the one that failed stays empty, and those after it */
 	}
+	for (uint32_t m = 0; m < good; m++) {
+		struct slot *sl = &c->s[miss[m].slot];
+		sl->key = miss[m].key;
+		sl->used = mark;
+		c->where[miss[m].key] = (int32_t)miss[m].slot;
+		c->st.misses++;
+		for (uint32_t p = 0; p < x->n_proj; p++)
+			c->st.bytes_read += sp[m * x->n_proj + p].len;
+	}
+	free(miss);
+	free(sp);
+	if (rc)
+		return rc;
+	/* repeats of a miss take its slot */
+	for (uint32_t j = 0; j < k; j++)
+		slots[j] = (uint32_t)c->where[(int64_t)i * x->n_experts + ids[j]];
 	return 0;
 }
 

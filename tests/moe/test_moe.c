@@ -572,6 +572,58 @@ TEST_CASE(cache_failed_read_leaves_no_expert)
 	return 0;
 }
 
+TEST_CASE(cache_misses_read_together)
+{
+	/* a request of several misses reads them in one call: each lands in
+	 * its own slot, a repeat takes the same slot; with a media error under
+	 * the middle one, the one before it is kept, it and the one after stay
+	 * empty, and the error names it; once the error is gone all read */
+	struct rig r;
+	REQUIRE_OK(rig_open(&r, 1, 4));
+	struct gpunvme_expert_cache *c = NULL;
+	REQUIRE_OK(gpunvme_expert_cache_open(r.x, r.l, 4, &c));
+	const uint32_t all[4] = { 3, 0, 3, 1 };
+	uint32_t s[4] = { 0 };
+	REQUIRE_OK(gpunvme_expert_cache_get(c, 0, all, 4, s));
+	CHECK_EQ(s[0], s[2]);
+	REQUIRE_OK(slot_is(&r, c, s[0], 0, 3));
+	REQUIRE_OK(slot_is(&r, c, s[1], 0, 0));
+	REQUIRE_OK(slot_is(&r, c, s[3], 0, 1));
+	struct gpunvme_expert_cache_stats st;
+	gpunvme_expert_cache_stats(c, &st);
+	CHECK_EQ(st.misses, 3);
+	gpunvme_expert_cache_close(c);
+
+	REQUIRE_OK(gpunvme_expert_cache_open(r.x, r.l, 4, &c));
+	const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(r.x, 0, 2);
+	uint64_t off = pc[0].offset + pc[0].bytes / 2, phys = 0;
+	for (int k = 0; k < 3; k++)
+		if (off >= r.ext[k].logical && off < r.ext[k].logical + r.ext[k].length)
+			phys = r.ext[k].physical + (off - r.ext[k].logical);
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_MEDIA, .nsid = 1, .slba = phys / 4096, .nlb = 1 };
+	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(r.c), &f));
+	const uint32_t three[3] = { 1, 2, 3 };
+	CHECK_EQ(gpunvme_expert_cache_get(c, 0, three, 3, s), -EIO);
+	CHECK(strstr(gpunvme_last_error(), "layer 0 expert 2") != NULL, "%s", gpunvme_last_error());
+	uint32_t resident = 0;
+	for (uint32_t k = 0; k < 4; k++) {
+		uint32_t li = 9, e = 9;
+		if (gpunvme_expert_cache_slot(c, k, &li, &e) == 0) {
+			resident++;
+			CHECK(li == 0 && e == 1, "slot %u holds layer %u expert %u", k, li, e);
+			REQUIRE_OK(slot_is(&r, c, k, 0, 1));
+		}
+	}
+	CHECK_EQ(resident, 1);
+	gpunvme_emu_clear_faults(gpunvme_ctrl_emu(r.c));
+	REQUIRE_OK(gpunvme_expert_cache_get(c, 0, three, 3, s));
+	for (uint32_t k = 0; k < 3; k++)
+		REQUIRE_OK(slot_is(&r, c, s[k], 0, three[k]));
+	gpunvme_expert_cache_close(c);
+	rig_close(&r);
+	return 0;
+}
+
 /* Experts read through a volume as every reader does (volume.h): the model
  * in an ext4 image, opened as a model set, the loader over the volume; then
  * the same image striped over an md RAID0 of 2 members (64 KiB chunks, as
