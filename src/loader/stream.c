@@ -391,6 +391,24 @@ static int peek_reads(struct gpunvme_layer_stream *s)
 	return 0;
 }
 
+/* A layer's runs into slot sl in one call: queued on the stream's I/O
+ * stream (async), or read and waited for. */
+static int load_runs(struct gpunvme_layer_stream *s, const struct slayer *L, const struct slot *sl, int async,
+		     uint16_t *status)
+{
+	struct gpunvme_load_span *sp = malloc((L->n_runs ? L->n_runs : 1) * sizeof(*sp));
+	if (!sp)
+		return gpunvme_set_error(-ENOMEM, "out of memory");
+	for (size_t r = 0; r < L->n_runs; r++)
+		sp[r] = (struct gpunvme_load_span){ L->runs[r].off, L->runs[r].len, sl->mem + L->runs[r].dst };
+	int rc = 0;
+	if (L->n_runs)
+		rc = async ? gpunvme_load_layers_async(s->l, sp, L->n_runs, s->io, NULL)
+			   : gpunvme_load_layers(s->l, sp, L->n_runs, status);
+	free(sp);
+	return rc;
+}
+
 /* Queue (GPU) the reads of layer `layer` into slot k; the reads' stream
  * already waits for the slot's last user (release). */
 static int slot_fill(struct gpunvme_layer_stream *s, struct slot *sl, uint32_t layer)
@@ -407,9 +425,10 @@ static int slot_fill(struct gpunvme_layer_stream *s, struct slot *sl, uint32_t l
 	int rc = timing_next(s, 0, layer, &tp);
 	if (!rc)
 		rc = s->gpu->event_record(tp->a, s->io);
-	for (size_t r = 0; r < L->n_runs && !rc; r++)
-		rc = gpunvme_load_layer_async(s->l, L->runs[r].off, L->runs[r].len, sl->mem + L->runs[r].dst, s->io,
-					      NULL);
+	/* the layer's runs in one call: their reads go to the controller
+	 * together, not each after the last read of the one before */
+	if (!rc)
+		rc = load_runs(s, L, sl, 1, NULL);
 	/* before the consumer can see the slot: poisoned if any read failed */
 	if (!rc)
 		rc = gpunvme_load_guard_async(s->l, sl->mem, L->need, s->io);
@@ -429,10 +448,8 @@ static int cpu_read(struct gpunvme_layer_stream *s, struct slot *sl)
 {
 	const struct slayer *L = &s->layers[sl->layer];
 	uint64_t t0 = gpunvme_now_ns();
-	int rc = 0;
 	uint16_t status = 0;
-	for (size_t r = 0; r < L->n_runs && !rc; r++)
-		rc = gpunvme_load_layer(s->l, L->runs[r].off, L->runs[r].len, sl->mem + L->runs[r].dst, &status);
+	int rc = load_runs(s, L, sl, 0, &status);
 	if (rc)
 		return rc;
 	double ms = (double)(gpunvme_now_ns() - t0) / 1e6;
