@@ -2,9 +2,10 @@
 """Loaders of one volume's files sharing one loader (its queues and bounce
 buffer): load_file of a checkpoint's shards one by one sets the loader up
 once. Each load reads its own file wherever the shared loader last pointed;
-the volume remembers the last Loader only weakly; loaders that asked for
-other queues, another tier or device are not shared. Every byte compared,
-on an image and on an md array."""
+the volume remembers the last Loader only weakly, and parks its loader when
+the last Loader goes, for the next Loader of the same kind; loaders that
+asked for other queues, another tier or device are not shared. Every byte
+compared, on an image and on an md array."""
 import gc
 import subprocess
 import sys
@@ -71,9 +72,93 @@ def test_shards_share_one_loader(tmp_path):
         assert shared_count(v) == 2 * len(files)
         del sd, sd2
         gc.collect()
-        # nothing held any more: the volume kept none alive
+        # no Loader held any more: the volume kept none alive, only their
+        # loader, parked for the next
         assert shared_count(v) == 0
+        assert v._parked[:4] == (0, 0, 0, 0)
         check(load_shards(v, sorted(files)), want)
+
+
+def test_parked_loader_taken_over(tmp_path):
+    """the last Loader gone, its loader waits on the volume: the next
+    Loader of the same tier, device and queues takes it over (and reads its
+    own file with it); one of another kind makes it go first (its queue
+    pairs back); close() makes it go; the controller goes after it"""
+    files, want = shards(3, seed=33)
+    uri = make_image(tmp_path, files)
+    paths = sorted(files)
+    v = gpunvme.Volume(uri)
+    assert v._parked is None
+    sd = gpunvme.load_file(v, paths[0], framework="numpy")
+    assert v._parked is None  # its Loader lives (the tensors hold it)
+    del sd
+    gc.collect()
+    first = v._parked
+    assert first[:4] == (0, 0, 0, 0)
+    # taken over by the next file's Loader: no longer parked while it lives
+    sd = gpunvme.load_file(v, paths[1], framework="numpy")
+    assert v._parked is None
+    check(sd, {k: w for k, w in want.items() if k.startswith("s1.")})
+    del sd
+    gc.collect()
+    assert v._parked == first  # the same loader, parked again
+    # another queue request: the parked loader goes before the new one is made
+    m = v.open_model(paths[2])
+    ld = _gpunvme.Loader(m, 0, 0, 2, 8)
+    assert v._parked is None
+    b = ld.select(list(range(len(m.tensors()))))
+    b.load()
+    for j, t in enumerate(m.tensors()):
+        assert bytes(memoryview(np.from_dlpack(_gpunvme.Tensor(b, j)))) == want[t[0]], t[0]
+    del b, ld
+    gc.collect()
+    second = v._parked
+    assert second[:4] == (0, 0, 2, 8) and second[4] != first[4]
+    # an explicit tier other than the parked one's: not taken, and the
+    # parked one goes (Tier 1 needs CUDA: without it the Loader is refused)
+    try:
+        ld = _gpunvme.Loader(m, 1)
+    except gpunvme.Error:
+        ld = None
+    assert v._parked is None
+    del ld
+    gc.collect()
+    # the CPU tier again: a new loader, parked at the end, then close()
+    # lets it go with the controller
+    check(load_shards(v, paths), want)
+    gc.collect()
+    third = v._parked
+    assert third[:4] == (0, 0, 0, 0) and third[4] not in (first[4], second[4])
+    v.close()
+    assert v._parked is None
+    with pytest.raises(gpunvme.Error, match="closed"):
+        gpunvme.load_file(v, paths[0], framework="numpy")
+    del m
+    gc.collect()
+
+
+def test_parked_loader_closed_with_tensors_alive(tmp_path):
+    """close() while tensors live: the parked loader goes at once, the
+    tensors stay readable, no Loader parks on a closed volume"""
+    files, want = shards(2, seed=34)
+    uri = make_image(tmp_path, files)
+    paths = sorted(files)
+    v = gpunvme.Volume(uri)
+    keep = gpunvme.load_file(v, paths[0], framework="numpy")
+    sd = gpunvme.load_file(v, paths[1], framework="numpy")
+    m = v.open_model(paths[1])
+    ld = _gpunvme.Loader(m, 0, 0, 1, 4)  # another kind: the next to park
+    del ld
+    gc.collect()
+    assert v._parked[:4] == (0, 0, 1, 4)
+    v.close()
+    assert v._parked is None
+    del sd
+    gc.collect()
+    assert v._parked is None  # the last Loader of a closed volume is destroyed
+    check(keep, {k: w for k, w in want.items() if k.startswith("s0.")})
+    del keep, m
+    gc.collect()
 
 
 def test_shared_loads_in_any_order(tmp_path):

@@ -123,9 +123,20 @@ typedef struct {
 	uint32_t nsid;
 	char *uri;
 	struct gpunvme_md_volume *md; /* an md array ("md:URI;URI..."): c is member 0's */
+	/* the loader (queues, bounce buffer) of the last Loader to go, kept
+	 * for the next one of the same tier, device and queues (lock) */
+	struct loader_core *parked;
 } Volume;
 
 extern PyTypeObject gnpy_VolumeType;
+
+struct loader_core;
+/* the parked loader goes (the volume's lock held, or no one else can
+ * reach it); _gpunvme_loader.c */
+void gnpy_loader_unpark(Volume *v);
+/* Volume._parked: (tier, device, queues, depth, serial) of the parked
+ * loader, or None (for tests and diagnostics) */
+PyObject *gnpy_loader_parked(Volume *v);
 
 /* the volume's controllers and file system go (the lock held, or no one
  * else can reach it) */

@@ -29,7 +29,50 @@ struct loader_core {
 	uint64_t target; /* the uid of the Model whose file l reads (volume lock) */
 	Py_ssize_t refs; /* Loaders sharing it (GIL) */
 	unsigned queues, depth; /* as asked (0: fitted), for share= */
+	int tier, device;       /* as made: to take it over, and to destroy it on its device */
+	uint64_t serial;        /* its number in the process (Volume._parked) */
 };
+
+/* A loader no Loader uses any more (volume lock held) */
+static void core_destroy(struct loader_core *k)
+{
+	if (k->l) {
+		char err[LASTERR_LEN];
+		gnpy_use_device(k->tier, k->device, err);
+		gpunvme_layer_loader_destroy(k->l);
+	}
+	free(k);
+}
+
+/*
+ * When the last Loader of a loader goes, the loader is parked on its volume
+ * for the next Loader of the same tier, device and queue request: load_file
+ * of one shard after another, or of a checkpoint loaded again once the last
+ * load's tensors are gone, sets up its queues, bounce buffer and (with the
+ * emulator's DMA process) lanes once, not once a call (~25 ms a call on the
+ * H200; bench/results/emu-2026-11-28-s16). One loader is parked at most; a
+ * Loader that asks for another kind gives it back first, so a parked loader
+ * never holds queue pairs that another needs; close() gives it back.
+ */
+void gnpy_loader_unpark(Volume *v)
+{
+	struct loader_core *k = v->parked;
+	v->parked = NULL;
+	if (k)
+		core_destroy(k);
+}
+
+PyObject *gnpy_loader_parked(Volume *v)
+{
+	pthread_mutex_lock(&v->lock);
+	const struct loader_core *k = v->parked;
+	PyObject *r = k ? Py_BuildValue("(iiIIK)", k->tier, k->device, k->queues, k->depth,
+						  (unsigned long long)k->serial) : NULL;
+	pthread_mutex_unlock(&v->lock);
+	if (k)
+		return r;
+	Py_RETURN_NONE;
+}
 
 typedef struct {
 	PyObject_HEAD
@@ -114,14 +157,37 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		Py_DECREF(ld);
 		return PyErr_NoMemory();
 	}
+	static uint64_t serials; /* under the GIL */
 	k->refs = 1;
 	k->queues = queues;
 	k->depth = depth;
 	k->target = mo->uid;
+	k->device = device;
+	k->serial = ++serials;
 	ld->core = k;
 	Volume *v = mo->vol;
 	char err[LASTERR_LEN];
 	int rc = 0;
+	struct loader_core *p = NULL;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&v->lock);
+	p = v->parked;
+	if (p && p->device == device && p->queues == queues && p->depth == depth &&
+	    (tier == GPUNVME_TIER_AUTO || tier == p->tier)) {
+		v->parked = NULL; /* taken over: pointed at this file at its first load */
+	} else {
+		p = NULL;
+		gnpy_loader_unpark(v); /* another kind: its queues back first */
+	}
+	pthread_mutex_unlock(&v->lock);
+	Py_END_ALLOW_THREADS
+	if (p) {
+		free(k);
+		p->refs = 1;
+		ld->core = p;
+		ld->tier = p->tier;
+		return (PyObject *)ld;
+	}
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&v->lock);
 	struct gpunvme_loader_opts o;
@@ -137,7 +203,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 			snprintf(err, LASTERR_LEN, "%s: layer loader (tier %d): %s", mo->path, tier, gpunvme_last_error());
 		/* the CPU tier takes its queues again at its next load: idle
 		 * loaders (a safe_open between reads) leave them to others */
-		else if ((ld->tier = (int)gpunvme_layer_loader_tier(k->l)) == GPUNVME_TIER_CPU)
+		else if ((ld->tier = k->tier = (int)gpunvme_layer_loader_tier(k->l)) == GPUNVME_TIER_CPU)
 			gpunvme_layer_loader_release_queues(k->l);
 	}
 	pthread_mutex_unlock(&v->lock);
@@ -155,15 +221,18 @@ static void Loader_dealloc(Loader *ld)
 		PyObject_ClearWeakRefs((PyObject *)ld);
 	struct loader_core *k = ld->core;
 	if (k && --k->refs == 0) {
-		if (k->l) {
-			pthread_mutex_t *lk = loader_lock(ld);
-			pthread_mutex_lock(lk);
-			char err[LASTERR_LEN];
-			gnpy_use_device(ld->tier, ld->device, err);
-			gpunvme_layer_loader_destroy(k->l);
-			pthread_mutex_unlock(lk);
+		Volume *v = ld->model->vol;
+		pthread_mutex_t *lk = loader_lock(ld);
+		pthread_mutex_lock(lk);
+		if (k->l && !v->closed && v->vol) {
+			/* parked for the next Loader; the one parked before goes */
+			struct loader_core *old = v->parked;
+			v->parked = k;
+			k = old;
 		}
-		free(k);
+		if (k)
+			core_destroy(k);
+		pthread_mutex_unlock(lk);
 	}
 	Py_XDECREF(ld->model);
 	Py_TYPE(ld)->tp_free((PyObject *)ld);

@@ -74,6 +74,8 @@ static PyObject *Experts_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	int rc = 0;
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&v->lock);
+	/* the queue pairs a parked loader holds back first (_gpunvme_loader.c) */
+	gnpy_loader_unpark(v);
 	if ((rc = gpunvme_moe_index_build(mo->m, &ex->x))) {
 		snprintf(err, LASTERR_LEN, "%s: %s", mo->path, gpunvme_last_error());
 	} else if (tier != GPUNVME_TIER_CPU) {

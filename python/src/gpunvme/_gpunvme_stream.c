@@ -95,6 +95,9 @@ static PyObject *Stream_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	rc = gnpy_gpu_prepare(tier, device, &o.loader.gpu, err);
 	if (!rc) {
 		Volume *v = mo->vol;
+		/* the queue pairs a parked loader holds back first: a stream
+		 * takes many (_gpunvme_loader.c) */
+		gnpy_loader_unpark(v);
 		/* an array: every member read from its own controller */
 		rc = gpunvme_layer_stream_open_volume(v->vol, mo->m, mo->ext, mo->n_ext, mo->size, &o, &st->s);
 		if (rc) {

@@ -35,6 +35,7 @@
 
 void gnpy_vol_release(Volume *v)
 {
+	gnpy_loader_unpark(v); /* its queues are on these controllers */
 	gpunvme_volume_close(v->vol); /* an array's readers and controllers too */
 	v->vol = NULL;
 	v->md = NULL;
@@ -120,12 +121,14 @@ static PyObject *Volume_close(Volume *v, PyObject *unused)
 	(void)unused;
 	v->closed = true;
 	/* the controller goes now when nothing loaded from it lives, else with
-	 * the last Model (Model_dealloc) */
-	if (!v->nchild) {
-		pthread_mutex_lock(&v->lock);
+	 * the last Model (Model_dealloc); no Loader will take the parked
+	 * loader's queues now */
+	pthread_mutex_lock(&v->lock);
+	if (!v->nchild)
 		gnpy_vol_release(v);
-		pthread_mutex_unlock(&v->lock);
-	}
+	else
+		gnpy_loader_unpark(v);
+	pthread_mutex_unlock(&v->lock);
 	Py_RETURN_NONE;
 }
 
@@ -133,6 +136,12 @@ static PyObject *Volume_closed(Volume *v, void *unused)
 {
 	(void)unused;
 	return PyBool_FromLong(v->closed);
+}
+
+static PyObject *Volume_parked(Volume *v, void *unused)
+{
+	(void)unused;
+	return gnpy_loader_parked(v);
 }
 
 static PyObject *Volume_fs_type(Volume *v, void *unused)
@@ -423,6 +432,8 @@ static PyMethodDef Volume_methods[] = {
 
 static PyGetSetDef Volume_getset[] = {
 	{ "closed", (getter)Volume_closed, NULL, NULL, NULL },
+	{ "_parked", (getter)Volume_parked, NULL,
+	  "(tier, device, queues, depth, serial) of the loader kept for the next Loader, or None", NULL },
 	{ "fs_type", (getter)Volume_fs_type, NULL, "\"ext4\" or \"xfs\"", NULL },
 	{ "uri", (getter)Volume_uri, NULL, NULL, NULL },
 	{ NULL, NULL, NULL, NULL, NULL },
