@@ -49,10 +49,12 @@ static void core_destroy(struct loader_core *k)
  * for the next Loader of the same tier, device and queue request: load_file
  * of one shard after another, or of a checkpoint loaded again once the last
  * load's tensors are gone, sets up its queues, bounce buffer and (with the
- * emulator's DMA process) lanes once, not once a call (~25 ms a call on the
- * H200; bench/results/emu-2026-11-28-s16). One loader is parked at most; a
- * Loader that asks for another kind gives it back first, so a parked loader
- * never holds queue pairs that another needs; close() gives it back.
+ * emulator's DMA process) lanes once, not once a call (25 ms a set-up on
+ * the H200, bench/results/emu-load-2026-11-28b; load_file per shard
+ * 23.4-24.3 GB/s against 22.7-22.8, bench/results/emu-2026-11-28-s16). One
+ * loader is parked at most; a Loader that asks for another kind gives it
+ * back first, so a parked loader never holds queue pairs that another needs;
+ * close() gives it back.
  */
 void gnpy_loader_unpark(Volume *v)
 {

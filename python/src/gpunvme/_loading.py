@@ -79,8 +79,9 @@ def _loader(model, tier, devidx, q, d):
     the volume's last Loader for this tier, device and queue request while
     that one lives (the tensors of an earlier load hold it): load_file of a
     checkpoint's shards one by one then sets up its queues once, not once a
-    shard. The volume only remembers it (a weak reference): nothing is kept
-    alive for it."""
+    shard. The volume only remembers it (a weak reference): no tensor memory
+    is kept alive for it. Once it is gone, its loader waits parked on the
+    volume for the next Loader of the same kind (_gpunvme_loader.c)."""
     cache = getattr(model.volume, "__dict__", None)
     if cache is None:  # a bare _gpunvme.Volume: no place to remember it
         return _gpunvme.Loader(model, tier, devidx, q, d)
