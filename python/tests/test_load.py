@@ -392,6 +392,35 @@ def test_partitioned_disk_ambiguous(tmp_path):
         assert gpunvme.load_file(v, "/q.safetensors", framework="numpy")["q.w"].tobytes() == data["q.w"]
 
 
+def test_load_step_fixed(tmp_path):
+    """GPUNVME_LOAD_STEP_MB=N: steps of N MiB (the profile line counts them),
+    every byte still right; unset, a 5 MiB file is one step; a value that is
+    not a size is named on stderr and ignored (read once per process: a
+    child each)"""
+    import subprocess
+    import sys
+    rng = np.random.default_rng(41)
+    st, data = st_bytes([("t%d" % i, "U8", (1 << 20,), rand_bytes(rng, 1 << 20)) for i in range(5)])
+    uri = make_image(tmp_path, {"/s.safetensors": st})
+    want = tmp_path / "want.bin"
+    want.write_bytes(b"".join(data["t%d" % i] for i in range(5)))
+    code = ("import gpunvme, sys; sd = gpunvme.load_file(%r, '/s.safetensors', framework='numpy'); "
+            "got = b''.join(sd['t%%d' %% i].tobytes() for i in range(5)); "
+            "sys.exit(0 if got == open(%r, 'rb').read() else 3)" % (uri, str(want)))
+    for step, steps, warn in (("1", range(5, 8), False), (None, range(1, 2), False), ("8M", range(1, 2), True),
+                              ("0", range(1, 2), True)):
+        e = {k: v for k, v in os.environ.items() if k != "GPUNVME_LOAD_STEP_MB"}
+        e["GPUNVME_LOAD_PROFILE"] = "1"
+        if step is not None:
+            e["GPUNVME_LOAD_STEP_MB"] = step
+        p = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, (step, p.stderr)
+        line = [ln for ln in p.stderr.splitlines() if ln.startswith("gpunvme load profile:")][0]
+        n = int(line.split(" steps, ")[0].rsplit(" ", 1)[1])
+        assert n in steps, (step, line)
+        assert ("GPUNVME_LOAD_STEP_MB=%s is not a size" % step in p.stderr) == warn, (step, p.stderr)
+
+
 def test_load_profile_lines(models):
     """GPUNVME_LOAD_PROFILE=1: a line per selection after each load, with its
     runs, steps and the host's time queueing and waiting; none without it

@@ -530,6 +530,25 @@ static bool load_profile(void)
 	return on;
 }
 
+/* GPUNVME_LOAD_STEP_MB=N: every step N MiB (1..65536), not sized from the
+ * rate: to measure what a step's end costs (a drain, a wait) on a given
+ * device by loading with several step sizes. 0: the rate decides. */
+static uint64_t load_step_fixed(void)
+{
+	static long long v = -1; /* read once, under the GIL */
+	if (v < 0) {
+		const char *e = getenv("GPUNVME_LOAD_STEP_MB");
+		char *end = NULL;
+		long long mb = e && *e ? strtoll(e, &end, 10) : 0;
+		if (e && *e && (*end || mb < 1 || mb > 65536)) {
+			fprintf(stderr, "gpunvme: GPUNVME_LOAD_STEP_MB=%s is not a size in MiB (1..65536): ignored\n", e);
+			mb = 0;
+		}
+		v = mb;
+	}
+	return (uint64_t)v << 20;
+}
+
 /* About `budget` bytes of j's runs from its position on, in one call:
  * queued on the loader's stream (GPU tiers, async; the pieces' reads go
  * to the controller together, so a run does not wait for the last read of
@@ -679,7 +698,8 @@ static void load_end(Loader *ld)
  * jobs that read everything are marked loaded. */
 static PyObject *load_jobs(struct load_job *jobs, size_t n, PyObject *cb)
 {
-	uint64_t done = 0, all = 0, budget = LOAD_STEP_MIN;
+	const uint64_t fixed = load_step_fixed();
+	uint64_t done = 0, all = 0, budget = fixed ? fixed : LOAD_STEP_MIN;
 	for (size_t i = 0; i < n; i++) {
 		jobs[i].bu->loaded = false;
 		all += jobs[i].bu->b->run_bytes;
@@ -726,8 +746,9 @@ static PyObject *load_jobs(struct load_job *jobs, size_t n, PyObject *cb)
 		double next = dt ? per * (double)LOAD_STEP_NS / (double)dt : (double)LOAD_STEP_MAX;
 		if (next > 8.0 * (double)budget)
 			next = 8.0 * (double)budget;
-		budget = next > (double)LOAD_STEP_MAX ? LOAD_STEP_MAX
-			 : next < (double)LOAD_STEP_MIN ? LOAD_STEP_MIN : (uint64_t)next;
+		budget = fixed ? fixed
+		       : next > (double)LOAD_STEP_MAX ? LOAD_STEP_MAX
+		       : next < (double)LOAD_STEP_MIN ? LOAD_STEP_MIN : (uint64_t)next;
 	}
 	for (size_t i = 0; load_profile() && i < n; i++) {
 		const struct load_job *j = &jobs[i];
