@@ -369,6 +369,20 @@ static void rig_close(struct rig *r)
 	free(r->file);
 }
 
+/* A media error on the block that holds byte `off` of the model file
+ * (through the rig's extents to the namespace). */
+static int rig_bad_block(struct rig *r, uint64_t off)
+{
+	uint64_t phys = UINT64_MAX;
+	for (int k = 0; k < 3; k++)
+		if (off >= r->ext[k].logical && off < r->ext[k].logical + r->ext[k].length)
+			phys = r->ext[k].physical + (off - r->ext[k].logical);
+	if (phys == UINT64_MAX)
+		return -EINVAL;
+	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_MEDIA, .nsid = 1, .slba = phys / 4096, .nlb = 1 };
+	return gpunvme_emu_inject(gpunvme_ctrl_emu(r->c), &f);
+}
+
 /* Every projection of the expert in `slot` equals the file's bytes. */
 static int slot_is(struct rig *r, struct gpunvme_expert_cache *c, uint32_t slot, uint32_t li, uint32_t e)
 {
@@ -549,13 +563,8 @@ TEST_CASE(cache_failed_read_leaves_no_expert)
 	struct gpunvme_expert_cache *c = NULL;
 	REQUIRE_OK(gpunvme_expert_cache_open(r.x, r.l, 2, &c));
 	const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(r.x, 0, 2);
-	/* the device address of expert 2's last projection */
-	uint64_t off = pc[2].offset + pc[2].bytes / 2, phys = 0;
-	for (int k = 0; k < 3; k++)
-		if (off >= r.ext[k].logical && off < r.ext[k].logical + r.ext[k].length)
-			phys = r.ext[k].physical + (off - r.ext[k].logical);
-	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_MEDIA, .nsid = 1, .slba = phys / 4096, .nlb = 1 };
-	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(r.c), &f));
+	/* under expert 2's last projection */
+	REQUIRE_OK(rig_bad_block(&r, pc[2].offset + pc[2].bytes / 2));
 	uint32_t e = 2, s = 0, ok = 1;
 	int rc = gpunvme_expert_cache_get(c, 0, &e, 1, &s);
 	CHECK_EQ(rc, -EIO);
@@ -596,12 +605,7 @@ TEST_CASE(cache_misses_read_together)
 
 	REQUIRE_OK(gpunvme_expert_cache_open(r.x, r.l, 4, &c));
 	const struct gpunvme_moe_piece *pc = gpunvme_moe_expert(r.x, 0, 2);
-	uint64_t off = pc[0].offset + pc[0].bytes / 2, phys = 0;
-	for (int k = 0; k < 3; k++)
-		if (off >= r.ext[k].logical && off < r.ext[k].logical + r.ext[k].length)
-			phys = r.ext[k].physical + (off - r.ext[k].logical);
-	struct gpunvme_emu_fault f = { .kind = GPUNVME_EMU_FAULT_MEDIA, .nsid = 1, .slba = phys / 4096, .nlb = 1 };
-	REQUIRE_OK(gpunvme_emu_inject(gpunvme_ctrl_emu(r.c), &f));
+	REQUIRE_OK(rig_bad_block(&r, pc[0].offset + pc[0].bytes / 2));
 	const uint32_t three[3] = { 1, 2, 3 };
 	CHECK_EQ(gpunvme_expert_cache_get(c, 0, three, 3, s), -EIO);
 	CHECK(strstr(gpunvme_last_error(), "layer 0 expert 2") != NULL, "%s", gpunvme_last_error());
