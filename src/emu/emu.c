@@ -89,15 +89,23 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&w->lock);
 		if (e->prof) {
 			pf->passes++;
+			const uint64_t end = emu_now_ns();
 			if (n > 0) {
-				const uint64_t end = emu_now_ns();
 				if (!pf->busy_passes++ || p0 - pf->last_ns > EMU_PROF_GAP_NS) {
 					pf->burst_ns = p0; /* a new burst: its start */
 					pf->burst_busy_ns = 0;
+					pf->out_area = 0;
+					pf->out_t = p0;
 				}
 				pf->busy_ns += end - p0;
 				pf->burst_busy_ns += end - p0;
 				pf->last_ns = end;
+			}
+			/* the commands outstanding over the burst, counted at
+			 * pass ends (passes take microseconds) */
+			if (pf->out_t && end - pf->last_ns <= EMU_PROF_GAP_NS) {
+				pf->out_area += pf->out * (end - pf->out_t);
+				pf->out_t = end;
 			}
 		}
 		if (n > 0) {
@@ -282,11 +290,16 @@ static void prof_print(const struct gpunvme_emu *e)
 		fprintf(stderr,
 			"gpunvme-emu profile: worker %u: %llu commands, %.1f MB read, %llu passes (%llu with work); "
 			"busy %.3f s of %.3f s (last burst %.3f s, %.3f s of it busy): file reads %.3f s, "
-			"copy waits at pass end %.3f s\n",
+			"copy waits at pass end %.3f s; model timeline idle %.3f s, completions after their modeled time "
+			"%.1f us on average (%.1f us at most); commands outstanding %.1f on average in the last burst "
+			"(%llu at most)\n",
 			i, (unsigned long long)t->c.cmds, (double)t->c.bytes_read / 1e6, (unsigned long long)p->passes,
 			(unsigned long long)p->busy_passes, (double)p->busy_ns / 1e9, (double)(now - p->t0) / 1e9,
 			(double)(p->last_ns - p->burst_ns) / 1e9, (double)p->burst_busy_ns / 1e9, (double)p->file_ns / 1e9,
-			(double)p->sync_ns / 1e9);
+			(double)p->sync_ns / 1e9, (double)p->model_gap_ns / 1e9,
+			p->late_n ? (double)p->late_ns / (double)p->late_n / 1e3 : 0.0, (double)p->late_max_ns / 1e3,
+			p->out_t > p->burst_ns ? (double)p->out_area / (double)(p->out_t - p->burst_ns) : 0.0,
+			(unsigned long long)p->out_max);
 	}
 }
 

@@ -52,6 +52,14 @@ struct emu_prof {
 	/* the last burst: busy passes none more than EMU_PROF_GAP_NS after the
 	 * one before (one load, without the metadata reads long before it) */
 	uint64_t burst_ns, burst_busy_ns, last_ns;
+	/* the device model (latency_us, read_mbps, iops): how long its
+	 * timeline stood idle (gaps under EMU_PROF_GAP_NS: the commands came
+	 * slower than it could serve them), and how long after their modeled
+	 * time completions went out (a pass's copy wait, the CQ full) */
+	uint64_t model_gap_ns, late_ns, late_max_ns, late_n;
+	/* commands fetched and not yet completed, at most and integrated over
+	 * the last burst (ns x commands, up to out_t) */
+	uint64_t out, out_max, out_area, out_t;
 };
 
 struct emu_thread {
@@ -346,7 +354,7 @@ bool emu_cq_post(struct emu_cq *cq, struct emu_sq *sq, uint16_t cid, uint32_t dw
 bool emu_cq_full(const struct emu_cq *cq);
 /* Post the CQ's pending completions that are due, in order, while it has
  * room; *next_due gets the earliest one still waiting for its time. */
-int emu_cq_drain(struct emu_cq *cq, uint64_t *now, uint64_t *next_due);
+int emu_cq_drain(struct emu_cq *cq, uint64_t *now, uint64_t *next_due, struct emu_prof *pf);
 int emu_cq_grow(struct emu_cq *cq, uint32_t extra);
 /* Read a doorbell: a value below `size` updates *val; anything else is
  * ignored and raises an Invalid Doorbell Write Value event (once per value). */

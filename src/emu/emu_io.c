@@ -66,8 +66,9 @@ void emu_cq_enqueue(struct emu_cq *cq, struct emu_sq *sq, uint16_t cid, uint32_t
 	cq->pend_count++;
 }
 
-/* Post what is due, in order, while the CQ has room. */
-int emu_cq_drain(struct emu_cq *cq, uint64_t *now, uint64_t *next_due)
+/* Post what is due, in order, while the CQ has room (pf: the worker's
+ * profile, GPUNVME_EMU_PROFILE=1, or NULL). */
+int emu_cq_drain(struct emu_cq *cq, uint64_t *now, uint64_t *next_due, struct emu_prof *pf)
 {
 	int done = 0;
 	while (cq->pend_count) {
@@ -88,6 +89,16 @@ int emu_cq_drain(struct emu_cq *cq, uint64_t *now, uint64_t *next_due)
 			break; /* back-pressure: the host has not freed a slot */
 		p->sq->inflight--;
 		EMU_STAT_ADD(p->sq->completed, 1);
+		if (pf) {
+			pf->out -= pf->out > 0;
+			if (p->due_ns) { /* *now was read for it above */
+				const uint64_t late = *now - p->due_ns;
+				pf->late_ns += late;
+				pf->late_n++;
+				if (late > pf->late_max_ns)
+					pf->late_max_ns = late;
+			}
+		}
 		if (++cq->pend_head == cq->pend_cap)
 			cq->pend_head = 0;
 		cq->pend_count--;
@@ -98,34 +109,44 @@ int emu_cq_drain(struct emu_cq *cq, uint64_t *now, uint64_t *next_due)
 
 /* ---- device model ------------------------------------------------------------ */
 
-/* Reserve `cost` ns on a controller-wide timeline; returns the end time. */
-static uint64_t model_reserve(uint64_t *next, uint64_t now, uint64_t cost)
+/* Reserve `cost` ns on a controller-wide timeline; returns the end time.
+ * *idle: how long the timeline had stood idle before this reservation. */
+static uint64_t model_reserve(uint64_t *next, uint64_t now, uint64_t cost, uint64_t *idle)
 {
 	uint64_t cur = __atomic_load_n(next, __ATOMIC_RELAXED);
 	for (;;) {
 		uint64_t start = cur > now ? cur : now;
 		if (__atomic_compare_exchange_n(next, &cur, start + cost, true, __ATOMIC_RELAXED,
-						__ATOMIC_RELAXED))
+						__ATOMIC_RELAXED)) {
+			*idle = now > cur ? now - cur : 0;
 			return start + cost;
+		}
 	}
 }
 
-static uint64_t model_due(struct gpunvme_emu *e, uint64_t bytes, int write)
+/* pf: the worker's profile (GPUNVME_EMU_PROFILE=1) or NULL; it counts the
+ * idle time of the timeline that limits (bandwidth where modeled) */
+static uint64_t model_due(struct gpunvme_emu *e, uint64_t bytes, int write, struct emu_prof *pf)
 {
 	const struct gpunvme_emu_model *m = &e->cfg.model;
 	uint64_t now = emu_now_ns();
-	uint64_t t = now;
+	uint64_t t = now, idle = 0, idle_bw = UINT64_MAX;
 	uint64_t bps = write ? m->write_bps : m->read_bps;
 	if (bps && bytes) {
-		uint64_t end = model_reserve(&e->model_next_bw, now, bytes * 1000000000ull / bps);
+		uint64_t end = model_reserve(&e->model_next_bw, now, bytes * 1000000000ull / bps, &idle_bw);
 		if (end > t)
 			t = end;
 	}
 	if (m->iops) {
-		uint64_t end = model_reserve(&e->model_next_iops, now, 1000000000ull / m->iops);
+		uint64_t end = model_reserve(&e->model_next_iops, now, 1000000000ull / m->iops, &idle);
 		if (end > t)
 			t = end;
 	}
+	if (idle_bw != UINT64_MAX)
+		idle = idle_bw;
+	/* a gap longer than a burst's is the device idle between loads */
+	if (pf && idle < EMU_PROF_GAP_NS)
+		pf->model_gap_ns += idle;
 	return t + (uint64_t)m->latency_us * 1000;
 }
 
@@ -407,6 +428,8 @@ static int sq_process(struct emu_thread *t, struct emu_sq *sq, uint32_t burst)
 	while (burst-- && emu_sq_fetch(sq, &c)) {
 		done++;
 		EMU_STAT_ADD(t->c.cmds, 1);
+		if (e->prof && ++t->prof.out > t->prof.out_max)
+			t->prof.out_max = t->prof.out;
 
 		if (__atomic_load_n(&e->faults_active, __ATOMIC_RELAXED) && fault_drop(e, sq->id)) {
 			/* swallowed: never completed unless aborted */
@@ -420,7 +443,7 @@ static int sq_process(struct emu_thread *t, struct emu_sq *sq, uint32_t burst)
 			EMU_STAT_ADD(t->c.errors, 1);
 			emu_log_error(e, sq->id, &c, st, r.lba);
 		}
-		uint64_t due = e->model_on ? model_due(e, r.bytes, r.write) : 0;
+		uint64_t due = e->model_on ? model_due(e, r.bytes, r.write, e->prof ? &t->prof : NULL) : 0;
 		const uint64_t slow = __atomic_load_n(&e->slow_ns, __ATOMIC_RELAXED);
 		if (slow)
 			due = (due ? due : emu_now_ns()) + slow;
@@ -489,7 +512,7 @@ int emu_worker_pass(struct emu_worker *w)
 			gpu_release(w->cqs[i], st);
 	}
 	for (uint32_t i = 0; i < w->ncqs; i++)
-		done += emu_cq_drain(w->cqs[i], &now, &w->next_due);
+		done += emu_cq_drain(w->cqs[i], &now, &w->next_due, e->prof ? &t->prof : NULL);
 	pthread_rwlock_unlock(&e->dma.lock);
 	return done;
 }

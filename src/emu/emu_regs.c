@@ -264,7 +264,7 @@ static int admin_queue_pass(struct gpunvme_emu *e)
 	done += deliver_events(e);
 	/* admin completions carry no modeled delay: post what fits */
 	uint64_t now = 0, due = 0;
-	done += emu_cq_drain(cq, &now, &due);
+	done += emu_cq_drain(cq, &now, &due, NULL);
 	return done;
 }
 
