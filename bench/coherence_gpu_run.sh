@@ -30,6 +30,10 @@
 #             breakdown (after venv); PYQ lists device-string variants (bench/emu_dma_diag.sh's V)
 #   modeled   issue 32, acceptance 2: bench/modeled_ssd.py on pyload's image (the CLI,
 #             load_file per shard, load_pretrained against a modeled 7 GB/s SSD); after pyload
+#   stages    issue 32, acceptance 2: bench/shard_stages.py on pyload's image behind the modeled
+#             7 GB/s SSD, the emulator's copies through the DMA process and in process, each with
+#             steps sized by rate and fixed (STEPS, "0 64 1024" MiB), with the load and emulator
+#             profiles (stages-*.jsonl, stages-*.err); after venv
 #   wbmd      issue 32: md RAID0 of 4 modeled Gen5 members, 512 KiB chunks (bench/md_run.sh,
 #             MD_SIZE 8G), per-lane waits then warp batches (GPUNVME_GPU_WARP_BATCH), the same array;
 #             the whole GPU suite with warp batches is `GPUNVME_GPU_WARP_BATCH=1 PHASES=j4:1`
@@ -214,6 +218,21 @@ for ph in ${PHASES:-build serial}; do
 		timeout 300 python3 bench/modeled_ssd.py /tmp/pyload/ext4.img /big --cli "$B/gpunvme" 2>"$R/modeled.err" |
 			tee "$R/modeled.jsonl" | cut -c1-220
 		grep -i -m5 "error\|traceback" "$R/modeled.err"
+		;;
+	stages)
+		log "load_file stage by stage on the modeled SSD: copy modes x step sizes"
+		py_image || continue
+		for dma in process inproc; do
+			for st in ${STEPS:-0 64 1024}; do
+				f="$R/stages-$dma-$st"
+				GPUNVME_EMU_DMA=$dma GPUNVME_LOAD_STEP_MB=$([ "$st" = 0 ] || echo "$st") GPUNVME_LOAD_PROFILE=1 \
+					GPUNVME_EMU_PROFILE=1 timeout 90 python3 bench/shard_stages.py /tmp/pyload/ext4.img /big 7000 \
+					>"$f.jsonl" 2>"$f.err"
+				echo "$dma step $st: $(python3 -c 'import json,sys
+r = [json.loads(l) for l in open(sys.argv[1])][1:]
+print(" ".join("%s%% (load %s%%)" % (x["pct"], x["load_pct"]) for x in r))' "$f.jsonl" 2>&1)"
+			done
+		done
 		;;
 	wbmd)
 		log "md, 4 x Gen5, 512 KiB chunks: per-lane waits, then warp batches"
