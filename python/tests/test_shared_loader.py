@@ -161,6 +161,39 @@ def test_parked_loader_closed_with_tensors_alive(tmp_path):
     gc.collect()
 
 
+def test_parked_loader_given_back_to_streams_and_expert_caches(tmp_path):
+    """a layer stream and an expert cache take queue pairs of their own:
+    opening either on the volume gives the parked loader back first (on the
+    GPU tiers it holds queue pairs), and each still reads every byte"""
+    from test_moe import mixtral
+    from test_stream import decoder_files
+    rng = np.random.default_rng(35)
+    files, data = decoder_files(rng)
+    mx, mx_data = mixtral(rng, layers=1, experts=2)
+    files["/m/model.safetensors"] = mx
+    uri = make_image(tmp_path, files)
+    with gpunvme.Volume(uri) as v:
+        shard = sorted(p for p in files if p.endswith(".safetensors") and p.startswith("/llm/"))[0]
+        sd = gpunvme.load_file(v, shard, framework="numpy")
+        del sd
+        gc.collect()
+        assert v._parked is not None
+        s = gpunvme.stream(v, "/llm", window=2, device="cpu", framework="numpy")
+        assert v._parked is None
+        for i, layer in s:
+            for n, t in layer.items():
+                assert raw(t) == data[n], n
+        s.close()
+        sd = gpunvme.load_file(v, "/m/model.safetensors", framework="numpy")
+        del sd
+        gc.collect()
+        assert v._parked is not None
+        ex = _gpunvme.Experts(v.open_model("/m/model.safetensors"), 2)
+        assert v._parked is None
+        del ex
+        gc.collect()
+
+
 def test_shared_loads_in_any_order(tmp_path):
     """Buffers of two files of one shared loader loaded in turns: each load
     reads its own file, whichever file the loader read last"""
