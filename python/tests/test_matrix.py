@@ -657,3 +657,36 @@ def test_load_profile(volumes, volume, tier):
     assert got == want, "%s, %s: the tensors differ" % (volume, tier)
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("gpunvme load profile: ")]
     assert len(lines) == 1 and "%s, tier " % v.model in lines[0] and "queueing " in lines[0], p.stderr[-600:]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("volume", [v for v in VOLUMES if v != "QEMU vfio"])
+def test_parked_loader(volumes, volume, tier):
+    """one Volume's loads one after another, each result dropped before the
+    next: the second takes over the loader the first left parked (the same
+    one is parked again after it) and every byte is right, on every kind of
+    volume and tier"""
+    import gc
+    v = volumes[volume]
+    if tier != "cpu" and not (CUDA_PY and TORCH is not None):
+        pytest.skip("needs a CUDA GPU and torch (the GPU machine)")
+    want = {n: t[2] for n, t in v.tensors.items()}
+    with gpunvme.Volume(v.uri) as vol:
+        serial = None
+        for k in range(2):
+            try:
+                sd = gpunvme.load_file(vol, v.model, **py_dev(tier))
+            except gpunvme.Error as e:
+                refusal = expect("load_file", volume, tier)
+                assert tier != "cpu" and refusal and re.search(refusal, str(e)), "%s, %s: %s" % (volume, tier, e)
+                return
+            same_dict(sd, want, "load_file %d" % k)
+            assert vol._parked is None, "%s, %s: parked while its Loader lives" % (volume, tier)
+            del sd
+            gc.collect()
+            parked = vol._parked
+            assert parked is not None, "%s, %s: nothing parked after load %d" % (volume, tier, k)
+            assert serial in (None, parked[4]), "%s, %s: load 2 made a loader of its own" % (volume, tier)
+            serial = parked[4]
+        assert vol._parked is not None
+    assert vol._parked is None
