@@ -126,6 +126,13 @@ int gpunvme_layer_loader_release_queues(struct gpunvme_layer_loader *l);
  * gpunvme_layer_loader_dev_ptr(). NULL on failure (message set).
  */
 void *gpunvme_layer_loader_alloc(struct gpunvme_layer_loader *l, uint64_t file_off, size_t len);
+/*
+ * Give loader memory back. On Tier 2 the loader keeps it (at most 8 blocks
+ * and a quarter of the GPU's memory) for its next allocation of about the
+ * same size, which then costs no cudaMalloc and, on the emulator, no new
+ * map in its DMA process; kept memory is freed at destroy, and at once when
+ * one of the loader's allocations fails.
+ */
 void gpunvme_layer_loader_free(struct gpunvme_layer_loader *l, void *p);
 void *gpunvme_layer_loader_dev_ptr(struct gpunvme_layer_loader *l, void *p);
 

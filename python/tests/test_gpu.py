@@ -112,6 +112,28 @@ def test_repeated_cuda_loads_release_memory(models):
     assert free0 - free1 < (64 << 20), "GPU memory fell by %d bytes over 100 loads" % (free0 - free1)
 
 
+def test_kept_memory_back_at_close(models):
+    """A volume's loader keeps the GPU memory of loads whose tensors are gone
+    for its next load (docs/python.md; gpu.loader.kept_memory checks that the
+    same block comes back): the next loads of the same file land byte for
+    byte in it, and close() gives it all back."""
+    gc.collect()
+    torch.cuda.synchronize()
+    free0, _ = torch.cuda.mem_get_info()
+    vol = gpunvme.Volume(models.uri)
+    for i in range(3):
+        sd = gpunvme.load_file(vol, "/m/big.safetensors", device="cuda")
+        for n, data in models.big_data.items():
+            assert tbytes(sd[n]) == data, (i, n)
+        del sd
+        gc.collect()
+    vol.close()
+    gc.collect()
+    torch.cuda.synchronize()
+    free1, _ = torch.cuda.mem_get_info()
+    assert free0 - free1 < (64 << 20), "GPU memory fell by %d bytes after close()" % (free0 - free1)
+
+
 def test_cuda_first_loader_gone(models):
     """the controller's first GPU loader destroyed while a later one still
     reads: the first mapped the doorbells for the GPU and the later one uses

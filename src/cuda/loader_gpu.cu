@@ -18,6 +18,8 @@
 
 #include "base/base.h"
 
+#define LG_KEEP_MAX 8
+
 struct lg_alloc {
 	uint8_t *p;        /* host address (Tier 1) or device address (Tier 2) */
 	size_t len;
@@ -39,6 +41,17 @@ struct lg_ctx {
 	cudaEvent_t bounce_free;   /* the last round that used the bounce buffer */
 	struct lg_alloc *a;
 	size_t na, cap;
+	/* Tier 2 loader memory given back (lg_free_fn), still registered,
+	 * for the next allocation of about its size (lg_mem). A load into
+	 * new memory paid for it each time: cudaMalloc, cudaFree, and on the
+	 * emulator the DMA process's open of the allocation's IPC handle,
+	 * 11-14 ms for 2 GB (bench/results/emu-2026-11-28-s17), so a volume
+	 * that loads a checkpoint, drops it and loads it again paid ~30 ms a
+	 * 4 GB round. Kept until destroy, KEEP_MAX blocks and keep_cap bytes
+	 * at most (a quarter of the GPU's memory), and given back at once
+	 * when an allocation fails. */
+	struct lg_alloc kept[LG_KEEP_MAX];
+	size_t nkept, kept_bytes, keep_cap;
 };
 
 static int lg_cuda(cudaError_t e, const char *what)
@@ -77,12 +90,47 @@ static void lg_release(struct lg_ctx *x, struct lg_alloc *a)
 	memset(a, 0, sizeof(*a));
 }
 
+/* The kept blocks, freed (destroy, or memory short) */
+static void lg_kept_release(struct lg_ctx *x)
+{
+	for (size_t i = 0; i < x->nkept; i++)
+		lg_release(x, &x->kept[i]);
+	x->nkept = 0;
+	x->kept_bytes = 0;
+}
+
+/* A kept block for len bytes: the smallest that holds them and wastes at
+ * most an eighth (or 2 MiB, cudaMalloc's granule for large blocks) */
+static bool lg_kept_take(struct lg_ctx *x, size_t len, struct lg_alloc *out)
+{
+	size_t best = x->nkept;
+	for (size_t i = 0; i < x->nkept; i++) {
+		const size_t k = x->kept[i].len;
+		if (k >= len && k - len <= (len / 8 > (2u << 20) ? len / 8 : (2u << 20)) &&
+		    (best == x->nkept || k < x->kept[best].len))
+			best = i;
+	}
+	if (best == x->nkept)
+		return false;
+	*out = x->kept[best];
+	x->kept_bytes -= out->len;
+	x->kept[best] = x->kept[--x->nkept];
+	return true;
+}
+
 /* Loader memory of the tier, allocated and wrapped. */
 static int lg_mem(struct lg_ctx *x, size_t len, struct lg_alloc *out)
 {
 	void *p = NULL;
 	if (x->tier == GPUNVME_TIER_2) {
+		if (lg_kept_take(x, len, out))
+			return 0;
 		cudaError_t ce = cudaMalloc(&p, len);
+		if (ce == cudaErrorMemoryAllocation && x->nkept) {
+			cudaGetLastError();
+			lg_kept_release(x);
+			ce = cudaMalloc(&p, len);
+		}
 		if (ce != cudaSuccess)
 			return lg_cuda(ce, "cudaMalloc of loader memory");
 	} else if (!(p = gpunvme_dma_alloc(x->c, len))) {
@@ -128,6 +176,7 @@ static void lg_close(void *ctx)
 	for (size_t i = 0; i < x->na; i++)
 		lg_release(x, &x->a[i]);
 	free(x->a);
+	lg_kept_release(x);
 	if (x->bounce.buf)
 		lg_release(x, &x->bounce);
 	cudaFree(x->d_status);
@@ -181,6 +230,13 @@ static int lg_open(struct gpunvme_ctrl *c, uint32_t nsid, const struct gpunvme_l
 		goto fail;
 	}
 	*x->h_mark = 0;
+	{
+		size_t fr = 0, total = 0;
+		if (cudaMemGetInfo(&fr, &total) == cudaSuccess)
+			x->keep_cap = total / 4;
+		else
+			cudaGetLastError(); /* nothing kept */
+	}
 	if ((rc = lg_mem(x, LOADER_BOUNCE_BYTES, &x->bounce)))
 		goto fail;
 	*ctx = x;
@@ -211,7 +267,14 @@ static void lg_free_fn(void *ctx, void *p)
 			continue;
 		/* a load still queued on some stream may target it */
 		cudaDeviceSynchronize();
-		lg_release(x, &x->a[i]);
+		struct lg_alloc *a = &x->a[i];
+		if (x->tier == GPUNVME_TIER_2 && a->owned && x->nkept < LG_KEEP_MAX &&
+		    x->kept_bytes + a->len <= x->keep_cap) {
+			x->kept[x->nkept++] = *a;
+			x->kept_bytes += a->len;
+		} else {
+			lg_release(x, a);
+		}
 		x->a[i] = x->a[--x->na];
 		return;
 	}

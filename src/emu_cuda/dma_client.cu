@@ -377,6 +377,9 @@ static void settle_one(struct edma *d)
 		snprintf(d->fail_why, sizeof(d->fail_why), "GPU memory at 0x%llx cannot be shared with the emulator's "
 			 "DMA process: %s", (unsigned long long)base, r.why);
 		__atomic_store_n(&d->fail_unsaid, 1, __ATOMIC_RELEASE);
+	} else if (d->prof) {
+		fprintf(stderr, "gpunvme-emu profile: DMA process: GPU memory at 0x%llx opened in %.1f ms\n",
+			(unsigned long long)base, r.open_us / 1e3);
 	}
 }
 

@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EDMA_MAGIC 0x33616d64u      /* "dma3" */
+#define EDMA_MAGIC 0x34616d64u      /* "dma4" */
 #define EDMA_LANES 64               /* lanes in one child: 7 queue sets of 8 workers + admin */
 #define EDMA_RING 64                /* requests in flight per lane */
 #define EDMA_CHUNK (512u << 10)     /* one staging chunk: the largest piece one request moves */
@@ -113,6 +113,8 @@ struct edma_ctl {
 struct edma_reply {
 	int32_t rc;           /* 0 or negative errno */
 	uint32_t first;       /* OPEN: the first lane given */
+	uint32_t open_us;     /* MAP: how long the open took (GPUNVME_EMU_PROFILE=1 prints it) */
+	uint32_t pad;
 	char why[120];        /* rc != 0: the reason, for the message the app prints */
 };
 

@@ -23,6 +23,10 @@
  *                  still on their way), freed and made again at the same
  *                  addresses, and a memory pool's allocation (no IPC
  *                  handle: its copies stay in this process)
+ *   kept_memory    Tier 2 loader memory given back is kept for the next
+ *                  allocation of about its size (same address, loads into
+ *                  it right, its DMA process map kept); another size gets
+ *                  memory of its own
  *   first_loader_freed
  *                  loaders of one controller made in turn, the first
  *                  destroyed while the others go on loading (tiers 2 and
@@ -395,6 +399,61 @@ TEST_CASE(first_loader_freed)
 		gpunvme_close(c);
 	}
 	printf("first_loader_freed: loads after the first loaders were destroyed, every byte right\n");
+	return 0;
+}
+
+TEST_CASE(kept_memory)
+{
+	const enum gpunvme_emu_copies was = gpunvme_emu_copies();
+	gpunvme_emu_set_copies(GPUNVME_EMU_COPIES_PROCESS);
+	struct gpunvme_ctrl *c;
+	struct layout L;
+	struct gpunvme_layer_loader *l;
+	if (setup("emu:ram:64M?lbads=9&workers=4", 40 * 1024 * 1024 + 777, &c, &L, GPUNVME_TIER_2, &l))
+		return 1;
+	uint8_t *host = (uint8_t *)malloc(L.size);
+	const uint64_t big = 32u << 20, small = 8u << 20;
+	uint8_t *first = NULL;
+	for (int r = 0; r < 4; r++) {
+		/* the same size each round: the same memory, bytes right */
+		uint8_t *m = (uint8_t *)gpunvme_layer_loader_alloc(l, 0, big);
+		if (!m)
+			FAIL("alloc: %s", gpunvme_last_error());
+		if (r == 0)
+			first = m;
+		else
+			CHECK(m == first, "round %d: %p, not the kept %p", r, (void *)m, (void *)first);
+		REQUIRE_CUDA(cudaMemset(m, 0x5a, big));
+		REQUIRE_CUDA(cudaDeviceSynchronize());
+		const uint64_t off = (uint64_t)r * 4096 + 4096;
+		uint16_t st = 0;
+		REQUIRE_OK(gpunvme_load_layer(l, off, big, m, &st));
+		REQUIRE_CUDA(cudaMemcpy(host, m, big, cudaMemcpyDeviceToHost));
+		if (compare(host, L.ref + off, big, off, "kept loader memory"))
+			return 1;
+		/* a quarter of the size while the big one is kept: memory of
+		 * its own (the kept block would waste too much) */
+		uint8_t *s2 = (uint8_t *)gpunvme_layer_loader_alloc(l, 0, small);
+		if (!s2)
+			FAIL("alloc: %s", gpunvme_last_error());
+		gpunvme_layer_loader_free(l, m);
+		uint8_t *s3 = (uint8_t *)gpunvme_layer_loader_alloc(l, 0, small);
+		if (!s3)
+			FAIL("alloc: %s", gpunvme_last_error());
+		CHECK(s3 != first, "round %d: an 8 MiB allocation took the kept 32 MiB block", r);
+		REQUIRE_OK(gpunvme_load_layer(l, 0, small, s3, &st));
+		REQUIRE_CUDA(cudaMemcpy(host, s3, small, cudaMemcpyDeviceToHost));
+		if (compare(host, L.ref, small, 0, "memory of another size"))
+			return 1;
+		gpunvme_layer_loader_free(l, s2);
+		gpunvme_layer_loader_free(l, s3);
+	}
+	gpunvme_layer_loader_destroy(l); /* the kept block goes with it (lg_close) */
+	printf("kept_memory: the same 32 MiB block over 4 rounds, every byte right\n");
+	free(host);
+	free(L.ref);
+	gpunvme_close(c);
+	gpunvme_emu_set_copies(was);
 	return 0;
 }
 
