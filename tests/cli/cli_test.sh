@@ -487,19 +487,30 @@ f.seek(446); f.write(e(2048, 32768) + e(34816, 16384)); f.seek(510); f.write(b"\
 			if ($i == "burst" && $(i - 1) == "(last" && ($(i + 3) > $(i + 1) + 0.0005 || $(i + 1) > life + 0.0005)) bad = 1 } }
 			END { exit bad }' "$ERR" ||
 			{ fail "a profile burst longer than the worker's life or busier than itself"; show; }; }
-	# the device model's part of it: at queue depth 1 behind 3 ms of latency
-	# a 1 ms-per-command timeline stands idle ~3 ms a command (counted),
+	# the device model's part of it: at queue depth 1 behind 1 ms of latency
+	# a 1 ms-per-command timeline stands idle ~1 ms a command (counted),
 	# completions go out at or after their modeled time, and a command is
-	# outstanding while it waits
-	GPUNVME_EMU_PROFILE=1 ok load "emu:$img?workers=1&latency_us=3000&iops=1000" /m.safetensors --tier cpu \
-		--no-progress --queues 1 --depth 2 &&
-		{ awk '/^gpunvme-emu profile: worker/ { n++
+	# outstanding while it waits. Gaps over 10 ms are not counted (the
+	# device idle between loads), and a CI machine busy with other suites
+	# starved the host thread past that (completions up to 10 ms late,
+	# bursts split): these readings are timings, so up to three runs, one of
+	# which must show them all (a profile that never counts one fails all
+	# three)
+	local try shown=0
+	for try in 1 2 3; do
+		GPUNVME_EMU_PROFILE=1 ok load "emu:$img?workers=1&latency_us=1000&iops=1000" /m.safetensors --tier cpu \
+			--no-progress --queues 1 --depth 2 || break
+		if awk '/^gpunvme-emu profile: worker/ { n++
 			for (i = 1; i <= NF; i++) {
 				if ($i == "idle") idle += $(i + 1)
 				if ($i == "time") { avg = $(i + 1); mx = substr($(i + 5), 2) }
 				if ($i == "outstanding") { oavg = $(i + 1); omax = substr($(i + 8), 2) } } }
-			END { exit !(n == 1 && idle >= 0.004 && avg >= 0 && avg <= mx + 0.1 && omax >= 1 && oavg > 0) }' "$ERR" ||
-			{ fail "the profile line does not show the model idle, late completions and outstanding commands"; show; }; }
+			END { exit !(n == 1 && idle >= 0.002 && avg >= 0 && avg <= mx + 0.1 && omax >= 1 && oavg > 0) }' "$ERR"; then
+			shown=1
+			break
+		fi
+	done
+	[ "$shown" = 1 ] || { fail "the profile line does not show the model idle, late completions and outstanding commands (3 runs)"; show; }
 	ok load "emu:$img?workers=2" /m.safetensors --tier cpu --no-progress &&
 		{ grep -q 'gpunvme-emu profile' "$ERR" && fail "a profile line without GPUNVME_EMU_PROFILE"; }
 	if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
