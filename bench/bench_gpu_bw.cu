@@ -6,6 +6,7 @@
  *
  *   bench_gpu_bw -m emu    [-s BYTES] [-c CHUNKS] [-w WORKERS] [-Q QMULS] [-d DEPTH]
  *   bench_gpu_bw -m memcpy [-s BYTES] [-c CHUNKS]
+ *   bench_gpu_bw -m lanes  [-s BYTES] [-c CHUNKS] [-w LANES] [-d GROUP]
  *   bench_gpu_bw -m mkfile -f FILE [-s BYTES]
  *   bench_gpu_bw -m pread  -f FILE [-s BYTES] [-c CHUNKS] [-w THREADS] [-Q BUFFERS]
  *   bench_gpu_bw -m cufile -f FILE [-s BYTES] [-c CHUNKS] [-w THREADS]
@@ -24,6 +25,17 @@
  *          library's own gpunvme_gpu_read_async (MDTS-sized commands).
  *  memcpy  cudaMemcpyAsync host to device from one pinned buffer holding
  *          all the bytes, in chunks of CHUNK on one stream: the link's rate.
+ *  lanes   md's copy pattern without the emulator: LANES host threads (the
+ *          members' workers), each with its own stream and a pinned source
+ *          holding its chunks back to back (a member's namespace); chunk j
+ *          of lane l lands at (j * LANES + l) * CHUNK (RAID0). A lane copies
+ *          GROUP chunks (a worker's pass), waits for them, and goes on, in
+ *          three ways, one row each: a cudaMemcpyAsync per chunk (what the
+ *          emulator does), one cudaMemcpyBatchAsync per group, and one
+ *          cudaMemcpy2DAsync per group (rows of CHUNK at a pitch of LANES x
+ *          CHUNK: a member's consecutive chunks as one strided copy). Says
+ *          whether fewer, strided copies lift md at 512 KiB chunks
+ *          (bench/EMU_NOTES.md, session 17).
  *  pread   the file (page-cached: read once before timing) through THREADS
  *          CPU threads, each with its own stream and BUFFERS pinned staging
  *          buffers of CHUNK bytes: pread into a free buffer, cudaMemcpyAsync
@@ -523,6 +535,147 @@ static int run_memcpy(void)
 	return 0;
 }
 
+/* ---- (b2) md's copy pattern: strided lanes -------------------------------------------- */
+
+struct lane_job {
+	unsigned l, lanes, mode;
+	uint64_t chunk, group;
+	const uint8_t *src; /* this lane's chunks, back to back */
+	uint8_t *dst;
+	cudaStream_t s;
+	int rc;
+};
+
+static void *lane_main(void *arg)
+{
+	struct lane_job *j = (struct lane_job *)arg;
+	const uint64_t per = o.bytes / j->chunk / j->lanes; /* chunks of this lane */
+	for (uint64_t c0 = 0; c0 < per && !j->rc; c0 += j->group) {
+		const uint64_t n = per - c0 < j->group ? per - c0 : j->group;
+		uint8_t *d0 = j->dst + (c0 * j->lanes + j->l) * j->chunk;
+		const uint8_t *s0 = j->src + c0 * j->chunk;
+		cudaError_t e = cudaSuccess;
+		if (j->mode == 0) {
+			for (uint64_t k = 0; k < n && e == cudaSuccess; k++)
+				e = cudaMemcpyAsync(d0 + k * j->lanes * j->chunk, s0 + k * j->chunk, j->chunk,
+						    cudaMemcpyHostToDevice, j->s);
+		} else if (j->mode == 1) {
+#if CUDART_VERSION >= 12080
+			void *dv[256];
+			const void *sv[256];
+			size_t lv[256], idx = 0;
+			for (uint64_t k = 0; k < n; k++) {
+				dv[k] = d0 + k * j->lanes * j->chunk;
+				sv[k] = s0 + k * j->chunk;
+				lv[k] = j->chunk;
+			}
+			struct cudaMemcpyAttributes at;
+			memset(&at, 0, sizeof(at));
+			at.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+#if CUDART_VERSION >= 13000
+			e = cudaMemcpyBatchAsync(dv, sv, lv, n, &at, &idx, 1, j->s);
+#else
+			size_t fail = 0;
+			e = cudaMemcpyBatchAsync(dv, sv, lv, n, &at, &idx, 1, &fail, j->s);
+#endif
+#else
+			e = cudaErrorNotSupported;
+#endif
+		} else {
+			e = cudaMemcpy2DAsync(d0, j->lanes * j->chunk, s0, j->chunk, j->chunk, n, cudaMemcpyHostToDevice,
+					      j->s);
+		}
+		if (e == cudaSuccess)
+			e = cudaStreamSynchronize(j->s);
+		if (e != cudaSuccess) {
+			fprintf(stderr, "bench_gpu_bw: lane %u: %s\n", j->l, cudaGetErrorString(e));
+			j->rc = -1;
+		}
+	}
+	return NULL;
+}
+
+static int run_lanes(void)
+{
+	static const char *const how[3] = { "lanes-copy", "lanes-batch", "lanes-2d" };
+	uint8_t *host = NULL, *dst = NULL;
+	CK(cudaHostAlloc((void **)&host, o.bytes, cudaHostAllocDefault));
+	CK(cudaMalloc((void **)&dst, o.bytes));
+	if (o.depth > 256) {
+		fprintf(stderr, "bench_gpu_bw: -m lanes: -d (chunks a group) at most 256\n");
+		return 2;
+	}
+	for (unsigned ci = 0; ci < o.nchunks; ci++) {
+		const uint64_t chunk = o.chunks[ci];
+		for (unsigned wi = 0; wi < o.nworkers; wi++) {
+			const unsigned L = o.workers[wi];
+			if (L < 1 || L > 64 || (o.bytes / chunk) % L) {
+				fprintf(stderr, "bench_gpu_bw: -m lanes: %u lanes do not divide %llu chunks (1 to 64)\n", L,
+					(unsigned long long)(o.bytes / chunk));
+				return 2;
+			}
+			/* lane l's source: its chunks back to back, each holding the
+			 * pattern of the place it lands */
+			const uint64_t per = o.bytes / chunk / L;
+			for (unsigned l = 0; l < L; l++)
+				for (uint64_t k = 0; k < per; k++)
+					fill_pattern((uint64_t *)(host + (l * per + k) * chunk), (k * L + l) * chunk / 8,
+						     chunk / 8);
+			struct lane_job jobs[64];
+			for (unsigned l = 0; l < L; l++) {
+				memset(&jobs[l], 0, sizeof(jobs[l]));
+				CK(cudaStreamCreateWithFlags(&jobs[l].s, cudaStreamNonBlocking));
+			}
+			for (unsigned m = 0; m < 3; m++) {
+				double secs[MAX_REPS];
+				unsigned n = 0;
+				long long bad = 0;
+				for (unsigned r = 0; r < o.reps; r++) {
+					if (poison(dst, o.bytes))
+						return 1;
+					pthread_t th[64];
+					const double t0 = now_s();
+					for (unsigned l = 0; l < L; l++) {
+						struct lane_job *j = &jobs[l];
+						j->l = l;
+						j->lanes = L;
+						j->mode = m;
+						j->chunk = chunk;
+						j->group = o.depth;
+						j->src = host + l * per * chunk;
+						j->dst = dst;
+						j->rc = 0;
+						if (pthread_create(&th[l], NULL, lane_main, j))
+							return 1;
+					}
+					int rc = 0;
+					for (unsigned l = 0; l < L; l++) {
+						pthread_join(th[l], NULL);
+						rc |= jobs[l].rc;
+					}
+					const double t = now_s() - t0;
+					if (rc) {
+						bad = -1;
+						break;
+					}
+					long long v = verify(dst, o.bytes);
+					if (v != 0)
+						bad = v;
+					secs[n++] = t;
+				}
+				char note[64];
+				snprintf(note, sizeof(note), "%llu chunks a group;wall time", (unsigned long long)o.depth);
+				emit(how[m], chunk, L, L, secs, n, bad, note);
+			}
+			for (unsigned l = 0; l < L; l++)
+				cudaStreamDestroy(jobs[l].s);
+		}
+	}
+	cudaFree(dst);
+	cudaFreeHost(host);
+	return 0;
+}
+
 /* ---- the file: written with the pattern, then read once into the page cache ------ */
 
 static int mkfile(void)
@@ -940,7 +1093,7 @@ static int parse_list32(const char *s, uint32_t *out, unsigned *n)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: bench_gpu_bw -m emu|memcpy|mkfile|pread|cufile [-s BYTES] [-c CHUNKS] [-w LIST] "
+	fprintf(stderr, "usage: bench_gpu_bw -m emu|memcpy|lanes|mkfile|pread|cufile [-s BYTES] [-c CHUNKS] [-w LIST] "
 			"[-Q LIST] [-d DEPTH] [-f FILE [-F]] [-r REPS] [-T TIMEOUT_S] [-H]\n"
 			"  -F: FILE is any file (not written by -m mkfile): read it, no data check\n"
 			"  (see the comment at the top of bench/bench_gpu_bw.cu)\n");
@@ -983,7 +1136,7 @@ int main(int argc, char **argv)
 	bool emu = !strcmp(o.method, "emu"), filed = !strcmp(o.method, "pread") || !strcmp(o.method, "cufile") ||
 						    !strcmp(o.method, "mkfile");
 	if (!workers)
-		workers = emu ? "4,8,12" : "1,4";
+		workers = emu ? "4,8,12" : !strcmp(o.method, "lanes") ? "4,16" : "1,4";
 	if (!qmul)
 		qmul = emu ? "1,2" : "2";
 	if (parse_list(chunks, o.chunks, &o.nchunks) || parse_list32(workers, o.workers, &o.nworkers) ||
@@ -1026,6 +1179,8 @@ int main(int argc, char **argv)
 		rc = run_emu();
 	else if (!strcmp(o.method, "memcpy"))
 		rc = run_memcpy();
+	else if (!strcmp(o.method, "lanes"))
+		rc = run_lanes();
 	else if (!strcmp(o.method, "pread"))
 		rc = run_pread();
 	else if (!strcmp(o.method, "cufile"))
