@@ -197,6 +197,16 @@ static long long verify(const void *dst, uint64_t bytes)
 }
 
 /* Poison: a byte pattern the data never has in a whole word. */
+/* One timed run done: its bytes checked (a mismatch is kept in *bad), its
+ * time kept for emit() */
+static void rep_done(const void *dst, double secs_run, double *secs, unsigned *n, long long *bad)
+{
+	long long v = verify(dst, o.bytes);
+	if (v != 0)
+		*bad = v;
+	secs[(*n)++] = secs_run;
+}
+
 static int poison(void *dst, uint64_t bytes)
 {
 	return cudaMemset(dst, 0xA5, bytes) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
@@ -421,10 +431,7 @@ static int run_emu(void)
 						failures++;
 						break;
 					}
-					long long v = verify(dst, o.bytes);
-					if (v != 0)
-						bad = v;
-					secs[n++] = ms / 1e3;
+					rep_done(dst, ms / 1e3, secs, &n, &bad);
 				}
 				char note[96];
 				snprintf(note, sizeof(note), "depth=%u;gpu_threads=%llu;warp batches", o.depth,
@@ -464,10 +471,7 @@ static int run_emu(void)
 					failures++;
 					break;
 				}
-				long long v = verify(dst, o.bytes);
-				if (v != 0)
-					bad = v;
-				secs[n++] = ms / 1e3;
+				rep_done(dst, ms / 1e3, secs, &n, &bad);
 			}
 			char note[96];
 			snprintf(note, sizeof(note), "gpunvme_gpu_read_async;queue_entries=%u", 2 * o.depth);
@@ -520,10 +524,7 @@ static int run_memcpy(void)
 			CK(cudaEventSynchronize(e1));
 			float ms = 0;
 			CK(cudaEventElapsedTime(&ms, e0, e1));
-			long long v = verify(dst, o.bytes);
-			if (v != 0)
-				bad = v;
-			secs[n++] = ms / 1e3;
+			rep_done(dst, ms / 1e3, secs, &n, &bad);
 		}
 		emit("cudaMemcpy-pinned", chunk, 1, 1, secs, n, bad, "one stream;pinned source");
 	}
@@ -658,10 +659,7 @@ static int run_lanes(void)
 						bad = -1;
 						break;
 					}
-					long long v = verify(dst, o.bytes);
-					if (v != 0)
-						bad = v;
-					secs[n++] = t;
+					rep_done(dst, t, secs, &n, &bad);
 				}
 				char note[64];
 				snprintf(note, sizeof(note), "%llu chunks a group;wall time", (unsigned long long)o.depth);
@@ -873,10 +871,7 @@ static int run_pread(void)
 						fprintf(stderr, "bench_gpu_bw: pread pipeline: %s\n", strerror(err));
 						break;
 					}
-					long long v = verify(dst, o.bytes);
-					if (v != 0)
-						bad = v;
-					secs[n++] = t;
+					rep_done(dst, t, secs, &n, &bad);
 				}
 				char note[96];
 				snprintf(note, sizeof(note), "threads=%u;staging buffers per thread=%u;page cache", T, N);
@@ -1022,10 +1017,7 @@ static int run_cufile(void)
 					rc = 1;
 					break;
 				}
-				long long v = verify(dst, o.bytes);
-				if (v != 0)
-					bad = v;
-				secs[n++] = t;
+				rep_done(dst, t, secs, &n, &bad);
 			}
 			char note[256];
 			snprintf(note, sizeof(note), "mode=%s;threads=%u;buf_registered=%d;no O_DIRECT", mode, T, registered);
