@@ -47,7 +47,7 @@ struct lg_ctx {
 	 * emulator the DMA process's open of the allocation's IPC handle,
 	 * 11-14 ms for 2 GB (bench/results/emu-2026-11-28-s17), so a volume
 	 * that loads a checkpoint, drops it and loads it again paid ~30 ms a
-	 * 4 GB round. Kept until destroy, KEEP_MAX blocks and keep_cap bytes
+	 * 4 GB round. Kept until destroy, LG_KEEP_MAX blocks and keep_cap bytes
 	 * at most (a quarter of the GPU's memory), and given back at once
 	 * when an allocation fails. */
 	struct lg_alloc kept[LG_KEEP_MAX];
