@@ -125,13 +125,24 @@ int gpunvme_gpu_read_async(struct gpunvme_gpu_queues *g, uint64_t slba, uint64_t
  * Scattered reads: nseg LBA ranges, each into buffer bufs[seg.buf] at byte
  * offset seg.off, on `stream`; the segments live in device-visible memory
  * (d_segs) and stay valid until the stream passes this point. Warps take
- * segments in turn over all queue pairs. First failure in *d_status.
+ * segments in turn over all queue pairs, a segment of at most 32 commands
+ * per warp. First failure in *d_status.
+ *
+ * A strided segment (row > 0) reads its blocks as rows of `row` blocks (at
+ * most the controller's largest transfer, so one command a row), row i to
+ * off + i * pitch (pitch at least a row's bytes): an md member's
+ * consecutive chunks, which lie members x chunk apart in the file. Its
+ * commands go into the SQ in row order, which an emulated controller turns
+ * into one 2D copy. A bad geometry fails with GPUNVME_DEV_EINVAL.
  */
 struct gpunvme_gpu_seg {
 	uint64_t slba;
 	uint64_t off;     /* byte offset in the buffer */
 	uint32_t nlb;     /* blocks, not 0's based */
 	uint32_t buf;     /* which buffer: 0 or 1 (buf0, buf1), or an index into bufs */
+	uint32_t row;     /* 0: contiguous; else blocks a row (strided) */
+	uint32_t rsvd;
+	uint64_t pitch;   /* strided: bytes from one row's start to the next's */
 };
 int gpunvme_gpu_read_segs_async(struct gpunvme_gpu_queues *g, const struct gpunvme_gpu_seg *d_segs, uint32_t nseg,
 				struct gpunvme_gpu_buf *buf0, struct gpunvme_gpu_buf *buf1, int *d_status, void *stream,

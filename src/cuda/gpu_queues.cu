@@ -1005,15 +1005,24 @@ int gpunvme_gpu_read_async(struct gpunvme_gpu_queues *g, uint64_t slba, uint64_t
  * bench/results/emu-load-2026-11-28b). GPUNVME_GPU_WARP_BATCH=1 picks this
  * path, for the same-run comparison; a batch is admitted whole, so at most
  * depth - 1 commands.
+ *
+ * Command k covers blocks [k * row, (k + 1) * row) of the range and lands at
+ * off + k * pitch: row = max_blocks and pitch = its bytes for a range
+ * contiguous in the buffer, or rows apart (a strided segment, an md
+ * member's chunks). A batch's tickets go in lane order, so its commands sit
+ * in consecutive SQ entries in row order: an emulated controller's staging
+ * then queues a strided segment's rows as one 2D copy (stage_ring.h).
  */
-__device__ static int rw_warp_batched(const struct gpunvme_dev_queues *q, uint32_t qi, uint8_t opc, uint64_t slba,
-				      uint64_t nlb, const struct gpunvme_dev_buf *b, uint64_t off, uint64_t timeout_ns)
+__device__ static int rw_warp_rows(const struct gpunvme_dev_queues *q, uint32_t qi, uint8_t opc, uint64_t slba,
+				   uint64_t nlb, uint64_t per, uint64_t pitch, const struct gpunvme_dev_buf *b, uint64_t off,
+				   uint64_t timeout_ns)
 {
 	const unsigned int full = 0xffffffffu, lane = threadIdx.x & 31u;
-	if (qi >= q->nq)
+	/* rows that overlap in the buffer, or that no command can carry */
+	if (qi >= q->nq || !per || per > q->max_blocks || pitch < (per << q->lba_shift))
 		return GPUNVME_DEV_EINVAL;
 	const uint64_t deadline = gpunvme_dev_now() + timeout_ns;
-	const uint64_t per = q->max_blocks, nchunks = (nlb + per - 1) / per;
+	const uint64_t nchunks = (nlb + per - 1) / per;
 	const uint32_t depth = q->qp[qi].depth;
 	const uint64_t batch = depth <= 2u ? 1u : depth - 1u < 32u ? depth - 1u : 32u;
 	int err = 0;
@@ -1026,7 +1035,7 @@ __device__ static int rw_warp_batched(const struct gpunvme_dev_queues *q, uint32
 		const bool mine = lane < batch && k < nchunks;
 		const uint64_t s0 = mine ? k * per : 0;
 		const uint32_t n = mine ? (uint32_t)(nlb - s0 < per ? nlb - s0 : per) : 0;
-		int rc = gpunvme_dev_rw_lanes(q, qi, opc, slba + s0, n, b, off + (s0 << q->lba_shift), mine,
+		int rc = gpunvme_dev_rw_lanes(q, qi, opc, slba + s0, n, b, off + (mine ? k * pitch : 0), mine,
 					      deadline - now);
 		/* the first failure of the batch, by lane order */
 		unsigned int bad = __ballot_sync(full, mine && rc != 0);
@@ -1052,13 +1061,18 @@ static bool warp_batch(void)
 	return warp_batch_on;
 }
 
+/* A segment: contiguous (row 0) one lane a command, batched or not; strided
+ * always batched, for its rows' order in the SQ (rw_warp_rows). */
 __device__ static void read_seg(const struct gpunvme_dev_queues *q, uint64_t w, const struct gpunvme_gpu_seg *sg,
 				const struct gpunvme_dev_buf *b, int *status, uint64_t timeout_ns, bool batched)
 {
-	int rc = batched ? rw_warp_batched(q, (uint32_t)(w % q->nq), GPUNVME_CMD_READ, sg->slba, sg->nlb, b, sg->off,
-					   timeout_ns)
-			 : gpunvme_dev_rw_warp(q, (uint32_t)(w % q->nq), GPUNVME_CMD_READ, sg->slba, sg->nlb, b, sg->off,
-					       timeout_ns);
+	const uint32_t qi = (uint32_t)(w % q->nq);
+	const uint64_t per = q->max_blocks;
+	int rc = sg->row ? rw_warp_rows(q, qi, GPUNVME_CMD_READ, sg->slba, sg->nlb, sg->row, sg->pitch, b, sg->off,
+					timeout_ns)
+		 : batched ? rw_warp_rows(q, qi, GPUNVME_CMD_READ, sg->slba, sg->nlb, per, per << q->lba_shift, b,
+					  sg->off, timeout_ns)
+			   : gpunvme_dev_rw_warp(q, qi, GPUNVME_CMD_READ, sg->slba, sg->nlb, b, sg->off, timeout_ns);
 	if (rc && (threadIdx.x & 31) == 0)
 		atomicCAS(status, 0, rc);
 }

@@ -515,9 +515,10 @@ static int lg_exec(void *ctx, const struct gpunvme_load_span *dst, size_t ndst, 
 			buf0 = dd[i].a->buf; /* the one allocation direct reads land in */
 
 	{
-		/* Segments for the kernel: direct reads cut so that every warp
-		 * gets work (but no more than 32 commands, one per lane), bounce
-		 * reads as they are. */
+		/* Segments for the kernel: runs of direct reads a pitch apart
+		 * as strided segments (load_op_rows), other direct reads cut
+		 * so that every warp gets work (but no more than 32 commands,
+		 * one per lane), bounce reads as they are. */
 		uint64_t direct_blocks = 0, nseg = 0;
 		bool bounce = false;
 		for (size_t i = 0; i < r->nops; i++) {
@@ -530,8 +531,12 @@ static int lg_exec(void *ctx, const struct gpunvme_load_span *dst, size_t ndst, 
 			seg = x->max_blocks;
 		if (seg > 32ull * x->max_blocks)
 			seg = 32ull * x->max_blocks;
-		for (size_t i = 0; i < r->nops; i++) {
-			if (r->ops[i].kind == LOAD_DIRECT)
+		uint64_t pitch;
+		for (size_t i = 0, n; i < r->nops; i += n) {
+			n = load_op_rows(r->ops, r->nops, i, x->max_blocks, x->lba_shift, &pitch);
+			if (n > 1)
+				nseg++;
+			else if (r->ops[i].kind == LOAD_DIRECT)
 				nseg += (r->ops[i].nlb + seg - 1) / seg;
 			else if (r->ops[i].kind == LOAD_BOUNCE)
 				nseg++;
@@ -550,17 +555,22 @@ static int lg_exec(void *ctx, const struct gpunvme_load_span *dst, size_t ndst, 
 		 * 0 is buf0 and 1 the bounce buffer */
 		const uint32_t bounce_buf = ntab ? 0 : 1;
 		uint64_t k = 0;
-		for (size_t i = 0; i < r->nops; i++) {
+		for (size_t i = 0, n; i < r->nops; i += n) {
 			const struct load_op *op = &r->ops[i];
-			if (op->kind == LOAD_BOUNCE) {
-				h[k++] = (struct gpunvme_gpu_seg){ op->slba, op->bounce_off, op->nlb, bounce_buf };
+			n = load_op_rows(r->ops, r->nops, i, x->max_blocks, x->lba_shift, &pitch);
+			if (n > 1) {
+				h[k++] = (struct gpunvme_gpu_seg){ op->slba, dd[op->span].base + op->dst_off,
+								   (uint32_t)(n * op->nlb), ntab ? slot[op->span] : 0,
+								   op->nlb, 0, pitch };
+			} else if (op->kind == LOAD_BOUNCE) {
+				h[k++] = (struct gpunvme_gpu_seg){ op->slba, op->bounce_off, op->nlb, bounce_buf, 0, 0, 0 };
 			} else if (op->kind == LOAD_DIRECT) {
 				const uint32_t b = ntab ? slot[op->span] : 0;
 				for (uint64_t o = 0; o < op->nlb; o += seg) {
 					uint64_t n = op->nlb - o < seg ? op->nlb - o : seg;
 					h[k++] = (struct gpunvme_gpu_seg){
 						op->slba + o, dd[op->span].base + op->dst_off + (o << x->lba_shift),
-						(uint32_t)n, b
+						(uint32_t)n, b, 0, 0, 0
 					};
 				}
 			}

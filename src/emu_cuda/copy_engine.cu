@@ -59,6 +59,7 @@ struct emu_lanes {
 	unsigned lanes;
 	cudaStream_t lane_stream[MAX_LANES];
 	bool batch_refused;              /* cudaMemcpyBatchAsync refused once: copy piece by piece */
+	bool no2d;                       /* GPUNVME_EMU_2D=0: no strided (2D) copies (a same-run baseline) */
 	bool lane_timeout_said;          /* a lane copy timed out: said once on stderr */
 	/* lane l's ring: its share of stage_mem (pinned, cudaHostAlloc;
 	 * NULL: none could be had), its fences' events */
@@ -169,7 +170,19 @@ static int ring_wait(void *ctx, unsigned lane, unsigned k)
 	return e == cudaSuccess ? 0 : e == cudaErrorNotReady ? -ETIMEDOUT : -EIO;
 }
 
-static const struct stage_ring_ops ring_ops = { ring_copy, ring_fence, ring_wait };
+/* A strided run (stage_ring.h): one 2D copy of consecutive ring rows */
+static int ring_copy2d(void *ctx, unsigned lane, uint64_t dev, uint64_t pitch, const uint8_t *host, size_t width,
+		       size_t rows)
+{
+	struct emu_lanes *g = (struct emu_lanes *)ctx;
+	cudaError_t e = cudaMemcpy2DAsync((void *)(uintptr_t)dev, pitch, host, width, width, rows,
+					  cudaMemcpyHostToDevice, g->lane_stream[lane]);
+	return e == cudaSuccess ? 0 : -EIO;
+}
+
+static const struct stage_ring_ops ring_ops = { ring_copy, ring_fence, ring_wait, ring_copy2d };
+/* GPUNVME_EMU_2D=0: strided runs go row by row (a same-run baseline) */
+static const struct stage_ring_ops ring_ops_1d = { ring_copy, ring_fence, ring_wait, NULL };
 
 /* The staging memory once stage_alloc has published it, else NULL */
 static uint8_t *stage_of(struct emu_lanes *g)
@@ -338,7 +351,26 @@ static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_co
 		n -= k;
 	}
 #endif
-	for (unsigned i = 0; i < n; i++) {
+	/* one by one, but pieces from pinned memory at fixed pitches in both
+	 * memories as one copy (stage_copy_rows: an md member's consecutive
+	 * chunks); anything else goes by lane_copy, which picks the path */
+	for (unsigned i = 0, k; i < n; i += k) {
+		uint64_t sp, dp;
+		k = g->no2d || g->edma ? 1 : stage_copy_rows(v + i, n - i, &sp, &dp);
+		if (k > 1 && !pinned_has(v[i].host, (size_t)((k - 1) * sp + v[i].len)))
+			k = 1;
+		if (k > 1) {
+			g->inproc_pending[lane] = true;
+			cudaError_t e = sp == v[i].len && dp == v[i].len
+						? cudaMemcpyAsync((void *)(uintptr_t)v[i].dev_addr, v[i].host, k * v[i].len,
+								  cudaMemcpyHostToDevice, g->lane_stream[lane])
+						: cudaMemcpy2DAsync((void *)(uintptr_t)v[i].dev_addr, dp, v[i].host, sp,
+								    v[i].len, k, cudaMemcpyHostToDevice,
+								    g->lane_stream[lane]);
+			if (e != cudaSuccess)
+				return -EIO;
+			continue;
+		}
 		int rc = lane_copy(ctx, lane, v[i].dev_addr, v[i].host, v[i].len, v[i].to_gpu);
 		if (rc)
 			return rc;
@@ -425,9 +457,10 @@ static void stage_alloc(struct emu_lanes *g)
 	 * the H200 (bench/results/emu-file-2026-11-28), as in the DMA process
 	 * (dma_client.cu). Read once, off the data path. */
 	const size_t merge = emu_stage_merge_bytes(per / 4, 1u << 20);
+	const struct stage_ring_ops *ops = g->no2d ? &ring_ops_1d : &ring_ops;
 	bool ok = true;
 	for (unsigned l = 0; l < g->lanes; l++) {
-		stage_ring_init(&g->ring[l], &ring_ops, g, l, stage + (size_t)l * per, per, STAGE_PIECE_MAX, merge);
+		stage_ring_init(&g->ring[l], ops, g, l, stage + (size_t)l * per, per, STAGE_PIECE_MAX, merge);
 		for (unsigned k = 0; ok && k < STAGE_RING_FENCES; k++)
 			ok = cudaEventCreateWithFlags(&g->fence_ev[l][k], cudaEventDisableTiming) == cudaSuccess;
 	}
@@ -473,6 +506,8 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 	for (unsigned i = 0; i < g->lanes; i++)
 		cudaStreamCreateWithFlags(&g->lane_stream[i], cudaStreamNonBlocking);
 	pthread_mutex_init(&g->stage_lock, NULL);
+	const char *s2 = getenv("GPUNVME_EMU_2D");
+	g->no2d = s2 && !strcmp(s2, "0");
 	if (want_process()) {
 		char why[200];
 		g->edma = edma_get(why, sizeof(why));

@@ -38,6 +38,38 @@ struct load_round {
 	size_t nops;
 };
 
+/*
+ * How many direct ops from ops[i] on read as one strided segment of the GPU
+ * backend (gpu.h, struct gpunvme_gpu_seg): ops of one range, each of the
+ * same nlb (at most max_blocks: one command each), their LBAs consecutive
+ * and their destinations the same pitch apart, more than a row's bytes (an
+ * md member's consecutive chunks: consecutive on the member, members x
+ * chunk apart in the file). At most 32 rows (a warp's lanes). 1: none
+ * follows; *pitch is set when more than 1.
+ */
+static inline size_t load_op_rows(const struct load_op *ops, size_t nops, size_t i, uint32_t max_blocks,
+				  uint32_t lba_shift, uint64_t *pitch)
+{
+	const struct load_op *a = &ops[i];
+	if (a->kind != LOAD_DIRECT || !a->nlb || a->nlb > max_blocks || i + 1 >= nops)
+		return 1;
+	const struct load_op *b = &ops[i + 1];
+	const uint64_t row = (uint64_t)a->nlb << lba_shift;
+	if (b->kind != LOAD_DIRECT || b->span != a->span || b->nlb != a->nlb || b->slba != a->slba + a->nlb ||
+	    b->dst_off <= a->dst_off || b->dst_off - a->dst_off <= row)
+		return 1;
+	const uint64_t p = b->dst_off - a->dst_off;
+	size_t n = 2;
+	for (; n < 32 && i + n < nops; n++) {
+		const struct load_op *c = &ops[i + n], *d = &ops[i + n - 1];
+		if (c->kind != LOAD_DIRECT || c->span != a->span || c->nlb != a->nlb || c->slba != d->slba + d->nlb ||
+		    c->dst_off != d->dst_off + p)
+			break;
+	}
+	*pitch = p;
+	return n;
+}
+
 /* Bounce buffer size: holds the edge blocks of many loads and the staged
  * chunks of a misaligned destination. */
 #define LOADER_BOUNCE_BYTES (8u << 20)

@@ -25,13 +25,13 @@ struct late_engine {
 	uint8_t *dev;      /* "GPU memory" */
 	size_t dev_size;
 	struct {
-		uint64_t dev;
+		uint64_t dev, pitch;
 		const uint8_t *host;
-		size_t len;
+		size_t len, rows; /* rows of len bytes, pitch apart in dev (1: a plain copy) */
 	} q[MAXQ];
 	unsigned queued, ran;  /* copies queued, copies run (in order) */
 	unsigned fence_at[STAGE_RING_FENCES]; /* fence k: the copies queued before it */
-	unsigned copies, fences, waits;
+	unsigned copies, copies2d, fences, waits;
 	size_t longest;
 	int fail_wait;         /* wait returns this when nonzero */
 	int bad;               /* a copy outside the ring or the device buffer */
@@ -50,6 +50,8 @@ static int late_copy(void *ctx, unsigned lane, uint64_t dev, const uint8_t *host
 	e->q[e->queued % MAXQ].dev = dev;
 	e->q[e->queued % MAXQ].host = host;
 	e->q[e->queued % MAXQ].len = len;
+	e->q[e->queued % MAXQ].rows = 1;
+	e->q[e->queued % MAXQ].pitch = 0;
 	e->queued++;
 	e->copies++;
 	if (len > e->longest)
@@ -57,11 +59,41 @@ static int late_copy(void *ctx, unsigned lane, uint64_t dev, const uint8_t *host
 	return 0;
 }
 
+/* A 2D copy as cudaMemcpy2DAsync takes it: rows consecutive in the ring,
+ * pitch apart in dev (more than a row: rows never overlap) */
+static int late_copy2d(void *ctx, unsigned lane, uint64_t dev, uint64_t pitch, const uint8_t *host, size_t width,
+		       size_t rows)
+{
+	struct late_engine *e = (struct late_engine *)ctx;
+	(void)lane;
+	if (rows < 2 || pitch <= width || host < e->ring || host + width * rows > e->ring + e->ring_size ||
+	    dev + (rows - 1) * pitch + width > e->dev_size) {
+		e->bad++;
+		return -EFAULT;
+	}
+	if (e->queued - e->ran == MAXQ)
+		return -ENOSPC;
+	e->q[e->queued % MAXQ].dev = dev;
+	e->q[e->queued % MAXQ].host = host;
+	e->q[e->queued % MAXQ].len = width;
+	e->q[e->queued % MAXQ].rows = rows;
+	e->q[e->queued % MAXQ].pitch = pitch;
+	e->queued++;
+	e->copies++;
+	e->copies2d++;
+	if (width * rows > e->longest)
+		e->longest = width * rows;
+	return 0;
+}
+
 /* the copies before index upto read their staging bytes now */
 static void late_run(struct late_engine *e, unsigned upto)
 {
-	for (; e->ran != upto; e->ran++)
-		memcpy(e->dev + e->q[e->ran % MAXQ].dev, e->q[e->ran % MAXQ].host, e->q[e->ran % MAXQ].len);
+	for (; e->ran != upto; e->ran++) {
+		const unsigned i = e->ran % MAXQ;
+		for (size_t k = 0; k < e->q[i].rows; k++)
+			memcpy(e->dev + e->q[i].dev + k * e->q[i].pitch, e->q[i].host + k * e->q[i].len, e->q[i].len);
+	}
 }
 
 static int late_fence(void *ctx, unsigned lane, unsigned k)
@@ -86,7 +118,9 @@ static int late_wait(void *ctx, unsigned lane, unsigned k)
 	return 0;
 }
 
-static const struct stage_ring_ops late_ops = { late_copy, late_fence, late_wait };
+/* the engine with 2D copies (the CUDA lanes') and without */
+static const struct stage_ring_ops late_ops = { late_copy, late_fence, late_wait, late_copy2d };
+static const struct stage_ring_ops late_ops_1d = { late_copy, late_fence, late_wait, NULL };
 
 /* The lane's sync: the run queued, every copy run, the ring idle. */
 static int sync_ring(struct stage_ring *r, struct late_engine *e)
@@ -123,8 +157,8 @@ static uint8_t *pattern(size_t n, uint64_t seed)
 	return b;
 }
 
-static int setup(struct late_engine *e, struct stage_ring *r, size_t ring_size, size_t piece_max, size_t merge,
-		 size_t dev_size)
+static int setup_ops(struct late_engine *e, struct stage_ring *r, const struct stage_ring_ops *ops, size_t ring_size,
+		     size_t piece_max, size_t merge, size_t dev_size)
 {
 	memset(e, 0, sizeof(*e));
 	e->ring = (uint8_t *)malloc(ring_size);
@@ -133,8 +167,14 @@ static int setup(struct late_engine *e, struct stage_ring *r, size_t ring_size, 
 	e->dev_size = dev_size;
 	if (!e->ring || !e->dev)
 		return -ENOMEM;
-	stage_ring_init(r, &late_ops, e, 0, e->ring, ring_size, piece_max, merge);
+	stage_ring_init(r, ops, e, 0, e->ring, ring_size, piece_max, merge);
 	return 0;
+}
+
+static int setup(struct late_engine *e, struct stage_ring *r, size_t ring_size, size_t piece_max, size_t merge,
+		 size_t dev_size)
+{
+	return setup_ops(e, r, &late_ops, ring_size, piece_max, merge, dev_size);
 }
 
 static void teardown(struct late_engine *e)
@@ -193,11 +233,13 @@ TEST_CASE(odd_pieces_wrap_and_jump)
 	const size_t rings[] = { 256u << 10, 1u << 20, 4u << 20 };
 	const size_t merges[] = { 0, 64u << 10, 1u << 20 };
 	uint64_t seed = 99;
+	for (int oi = 0; oi < 2; oi++)
 	for (int ri = 0; ri < 3; ri++)
 		for (int mi = 0; mi < 3; mi++) {
 			struct late_engine e;
 			struct stage_ring r;
-			REQUIRE_OK(setup(&e, &r, rings[ri], 512u << 10, merges[mi], dev_size));
+			REQUIRE_OK(setup_ops(&e, &r, oi ? &late_ops_1d : &late_ops, rings[ri], 512u << 10, merges[mi],
+					     dev_size));
 			/* rounds end with a sync and a check of every byte */
 			for (int round = 0; round < 12; round++) {
 				memset(e.dev, 0, dev_size);
@@ -233,13 +275,16 @@ TEST_CASE(odd_pieces_wrap_and_jump)
 						REQUIRE_OK(sync_ring(&r, &e));
 				}
 				REQUIRE_OK(sync_ring(&r, &e));
-				CHECK(!memcmp(e.dev, want, dev_size), "ring %zu KiB, merge %zu KiB, round %d: %u pieces, "
-				      "the bytes delivered differ", rings[ri] >> 10, merges[mi] >> 10, round, filled);
+				CHECK(!memcmp(e.dev, want, dev_size), "%s ring %zu KiB, merge %zu KiB, round %d: %u "
+				      "pieces, the bytes delivered differ", oi ? "1D" : "2D", rings[ri] >> 10,
+				      merges[mi] >> 10, round, filled);
 				free(want);
 			}
 			CHECK_EQ(e.bad, 0);
 			if (merges[mi])
 				CHECK(e.longest <= merges[mi] || e.longest <= r.piece, "a run of %zu bytes", e.longest);
+			if (oi)
+				CHECK_EQ(e.copies2d, 0);
 			teardown(&e);
 		}
 	free(src);
@@ -290,6 +335,197 @@ TEST_CASE(tier2_image_staged_pattern)
 	free(want);
 	teardown(&e);
 	free(src);
+	return 0;
+}
+
+/* An md member's pattern: its consecutive chunks, read one after the
+ * other, land members x chunk apart in GPU memory. They go as 2D copies of
+ * merge bytes (rows of a chunk), one per merge bytes as a contiguous run
+ * would; without 2D copies (the engine has none, or
+ * GPUNVME_EMU_STAGE_2D=0), one copy a chunk. */
+TEST_CASE(strided_pieces_go_as_2d_copies)
+{
+	const size_t chunk = 256u << 10, members = 4, nchunks = 64, dev_size = nchunks * members * chunk;
+	uint8_t *src = pattern(nchunks * chunk, 5);
+	REQUIRE(src);
+	for (int oi = 0; oi < 2; oi++) {
+		struct late_engine e;
+		struct stage_ring r;
+		REQUIRE_OK(setup_ops(&e, &r, oi ? &late_ops_1d : &late_ops, 4u << 20, 512u << 10, 1u << 20, dev_size));
+		uint8_t *want = (uint8_t *)calloc(1, dev_size);
+		REQUIRE(want);
+		for (size_t k = 0; k < nchunks; k++) {
+			const uint64_t dev = (k * members + 1) * chunk; /* member 1 */
+			REQUIRE_OK(piece(&r, src, k * chunk, dev, chunk));
+			memcpy(want + dev, src + k * chunk, chunk);
+		}
+		REQUIRE_OK(sync_ring(&r, &e));
+		CHECK_EQ(e.bad, 0);
+		CHECK(!memcmp(e.dev, want, dev_size), "%s: the bytes delivered differ", oi ? "1D" : "2D");
+		if (oi) {
+			CHECK_EQ(e.copies, (unsigned)nchunks);
+			CHECK_EQ(e.copies2d, 0);
+		} else {
+			CHECK_EQ(e.copies, (unsigned)(nchunks * chunk / (1u << 20)));
+			CHECK_EQ(e.copies2d, e.copies);
+			CHECK_EQ(e.longest, (size_t)(1u << 20));
+		}
+		printf("%s: %u copies (%u 2D), %u fences for %zu chunks\n", oi ? "1D" : "2D", e.copies, e.copies2d,
+		       e.fences, nchunks);
+		free(want);
+		teardown(&e);
+	}
+	free(src);
+	return 0;
+}
+
+/* Strided runs broken every way: a piece of another width, one off the
+ * pitch, one before the run (no negative pitch), one further than
+ * STAGE_RING_PITCH_MAX, a wrap of the ring, a sync; random pitches and
+ * widths, rings and merges. Every byte compared; every 2D copy stays in the
+ * ring and in the device buffer (the engine counts one that does not). */
+TEST_CASE(strided_runs_broken_every_way)
+{
+	const size_t dev_size = 64u << 20;
+	uint8_t *src = pattern(dev_size, 6);
+	REQUIRE(src);
+	const size_t rings[] = { 256u << 10, 1u << 20, 4u << 20 };
+	const size_t merges[] = { 64u << 10, 1u << 20 };
+	uint64_t seed = 7;
+	for (int ri = 0; ri < 3; ri++)
+		for (int mi = 0; mi < 2; mi++) {
+			struct late_engine e;
+			struct stage_ring r;
+			REQUIRE_OK(setup(&e, &r, rings[ri], 512u << 10, merges[mi], dev_size));
+			uint8_t *want = (uint8_t *)calloc(1, dev_size);
+			REQUIRE(want);
+			for (int round = 0; round < 6; round++) {
+				memset(e.dev, 0, dev_size);
+				memset(want, 0, dev_size);
+				/* one burst of rows at a time, the rows of all bursts
+				 * never overlapping: bursts take slots of a grid of
+				 * 16 KiB cells, each cell at most once */
+				static uint8_t used[(64u << 20) / (16u << 10)];
+				memset(used, 0, sizeof(used));
+				for (int burst = 0; burst < 24; burst++) {
+					const size_t cells = 1 + rnd(&seed) % 4; /* a row: 16-64 KiB */
+					size_t w = cells * (16u << 10);
+					if (w > r.piece)
+						w = r.piece;
+					const size_t step = cells + rnd(&seed) % 8; /* the pitch, in cells */
+					const size_t rows = 1 + rnd(&seed) % 12;
+					size_t c0 = rnd(&seed) % (sizeof(used) - rows * step - cells);
+					int clash = 0;
+					for (size_t k = 0; k < rows && !clash; k++)
+						for (size_t j = 0; j < cells; j++)
+							clash |= used[c0 + k * step + j];
+					if (clash)
+						continue;
+					for (size_t k = 0; k < rows; k++) {
+						for (size_t j = 0; j < cells; j++)
+							used[c0 + k * step + j] = 1;
+						uint64_t dev = (c0 + k * step) * (16u << 10);
+						size_t n = w;
+						if (k == rows / 2 && rnd(&seed) % 3 == 0)
+							n = w / 2; /* another width */
+						const uint64_t so = rnd(&seed) % (dev_size - n);
+						REQUIRE_OK(piece(&r, src, so, dev, n));
+						memcpy(want + dev, src + so, n);
+						if (rnd(&seed) % 50 == 0)
+							REQUIRE_OK(sync_ring(&r, &e));
+					}
+				}
+				REQUIRE_OK(sync_ring(&r, &e));
+				CHECK(!memcmp(e.dev, want, dev_size), "ring %zu KiB, merge %zu KiB, round %d: the bytes "
+				      "delivered differ", rings[ri] >> 10, merges[mi] >> 10, round);
+			}
+			CHECK_EQ(e.bad, 0);
+			CHECK(e.copies2d > 0 || merges[mi] < (32u << 10), "ring %zu KiB, merge %zu KiB: no 2D copy",
+			      rings[ri] >> 10, merges[mi] >> 10);
+			CHECK(e.longest <= merges[mi] || e.longest <= r.piece, "a run of %zu bytes", e.longest);
+			free(want);
+			teardown(&e);
+		}
+	free(src);
+	return 0;
+}
+
+/* Rows whose next lands before the first, or further than a 2D copy's
+ * pitch may be, go as copies of their own. */
+TEST_CASE(no_negative_or_huge_pitch)
+{
+	const size_t w = 64u << 10;
+	const size_t dev_size = STAGE_RING_PITCH_MAX + (4u << 20);
+	struct late_engine e;
+	struct stage_ring r;
+	uint8_t *src = pattern(4 * w, 8);
+	REQUIRE(src);
+	/* the device buffer is sparse here (calloc of ~1 GiB: pages never
+	 * touched but the few copied to) */
+	REQUIRE_OK(setup(&e, &r, 1u << 20, 512u << 10, 1u << 20, dev_size));
+	REQUIRE_OK(piece(&r, src, 0, 4 * w, w));
+	REQUIRE_OK(piece(&r, src, w, 0, w)); /* before the first */
+	REQUIRE_OK(piece(&r, src, 2 * w, 0 + STAGE_RING_PITCH_MAX + w, w)); /* too far from the second */
+	REQUIRE_OK(sync_ring(&r, &e));
+	CHECK_EQ(e.bad, 0);
+	CHECK_EQ(e.copies, 3);
+	CHECK_EQ(e.copies2d, 0);
+	CHECK(!memcmp(e.dev + 4 * w, src, w) && !memcmp(e.dev, src + w, w) &&
+	      !memcmp(e.dev + STAGE_RING_PITCH_MAX + w, src + 2 * w, w), "the bytes delivered differ");
+	teardown(&e);
+	free(src);
+	return 0;
+}
+
+/* A worker's batch of copies from pinned memory (stage_copy_rows): an md
+ * member's chunks in SQ order go as one copy (2D, or 1D where both sides
+ * are contiguous), and each way such a run ends stops it there. */
+TEST_CASE(batch_rows_from_pinned_memory)
+{
+	static uint8_t ns[64u << 20];
+	const size_t chunk = 512u << 10;
+	struct gpunvme_emu_copy v[40];
+	for (unsigned i = 0; i < 40; i++)
+		v[i] = (struct gpunvme_emu_copy){ 0x7f0000000000ull + i * 4 * chunk, ns + i * chunk, chunk, 1 };
+	uint64_t sp = 0, dp = 0;
+	CHECK_EQ(stage_copy_rows(v, 40, &sp, &dp), 40);
+	CHECK_EQ(sp, chunk);
+	CHECK_EQ(dp, 4 * chunk);
+	CHECK_EQ(stage_copy_rows(v, 1, &sp, &dp), 1);
+	for (int how = 0; how < 6; how++) {
+		struct gpunvme_emu_copy w[12];
+		memcpy(w, v, sizeof(w));
+		switch (how) {
+		case 0: w[5].len = chunk / 2; break;             /* another length */
+		case 1: w[5].host = (uint8_t *)w[5].host + 4096; break; /* off the source pitch */
+		case 2: w[5].dev_addr += 4096; break;            /* off the destination pitch */
+		case 3: w[5].to_gpu = 0; break;                  /* a write */
+		case 4: w[5].host = ns; break;                   /* backwards */
+		case 5: w[5].dev_addr = w[0].dev_addr; break;
+		}
+		CHECK_EQ(stage_copy_rows(w, 12, &sp, &dp), 5);
+	}
+	/* contiguous in both: one plain copy's worth */
+	for (unsigned i = 0; i < 8; i++)
+		v[i] = (struct gpunvme_emu_copy){ 0x7f0000000000ull + i * 4096, ns + i * 4096, 4096, 1 };
+	CHECK_EQ(stage_copy_rows(v, 8, &sp, &dp), 8);
+	CHECK_EQ(sp, 4096);
+	CHECK_EQ(dp, 4096);
+	/* no overlap on either side, no pitch past the limit, nothing from a
+	 * write or an empty piece */
+	v[1].host = ns + 2048;
+	CHECK_EQ(stage_copy_rows(v, 8, &sp, &dp), 1);
+	v[1].host = ns + 4096;
+	v[1].dev_addr = v[0].dev_addr + 2048;
+	CHECK_EQ(stage_copy_rows(v, 8, &sp, &dp), 1);
+	v[1].dev_addr = v[0].dev_addr + STAGE_RING_PITCH_MAX + 4096;
+	CHECK_EQ(stage_copy_rows(v, 8, &sp, &dp), 1);
+	v[1].dev_addr = v[0].dev_addr + 4096;
+	v[0].to_gpu = 0;
+	CHECK_EQ(stage_copy_rows(v, 8, &sp, &dp), 1);
+	v[0].to_gpu = 1;
+	v[0].len = v[1].len = 0;
+	CHECK_EQ(stage_copy_rows(v, 8, &sp, &dp), 1);
 	return 0;
 }
 

@@ -20,6 +20,7 @@
 #include "harness.h"
 
 #include "layout.h"
+#include "loader/loader_plan.h" /* load_op_rows: the GPU backend's strided segments */
 
 /* An emulator controller whose namespace 1 is filled with random bytes
  * (fill_ns): the controller, its namespace memory in *ns; NULL on failure */
@@ -87,6 +88,68 @@ static int check_loads(struct gpunvme_ctrl *c, const struct layout *L, uint64_t 
 	free(heap);
 	gpunvme_dma_free(c, dma);
 	gpunvme_layer_loader_destroy(l);
+	return 0;
+}
+
+/* Which direct ops the GPU backend reads as one strided segment
+ * (load_op_rows): an md member's consecutive chunks, 4 members of 512 KiB
+ * (blocks of 4 KiB), and every way such a run ends. The runs found cover
+ * every op once. */
+TEST_CASE(strided_rows)
+{
+	struct load_op ops[48];
+	const uint32_t mb = 128, sh = 12; /* 512 KiB a command */
+	for (uint32_t i = 0; i < 48; i++)
+		ops[i] = (struct load_op){ .kind = LOAD_DIRECT, .nlb = 128, .slba = 1000 + i * 128,
+					   .dst_off = 4096 + (uint64_t)i * (2u << 20), .span = 3 };
+	uint64_t pitch = 0;
+	CHECK_EQ(load_op_rows(ops, 48, 0, mb, sh, &pitch), 32); /* a warp's lanes at most */
+	CHECK_EQ(pitch, 2u << 20);
+	CHECK_EQ(load_op_rows(ops, 48, 32, mb, sh, &pitch), 16);
+	CHECK_EQ(load_op_rows(ops, 48, 47, mb, sh, &pitch), 1); /* the last alone */
+	CHECK_EQ(load_op_rows(ops, 48, 0, 64, sh, &pitch), 1); /* a row would be two commands */
+	/* each way a run ends, at op 5 of ops 0..11 */
+	for (int how = 0; how < 7; how++) {
+		struct load_op v[12];
+		memcpy(v, ops, sizeof(v));
+		switch (how) {
+		case 0: v[5].span = 4; break;                   /* another range */
+		case 1: v[5].nlb = 64; break;                   /* another width */
+		case 2: v[5].slba += 8; break;                  /* not the next blocks */
+		case 3: v[5].dst_off += 4096; break;            /* off the pitch */
+		case 4: v[5].kind = LOAD_BOUNCE; break;         /* not a direct read */
+		case 5: v[5].dst_off = v[4].dst_off - (1u << 20); break; /* backwards */
+		case 6: v[5].kind = LOAD_ZERO; break;
+		}
+		CHECK_EQ(load_op_rows(v, 12, 0, mb, sh, &pitch), 5);
+	}
+	/* no pitch of a row's bytes or less (contiguous or overlapping), and
+	 * none backwards from the first pair */
+	struct load_op c2[3] = { ops[0], ops[1], ops[2] };
+	c2[1].dst_off = c2[0].dst_off + (512u << 10);
+	CHECK_EQ(load_op_rows(c2, 3, 0, mb, sh, &pitch), 1);
+	c2[1].dst_off = c2[0].dst_off + (256u << 10);
+	CHECK_EQ(load_op_rows(c2, 3, 0, mb, sh, &pitch), 1);
+	c2[0].dst_off = 8u << 20;
+	c2[1].dst_off = 6u << 20;
+	CHECK_EQ(load_op_rows(c2, 3, 0, mb, sh, &pitch), 1);
+	/* a mixed list: the runs found cover every op once */
+	struct load_op m[40];
+	uint64_t seed = 11;
+	for (uint32_t i = 0; i < 40; i++) {
+		m[i] = ops[i];
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		if ((seed >> 40) % 5 == 0)
+			m[i].dst_off += 8192;
+	}
+	size_t covered = 0, runs = 0;
+	for (size_t i = 0, n; i < 40; i += n, runs++) {
+		n = load_op_rows(m, 40, i, mb, sh, &pitch);
+		REQUIRE(n >= 1 && i + n <= 40);
+		covered += n;
+	}
+	CHECK_EQ(covered, 40);
+	CHECK(runs < 40, "no strided run in a mostly regular list");
 	return 0;
 }
 
