@@ -23,6 +23,9 @@
  *                  over 512 KiB chunks), every byte of each range and of
  *                  the 8 KiB guards between them checked; the image not
  *                  pinned whole
+ *   strided_segments  strided segments (gpu.h) through the scattered read,
+ *                  from a RAM namespace and an image file, every row and
+ *                  every byte between rows; bad geometries refused
  *   devmem_engine  the emu: bus's device-memory DMA engine (src/emu_cuda)
  *                  is linked into a program of the GPU data path and reached
  *                  through the controller's generic hooks (ctrl_gpu.h)
@@ -875,6 +878,143 @@ TEST_CASE(tier2_image_staged)
 	gpunvme_gpu_buf_free(b);
 	gpunvme_gpu_queues_destroy(g);
 	gpunvme_close(c);
+	return rc;
+}
+
+/*
+ * Strided segments through the public scattered read (gpu.h,
+ * gpunvme_gpu_read_segs_async): rows of a full command, of a few blocks, a
+ * short last row, beside a contiguous segment, from a RAM namespace (pinned:
+ * the emulator's 2D copies from its memory) and from an image file (staged:
+ * the ring's 2D runs); every row checked, and every byte between rows left
+ * as it was. Then each bad geometry (a row over MDTS, rows that overlap, a
+ * row of 0 blocks) fails with GPUNVME_DEV_EINVAL and writes nothing.
+ */
+static int strided_on(struct gpunvme_ctrl *c, const uint8_t *src, size_t flen, const char *what)
+{
+	struct gpunvme_gpu_queues *g;
+	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 4, 64, &g));
+	const uint32_t mb = gpunvme_gpu_queues_desc(g)->max_blocks;
+	const size_t len = 16u << 20;
+	struct gpunvme_gpu_buf *b;
+	void *vram;
+	REQUIRE_OK(gpunvme_gpu_buf_device(g, len, &b, &vram));
+	enum { NS = 5 };
+	struct gpunvme_gpu_seg hs[NS] = {
+		/* 20 rows of a whole command, pitch 3 rows + 4 KiB */
+		{ 100, 8192, 20 * mb, 0, mb, 0, 3ull * mb * 512 + 4096 },
+		/* 32 rows of 7 blocks, 8 KiB apart */
+		{ 9000, 8u << 20, 32 * 7, 0, 7, 0, 8192 },
+		/* 5 rows and a short sixth (3 blocks) */
+		{ 20000, 9u << 20, 5 * mb + 3, 0, mb, 0, 2ull * mb * 512 },
+		/* contiguous */
+		{ 30000, 11u << 20, 3 * mb + 1, 0, 0, 0, 0 },
+		/* rows of one block, 1 MiB apart */
+		{ 40000, 12u << 20, 4, 0, 1, 0, 1u << 20 },
+	};
+	/* the segments' bytes in the buffer never overlap (each byte has one
+	 * writer, so what it ends as is known), and they lie in the file */
+	for (int i = 0; i < NS; i++) {
+		const uint64_t row = hs[i].row ? hs[i].row : hs[i].nlb, nrows = (hs[i].nlb + row - 1) / row;
+		const uint64_t end = hs[i].off + (nrows - 1) * hs[i].pitch + row * 512;
+		REQUIRE((hs[i].slba + hs[i].nlb) * 512 <= flen);
+		REQUIRE(end <= (i + 1 < NS ? hs[i + 1].off : len));
+	}
+	struct gpunvme_gpu_seg *ds;
+	int *st;
+	REQUIRE_CUDA(cudaMalloc(&ds, sizeof(hs)));
+	REQUIRE_CUDA(cudaMallocManaged(&st, sizeof(int)));
+	REQUIRE_CUDA(cudaMemcpy(ds, hs, sizeof(hs), cudaMemcpyHostToDevice));
+	REQUIRE_CUDA(cudaMemset(vram, 0xA5, len));
+	*st = 0;
+	REQUIRE_CUDA(cudaDeviceSynchronize());
+	REQUIRE_OK(gpunvme_gpu_read_segs_async(g, ds, NS, b, NULL, st, NULL, 10 * SEC));
+	REQUIRE_CUDA(cudaDeviceSynchronize());
+	if (*st)
+		FAIL("%s: status %d (%s)", what, *st, gpunvme_gpu_status_str(*st));
+	uint8_t *back = (uint8_t *)malloc(len), *want = (uint8_t *)malloc(len);
+	REQUIRE(back && want);
+	memset(want, 0xA5, len);
+	unsigned rows = 0;
+	for (int i = 0; i < NS; i++) {
+		const uint64_t row = hs[i].row ? hs[i].row : hs[i].nlb;
+		const uint64_t pitch = hs[i].row ? hs[i].pitch : 0;
+		for (uint64_t k = 0; k * row < hs[i].nlb; k++, rows++) {
+			const uint64_t n = hs[i].nlb - k * row < row ? hs[i].nlb - k * row : row;
+			memcpy(want + hs[i].off + k * pitch, src + (hs[i].slba + k * row) * 512, n * 512);
+		}
+	}
+	REQUIRE_CUDA(cudaMemcpy(back, vram, len, cudaMemcpyDeviceToHost));
+	for (size_t k = 0; k < len; k++)
+		if (back[k] != want[k])
+			FAIL("%s: byte %zu is 0x%02x, want 0x%02x (a row, or a byte between rows)", what, k, back[k],
+			     want[k]);
+	printf("strided_segments %s: %d segments, %u rows (MDTS %u blocks), every byte of 16 MiB: ok\n", what, NS,
+	       rows, mb);
+	/* bad geometries: refused before anything is sent */
+	const struct gpunvme_gpu_seg bad[3] = {
+		{ 100, 0, 4 * (mb + 1), 0, mb + 1, 0, 8ull * mb * 512 }, /* a row over MDTS */
+		{ 100, 0, 4 * 8, 0, 8, 0, 8 * 512 - 512 },               /* rows overlap */
+		{ 100, 0, 8, 0, 8, 0, 0 },                                /* pitch 0 */
+	};
+	for (int i = 0; i < 3; i++) {
+		REQUIRE_CUDA(cudaMemcpy(ds, &bad[i], sizeof(bad[i]), cudaMemcpyHostToDevice));
+		REQUIRE_CUDA(cudaMemset(vram, 0xA5, 1u << 20));
+		*st = 0;
+		REQUIRE_CUDA(cudaDeviceSynchronize());
+		REQUIRE_OK(gpunvme_gpu_read_segs_async(g, ds, 1, b, NULL, st, NULL, 10 * SEC));
+		REQUIRE_CUDA(cudaDeviceSynchronize());
+		if (*st != GPUNVME_DEV_EINVAL)
+			FAIL("%s: bad geometry %d: status %d, want GPUNVME_DEV_EINVAL", what, i, *st);
+		REQUIRE_CUDA(cudaMemcpy(back, vram, 1u << 20, cudaMemcpyDeviceToHost));
+		for (size_t k = 0; k < (1u << 20); k++)
+			if (back[k] != 0xA5)
+				FAIL("%s: bad geometry %d wrote byte %zu", what, i, k);
+	}
+	printf("strided_segments %s: 3 bad geometries refused, nothing written: ok\n", what);
+	free(back);
+	free(want);
+	cudaFree(ds);
+	cudaFree(st);
+	gpunvme_gpu_buf_free(b);
+	gpunvme_gpu_queues_destroy(g);
+	return 0;
+}
+
+TEST_CASE(strided_segments)
+{
+	const size_t flen = 32u << 20;
+	uint8_t *src = (uint8_t *)malloc(flen);
+	REQUIRE(src);
+	fill(src, flen, 33);
+	/* a RAM namespace, written through the controller */
+	struct gpunvme_ctrl *c = open_emu("emu:ram:32M?mdts=5&workers=2");
+	REQUIRE(c);
+	uint8_t *dma = (uint8_t *)gpunvme_dma_alloc(c, flen);
+	REQUIRE(dma);
+	memcpy(dma, src, flen);
+	struct gpunvme_qpair *qp;
+	REQUIRE_OK(gpunvme_qpair_create(c, 64, &qp));
+	REQUIRE_OK(gpunvme_write_sync(qp, 1, dma, 0, flen / 512, NULL));
+	gpunvme_qpair_destroy(qp);
+	gpunvme_dma_free(c, dma);
+	int rc = strided_on(c, src, flen, "RAM namespace");
+	gpunvme_close(c);
+	/* an image file: staged */
+	char path[] = "/tmp/gpunvme-strided.XXXXXX";
+	int fd = mkstemp(path);
+	REQUIRE(fd >= 0);
+	REQUIRE(pwrite(fd, src, flen, 0) == (ssize_t)flen);
+	close(fd);
+	char uri[128];
+	snprintf(uri, sizeof(uri), "emu:%s?mdts=5&workers=2", path);
+	c = open_emu(uri);
+	unlink(path);
+	REQUIRE(c);
+	if (!rc)
+		rc = strided_on(c, src, flen, "image file");
+	gpunvme_close(c);
+	free(src);
 	return rc;
 }
 
