@@ -379,11 +379,12 @@ TEST_CASE(strided_pieces_go_as_2d_copies)
 	return 0;
 }
 
-/* Strided runs broken every way: a piece of another width, one off the
- * pitch, one before the run (no negative pitch), one further than
- * STAGE_RING_PITCH_MAX, a wrap of the ring, a sync; random pitches and
- * widths, rings and merges. Every byte compared; every 2D copy stays in the
- * ring and in the device buffer (the engine counts one that does not). */
+/* Strided runs broken: bursts of rows at random widths and pitches, each
+ * burst starting elsewhere, a row of half the width in a
+ * third of them, syncs at random, the ring's wraps (rings down to 256 KiB),
+ * merges of 64 KiB and 1 MiB. Every byte compared; every 2D copy stays in
+ * the ring and in the device buffer (the engine counts one that does not).
+ * Pitches backwards or past STAGE_RING_PITCH_MAX: the next case. */
 TEST_CASE(strided_runs_broken_every_way)
 {
 	const size_t dev_size = 64u << 20;
