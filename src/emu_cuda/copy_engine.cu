@@ -79,6 +79,9 @@ struct emu_lanes {
 	 * printed at detach beside the emulator's per-worker lines */
 	bool prof;
 	uint64_t pread_ns[MAX_LANES];
+	/* the copies lane l queued here, those of them 2D and their rows
+	 * (lane-private counts, printed with the profile) */
+	uint64_t ncopy[MAX_LANES], ncopy2d[MAX_LANES], nrows2d[MAX_LANES];
 };
 
 /* ---- which host memory is pinned ---------------------------------------- */
@@ -152,6 +155,7 @@ static int ring_copy(void *ctx, unsigned lane, uint64_t dev, const uint8_t *host
 {
 	struct emu_lanes *g = (struct emu_lanes *)ctx;
 	cudaError_t e = cudaMemcpyAsync((void *)(uintptr_t)dev, host, len, cudaMemcpyHostToDevice, g->lane_stream[lane]);
+	g->ncopy[lane]++;
 	return e == cudaSuccess ? 0 : -EIO;
 }
 
@@ -177,6 +181,9 @@ static int ring_copy2d(void *ctx, unsigned lane, uint64_t dev, uint64_t pitch, c
 	struct emu_lanes *g = (struct emu_lanes *)ctx;
 	cudaError_t e = cudaMemcpy2DAsync((void *)(uintptr_t)dev, pitch, host, width, width, rows,
 					  cudaMemcpyHostToDevice, g->lane_stream[lane]);
+	g->ncopy[lane]++;
+	g->ncopy2d[lane]++;
+	g->nrows2d[lane] += rows;
 	return e == cudaSuccess ? 0 : -EIO;
 }
 
@@ -273,6 +280,7 @@ static int lane_copy_src(struct emu_lanes *g, unsigned lane, uint64_t dev, void 
 	}
 	cudaError_t e = to_gpu ? cudaMemcpyAsync((void *)dev, host, len, cudaMemcpyHostToDevice, g->lane_stream[lane])
 			       : cudaMemcpyAsync(host, (void *)dev, len, cudaMemcpyDeviceToHost, g->lane_stream[lane]);
+	g->ncopy[lane]++;
 	lane_trace("copy", lane, len, t0);
 	return e == cudaSuccess ? 0 : -EIO;
 }
@@ -369,6 +377,11 @@ static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_co
 								    g->lane_stream[lane]);
 			if (e != cudaSuccess)
 				return -EIO;
+			g->ncopy[lane]++;
+			if (sp != v[i].len || dp != v[i].len) {
+				g->ncopy2d[lane]++;
+				g->nrows2d[lane] += k;
+			}
 			continue;
 		}
 		int rc = lane_copy(ctx, lane, v[i].dev_addr, v[i].host, v[i].len, v[i].to_gpu);
@@ -590,10 +603,15 @@ static void engine_detach(void *engine)
 		gpunvme_stream_wait(g->lane_stream[i], GPUNVME_STREAM_WAIT_NS);
 		cudaStreamDestroy(g->lane_stream[i]);
 	}
-	for (unsigned i = 0; g->prof && i < g->lanes; i++)
+	for (unsigned i = 0; g->prof && i < g->lanes; i++) {
 		if (g->pread_ns[i])
 			fprintf(stderr, "gpunvme-emu profile: lane %u: pread into staging %.3f s\n", i,
 				(double)g->pread_ns[i] / 1e9);
+		if (g->ncopy[i])
+			fprintf(stderr, "gpunvme-emu profile: lane %u: %llu copies here, %llu of them 2D (%.1f rows each)\n",
+				i, (unsigned long long)g->ncopy[i], (unsigned long long)g->ncopy2d[i],
+				g->ncopy2d[i] ? (double)g->nrows2d[i] / (double)g->ncopy2d[i] : 0.0);
+	}
 	if (g->edma)
 		edma_close(g->edma, g->edma_first, g->lanes);
 	stage_free(g);
