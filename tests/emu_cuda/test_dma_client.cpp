@@ -430,6 +430,95 @@ static struct edma *one_lane(const char *bus, const char *us, const char *die, i
 	return d;
 }
 
+/*
+ * An md member's pattern through the process: reads of one length to GPU
+ * addresses a fixed pitch apart (rows of 4-64 KiB, 1-4 rows apart, up to
+ * 24 rows in a burst), some bursts crossing into the next allocation, one
+ * row in five of another length, the mover slow enough that requests pile
+ * up into groups. Every byte compared; the real process's 2D copies are
+ * seen in its log (the stand-in copies request by request). With
+ * GPUNVME_EMU_2D=0 the same bytes land and no 2D copy is made.
+ */
+static int strided_case(const char *bus, bool two_d)
+{
+	if (two_d)
+		unsetenv("GPUNVME_EMU_2D");
+	else
+		setenv("GPUNVME_EMU_2D", "0", 1);
+	int fd;
+	uint8_t *src, *devmem;
+	struct edma *d = fresh_dev(bus, "200", "0", &fd, &src, &devmem);
+	unsetenv("GPUNVME_EMU_2D");
+	REQUIRE(d);
+	char why[200];
+	for (unsigned k = 0; k < DEV_ALLOCS; k++)
+		REQUIRE_OK(edma_map(d, alloc_at(k), ALLOC, why, sizeof(why)));
+	for (unsigned k = 0; k < DEV_ALLOCS; k++)
+		REQUIRE_EQ(edma_mapped(d, alloc_at(k), ALLOC, why, sizeof(why)), 1);
+	unsigned lane = 0;
+	REQUIRE_OK(edma_open(d, 1, &lane, why, sizeof(why)));
+	uint8_t *model = (uint8_t *)calloc(1, DEV_BYTES);
+	REQUIRE(model);
+	uint64_t seed = 777, rows_sent = 0;
+	for (unsigned burst = 0; burst < 60; burst++) {
+		const uint64_t w = (1 + rnd(&seed) % 16) * 4096, pitch = w * (1 + rnd(&seed) % 4);
+		const unsigned rows = 1 + (unsigned)(rnd(&seed) % 24);
+		/* anywhere in the "GPU memory": a burst may run into the next
+		 * allocation, with a row skipped where it would straddle the
+		 * boundary (a 2D copy never spans two) */
+		uint64_t at = rnd(&seed) % (DEV_BYTES - rows * pitch);
+		at &= ~(uint64_t)4095;
+		for (unsigned r = 0; r < rows; r++) {
+			const uint64_t n = rnd(&seed) % 5 == 0 ? w / 2 + 512 : w;
+			const uint64_t dst = at + r * pitch, foff = rnd(&seed) % (DEV_BYTES - n);
+			if (dst / ALLOC != (dst + n - 1) / ALLOC)
+				continue; /* the emulator's pieces lie in one allocation each */
+			REQUIRE_OK(edma_copy_file(d, lane, alloc_at(0) + dst, fd, foff, n));
+			memcpy(model + dst, src + foff, n);
+			rows_sent++;
+		}
+		/* bursts overlap: what lands last is the model's, as the lane
+		 * copies in order */
+		if (burst % 7 == 6)
+			REQUIRE_OK(edma_sync(d, lane));
+	}
+	REQUIRE_OK(edma_sync(d, lane));
+	for (uint64_t i = 0; i < DEV_BYTES; i++)
+		if (devmem[i] != model[i])
+			FAIL("%s: byte %llu of the GPU memory is 0x%02x, want 0x%02x", two_d ? "2D" : "rows",
+			     (unsigned long long)i, devmem[i], model[i]);
+	edma_close(d, lane, 1);
+	for (unsigned k = 0; k < DEV_ALLOCS; k++)
+		edma_unmap(d, alloc_at(k));
+	static char log[1 << 16];
+	seen(log, sizeof(log));
+	unsigned n2d = 0;
+	for (const char *p = log; (p = strstr(p, "COPY2D")); p++)
+		n2d++;
+	printf("%s: %llu rows in 60 bursts, %u 2D copies in the process, every byte right\n", two_d ? "2D" : "rows",
+	       (unsigned long long)rows_sent, n2d);
+#ifdef EDMA_REAL_PROCESS
+	if (two_d)
+		CHECK(n2d > 0, "no 2D copy in the process");
+	else
+		CHECK_EQ(n2d, 0);
+#endif
+	free(model);
+	free(src);
+	close(fd);
+	return 0;
+}
+
+TEST_CASE(strided_2d)
+{
+	return strided_case("0000:11:00.0", true);
+}
+
+TEST_CASE(strided_rows)
+{
+	return strided_case("0000:12:00.0", false);
+}
+
 /* A copy to memory no map covers: the process reports it on the lane, the
  * lane's sync returns it once, and the lane goes on. */
 TEST_CASE(unmapped_copy)

@@ -115,12 +115,32 @@ static void publish_done(struct edma_lane *L, uint32_t done)
  * them all. The application hands a lane's reads over a few at a time and
  * its staging is a byte ring (dma_client.cu), so a sequential read's
  * requests merge; one copy and one event per 128 KiB request held eight
- * lanes to 14-16 GB/s (bench/results/emu-file-2026-11-28).
+ * lanes to 14-16 GB/s (bench/results/emu-file-2026-11-28). Reads of one
+ * length from the next staging bytes to GPU addresses a fixed pitch apart
+ * in one allocation (an md member's chunks, read as strided segments) go
+ * as one 2D copy, as in the application's own lanes (stage_ring.h; 16
+ * lanes of 512 KiB pieces: 43.6 GB/s a call each, 54.7 a 2D copy per 32);
+ * GPUNVME_EMU_2D=0 (read at start) copies them row by row.
  */
+static bool no2d;
+
+static void issue_run(struct edma_lane *L, cudaStream_t s, uint32_t op, uint8_t *dev, uint8_t *host, size_t len,
+		      size_t w, size_t rows, uint64_t pitch)
+{
+	cudaError_t e = rows > 1 ? cudaMemcpy2DAsync(dev, pitch, host, w, w, rows, cudaMemcpyHostToDevice, s)
+			: op == EDMA_H2D ? cudaMemcpyAsync(dev, host, len, cudaMemcpyHostToDevice, s)
+					 : cudaMemcpyAsync(host, dev, len, cudaMemcpyDeviceToHost, s);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		fail(L, -EIO);
+	}
+}
+
 static void issue_group(struct lane *me, struct edma_lane *L, uint32_t first, uint32_t end)
 {
-	uint8_t *rdev = NULL, *rhost = NULL; /* the run being gathered */
-	size_t rlen = 0;
+	uint8_t *rdev = NULL, *rhost = NULL; /* the run being gathered: rows rows of w bytes, pitch apart */
+	size_t rlen = 0, rw = 0, rrows = 0;
+	uint64_t rpitch = 0;
 	unsigned rmap = 0;
 	uint32_t rop = 0;
 	bool bad = false;
@@ -131,17 +151,23 @@ static void issue_group(struct lane *me, struct edma_lane *L, uint32_t first, ui
 		if (r && r->len <= EDMA_CHUNK && r->off + r->len <= EDMA_LANES * lane_stage)
 			dev = (uint8_t *)map_find(r->dev, r->len, &which);
 		uint8_t *host = r ? stage + r->off : NULL;
-		if (r && dev && rlen && r->op == rop && which == rmap && dev == rdev + rlen && host == rhost + rlen) {
+		const bool next = r && dev && rlen && r->op == rop && which == rmap && host == rhost + rlen;
+		if (next && rrows == 1 && dev == rdev + rlen) {
+			rlen += r->len;
+			rw += r->len;
+			continue;
+		}
+		if (next && !no2d && rop == EDMA_H2D && r->len == rw &&
+		    (rrows == 1 ? dev > rdev + rw && (uint64_t)(dev - rdev) <= EDMA_PITCH_MAX
+				: dev == rdev + rrows * rpitch)) {
+			if (rrows == 1)
+				rpitch = (uint64_t)(dev - rdev);
+			rrows++;
 			rlen += r->len;
 			continue;
 		}
 		if (rlen) {
-			cudaError_t e = rop == EDMA_H2D ? cudaMemcpyAsync(rdev, rhost, rlen, cudaMemcpyHostToDevice, me->s)
-							: cudaMemcpyAsync(rhost, rdev, rlen, cudaMemcpyDeviceToHost, me->s);
-			if (e != cudaSuccess) {
-				cudaGetLastError();
-				fail(L, -EIO);
-			}
+			issue_run(L, me->s, rop, rdev, rhost, rlen, rw, rrows, rpitch);
 			rlen = 0;
 		}
 		if (!r)
@@ -152,7 +178,8 @@ static void issue_group(struct lane *me, struct edma_lane *L, uint32_t first, ui
 		}
 		rdev = dev;
 		rhost = host;
-		rlen = r->len;
+		rlen = rw = r->len;
+		rrows = 1;
 		rmap = which;
 		rop = r->op;
 	}
@@ -443,6 +470,8 @@ int main(int argc, char **argv)
 	/* its name in ps and /proc (the program is a memfd: the name would
 	 * be a file descriptor's number) */
 	prctl(PR_SET_NAME, "gpunvme-emu-dma", 0, 0, 0);
+	const char *s2 = getenv("GPUNVME_EMU_2D");
+	no2d = s2 && !strcmp(s2, "0");
 	int dev;
 	cudaError_t e = cudaDeviceGetByPCIBusId(&dev, argv[1]);
 	if (e == cudaSuccess)
