@@ -1010,8 +1010,8 @@ int gpunvme_gpu_read_async(struct gpunvme_gpu_queues *g, uint64_t slba, uint64_t
  * off + k * pitch: row = max_blocks and pitch = its bytes for a range
  * contiguous in the buffer, or rows apart (a strided segment, an md
  * member's chunks). A batch's tickets go in lane order, so its commands sit
- * in consecutive SQ entries in row order: an emulated controller's staging
- * then queues a strided segment's rows as one 2D copy (stage_ring.h).
+ * in consecutive SQ entries in row order: the embedded emulator then moves
+ * a strided segment's rows with one 2D copy (src/emu_cuda/stage_ring.h).
  */
 __device__ static int rw_warp_rows(const struct gpunvme_dev_queues *q, uint32_t qi, uint8_t opc, uint64_t slba,
 				   uint64_t nlb, uint64_t per, uint64_t pitch, const struct gpunvme_dev_buf *b, uint64_t off,

@@ -567,10 +567,10 @@ static int lg_exec(void *ctx, const struct gpunvme_load_span *dst, size_t ndst, 
 			} else if (op->kind == LOAD_DIRECT) {
 				const uint32_t b = ntab ? slot[op->span] : 0;
 				for (uint64_t o = 0; o < op->nlb; o += seg) {
-					uint64_t n = op->nlb - o < seg ? op->nlb - o : seg;
+					const uint64_t m = op->nlb - o < seg ? op->nlb - o : seg;
 					h[k++] = (struct gpunvme_gpu_seg){
 						op->slba + o, dd[op->span].base + op->dst_off + (o << x->lba_shift),
-						(uint32_t)n, b, 0, 0, 0
+						(uint32_t)m, b, 0, 0, 0
 					};
 				}
 			}
