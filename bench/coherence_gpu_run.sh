@@ -37,7 +37,7 @@
 #   wbmd      issue 32: md RAID0 of 4 modeled Gen5 members, 512 KiB chunks (bench/md_run.sh,
 #             MD_SIZE 8G), per-lane waits then warp batches (GPUNVME_GPU_WARP_BATCH), the same array;
 #             the whole GPU suite with warp batches is `GPUNVME_GPU_WARP_BATCH=1 PHASES=j4:1`
-#   md2d      issue 32, acceptance 5: md 4 x Gen5 at 512 KiB chunks (bench/md_run.sh, MD_SIZE 4G), the
+#   md2d      issue 32, acceptance 5: md 4 x Gen5 at 512 KiB chunks (bench/md_run.sh, MD_SIZE 16G), the
 #             emulator's 2D copies on and off in turn (MD2D_RUNS pairs), rows per 2D copy from the
 #             profile; then ctest -R "gpu.queues.strided|gpu.md"
 #   multi2    issue 32, acceptance 4, on two GPUs: bench/multi_gpu.py on pyload's checkpoint
@@ -252,7 +252,7 @@ print(" ".join("%s%% (load %s%%)" % (x["pct"], x["load_pct"]) for x in r))' "$f.
 		;;
 	md2d)
 		# issue 32, acceptance 5: md RAID0 of 4 modeled Gen5 members at
-		# 512 KiB chunks (MD_SIZE, 4G), one array, the 2D copies on and off
+		# 512 KiB chunks (MD_SIZE, 16G: the size of the 2 MiB-chunk record), one array, the 2D copies on and off
 		# (GPUNVME_EMU_2D=0) in turn, MD2D_RUNS (2) pairs, with the
 		# emulator's profile (rows per 2D copy: its lane lines); then the
 		# strided-segment GPU tests
@@ -262,7 +262,7 @@ print(" ".join("%s%% (load %s%%)" % (x["pct"], x["load_pct"]) for x in r))' "$f.
 			for v in 1 0; do
 				env GPUNVME_EMU_2D=$v GPUNVME_EMU_PROFILE=1 MODEL="$M" OUT="$R/md2d-$v-$i" WORKDIR=/dev/shm/mdw \
 					MEMBERS="4:4" CHUNK=512 BUILD="$PWD/$BD" SKIP_BUILD=1 TMPDIR=/dev/shm \
-					timeout 120 bash bench/md_run.sh "${MD_SIZE:-4G}" >"$R/md2d-$v-$i.log" 2>&1
+					timeout 300 bash bench/md_run.sh "${MD_SIZE:-16G}" >"$R/md2d-$v-$i.log" 2>&1
 				echo "2D $v run $i rc=$?: $(tail -n 1 "$R/md2d-$v-$i/summary.csv" 2>/dev/null)"
 				f=$(ls "$R/md2d-$v-$i"/load-*.err 2>/dev/null | head -1)
 				[ -n "$f" ] && grep -h "copies here" "$f" | awk '{c += $5; d += $8; r += $8 * substr($12, 2)} END { if (c) printf "  copies %d, 2D %d, rows a 2D copy %.1f\n", c, d, d ? r / d : 0 }'
