@@ -49,11 +49,6 @@
 
 enum edma_op { EDMA_H2D = 1, EDMA_D2H = 2 };
 
-/* The most a 2D copy's rows may lie apart in the child's merges
- * (cudaDevAttrMaxPitch is 2^31 - 1 on the H200), as stage_ring.h's
- * STAGE_RING_PITCH_MAX for the application's own lanes. */
-#define EDMA_PITCH_MAX (1ull << 30)
-
 /* One copy: staging bytes [off, off + len) of the shared memory to or from
  * the application's GPU address dev. */
 struct edma_req {

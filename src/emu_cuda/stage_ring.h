@@ -23,11 +23,9 @@
  *
  * Pieces of one width that follow each other in the ring but land a fixed
  * pitch apart in GPU memory (an md array's member: its consecutive chunks
- * are members x chunk apart in the file) form a strided run, queued as one
- * 2D copy where the engine has one (ops->copy2d). 16 lanes copying 512 KiB
- * pieces one call each moved 43.6 GB/s on the H200, a call per 32 pieces
- * (one 2D copy, or a batch) 54.7 (`bench_gpu_bw -m lanes`,
- * bench/results/emu-2026-11-29-s18).
+ * are members x chunk apart in the file) form a strided run
+ * (strided_run.h), queued as one 2D copy where the engine has one
+ * (ops->copy2d).
  *
  * One thread per ring (emu.h: one lane per emulator thread); nothing here
  * locks.
@@ -40,6 +38,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "emu_cuda/strided_run.h"
 #include "gpunvme/emu.h" /* struct gpunvme_emu_copy */
 
 #define STAGE_RING_FENCES 16 /* in flight per ring: with merge <= size / 4, 4 cover the ring */
@@ -59,10 +58,6 @@ struct stage_ring_ops {
 		      size_t rows);
 };
 
-/* A strided run's pitch at most: a 2D copy's pitch has a limit of the
- * device's (cudaDevAttrMaxPitch, 2^31 - 1 on the H200); pieces further
- * apart go as copies of their own. */
-#define STAGE_RING_PITCH_MAX (1ull << 30)
 
 struct stage_ring {
 	const struct stage_ring_ops *ops;
@@ -76,11 +71,10 @@ struct stage_ring {
 	uint64_t fenced;    /* bytes before this are behind a fence (or freed) */
 	uint64_t fence_end[STAGE_RING_FENCES]; /* fence k frees the bytes before fence_end[k] */
 	unsigned fh, fn;    /* the oldest fence in flight, and how many */
-	/* the run: run_len ring bytes at run_at (ring memory contiguous, no
-	 * wrap inside), not yet queued, for GPU memory at run_dev: run_rows
-	 * rows of run_w bytes, run_pitch apart (one row: run_w == run_len) */
-	uint64_t run_dev, run_at, run_pitch;
-	size_t run_len, run_w, run_rows;
+	/* the run: run.len ring bytes at run_at (ring memory contiguous, no
+	 * wrap inside), not yet queued, for GPU memory as run says */
+	struct strided_run run;
+	uint64_t run_at;
 };
 
 /* mem: size bytes; piece and merge are cut to a quarter of the ring, so
@@ -101,14 +95,14 @@ static inline void stage_ring_init(struct stage_ring *r, const struct stage_ring
 /* Queue the run (one copy), if there is one. */
 static inline int stage_ring_flush(struct stage_ring *r)
 {
-	if (!r->run_len)
+	if (!r->run.len)
 		return 0;
-	const size_t len = r->run_len;
-	r->run_len = 0;
+	const struct strided_run run = r->run;
+	r->run.len = 0;
 	const uint8_t *host = r->mem + r->run_at % r->size;
-	if (r->run_rows > 1)
-		return r->ops->copy2d(r->ctx, r->lane, r->run_dev, r->run_pitch, host, r->run_w, r->run_rows);
-	return r->ops->copy(r->ctx, r->lane, r->run_dev, host, len);
+	if (run.rows > 1)
+		return r->ops->copy2d(r->ctx, r->lane, run.dev, run.pitch, host, run.w, run.rows);
+	return r->ops->copy(r->ctx, r->lane, run.dev, host, run.len);
 }
 
 /* The oldest fence, waited for: its bytes are free. */
@@ -166,34 +160,23 @@ static inline int stage_ring_take(struct stage_ring *r, size_t n, uint8_t **p, u
 }
 
 /* The n bytes taken at at, filled, for GPU memory at dev: they join the
- * run where they continue it in the ring's memory (a piece after a wrap
- * does not: the ring's memory ends between them) and in GPU memory, or
- * where they are its next row (the same width, the run's pitch on: the
- * second row sets the pitch), else the run is queued and they start the
- * next. A fence follows every merge bytes taken, so the ring's bytes come
- * free while a long pass goes on. */
+ * run (strided_run_join: its next bytes, or its next row where the engine
+ * has 2D copies) where they continue it in the ring's memory (a piece after
+ * a wrap does not: the ring's memory ends between them) and the run stays
+ * within merge bytes, else the run is queued and they start the next. A
+ * fence follows every merge bytes taken, so the ring's bytes come free
+ * while a long pass goes on. */
 static inline int stage_ring_add(struct stage_ring *r, uint64_t dev, uint64_t at, size_t n)
 {
 	int rc;
-	const bool next = r->run_len && r->run_at + r->run_len == at &&
-			  r->run_at % r->size + r->run_len + n <= r->size && r->run_len + n <= r->merge;
-	if (next && r->run_rows == 1 && r->run_dev + r->run_len == dev) {
-		r->run_len += n;
-		r->run_w += n;
-	} else if (next && r->ops->copy2d && n == r->run_w &&
-		   (r->run_rows == 1 ? dev > r->run_dev + r->run_w && dev - r->run_dev <= STAGE_RING_PITCH_MAX
-				     : dev == r->run_dev + r->run_rows * r->run_pitch)) {
-		if (r->run_rows == 1)
-			r->run_pitch = dev - r->run_dev;
-		r->run_rows++;
-		r->run_len += n;
-	} else {
+	const size_t len = r->run.len;
+	const bool next = len && r->run_at + len == at && r->run_at % r->size + len + n <= r->size &&
+			  len + n <= r->merge;
+	if (!next || !strided_run_join(&r->run, dev, n, r->ops->copy2d != NULL)) {
 		if ((rc = stage_ring_flush(r)))
 			return rc;
-		r->run_dev = dev;
+		strided_run_start(&r->run, dev, n);
 		r->run_at = at;
-		r->run_len = r->run_w = n;
-		r->run_rows = 1;
 	}
 	if (r->pos - r->fenced >= r->merge)
 		return stage_ring_fence(r);
@@ -204,7 +187,7 @@ static inline int stage_ring_add(struct stage_ring *r, uint64_t dev, uint64_t at
  * complete and every byte free, unless a run is still unqueued. */
 static inline void stage_ring_idle(struct stage_ring *r)
 {
-	if (r->run_len)
+	if (r->run.len)
 		return;
 	r->freed = r->fenced = r->pos;
 	r->fn = 0;
@@ -215,7 +198,7 @@ static inline void stage_ring_idle(struct stage_ring *r)
  * batch (emu.h, copy_batch) in the order the worker fetched their commands.
  * How many from v[0] on go as one copy: reads to GPU memory of one length
  * whose sources and destinations each advance by a fixed pitch of at least
- * that length (*spitch, *dpitch, at most STAGE_RING_PITCH_MAX): an md
+ * that length (*spitch, *dpitch, at most STRIDED_PITCH_MAX): an md
  * member's consecutive chunks (consecutive in the member's namespace,
  * members x chunk apart in GPU memory; strided segments, gpu.h, put them in
  * the SQ in that order), or pieces contiguous in both. 1: v[0] alone.
@@ -226,8 +209,8 @@ static inline unsigned stage_copy_rows(const struct gpunvme_emu_copy *v, unsigne
 	if (n < 2 || !v[0].to_gpu || !v[1].to_gpu || v[1].len != v[0].len || !v[0].len)
 		return 1;
 	const uint64_t s0 = (uint64_t)(uintptr_t)v[0].host, s1 = (uint64_t)(uintptr_t)v[1].host;
-	if (s1 < s0 + v[0].len || v[1].dev_addr < v[0].dev_addr + v[0].len || s1 - s0 > STAGE_RING_PITCH_MAX ||
-	    v[1].dev_addr - v[0].dev_addr > STAGE_RING_PITCH_MAX)
+	if (s1 < s0 + v[0].len || v[1].dev_addr < v[0].dev_addr + v[0].len || s1 - s0 > STRIDED_PITCH_MAX ||
+	    v[1].dev_addr - v[0].dev_addr > STRIDED_PITCH_MAX)
 		return 1;
 	const uint64_t sp = s1 - s0, dp = v[1].dev_addr - v[0].dev_addr;
 	unsigned k = 2;

@@ -384,7 +384,7 @@ TEST_CASE(strided_pieces_go_as_2d_copies)
  * third of them, syncs at random, the ring's wraps (rings down to 256 KiB),
  * merges of 64 KiB and 1 MiB. Every byte compared; every 2D copy stays in
  * the ring and in the device buffer (the engine counts one that does not).
- * Pitches backwards or past STAGE_RING_PITCH_MAX: the next case. */
+ * Pitches backwards or past STRIDED_PITCH_MAX: the next case. */
 TEST_CASE(strided_runs_broken_every_way)
 {
 	const size_t dev_size = 64u << 20;
@@ -456,7 +456,7 @@ TEST_CASE(strided_runs_broken_every_way)
 TEST_CASE(no_negative_or_huge_pitch)
 {
 	const size_t w = 64u << 10;
-	const size_t dev_size = STAGE_RING_PITCH_MAX + (4u << 20);
+	const size_t dev_size = STRIDED_PITCH_MAX + (4u << 20);
 	struct late_engine e;
 	struct stage_ring r;
 	uint8_t *src = pattern(4 * w, 8);
@@ -466,13 +466,13 @@ TEST_CASE(no_negative_or_huge_pitch)
 	REQUIRE_OK(setup(&e, &r, 1u << 20, 512u << 10, 1u << 20, dev_size));
 	REQUIRE_OK(piece(&r, src, 0, 4 * w, w));
 	REQUIRE_OK(piece(&r, src, w, 0, w)); /* before the first */
-	REQUIRE_OK(piece(&r, src, 2 * w, 0 + STAGE_RING_PITCH_MAX + w, w)); /* too far from the second */
+	REQUIRE_OK(piece(&r, src, 2 * w, 0 + STRIDED_PITCH_MAX + w, w)); /* too far from the second */
 	REQUIRE_OK(sync_ring(&r, &e));
 	CHECK_EQ(e.bad, 0);
 	CHECK_EQ(e.copies, 3);
 	CHECK_EQ(e.copies2d, 0);
 	CHECK(!memcmp(e.dev + 4 * w, src, w) && !memcmp(e.dev, src + w, w) &&
-	      !memcmp(e.dev + STAGE_RING_PITCH_MAX + w, src + 2 * w, w), "the bytes delivered differ");
+	      !memcmp(e.dev + STRIDED_PITCH_MAX + w, src + 2 * w, w), "the bytes delivered differ");
 	teardown(&e);
 	free(src);
 	return 0;
@@ -519,7 +519,7 @@ TEST_CASE(batch_rows_from_pinned_memory)
 	v[1].host = ns + 4096;
 	v[1].dev_addr = v[0].dev_addr + 2048;
 	CHECK_EQ(stage_copy_rows(v, 8, &sp, &dp), 1);
-	v[1].dev_addr = v[0].dev_addr + STAGE_RING_PITCH_MAX + 4096;
+	v[1].dev_addr = v[0].dev_addr + STRIDED_PITCH_MAX + 4096;
 	CHECK_EQ(stage_copy_rows(v, 8, &sp, &dp), 1);
 	v[1].dev_addr = v[0].dev_addr + 4096;
 	v[0].to_gpu = 0;

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "../dma_proto.h"
+#include "../strided_run.h"
 
 static struct edma_shm *shm;
 static uint8_t *stage;
@@ -118,18 +119,19 @@ static void publish_done(struct edma_lane *L, uint32_t done)
  * lanes to 14-16 GB/s (bench/results/emu-file-2026-11-28). Reads of one
  * length from the next staging bytes to GPU addresses a fixed pitch apart
  * in one allocation (an md member's chunks, read as strided segments) go
- * as one 2D copy, as in the application's own lanes (stage_ring.h; 16
- * lanes of 512 KiB pieces: 43.6 GB/s a call each, 54.7 a 2D copy per 32);
+ * as one 2D copy, as in the application's own lanes (strided_run.h);
  * GPUNVME_EMU_2D=0 (read at start) copies them row by row.
  */
 static bool no2d;
 
-static void issue_run(struct edma_lane *L, cudaStream_t s, uint32_t op, uint8_t *dev, uint8_t *host, size_t len,
-		      size_t w, size_t rows, uint64_t pitch)
+static void issue_run(struct edma_lane *L, cudaStream_t s, uint32_t op, const struct strided_run *run,
+		      uint8_t *host)
 {
-	cudaError_t e = rows > 1 ? cudaMemcpy2DAsync(dev, pitch, host, w, w, rows, cudaMemcpyHostToDevice, s)
-			: op == EDMA_H2D ? cudaMemcpyAsync(dev, host, len, cudaMemcpyHostToDevice, s)
-					 : cudaMemcpyAsync(host, dev, len, cudaMemcpyDeviceToHost, s);
+	uint8_t *dev = (uint8_t *)(uintptr_t)run->dev;
+	cudaError_t e = run->rows > 1 ? cudaMemcpy2DAsync(dev, run->pitch, host, run->w, run->w, run->rows,
+							  cudaMemcpyHostToDevice, s)
+			: op == EDMA_H2D ? cudaMemcpyAsync(dev, host, run->len, cudaMemcpyHostToDevice, s)
+					 : cudaMemcpyAsync(host, dev, run->len, cudaMemcpyDeviceToHost, s);
 	if (e != cudaSuccess) {
 		cudaGetLastError();
 		fail(L, -EIO);
@@ -138,9 +140,8 @@ static void issue_run(struct edma_lane *L, cudaStream_t s, uint32_t op, uint8_t 
 
 static void issue_group(struct lane *me, struct edma_lane *L, uint32_t first, uint32_t end)
 {
-	uint8_t *rdev = NULL, *rhost = NULL; /* the run being gathered: rows rows of w bytes, pitch apart */
-	size_t rlen = 0, rw = 0, rrows = 0;
-	uint64_t rpitch = 0;
+	struct strided_run run = { 0, 0, 0, 0, 0 }; /* the run being gathered, in local addresses */
+	uint8_t *rhost = NULL;                     /* its staging bytes */
 	unsigned rmap = 0;
 	uint32_t rop = 0;
 	bool bad = false;
@@ -151,24 +152,14 @@ static void issue_group(struct lane *me, struct edma_lane *L, uint32_t first, ui
 		if (r && r->len <= EDMA_CHUNK && r->off + r->len <= EDMA_LANES * lane_stage)
 			dev = (uint8_t *)map_find(r->dev, r->len, &which);
 		uint8_t *host = r ? stage + r->off : NULL;
-		const bool next = r && dev && rlen && r->op == rop && which == rmap && host == rhost + rlen;
-		if (next && rrows == 1 && dev == rdev + rlen) {
-			rlen += r->len;
-			rw += r->len;
+		/* the next staging bytes into the same allocation, the same way:
+		 * one copy, rows of one where they go to the GPU */
+		if (r && dev && run.len && r->op == rop && which == rmap && host == rhost + run.len &&
+		    strided_run_join(&run, (uint64_t)(uintptr_t)dev, r->len, !no2d && rop == EDMA_H2D))
 			continue;
-		}
-		if (next && !no2d && rop == EDMA_H2D && r->len == rw &&
-		    (rrows == 1 ? dev > rdev + rw && (uint64_t)(dev - rdev) <= EDMA_PITCH_MAX
-				: dev == rdev + rrows * rpitch)) {
-			if (rrows == 1)
-				rpitch = (uint64_t)(dev - rdev);
-			rrows++;
-			rlen += r->len;
-			continue;
-		}
-		if (rlen) {
-			issue_run(L, me->s, rop, rdev, rhost, rlen, rw, rrows, rpitch);
-			rlen = 0;
+		if (run.len) {
+			issue_run(L, me->s, rop, &run, rhost);
+			run.len = 0;
 		}
 		if (!r)
 			break;
@@ -176,10 +167,8 @@ static void issue_group(struct lane *me, struct edma_lane *L, uint32_t first, ui
 			bad = true; /* outside every mapped allocation, or malformed */
 			continue;
 		}
-		rdev = dev;
+		strided_run_start(&run, (uint64_t)(uintptr_t)dev, r->len);
 		rhost = host;
-		rlen = rw = r->len;
-		rrows = 1;
 		rmap = which;
 		rop = r->op;
 	}
