@@ -313,6 +313,23 @@ static struct edma *fresh_dev(const char *bus, const char *us, const char *die, 
  * check bytes as they go; at the end every byte of the "GPU memory" is
  * compared with the model.
  */
+/* Every allocation of the "GPU memory" mapped, the process's answers in */
+static int map_all(struct edma *d)
+{
+	char why[200];
+	for (unsigned k = 0; k < DEV_ALLOCS; k++)
+		REQUIRE_OK(edma_map(d, alloc_at(k), ALLOC, why, sizeof(why)));
+	for (unsigned k = 0; k < DEV_ALLOCS; k++)
+		REQUIRE_EQ(edma_mapped(d, alloc_at(k), ALLOC, why, sizeof(why)), 1);
+	return 0;
+}
+
+static void unmap_all(struct edma *d)
+{
+	for (unsigned k = 0; k < DEV_ALLOCS; k++)
+		edma_unmap(d, alloc_at(k));
+}
+
 static int ring_case(const char *bus, const char *us, unsigned rounds = 1)
 {
 	int fd;
@@ -320,10 +337,7 @@ static int ring_case(const char *bus, const char *us, unsigned rounds = 1)
 	struct edma *d = fresh_dev(bus, us, "0", &fd, &src, &devmem);
 	REQUIRE(d);
 	char why[200];
-	for (unsigned k = 0; k < DEV_ALLOCS; k++)
-		REQUIRE_OK(edma_map(d, alloc_at(k), ALLOC, why, sizeof(why)));
-	for (unsigned k = 0; k < DEV_ALLOCS; k++)
-		REQUIRE_EQ(edma_mapped(d, alloc_at(k), ALLOC, why, sizeof(why)), 1);
+	REQUIRE_OK(map_all(d));
 	uint8_t *model = (uint8_t *)calloc(1, DEV_BYTES), *back = (uint8_t *)malloc(ALLOC);
 	REQUIRE(model && back);
 	uint64_t seed = 12345, bytes = 0;
@@ -364,8 +378,7 @@ static int ring_case(const char *bus, const char *us, unsigned rounds = 1)
 	}
 	printf("%s: %llu bytes read through the rings in %u round(s), every byte right\n", bus,
 	       (unsigned long long)bytes, rounds);
-	for (unsigned k = 0; k < DEV_ALLOCS; k++)
-		edma_unmap(d, alloc_at(k));
+	unmap_all(d);
 	free(model);
 	free(back);
 	free(src);
@@ -451,10 +464,7 @@ static int strided_case(const char *bus, bool two_d)
 	unsetenv("GPUNVME_EMU_2D");
 	REQUIRE(d);
 	char why[200];
-	for (unsigned k = 0; k < DEV_ALLOCS; k++)
-		REQUIRE_OK(edma_map(d, alloc_at(k), ALLOC, why, sizeof(why)));
-	for (unsigned k = 0; k < DEV_ALLOCS; k++)
-		REQUIRE_EQ(edma_mapped(d, alloc_at(k), ALLOC, why, sizeof(why)), 1);
+	REQUIRE_OK(map_all(d));
 	unsigned lane = 0;
 	REQUIRE_OK(edma_open(d, 1, &lane, why, sizeof(why)));
 	uint8_t *model = (uint8_t *)calloc(1, DEV_BYTES);
@@ -488,8 +498,7 @@ static int strided_case(const char *bus, bool two_d)
 			FAIL("%s: byte %llu of the GPU memory is 0x%02x, want 0x%02x", two_d ? "2D" : "rows",
 			     (unsigned long long)i, devmem[i], model[i]);
 	edma_close(d, lane, 1);
-	for (unsigned k = 0; k < DEV_ALLOCS; k++)
-		edma_unmap(d, alloc_at(k));
+	unmap_all(d);
 	static char log[1 << 16];
 	seen(log, sizeof(log));
 	unsigned n2d = 0;
