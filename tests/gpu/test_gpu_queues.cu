@@ -23,9 +23,10 @@
  *                  over 512 KiB chunks), every byte of each range and of
  *                  the 8 KiB guards between them checked; the image not
  *                  pinned whole
- *   strided_segments  strided segments (gpu.h) through the scattered read,
- *                  from a RAM namespace and an image file, every row and
- *                  every byte between rows; bad geometries refused
+ *   strided_segments  strided segments (gpu.h) through the scattered read
+ *                  into two buffers, from a RAM namespace and an image
+ *                  file, on queues of 64 and 4 entries, every byte of both
+ *                  buffers; bad geometries refused
  *   devmem_engine  the emu: bus's device-memory DMA engine (src/emu_cuda)
  *                  is linked into a program of the GPU data path and reached
  *                  through the controller's generic hooks (ctrl_gpu.h)
@@ -884,73 +885,87 @@ TEST_CASE(tier2_image_staged)
 /*
  * Strided segments through the public scattered read (gpu.h,
  * gpunvme_gpu_read_segs_async): rows of a full command, of a few blocks, a
- * short last row, beside a contiguous segment, from a RAM namespace (pinned:
- * the emulator's 2D copies from its memory) and from an image file (staged:
- * the ring's 2D runs); every row checked, and every byte between rows left
- * as it was. Then each bad geometry (a row over MDTS, rows that overlap, a
- * row of 0 blocks) fails with GPUNVME_DEV_EINVAL and writes nothing.
+ * short last row, beside contiguous segments, into two buffers (segments
+ * alternate between them), from a RAM namespace (pinned: the emulator's 2D
+ * copies from its memory) and from an image file (staged: the ring's 2D
+ * runs), on queues of 64 entries and of 4 (3 free slots: a 32-row segment
+ * goes in batches of 3). Every byte of both buffers is checked: the rows,
+ * and every byte between and around them left as it was. Then each bad
+ * geometry (a row over MDTS, rows that overlap, pitch 0) fails with
+ * GPUNVME_DEV_EINVAL and writes nothing.
  */
-static int strided_on(struct gpunvme_ctrl *c, const uint8_t *src, size_t flen, const char *what)
+static int strided_on(struct gpunvme_ctrl *c, const uint8_t *src, size_t flen, const char *what, uint32_t depth)
 {
 	struct gpunvme_gpu_queues *g;
-	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 4, 64, &g));
+	REQUIRE_OK(gpunvme_gpu_queues_create(c, 1, 4, depth, &g));
 	const uint32_t mb = gpunvme_gpu_queues_desc(g)->max_blocks;
 	const size_t len = 16u << 20;
-	struct gpunvme_gpu_buf *b;
-	void *vram;
-	REQUIRE_OK(gpunvme_gpu_buf_device(g, len, &b, &vram));
-	enum { NS = 5 };
+	struct gpunvme_gpu_buf *b[2];
+	void *vram[2];
+	for (int j = 0; j < 2; j++) {
+		REQUIRE_OK(gpunvme_gpu_buf_device(g, len, &b[j], &vram[j]));
+		REQUIRE_CUDA(cudaMemset(vram[j], 0xA5, len));
+	}
+	enum { NS = 8 };
 	struct gpunvme_gpu_seg hs[NS] = {
 		/* 20 rows of a whole command, pitch 3 rows + 4 KiB */
 		{ 100, 8192, 20 * mb, 0, mb, 0, 3ull * mb * 512 + 4096 },
 		/* 32 rows of 7 blocks, 8 KiB apart */
-		{ 9000, 8u << 20, 32 * 7, 0, 7, 0, 8192 },
+		{ 9000, 8192, 32 * 7, 1, 7, 0, 8192 },
 		/* 5 rows and a short sixth (3 blocks) */
-		{ 20000, 9u << 20, 5 * mb + 3, 0, mb, 0, 2ull * mb * 512 },
+		{ 20000, 8u << 20, 5 * mb + 3, 0, mb, 0, 2ull * mb * 512 },
 		/* contiguous */
-		{ 30000, 11u << 20, 3 * mb + 1, 0, 0, 0, 0 },
+		{ 30000, 1u << 20, 3 * mb + 1, 1, 0, 0, 0 },
 		/* rows of one block, 1 MiB apart */
-		{ 40000, 12u << 20, 4, 0, 1, 0, 1u << 20 },
+		{ 40000, 11u << 20, 4, 0, 1, 0, 1u << 20 },
+		/* 32 whole-command rows, 2 rows apart */
+		{ 41000, 2u << 20, 32 * mb, 1, mb, 0, 2ull * mb * 512 },
+		/* contiguous, odd length */
+		{ 52000, 15u << 20, 777, 0, 0, 0, 0 },
+		/* 9 rows of 64 blocks */
+		{ 60000, 12u << 20, 9 * 64, 1, 64, 0, 64 * 512 + 512 },
 	};
-	/* the segments' bytes in the buffer never overlap (each byte has one
-	 * writer, so what it ends as is known), and they lie in the file */
+	/* each buffer's segments never overlap (each byte has one writer, so
+	 * what it ends as is known), and they lie in the file and the buffer */
+	uint8_t *want[2], *back = (uint8_t *)malloc(len);
+	want[0] = (uint8_t *)malloc(len);
+	want[1] = (uint8_t *)malloc(len);
+	REQUIRE(back && want[0] && want[1]);
+	memset(want[0], 0xA5, len);
+	memset(want[1], 0xA5, len);
+	unsigned rows = 0;
 	for (int i = 0; i < NS; i++) {
-		const uint64_t row = hs[i].row ? hs[i].row : hs[i].nlb, nrows = (hs[i].nlb + row - 1) / row;
-		const uint64_t end = hs[i].off + (nrows - 1) * hs[i].pitch + row * 512;
+		const uint64_t row = hs[i].row ? hs[i].row : hs[i].nlb, pitch = hs[i].row ? hs[i].pitch : 0;
 		REQUIRE((hs[i].slba + hs[i].nlb) * 512 <= flen);
-		REQUIRE(end <= (i + 1 < NS ? hs[i + 1].off : len));
+		REQUIRE(hs[i].off + ((hs[i].nlb + row - 1) / row - 1) * pitch + row * 512 <= len);
+		for (uint64_t k = 0; k * row < hs[i].nlb; k++, rows++) {
+			const uint64_t n = hs[i].nlb - k * row < row ? hs[i].nlb - k * row : row;
+			uint8_t *w = want[hs[i].buf] + hs[i].off + k * pitch;
+			for (uint64_t x = 0; x < n * 512; x++)
+				REQUIRE(w[x] == 0xA5); /* no byte written twice */
+			memcpy(w, src + (hs[i].slba + k * row) * 512, n * 512);
+		}
 	}
 	struct gpunvme_gpu_seg *ds;
 	int *st;
 	REQUIRE_CUDA(cudaMalloc(&ds, sizeof(hs)));
 	REQUIRE_CUDA(cudaMallocManaged(&st, sizeof(int)));
 	REQUIRE_CUDA(cudaMemcpy(ds, hs, sizeof(hs), cudaMemcpyHostToDevice));
-	REQUIRE_CUDA(cudaMemset(vram, 0xA5, len));
 	*st = 0;
 	REQUIRE_CUDA(cudaDeviceSynchronize());
-	REQUIRE_OK(gpunvme_gpu_read_segs_async(g, ds, NS, b, NULL, st, NULL, 10 * SEC));
+	REQUIRE_OK(gpunvme_gpu_read_segs_async(g, ds, NS, b[0], b[1], st, NULL, 10 * SEC));
 	REQUIRE_CUDA(cudaDeviceSynchronize());
 	if (*st)
-		FAIL("%s: status %d (%s)", what, *st, gpunvme_gpu_status_str(*st));
-	uint8_t *back = (uint8_t *)malloc(len), *want = (uint8_t *)malloc(len);
-	REQUIRE(back && want);
-	memset(want, 0xA5, len);
-	unsigned rows = 0;
-	for (int i = 0; i < NS; i++) {
-		const uint64_t row = hs[i].row ? hs[i].row : hs[i].nlb;
-		const uint64_t pitch = hs[i].row ? hs[i].pitch : 0;
-		for (uint64_t k = 0; k * row < hs[i].nlb; k++, rows++) {
-			const uint64_t n = hs[i].nlb - k * row < row ? hs[i].nlb - k * row : row;
-			memcpy(want + hs[i].off + k * pitch, src + (hs[i].slba + k * row) * 512, n * 512);
-		}
+		FAIL("%s, depth %u: status %d (%s)", what, depth, *st, gpunvme_gpu_status_str(*st));
+	for (int j = 0; j < 2; j++) {
+		REQUIRE_CUDA(cudaMemcpy(back, vram[j], len, cudaMemcpyDeviceToHost));
+		for (size_t k = 0; k < len; k++)
+			if (back[k] != want[j][k])
+				FAIL("%s, depth %u: buffer %d byte %zu is 0x%02x, want 0x%02x (a row, or a byte "
+				     "between or around rows)", what, depth, j, k, back[k], want[j][k]);
 	}
-	REQUIRE_CUDA(cudaMemcpy(back, vram, len, cudaMemcpyDeviceToHost));
-	for (size_t k = 0; k < len; k++)
-		if (back[k] != want[k])
-			FAIL("%s: byte %zu is 0x%02x, want 0x%02x (a row, or a byte between rows)", what, k, back[k],
-			     want[k]);
-	printf("strided_segments %s: %d segments, %u rows (MDTS %u blocks), every byte of 16 MiB: ok\n", what, NS,
-	       rows, mb);
+	printf("strided_segments %s, depth %u: %d segments, %u rows (MDTS %u blocks) into 2 buffers, every byte "
+	       "of 2 x 16 MiB: ok\n", what, depth, NS, rows, mb);
 	/* bad geometries: refused before anything is sent */
 	const struct gpunvme_gpu_seg bad[3] = {
 		{ 100, 0, 4 * (mb + 1), 0, mb + 1, 0, 8ull * mb * 512 }, /* a row over MDTS */
@@ -959,26 +974,35 @@ static int strided_on(struct gpunvme_ctrl *c, const uint8_t *src, size_t flen, c
 	};
 	for (int i = 0; i < 3; i++) {
 		REQUIRE_CUDA(cudaMemcpy(ds, &bad[i], sizeof(bad[i]), cudaMemcpyHostToDevice));
-		REQUIRE_CUDA(cudaMemset(vram, 0xA5, 1u << 20));
+		REQUIRE_CUDA(cudaMemset(vram[0], 0xA5, 1u << 20));
 		*st = 0;
 		REQUIRE_CUDA(cudaDeviceSynchronize());
-		REQUIRE_OK(gpunvme_gpu_read_segs_async(g, ds, 1, b, NULL, st, NULL, 10 * SEC));
+		REQUIRE_OK(gpunvme_gpu_read_segs_async(g, ds, 1, b[0], NULL, st, NULL, 10 * SEC));
 		REQUIRE_CUDA(cudaDeviceSynchronize());
 		if (*st != GPUNVME_DEV_EINVAL)
 			FAIL("%s: bad geometry %d: status %d, want GPUNVME_DEV_EINVAL", what, i, *st);
-		REQUIRE_CUDA(cudaMemcpy(back, vram, 1u << 20, cudaMemcpyDeviceToHost));
+		REQUIRE_CUDA(cudaMemcpy(back, vram[0], 1u << 20, cudaMemcpyDeviceToHost));
 		for (size_t k = 0; k < (1u << 20); k++)
 			if (back[k] != 0xA5)
 				FAIL("%s: bad geometry %d wrote byte %zu", what, i, k);
 	}
-	printf("strided_segments %s: 3 bad geometries refused, nothing written: ok\n", what);
+	printf("strided_segments %s, depth %u: 3 bad geometries refused, nothing written: ok\n", what, depth);
 	free(back);
-	free(want);
+	free(want[0]);
+	free(want[1]);
 	cudaFree(ds);
 	cudaFree(st);
-	gpunvme_gpu_buf_free(b);
+	gpunvme_gpu_buf_free(b[0]);
+	gpunvme_gpu_buf_free(b[1]);
 	gpunvme_gpu_queues_destroy(g);
 	return 0;
+}
+
+/* both queue depths on one controller */
+static int strided_depths(struct gpunvme_ctrl *c, const uint8_t *src, size_t flen, const char *what)
+{
+	int rc = strided_on(c, src, flen, what, 64);
+	return rc ? rc : strided_on(c, src, flen, what, 4);
 }
 
 TEST_CASE(strided_segments)
@@ -998,7 +1022,7 @@ TEST_CASE(strided_segments)
 	REQUIRE_OK(gpunvme_write_sync(qp, 1, dma, 0, flen / 512, NULL));
 	gpunvme_qpair_destroy(qp);
 	gpunvme_dma_free(c, dma);
-	int rc = strided_on(c, src, flen, "RAM namespace");
+	int rc = strided_depths(c, src, flen, "RAM namespace");
 	gpunvme_close(c);
 	/* an image file: staged */
 	char path[] = "/tmp/gpunvme-strided.XXXXXX";
@@ -1012,7 +1036,7 @@ TEST_CASE(strided_segments)
 	unlink(path);
 	REQUIRE(c);
 	if (!rc)
-		rc = strided_on(c, src, flen, "image file");
+		rc = strided_depths(c, src, flen, "image file");
 	gpunvme_close(c);
 	free(src);
 	return rc;
