@@ -254,12 +254,17 @@ def test_no_leak_1000_loads(models):
     assert grown < 4096, "RSS grew %d KiB over 1000 loads" % grown
 
 
-def test_uri_loads_close_their_volume(models):
-    # load_file(uri) opens and closes a controller each time: no leak of
-    # emulators, threads or queue pairs either
+@pytest.mark.parametrize("keep", ["0", "10"])
+def test_uri_loads_close_their_volume(models, monkeypatch, keep):
+    # load_file(uri) opens and closes a controller each time (the volume
+    # cache off), or keeps one for the next call: no leak of emulators,
+    # threads or queue pairs either way
+    monkeypatch.setenv("GPUNVME_VOLUME_CACHE_S", keep)
+    gpunvme.release_volumes()
     for _ in range(20):
         sd = gpunvme.load_file(models.uri, "/hf1/model.safetensors", framework="np")
     assert raw(sd["x"]) == models.single_data["x"]
+    gpunvme.release_volumes()
 
 
 # ---- errors ----------------------------------------------------------------------------------

@@ -43,13 +43,13 @@ for _k, _v in _CUDA_ENV.items():
 from . import _gpunvme
 from ._gpunvme import Error, HAVE_CUDA
 
-__all__ = ["Error", "TIER_AUTO", "Volume", "load_file", "safe_open", "load_pretrained", "StateDict", "HAVE_CUDA", "cuda_available",
+__all__ = ["Error", "TIER_AUTO", "Volume", "release_volumes", "load_file", "safe_open", "load_pretrained", "StateDict", "HAVE_CUDA", "cuda_available",
            "stream", "LayerStream", "stream_decoder", "moe_decoder", "ExpertCache"]
 
 # The package by concern (docs/python.md); the names below are its API, and
 # the private ones the tests reach for.
 from ._parse import TIER_AUTO, _FRAMEWORKS, _GGML_PLAIN, _Info, _NP, _NP_RAW, _SUB_BITS, _TORCH, _device, _framework, _real_dtype_name, _shape_dtype, _tier, _wrap  # noqa: F401
-from ._volumes import Volume, _path, _shown, _volume  # noqa: F401
+from ._volumes import Volume, release_volumes, _done, _path, _shown, _volume  # noqa: F401
 from ._loading import StateDict, _Progress, _fill, _index, _load, _queue_opts, _select  # noqa: F401
 from ._placement import PLACEMENTS, _LAYER_RE, _devices, _layer_of, _load_multi, _place, _split_rows  # noqa: F401
 from ._safetensors import _Slice, cuda_available, load_file, load_pretrained, safe_open  # noqa: F401

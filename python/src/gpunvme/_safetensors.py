@@ -6,7 +6,7 @@ import posixpath
 from . import _gpunvme
 from ._gpunvme import Error, HAVE_CUDA
 from ._parse import _SUB_BITS, _device, _framework, _tier, _wrap
-from ._volumes import _path, _shown, _volume
+from ._volumes import _done, _path, _shown, _volume
 from ._loading import StateDict, _fill, _index, _load, _queue_opts, _select
 from ._placement import PLACEMENTS, _devices, _load_multi
 
@@ -64,6 +64,7 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
                         % (len(uris), len(devs)))
         path = _path(path)
         opened = []
+        ok = False
         try:
             for u in uris:
                 opened.append(_volume(u, nsid, partition, offset))
@@ -72,15 +73,17 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
             models = [v.open_model(path) for v in vols]
             _same_model(models, uris, _shown(path))
             sel = _select(_index(models[0]), tensors, _shown(path))
-            return _load_multi(models if replicas else models[0], sel, devs, placement, split_dim, fw, progress,
-                               posixpath.basename(_shown(path)), queues, depth)
+            out = _load_multi(models if replicas else models[0], sel, devs, placement, split_dim, fw, progress,
+                              posixpath.basename(_shown(path)), queues, depth)
+            ok = True
+            return out
         finally:
             for v, own in opened:
-                if own:
-                    v.close()
+                _done(v, own, ok)
     t, devidx, _ = _device(device, tier)
     path = _path(path)
     vol, own = _volume(uri, nsid, partition, offset)
+    ok = False
     try:
         t = _tier(vol, t)
         model = vol.open_model(path)
@@ -90,10 +93,12 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
         sd.metadata = model.metadata()
         _fill(sd, sel, _load(model, sel, t, devidx, fw, progress, posixpath.basename(_shown(path)), queues,
                              depth))
+        ok = True
         return sd
     finally:
-        if own:
-            vol.close()
+        # a volume opened from a URI string: closed, or kept a few seconds
+        # for the next call (_volumes.py, GPUNVME_VOLUME_CACHE_S)
+        _done(vol, own, ok)
 
 
 # ---- safe_open --------------------------------------------------------------------------------
@@ -268,8 +273,7 @@ class safe_open:
             self._tier = _tier(self._vol, self._tier)
             self._model = self._vol.open_model(path)
         except BaseException:
-            if self._own:
-                self._vol.close()
+            _done(self._vol, self._own, False)
             raise
         self._path = _shown(path)
         self._infos = _index(self._model)
@@ -284,8 +288,8 @@ class safe_open:
     def close(self):
         self._loader = None
         self._model = None
-        if self._own and self._vol is not None:
-            self._vol.close()
+        if self._vol is not None:
+            _done(self._vol, self._own, True)
         self._vol = None
 
     def _check(self):
