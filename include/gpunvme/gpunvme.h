@@ -89,6 +89,11 @@ struct gpunvme_ctrl_info {
 	uint32_t nr_io_queues;      /* granted by Set Features Number of Queues */
 	bool vwc;
 	uint32_t caps;              /* GPUNVME_CAP_*: what its transport can do (appended: ABI) */
+	/* I/O queues the controller serves at once where it says so: the
+	 * emulator's worker threads (queue qid goes to worker qid % workers);
+	 * 0 = not known (real drives). The loader's default queue count is a
+	 * multiple of it. (Appended: ABI.) */
+	uint32_t io_parallel;
 };
 
 /*

@@ -39,7 +39,10 @@ struct gpunvme_loader_opts {
 	 * do is -EOPNOTSUPP naming the tier to use. gpunvme_layer_loader_tier()
 	 * says which runs. */
 	enum gpunvme_tier tier;
-	/* 0 = fit to the controller: 8 queue pairs at most, as many as are
+	/* 0 = fit to the controller: 8 queue pairs (or, where the controller
+	 * says how many queues it serves at once, gpunvme_ctrl_info's
+	 * io_parallel, the smallest multiple of that from 8, 16 at most: the
+	 * emulator's workers), as many as are
 	 * free (gpunvme_io_queues_free); 256 entries at most, CAP.MQES + 1.
 	 * More queues than are free: the free ones. A depth the controller
 	 * does not allow: -EINVAL. */

@@ -129,6 +129,9 @@ struct gpunvme_bus_ops {
 	int (*device_table)(struct gpunvme_bus *b, uint64_t iova, const uint64_t **table, size_t *n);
 	/* The device-memory DMA engine (above), NULL when the bus has none. */
 	const struct gpunvme_devmem_engine_ops *devmem_engine;
+	/* How many I/O queues the controller serves at once, where it says
+	 * (gpunvme_ctrl_info's io_parallel); NULL: not known (a real drive). */
+	uint32_t (*io_parallel)(struct gpunvme_bus *b);
 };
 
 struct gpunvme_bus {

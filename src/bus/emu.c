@@ -309,6 +309,16 @@ static int emu_unmap_device(struct gpunvme_bus *b, uint64_t iova)
 	return rc;
 }
 
+/* The emulator serves I/O queue qid on worker qid % workers (emu_admin.c):
+ * that many queues are served at once. Threadless (workers=0): the caller's
+ * polls serve every queue, one at a time. */
+static uint32_t emu_io_parallel(struct gpunvme_bus *b)
+{
+	struct emu_bus *eb = b->priv;
+	unsigned lanes = gpunvme_emu_lanes(eb->emu); /* workers + the admin lane */
+	return lanes > 1 ? lanes - 1 : 1;
+}
+
 const struct gpunvme_bus_ops gpunvme_bus_emu = {
 	.name = "emu",
 	/* registers are host memory, GPU memory is reached by the copy engine */
@@ -323,6 +333,7 @@ const struct gpunvme_bus_ops gpunvme_bus_emu = {
 	.unmap_device = emu_unmap_device,
 	.device_table = emu_device_table,
 	.devmem_engine = &gpunvme_emu_cuda_engine,
+	.io_parallel = emu_io_parallel,
 };
 
 struct gpunvme_emu *gpunvme_bus_emu_get(struct gpunvme_bus *b)

@@ -395,6 +395,7 @@ int gpunvme_ctrl_info(struct gpunvme_ctrl *c, struct gpunvme_ctrl_info *info)
 	info->nr_io_queues = c->nr_io_queues;
 	info->vwc = c->id.vwc & GPUNVME_VWC_PRESENT;
 	info->caps = c->caps;
+	info->io_parallel = c->bus.ops->io_parallel ? c->bus.ops->io_parallel(&c->bus) : 0;
 	return 0;
 }
 

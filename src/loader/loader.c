@@ -29,7 +29,8 @@
 #define MAX_CPU_QUEUES 64
 /* What the loader takes when the caller leaves the choice to it (0): more
  * queues or entries than this add nothing the emulator or one SSD shows. */
-#define AUTO_QUEUES 8
+#define AUTO_QUEUES 8      /* a default queue count reaches this ... */
+#define AUTO_QUEUES_MAX 16 /* ... and stays within this (auto_queues) */
 #define AUTO_DEPTH 256
 #define AUTO_DEPTH_SHALLOW 8
 #define MAX_ALLOCS_GROW 16
@@ -84,6 +85,27 @@ static const char *tier_name(enum gpunvme_tier t)
 
 /* ---- set-up ---------------------------------------------------------------------- */
 
+/*
+ * The default queue count. A controller that serves its queues on a fixed
+ * set of threads (the emulator: queue qid on worker qid % workers) wants a
+ * multiple of them: 12 workers with 8 queues leave 4 idle, and 8 workers
+ * with 12 queues serve 4 of them twice. Both ran slower than 8 with 8, and
+ * 12 with 12 faster (load_pretrained from an image on the H200: 12 with 8
+ * 22-25 GB/s, 8 with 12 24-25, 8 with 8 26-30, 12 with 12 30-35;
+ * bench/results/emu-2026-11-29-s19). So: the smallest
+ * multiple of what the controller serves at once that reaches AUTO_QUEUES,
+ * within AUTO_QUEUES_MAX; AUTO_QUEUES where the controller does not say.
+ */
+static uint32_t auto_queues(uint32_t parallel)
+{
+	if (!parallel)
+		return AUTO_QUEUES;
+	if (parallel >= AUTO_QUEUES_MAX)
+		return AUTO_QUEUES_MAX;
+	uint32_t n = (AUTO_QUEUES + parallel - 1) / parallel * parallel;
+	return n <= AUTO_QUEUES_MAX ? n : AUTO_QUEUES_MAX / parallel * parallel;
+}
+
 /* Queue count and depth fitted to what the controller granted and what is
  * still free, so that the defaults work on any controller. */
 static int fit_queues(struct gpunvme_layer_loader *l)
@@ -108,7 +130,7 @@ static int fit_queues(struct gpunvme_layer_loader *l)
 	else if (l->o.depth < 2 || l->o.depth > ci.mqes)
 		return gpunvme_set_error(-EINVAL, "queue depth %u: this controller allows 2..%u entries per queue (CAP.MQES + 1)",
 					 l->o.depth, ci.mqes);
-	uint32_t want = l->o.queues ? l->o.queues : AUTO_QUEUES;
+	uint32_t want = l->o.queues ? l->o.queues : auto_queues(ci.io_parallel);
 	l->o.queues = want < nfree ? want : nfree;
 	return 0;
 }

@@ -840,3 +840,46 @@ TEST_CASE(aligned_targets_few_slots)
 	gpunvme_close(c);
 	return 0;
 }
+
+TEST_CASE(default_queues_follow_workers)
+{
+	/* the default queue count is a multiple of the emulator's workers,
+	 * from 8, at most 16, at most what is free (loader.c, auto_queues);
+	 * every load still compared byte for byte */
+	static const struct {
+		const char *q;
+		uint32_t parallel, queues;
+	} cases[] = {
+		{ "workers=1&nsq=64", 1, 8 },   { "workers=2&nsq=64", 2, 8 },   { "workers=3&nsq=64", 3, 9 },
+		{ "workers=5&nsq=64", 5, 10 },  { "workers=7&nsq=64", 7, 14 },  { "workers=8&nsq=64", 8, 8 },
+		{ "workers=12&nsq=64", 12, 12 }, { "workers=16&nsq=64", 16, 16 }, { "workers=20&nsq=64", 20, 16 },
+		{ "workers=12&nsq=5", 12, 5 },
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		char uri[96];
+		snprintf(uri, sizeof(uri), "emu:ram:8M?lbads=12&%s", cases[k].q);
+		size_t ns_len;
+		uint8_t *ns;
+		struct gpunvme_ctrl *c = open_filled(uri, 40 + k, &ns, &ns_len);
+		REQUIRE(c, "%s: %s", uri, gpunvme_last_error());
+		struct gpunvme_ctrl_info ci;
+		REQUIRE_OK(gpunvme_ctrl_info(c, &ci));
+		REQUIRE(ci.io_parallel == cases[k].parallel, "%s: io_parallel %u, want %u", uri, ci.io_parallel,
+			cases[k].parallel);
+		struct gpunvme_extent ext[1] = { { 0, 1 << 20, 1 << 20, 0 } };
+		struct gpunvme_layer_loader *l = NULL;
+		const uint32_t before = gpunvme_io_queues_free(c);
+		REQUIRE_OK(gpunvme_layer_loader_init(c, 1, ext, 1, 1 << 20, NULL, &l));
+		uint8_t *dst = gpunvme_dma_alloc(c, 1 << 20);
+		REQUIRE(dst);
+		REQUIRE_OK(gpunvme_load_layer(l, 0, 1 << 20, dst, NULL));
+		REQUIRE(!memcmp(dst, ns + (1 << 20), 1 << 20), "%s: bytes differ", uri);
+		const uint32_t used = before - gpunvme_io_queues_free(c);
+		REQUIRE(used == cases[k].queues, "%s: the loader took %u queue pairs, want %u", uri, used,
+			cases[k].queues);
+		gpunvme_dma_free(c, dst);
+		gpunvme_layer_loader_destroy(l);
+		gpunvme_close(c);
+	}
+	return 0;
+}

@@ -38,7 +38,7 @@ def load_file(uri, path, device="cpu", framework="pt", tensors=None, tier=None, 
     device: "cpu" (CPU data path), "cuda" / "cuda:N" (tier 2, GPU memory;
     tier=1: pinned host memory, CPU tensors). framework: "pt" or "numpy".
     queues, depth: I/O queue pairs and entries per queue (None: fit to the
-    controller, up to 8 x 256).
+    controller, up to 8 x 256; a multiple of the emulator's workers).
     device=["cuda:0", "cuda:1", ...]: several GPUs, each with its own loader
     and queues; placement= "layers" (contiguous transformer-block ranges,
     balanced by bytes; StateDict.placement names each tensor's device),
