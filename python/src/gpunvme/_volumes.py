@@ -189,13 +189,18 @@ def _done(vol, own, ok):
         return
     timer = threading.Timer(secs, _expire, (key, vol))
     timer.daemon = True
+    # in the table before the timer runs, so a short time cannot expire
+    # it before it is there (and leave it kept for ever)
     with _cache_lock:
         prev = _idle.pop(key, None)
         _idle[key] = (vol, ident, timer)
     if prev is not None:  # two calls at once each opened one: keep the newer
         prev[2].cancel()
         prev[0].close()
-    timer.start()
+    try:
+        timer.start()
+    except RuntimeError:  # no new threads (the interpreter is exiting): nothing is kept
+        _expire(key, vol)
 
 
 def release_volumes():
