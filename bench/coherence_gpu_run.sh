@@ -46,6 +46,8 @@
 #             process or not, eager or lazy module loading; after pyload
 #   stream32  issue 32: bench/stream_llm_run.sh on the image at Tier 2 (modeled SSD), ref and ssd
 #   open64    issue 32: the same small model from a 1 GiB and a 64 GiB image, start to exit
+#   workers   issue 32: the emulator's workers WLIST ("8 12 16") in turn, WREP (2) rounds: load_pretrained
+#             into a Volume through the DMA process and in process, and gpunvme load; after venv
 #   soakbg:S  issue 32: bench/stream_soak.py for S seconds in the background (outlives the call
 #             on a warm machine); soakget copies its result under $OUT
 #   pack      everything under $OUT but run.log into one archive (8 files come back at most)
@@ -343,6 +345,31 @@ while time.time() - t < 110:
 		done
 		[ -n "$GB" ] && kill $GB 2>/dev/null
 		rm -rf "$OW"
+		;;
+	workers)
+		# issue 32, acceptance 1: the emulator's workers (the loader's
+		# default queue count follows them, loader.c auto_queues), WLIST
+		# ("8 12 16") in turn, WREP (2) rounds: load_pretrained into a
+		# Volume through the DMA process (Python's default) and in process,
+		# then gpunvme load (in process, the CLI's default), start to exit.
+		# wip/workers12 makes 12 the DMA process's default on 16 CPUs.
+		# After venv.
+		log "workers: ${WLIST:-8 12 16}"
+		py_image || continue
+		for i in $(seq "${WREP:-2}"); do
+			for w in ${WLIST:-8 12 16}; do
+				U="emu:/tmp/pyload/ext4.img?workers=$w"
+				for dma in process inproc; do
+					echo "round $i py $dma workers=$w: $(GPUNVME_EMU_DMA=$dma timeout 60 python3 bench/hf_models.py bench "$U" \
+						/big /tmp/pyload/root/big --repeat 3 --only-ours 2>>"$R/workers.err" | python3 -c 'import json, sys
+print(" ".join(str(d["gbps"]) for d in map(json.loads, sys.stdin) if "gbps" in d))')"
+				done
+				t0=$(date +%s.%N)
+				out=$(timeout 60 $B/gpunvme load "$U" /big --tier 2 --no-progress 2>&1 | tail -1 | cut -c1-140)
+				echo "round $i cli workers=$w: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s start to exit: $out"
+			done
+		done | tee "$R/workers.txt"
+		grep -i -m5 "error\|traceback" "$R/workers.err"
 		;;
 	soakbg:*)
 		# issue 32: the Tier 2 stream soak (bench/stream_soak.py) for N
