@@ -92,6 +92,29 @@ def test_rewritten_image_is_opened_again(tmp_path):
     assert v2.closed and idle()[uri] is not v2
 
 
+def test_image_changed_while_in_use_is_not_taken_again(tmp_path):
+    # the identity is the file's before the open: a rewrite while the
+    # volume is in use (safe_open holds it) makes it never taken again
+    uri, t1 = image(tmp_path, 12)
+    path = uri[len("emu:"):]
+    uri2, t2 = image(tmp_path, 13, name="other.ext4")
+    with gpunvme.safe_open(uri, "/m.safetensors", framework="np") as f:
+        assert raw(f.get_tensor("w")) == t1["w"]
+        v = f._vol
+        with open(uri2[len("emu:"):], "rb") as src, open(path, "r+b") as dst:
+            dst.write(src.read())
+    assert v.closed and uri not in idle()
+    check(gpunvme.load_file(uri, "/m.safetensors", framework="np"), t2)
+    assert idle()[uri] is not v
+    # and where the check at the end of a call cannot see it (the file
+    # changed back and forth: other bytes, the same size), the identity
+    # taken before the open still refuses the volume at the next call
+    v2 = idle()[uri]
+    v2._cache_ident = v2._cache_ident[:3] + (0, 0)  # as if opened before a change
+    check(gpunvme.load_file(uri, "/m.safetensors", framework="np"), t2)
+    assert v2.closed and idle()[uri] is not v2
+
+
 def test_failed_call_closes_its_volume(tmp_path):
     uri, t = image(tmp_path, 5)
     with pytest.raises(gpunvme.Error) as e:

@@ -85,8 +85,12 @@ def _volume(uri, nsid, partition, offset):
     key = (uri, nsid, partition, offset)
     vol = _cache_take(key)
     if vol is None:
+        # the file as it was before the open: if it changes from here on,
+        # the volume is never taken again (what it read may be older)
+        ident = _image_identity(uri)
         vol = Volume(uri, nsid=nsid, partition=partition, offset=offset)
         vol._cache_key = key
+        vol._cache_ident = ident
     return vol, True
 
 
@@ -104,12 +108,13 @@ def _volume(uri, nsid, partition, offset):
 # emu: URIs of one regular file are kept: a RAM namespace is new at every
 # open, and a real controller (vfio:, uio:, kmod:, tcp://) must not stay
 # claimed by a process that no longer uses it. The file's identity (device,
-# inode, size, modification time) is checked when the volume is taken: a
-# file rewritten or replaced in between gets a new volume.
+# inode, size, modification and change time) as it was before the volume
+# opened is checked when the volume is taken: a file rewritten or replaced
+# since (even during the call that opened it) gets a new volume.
 
 _CACHE_S = 10.0
 _cache_lock = threading.Lock()
-_idle = {}      # key -> (volume, file identity, timer); a volume in use is in no table
+_idle = {}      # key -> (volume, timer); a volume in use is in no table
 _orphans = []   # in a forked child: the parent's idle volumes, never used nor freed there
 
 
@@ -152,9 +157,9 @@ def _cache_take(key):
         ent = _idle.pop(key, None)
     if ent is None:
         return None
-    vol, ident, timer = ent
+    vol, timer = ent
     timer.cancel()
-    if vol.closed or _image_identity(key[0]) != ident:
+    if vol.closed or _image_identity(key[0]) != vol._cache_ident:
         vol.close()
         return None
     return vol
@@ -177,14 +182,14 @@ def _done(vol, own, ok):
         return
     key = getattr(vol, "_cache_key", None)
     secs = 0.0
-    ident = None
-    if ok and key is not None and not vol.closed:
+    # a file changed since the open is not worth keeping: never taken again
+    if ok and key is not None and vol._cache_ident is not None and not vol.closed \
+            and _image_identity(key[0]) == vol._cache_ident:
         try:
             secs = _cache_seconds()
         except Error:
             secs = 0.0  # changed during the call: the next _volume() says so
-        ident = _image_identity(key[0]) if secs > 0 else None
-    if ident is None:
+    if secs <= 0:
         vol.close()
         return
     timer = threading.Timer(secs, _expire, (key, vol))
@@ -193,9 +198,9 @@ def _done(vol, own, ok):
     # it before it is there (and leave it kept for ever)
     with _cache_lock:
         prev = _idle.pop(key, None)
-        _idle[key] = (vol, ident, timer)
+        _idle[key] = (vol, timer)
     if prev is not None:  # two calls at once each opened one: keep the newer
-        prev[2].cancel()
+        prev[1].cancel()
         prev[0].close()
     try:
         timer.start()
@@ -210,7 +215,7 @@ def release_volumes():
     with _cache_lock:
         ents = list(_idle.values())
         _idle.clear()
-    for vol, _, timer in ents:
+    for vol, timer in ents:
         timer.cancel()
         vol.close()
 
