@@ -183,10 +183,12 @@ static int open_file(struct load_ctx *x)
 {
 	const struct load_opts *o = &x->o;
 	int rc;
-	/* the loader's queue pairs plus the file system reader's */
+	/* the loader's queue pairs plus the file system reader's; by default
+	 * as many as the loader may take (16: a multiple of the emulator's
+	 * workers, loader.c auto_queues) */
 	struct gpunvme_opts go;
 	gpunvme_opts_init(&go);
-	uint32_t want = (o->queues ? o->queues : 8) + 1;
+	uint32_t want = (o->queues ? o->queues : 16) + 1;
 	if (go.nr_io_queues < want)
 		go.nr_io_queues = want;
 	if ((rc = cli_fs_open(&x->f, o->uri, &go, NULL, &o->vol)))

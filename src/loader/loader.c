@@ -131,7 +131,13 @@ static int fit_queues(struct gpunvme_layer_loader *l)
 		return gpunvme_set_error(-EINVAL, "queue depth %u: this controller allows 2..%u entries per queue (CAP.MQES + 1)",
 					 l->o.depth, ci.mqes);
 	uint32_t want = l->o.queues ? l->o.queues : auto_queues(ci.io_parallel);
-	l->o.queues = want < nfree ? want : nfree;
+	uint32_t n = want < nfree ? want : nfree;
+	/* a default count cut by what is free stays a multiple of the workers
+	 * where it can: 6 queues on 6 workers finish together, 10 leave two
+	 * workers with half the work of the others */
+	if (!l->o.queues && ci.io_parallel && n < want && n >= ci.io_parallel)
+		n -= n % ci.io_parallel;
+	l->o.queues = n;
 	return 0;
 }
 

@@ -844,7 +844,8 @@ TEST_CASE(aligned_targets_few_slots)
 TEST_CASE(default_queues_follow_workers)
 {
 	/* the default queue count is a multiple of the emulator's workers,
-	 * from 8, at most 16, at most what is free (loader.c, auto_queues);
+	 * from 8, at most 16, at most what is free, and cut by what is free
+	 * to a multiple of the workers where it can be (loader.c, auto_queues);
 	 * every load still compared byte for byte */
 	static const struct {
 		const char *q;
@@ -853,7 +854,8 @@ TEST_CASE(default_queues_follow_workers)
 		{ "workers=1&nsq=64", 1, 8 },   { "workers=2&nsq=64", 2, 8 },   { "workers=3&nsq=64", 3, 9 },
 		{ "workers=5&nsq=64", 5, 10 },  { "workers=7&nsq=64", 7, 14 },  { "workers=8&nsq=64", 8, 8 },
 		{ "workers=12&nsq=64", 12, 12 }, { "workers=16&nsq=64", 16, 16 }, { "workers=20&nsq=64", 20, 16 },
-		{ "workers=12&nsq=5", 12, 5 },
+		{ "workers=12&nsq=5", 12, 5 },  { "workers=6&nsq=10", 6, 6 },   { "workers=5&nsq=9", 5, 5 },
+		{ "workers=4&nsq=10", 4, 8 },
 	};
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		char uri[96];
