@@ -203,3 +203,18 @@ def test_only_one_image_file_is_kept(tmp_path):
                   "emu:" + str(tmp_path), "emu:" + path + ".missing", "emu:/dev/null", "vfio:0000:01:00.0",
                   "tcp://127.0.0.1:4420/nqn.x", "emu:"):
         assert _volumes._image_identity(other) is None, other
+
+
+def test_at_most_four_kept_oldest_closed_first(tmp_path):
+    uris, ts = [], []
+    for k in range(6):
+        uri, t = image(tmp_path, 20 + k, name="i%d.ext4" % k)
+        check(gpunvme.load_file(uri, "/m.safetensors", framework="np"), t)
+        uris.append(uri)
+        ts.append(t)
+    kept = idle()
+    assert list(kept) == uris[2:], "the 4 newest, oldest first"
+    first = list(kept.values())
+    # taking one and giving it back makes it the newest
+    check(gpunvme.load_file(uris[2], "/m.safetensors", framework="np"), ts[2])
+    assert list(idle()) == uris[3:] + [uris[2]] and idle()[uris[2]] is first[0]

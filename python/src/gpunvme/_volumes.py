@@ -113,6 +113,7 @@ def _volume(uri, nsid, partition, offset):
 # since (even during the call that opened it) gets a new volume.
 
 _CACHE_S = 10.0
+_CACHE_MAX = 4  # idle volumes at most (each has its emulator's threads): the oldest goes first
 _cache_lock = threading.Lock()
 _idle = {}      # key -> (volume, timer); a volume in use is in no table
 _orphans = []   # in a forked child: the parent's idle volumes, never used nor freed there
@@ -196,12 +197,17 @@ def _done(vol, own, ok):
     timer.daemon = True
     # in the table before the timer runs, so a short time cannot expire
     # it before it is there (and leave it kept for ever)
+    gone = []
     with _cache_lock:
         prev = _idle.pop(key, None)
+        if prev is not None:  # two calls at once each opened one: keep the newer
+            gone.append(prev)
+        while len(_idle) >= _CACHE_MAX:  # dicts keep their order: the first filed is the oldest
+            gone.append(_idle.pop(next(iter(_idle))))
         _idle[key] = (vol, timer)
-    if prev is not None:  # two calls at once each opened one: keep the newer
-        prev[1].cancel()
-        prev[0].close()
+    for v, t in gone:
+        t.cancel()
+        v.close()
     try:
         timer.start()
     except RuntimeError:  # no new threads (the interpreter is exiting): nothing is kept
