@@ -309,8 +309,12 @@ print(" ".join("%s%% (load %s%%)" % (x["pct"], x["load_pct"]) for x in r))' "$f.
 		# process per method, 40 layers, 8 tokens, 1.6 GiB budget (the
 		# model is 2.98x it): ref and ssd (bench/stream_llm_run.sh). After venv.
 		log "stream32"
-		OUT="$R/stream32" STEPS="model run" METHODS="${SMETHODS:-ref,ssd}" EMUQ="nsq=64&mqes=1023" \
-			timeout "${STREAM_S:-300}" bash bench/stream_llm_run.sh 40 8 1.6 2>&1 | tail -6 | cut -c1-400
+		# the stream's trace (every layer's read and wait, host and GPU
+		# times): what the first decode step after the prefill waits for
+		# (its 46 ms beyond the steady state, session 17's record)
+		mkdir -p "$R/stream32"
+		GPUNVME_STREAM_TRACE="$R/stream32/trace.txt" OUT="$R/stream32" STEPS="model run" METHODS="${SMETHODS:-ref,ssd}" \
+			EMUQ="nsq=64&mqes=1023" timeout "${STREAM_S:-300}" bash bench/stream_llm_run.sh 40 8 1.6 2>&1 | tail -6 | cut -c1-400
 		;;
 	open64)
 		# issue 32, acceptance 1: opening a 64 GiB image costs < 1 s with the
