@@ -93,8 +93,10 @@ static const char *tier_name(enum gpunvme_tier t)
  * 12 with 12 faster (load_pretrained from an image on the H200: 12 with 8
  * 22-25 GB/s, 8 with 12 24-25, 8 with 8 26-30, 12 with 12 30-35;
  * bench/results/emu-2026-11-29-s19). So: the smallest
- * multiple of what the controller serves at once that reaches AUTO_QUEUES,
- * within AUTO_QUEUES_MAX; AUTO_QUEUES where the controller does not say.
+ * multiple of what the controller serves at once that reaches AUTO_QUEUES
+ * (below AUTO_QUEUES_MAX for fewer than AUTO_QUEUES_MAX workers: at most
+ * AUTO_QUEUES + workers - 1), AUTO_QUEUES_MAX for more, AUTO_QUEUES where
+ * the controller does not say.
  */
 static uint32_t auto_queues(uint32_t parallel)
 {
@@ -102,8 +104,7 @@ static uint32_t auto_queues(uint32_t parallel)
 		return AUTO_QUEUES;
 	if (parallel >= AUTO_QUEUES_MAX)
 		return AUTO_QUEUES_MAX;
-	uint32_t n = (AUTO_QUEUES + parallel - 1) / parallel * parallel;
-	return n <= AUTO_QUEUES_MAX ? n : AUTO_QUEUES_MAX / parallel * parallel;
+	return (AUTO_QUEUES + parallel - 1) / parallel * parallel;
 }
 
 /* Queue count and depth fitted to what the controller granted and what is
