@@ -230,6 +230,8 @@ int gpunvme_emu_create(const struct gpunvme_emu_config *cfg, struct gpunvme_emu 
 	e->threaded = cfg->workers > 0;
 	const char *pe = getenv("GPUNVME_EMU_PROFILE"); /* once, off the data path */
 	e->prof = pe && !strcmp(pe, "1");
+	const char *ee = getenv("GPUNVME_EMU_ERRORS");
+	e->say_xfer = ee && !strcmp(ee, "1");
 	e->workers = calloc(e->nworkers, sizeof(*e->workers));
 	if (!e->workers) {
 		rc = -ENOMEM;

@@ -6,6 +6,7 @@
  * Transfer Error and never a wild access.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,13 +169,27 @@ void emu_thread_fini(struct emu_thread *t)
 	t->batch = NULL;
 }
 
+/* A Data Transfer Error (NVMe 1.4 Figure 126, SC 04h) tells the host only
+ * that the controller could not move the data; GPUNVME_EMU_ERRORS=1 says
+ * here which step failed, for the address and the copy's return code (a
+ * host bug: an address in no registered region; a copy engine's failure:
+ * -EIO, -ETIMEDOUT, or the DMA process's -EFAULT for memory it never
+ * mapped). Off unless asked: the fault tests cause these on purpose. */
+static uint16_t xfer_err(struct emu_thread *t, const char *step, uint64_t addr, uint64_t len, int rc)
+{
+	if (t->emu->say_xfer)
+		fprintf(stderr, "gpunvme-emu: data transfer error (lane %u): %s, address 0x%llx, %llu bytes, rc %d\n",
+			t->lane, step, (unsigned long long)addr, (unsigned long long)len, rc);
+	return GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
+}
+
 /* Resolve [addr, addr + len), which must sit inside one region. Caller
  * holds the table lock. */
 static uint16_t seg_resolve(struct emu_thread *t, uint64_t addr, uint64_t len, struct emu_seg *s)
 {
 	struct emu_region *r = emu_dma_find(&t->emu->dma, addr, len);
 	if (!r)
-		return GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
+		return xfer_err(t, "in no registered region", addr, len, 0);
 	uint64_t off = addr - r->iova;
 	s->host = r->va ? r->va + off : NULL;
 	s->dev = r->va ? 0 : r->dev + off;
@@ -220,9 +235,11 @@ static uint16_t read_list(struct emu_thread *t, uint64_t addr, uint64_t *ents, u
 		return 0;
 	}
 	/* a PRP list in GPU memory: copy it out and wait for it */
-	if (s.gpu->copy(s.gpu->ctx, t->lane, s.dev, ents, (size_t)n * 8, 0) ||
-	    s.gpu->sync(s.gpu->ctx, t->lane))
-		return GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
+	int rc = s.gpu->copy(s.gpu->ctx, t->lane, s.dev, ents, (size_t)n * 8, 0);
+	if (!rc)
+		rc = s.gpu->sync(s.gpu->ctx, t->lane);
+	if (rc)
+		return xfer_err(t, "a PRP list in GPU memory", addr, (uint64_t)n * 8, rc);
 	return 0;
 }
 
@@ -341,8 +358,10 @@ uint16_t emu_segs_copy(struct emu_thread *t, uint32_t nsegs, uint8_t *buf, int t
 				memcpy(s->host, buf, s->len);
 			else
 				memcpy(buf, s->host, s->len);
-		} else if (gpu_piece(t, s, buf, to_host)) {
-			return GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
+		} else {
+			int rc = gpu_piece(t, s, buf, to_host);
+			if (rc)
+				return xfer_err(t, "a GPU copy", s->dev, s->len, rc);
 		}
 		buf += s->len;
 	}
@@ -452,7 +471,7 @@ uint16_t emu_segs_from_file(struct emu_thread *t, uint32_t nsegs, const uint8_t 
 			rc = gpu_piece(t, s, (uint8_t *)(uintptr_t)(map + at), 1);
 		}
 		if (rc)
-			return GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
+			return xfer_err(t, "a GPU copy from the image file", s->dev, s->len, rc);
 	}
 	if (n && iov_all(fd, iov, n, off + iov_at, false))
 		return GPUNVME_SC_UNRECOVERED_READ;
@@ -472,7 +491,7 @@ uint16_t emu_gpu_sync(struct emu_thread *t)
 	batch_flush(t);
 	if (t->batch_failed) {
 		t->batch_failed = false;
-		st = GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
+		st = xfer_err(t, "a batch of GPU copies", 0, 0, -EIO);
 	}
 	struct emu_dma *d = &t->emu->dma;
 	const struct gpunvme_emu_gpu_ops *last = NULL;
@@ -482,8 +501,9 @@ uint16_t emu_gpu_sync(struct emu_thread *t)
 			continue;
 		if (last && last->sync == r->gpu.sync && last->ctx == r->gpu.ctx)
 			continue;
-		if (r->gpu.sync(r->gpu.ctx, t->lane))
-			st = GPUNVME_SC_DATA_XFER_ERROR | GPUNVME_STATUS_DNR;
+		int rc = r->gpu.sync(r->gpu.ctx, t->lane);
+		if (rc)
+			st = xfer_err(t, "waiting for the GPU copies", r->iova, 0, rc);
 		last = &r->gpu;
 	}
 	/* the held completions whose copies this sync covered fail with it */

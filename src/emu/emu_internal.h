@@ -212,6 +212,7 @@ struct gpunvme_emu {
 	uint32_t nworkers;     /* >= 1, threads only when cfg.workers > 0 */
 	bool threaded;
 	bool prof;             /* GPUNVME_EMU_PROFILE=1 (struct emu_prof) */
+	bool say_xfer;         /* GPUNVME_EMU_ERRORS=1: each data transfer error's cause on stderr */
 
 	/* admin thread state (only the admin thread touches these) */
 	pthread_t admin_thread;
