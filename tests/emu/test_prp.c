@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /* Physical Region Page handling (NVMe 1.4 §4.3) and DMA address checks. */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -372,6 +375,59 @@ TEST_CASE(prp_unmapped)
 	ent[1] = b.iova + 2 * H_PAGE;
 	REQUIRE_OK(raw_rw(&q, GPUNVME_CMD_READ, 0, 32, b.iova, l.iova, &e));
 	REQUIRE_ST(e, 0);
+	return 0;
+}
+
+/* One read past the arena, with stderr in a file: what the emulator said. */
+static int said_for_unmapped(int *said, char *out, size_t outlen)
+{
+	struct h_ctrl *c;
+	struct h_qp q;
+	struct gpunvme_cqe e;
+	if (setup(&c, &q, 5, 9))
+		return 1;
+	const uint64_t end = c->arena.iova + c->arena.len;
+	char path[] = "/tmp/gpunvme-said.XXXXXX";
+	int fd = mkstemp(path);
+	REQUIRE(fd >= 0);
+	unlink(path);
+	fflush(stderr);
+	int saved = dup(2);
+	REQUIRE(saved >= 0 && dup2(fd, 2) == 2);
+	/* the worker writes its line before it posts the completion this waits for */
+	int rc = raw_rw(&q, GPUNVME_CMD_READ, 0, 1, end, 0, &e);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	REQUIRE_OK(rc);
+	REQUIRE_ST(e, H_DNR(GPUNVME_SC_DATA_XFER_ERROR));
+	ssize_t n = pread(fd, out, outlen - 1, 0);
+	close(fd);
+	out[n > 0 ? n : 0] = 0;
+	*said = strstr(out, "gpunvme-emu: data transfer error") != NULL;
+	char want[96];
+	snprintf(want, sizeof(want), "in no registered region, address 0x%llx,", (unsigned long long)end);
+	if (*said)
+		CHECK(strstr(out, want), "stderr: \"%s\", without \"%s\"", out, want);
+	h_ctrl_close(c);
+	return 0;
+}
+
+/* GPUNVME_EMU_ERRORS=1 (read at open) says a data transfer error's cause;
+ * unset, nothing is said (the fault tests cause these on purpose) */
+TEST_CASE(prp_unmapped_said)
+{
+	char out[1024];
+	int said = 0;
+	setenv("GPUNVME_EMU_ERRORS", "1", 1);
+	int rc = said_for_unmapped(&said, out, sizeof(out));
+	unsetenv("GPUNVME_EMU_ERRORS");
+	if (rc)
+		return 1;
+	CHECK(said, "GPUNVME_EMU_ERRORS=1: nothing said on stderr (\"%s\")", out);
+	if (said_for_unmapped(&said, out, sizeof(out)))
+		return 1;
+	CHECK(!said, "unset: the cause was said anyway (\"%s\")", out);
 	return 0;
 }
 
