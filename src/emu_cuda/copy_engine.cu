@@ -521,9 +521,13 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 	pthread_mutex_init(&g->stage_lock, NULL);
 	const char *s2 = getenv("GPUNVME_EMU_2D");
 	g->no2d = s2 && !strcmp(s2, "0");
+	const char *pe = getenv("GPUNVME_EMU_PROFILE");
+	g->prof = pe && !strcmp(pe, "1");
 	if (want_process()) {
 		char why[200];
 		g->edma = edma_get(why, sizeof(why));
+		if (g->edma)
+			edma_profile(g->edma, g->prof); /* before the open: it says its time */
 		if (g->edma && edma_open(g->edma, g->lanes, &g->edma_first, why, sizeof(why)))
 			g->edma = NULL;
 		if (!g->edma)
@@ -549,10 +553,6 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 	 * that is understood, correctness over the batch's speed (md arrays:
 	 * 45.8 GB/s batched, 33.5 one by one). Read once here, off the data
 	 * path. */
-	const char *pe = getenv("GPUNVME_EMU_PROFILE");
-	g->prof = pe && !strcmp(pe, "1");
-	if (g->edma)
-		edma_profile(g->edma, g->prof);
 	const char *cb = getenv("GPUNVME_COPY_BATCH");
 	g->batch_refused = !(cb && !strcmp(cb, "1"));
 	*engine = &g->ops;

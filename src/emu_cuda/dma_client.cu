@@ -164,6 +164,7 @@ static struct edma *start(const char *bus_id, char *why, size_t wlen)
 		return NULL;
 	}
 	snprintf(d->bus_id, sizeof(d->bus_id), "%s", bus_id);
+	const uint64_t t0 = gpunvme_now_ns();
 	d->lane_stage = lane_stage_bytes();
 	/* 1 MiB: 22 GB/s against 17 piece by piece, every byte verified
 	 * (H200, bench/results/emu-file-2026-11-28) */
@@ -245,6 +246,12 @@ static struct edma *start(const char *bus_id, char *why, size_t wlen)
 			waitpid(d->pid, NULL, 0);
 			goto fail;
 		}
+		/* GPUNVME_EMU_PROFILE=1 (read once, here): what a process's first
+		 * Tier 2 load pays before its first copy */
+		const char *pe = getenv("GPUNVME_EMU_PROFILE");
+		if (pe && !strcmp(pe, "1"))
+			fprintf(stderr, "gpunvme-emu profile: DMA process started in %.1f ms (%.1f ms of it its CUDA start)\n",
+				(double)(gpunvme_now_ns() - t0) / 1e6, hello.open_us / 1e3);
 	}
 	pthread_mutex_init(&d->ctl, NULL);
 	pthread_rwlock_init(&d->maps_lock, NULL);
@@ -425,6 +432,9 @@ int edma_open(struct edma *d, unsigned n, unsigned *first, char *why, size_t wle
 	*first = r.first;
 	for (unsigned l = r.first; l < r.first + n; l++)
 		memset(&d->lane[l], 0, sizeof(d->lane[l]));
+	if (d->prof)
+		fprintf(stderr, "gpunvme-emu profile: DMA process: lanes %u-%u opened in %.1f ms\n", r.first, r.first + n - 1,
+			r.open_us / 1e3);
 	return 0;
 }
 

@@ -113,7 +113,8 @@ struct edma_ctl {
 struct edma_reply {
 	int32_t rc;           /* 0 or negative errno */
 	uint32_t first;       /* OPEN: the first lane given */
-	uint32_t open_us;     /* MAP: how long the open took (GPUNVME_EMU_PROFILE=1 prints it) */
+	uint32_t open_us;     /* how long it took (GPUNVME_EMU_PROFILE=1 prints it): MAP the IPC open,
+			       * OPEN the lanes' set-up, the first reply (hello) the child's CUDA start */
 	char why[120];        /* rc != 0: the reason, for the message the app prints */
 };
 

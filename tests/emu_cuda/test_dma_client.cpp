@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "emu_cuda/dma_client.h"
+#include "emu_cuda/dma_proto.h" /* EDMA_LANES */
 
 #include "../harness/check.h"
 
@@ -425,6 +426,38 @@ TEST_CASE(rings_large_stage)
 TEST_CASE(lanes_reopened)
 {
 	return ring_case("0000:0d:00.0", "100", 3);
+}
+
+/*
+ * The process's lanes run out (the real process only: the stand-in gives
+ * every open lanes [0, n)): all but 3 taken, an open of 4 is refused with
+ * -ENOSPC and a reason, one of 3 gets the last ones, and once the first
+ * are closed an open of 4 gets lanes again. The copy engine's queue set
+ * copies in the application when refused (gpu.queues.process_lanes_exhausted).
+ */
+TEST_CASE(lanes_exhausted)
+{
+#ifndef EDMA_REAL_PROCESS
+	return TEST_SKIP; /* the stand-in does not keep lanes */
+#else
+	struct edma *d = fresh("0000:0f:00.0", "0", NULL, NULL, NULL);
+	REQUIRE(d);
+	char why[200] = "";
+	unsigned a = 0, b = 0, c = 0;
+	REQUIRE_OK(edma_open(d, EDMA_LANES - 3, &a, why, sizeof(why)));
+	CHECK(a == 0, "the first open got lanes from %u", a);
+	int rc = edma_open(d, 4, &b, why, sizeof(why));
+	CHECK(rc == -ENOSPC, "4 lanes with 3 free: %d, not -ENOSPC", rc);
+	CHECK(strstr(why, "lanes wanted"), "the refusal's reason: \"%s\"", why);
+	REQUIRE_OK(edma_open(d, 3, &c, why, sizeof(why)));
+	CHECK(c == EDMA_LANES - 3, "the last 3 lanes: from %u", c);
+	edma_close(d, a, EDMA_LANES - 3);
+	REQUIRE_OK(edma_open(d, 4, &b, why, sizeof(why)));
+	CHECK(b == 0, "after the close: lanes from %u", b);
+	edma_close(d, b, 4);
+	edma_close(d, c, 3);
+	return 0;
+#endif
 }
 
 /* fresh_dev with one lane open and allocation 0 mapped, its answer in:

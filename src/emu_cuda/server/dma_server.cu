@@ -94,6 +94,14 @@ static uint32_t ld(const uint32_t *p)
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
 
+/* set-up times for the replies' open_us */
+static uint64_t now_us(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
 static void fail(struct edma_lane *L, int err)
 {
 	int32_t z = 0;
@@ -366,6 +374,7 @@ static void serve(const struct edma_ctl *c, struct edma_reply *r)
 {
 	switch (c->msg) {
 	case EDMA_OPEN: {
+		const uint64_t t0 = now_us();
 		unsigned run = 0, first = 0;
 		for (unsigned l = 0; l < EDMA_LANES && run < c->n; l++) {
 			if (lanes[l].running) {
@@ -390,6 +399,7 @@ static void serve(const struct edma_ctl *c, struct edma_reply *r)
 			}
 		}
 		r->first = first;
+		r->open_us = (uint32_t)(now_us() - t0);
 		return;
 	}
 	case EDMA_CLOSE:
@@ -459,6 +469,7 @@ int main(int argc, char **argv)
 	/* its name in ps and /proc (the program is a memfd: the name would
 	 * be a file descriptor's number) */
 	prctl(PR_SET_NAME, "gpunvme-emu-dma", 0, 0, 0);
+	const uint64_t t0 = now_us();
 	const char *s2 = getenv("GPUNVME_EMU_2D");
 	no2d = s2 && !strcmp(s2, "0");
 	int dev;
@@ -473,6 +484,7 @@ int main(int argc, char **argv)
 	void *m = fstat(4, &st) ? MAP_FAILED : mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, 4, 0);
 	struct edma_reply hello;
 	memset(&hello, 0, sizeof(hello));
+	hello.open_us = (uint32_t)(now_us() - t0);
 	if (e != cudaSuccess) {
 		hello.rc = -ENODEV;
 		snprintf(hello.why, sizeof(hello.why), "GPU %s: %s", argv[1], cudaGetErrorString(e));
