@@ -43,7 +43,8 @@
 #   multi2    issue 32, acceptance 4, on two GPUs: bench/multi_gpu.py on pyload's checkpoint
 #             (one GPU, two with their own controllers, placement layers and split, safetensors)
 #   pystages  issue 32: load_pretrained's stages in a fresh process (bench/py_stages.py), DMA
-#             process or not, eager or lazy module loading; after pyload
+#             process or not, eager or lazy module loading (PSV: the environments, "defaults"
+#             for none), the DMA process's start from the emulator's profile; after venv
 #   stream32  issue 32: bench/stream_llm_run.sh on the image at Tier 2 (modeled SSD), ref and ssd
 #   open64    issue 32: the same small model from a 1 GiB and a 64 GiB image, start to exit
 #   workers   issue 32: the emulator's workers WLIST ("8 12 16") in turn, WREP (2) rounds: load_pretrained
@@ -294,17 +295,27 @@ print(" ".join("%s%% (load %s%%)" % (x["pct"], x["load_pct"]) for x in r))' "$f.
 		# loading; the CLI's start-to-exit on the same checkpoint. After
 		# pyload (its image) and venv.
 		log "pystages"
+		py_image || continue
 		U=emu:/tmp/pyload/ext4.img
 		for i in 1 2; do
-			for v in "" GPUNVME_EMU_DMA=inproc CUDA_MODULE_LOADING=LAZY; do
+			# PSV: the variants, each an environment ("defaults": none);
+			# the stages runs with the emulator's profile, which says the
+			# DMA process's start, its lanes' opens and its maps
+			# (pystages.err); the e2e runs without it
+			for v in ${PSV:-defaults GPUNVME_EMU_DMA=inproc CUDA_MODULE_LOADING=LAZY CUDA_MODULE_LOADING=EAGER}; do
+				e=$v
+				[ "$v" = defaults ] && e=
 				for m in e2e stages; do
-					echo "${v:-defaults} $(env $v timeout 120 python3 bench/py_stages.py $U /big $m 2>>"$R/pystages.err")"
+					p=
+					[ $m = stages ] && p=GPUNVME_EMU_PROFILE=1
+					echo "$v $(env $p $e timeout 120 python3 bench/py_stages.py $U /big $m 2>>"$R/pystages.err")"
 				done
 			done
 			t0=$(date +%s.%N)
 			out=$(timeout 120 $B/gpunvme load $U /big --tier 2 --no-progress 2>&1 | tail -1 | cut -c1-160)
 			echo "cli $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s start to exit: $out"
 		done | tee "$R/pystages.txt"
+		grep -h "DMA process started\|lanes .* opened" "$R/pystages.err" | head -12
 		grep -i -m5 "error\|traceback" "$R/pystages.err"
 		;;
 	stream32)
