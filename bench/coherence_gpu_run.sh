@@ -330,6 +330,9 @@ print(" ".join("%s%% (load %s%%)" % (x["pct"], x["load_pct"]) for x in r))' "$f.
 		mkdir -p "$R/stream32"
 		GPUNVME_STREAM_TRACE="$R/stream32/trace.txt" OUT="$R/stream32" STEPS="model run" METHODS="${SMETHODS:-ref,ssd}" \
 			EMUQ="nsq=64&mqes=1023" timeout "${STREAM_S:-300}" bash bench/stream_llm_run.sh 40 8 1.6 2>&1 | tail -6 | cut -c1-400
+		# the trace by step (one streaming method, ssd, writes it): what
+		# the first decode step pays beyond the others
+		python3 bench/stream_trace.py "$R/stream32/trace.txt" --layers 40 2>&1 | head -12
 		;;
 	open64)
 		# issue 32, acceptance 1: opening a 64 GiB image costs < 1 s with the
