@@ -530,8 +530,15 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 			edma_profile(g->edma, g->prof); /* before the open: it says its time */
 		if (g->edma && edma_open(g->edma, g->lanes, &g->edma_first, why, sizeof(why)))
 			g->edma = NULL;
-		if (!g->edma)
+		if (!g->edma) {
 			say_inproc(why);
+			/* said once above; GPUNVME_EMU_ERRORS=1 (docs/emulator.md):
+			 * every queue set whose copies stay here, and why */
+			const char *ee = getenv("GPUNVME_EMU_ERRORS");
+			if (ee && !strcmp(ee, "1"))
+				fprintf(stderr, "gpunvme-emu: a queue set of %u lanes copies in this process: %s\n", g->lanes,
+					why);
+		}
 	}
 	/* With the DMA process the copies use its staging; this engine's own
 	 * (32 MiB pinned, then freed, on every queue set) is made when a map
