@@ -410,11 +410,9 @@ static void serve(const struct edma_ctl *c, struct edma_reply *r)
 		cudaIpcMemHandle_t h;
 		memcpy(&h, c->handle, sizeof(h));
 		void *p = NULL;
-		struct timespec t0, t1;
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		const uint64_t t0 = now_us();
 		cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		r->open_us = (uint32_t)((t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
+		r->open_us = (uint32_t)(now_us() - t0);
 		if (e != cudaSuccess) {
 			cudaGetLastError();
 			r->rc = -EINVAL;
