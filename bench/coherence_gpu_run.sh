@@ -40,6 +40,9 @@
 #   md2d      issue 32, acceptance 5: md 4 x Gen5 at 512 KiB chunks (bench/md_run.sh, MD_SIZE 16G), the
 #             emulator's 2D copies on and off in turn (MD2D_RUNS pairs), rows per 2D copy from the
 #             profile; then ctest -R "gpu.queues.strided|gpu.md"
+#   pollab    issue 32, acceptance 5: the warps' CQ probe on and off (one tree, two builds), md 4 x Gen5
+#             at 512 KiB (MD_SIZE 4G) with each in turn, POLL_RUNS (2) rounds; then the queue, md and
+#             loader GPU tests on the probe's build
 #   multi2    issue 32, acceptance 4, on two GPUs: bench/multi_gpu.py on pyload's checkpoint
 #             (one GPU, two with their own controllers, placement layers and split, safetensors)
 #   pystages  issue 32: load_pretrained's stages in a fresh process (bench/py_stages.py), DMA
@@ -277,6 +280,28 @@ print(" ".join("%s%% (load %s%%)" % (x["pct"], x["load_pct"]) for x in r))' "$f.
 		done
 		(cd "$BD" && timeout 200 ctest -R "gpu.queues.strided|gpu.md" --output-on-failure >"$R/md2d-ctest.log" 2>&1)
 		echo "strided and md GPU tests rc=$?: $(grep -E "tests passed" "$R/md2d-ctest.log")"
+		;;
+	pollab)
+		# issue 32, acceptance 5: the warp waits' CQ probe (device.cuh,
+		# GPUNVME_WARP_PROBE_NS) on and off, one tree built both ways ($BD
+		# as built, and $BD-off with the probe never taken), md 4 x Gen5 at
+		# 512 KiB chunks (MD_SIZE, 4G) with each in turn, POLL_RUNS (2) rounds
+		log "pollab: the warps' CQ probe on and off, md 4 x Gen5 at 512 KiB"
+		cmake -S . -B "$BD-off" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+			-DCMAKE_CUDA_FLAGS="-DGPUNVME_WARP_PROBE_NS=0xffffffffu" >"$R/cmake-off.log" 2>&1 &&
+			cmake --build "$BD-off" -j"$(nproc)" >"$R/build-off.log" 2>&1 || { echo "BUILD (off) FAILED"; tail -20 "$R/build-off.log"; continue; }
+		M="read_mbps=14000&iops=2500000&latency_us=60"
+		for i in $(seq "${POLL_RUNS:-2}"); do
+			for v in off probe; do
+				bd=$BD
+				[ $v = off ] && bd=$BD-off
+				env MODEL="$M" OUT="$R/poll-$v-$i" WORKDIR=/dev/shm/mdw MEMBERS="4:4" CHUNK=512 BUILD="$PWD/$bd" \
+					SKIP_BUILD=1 TMPDIR=/dev/shm timeout 300 bash bench/md_run.sh "${MD_SIZE:-4G}" >"$R/poll-$v-$i.log" 2>&1
+				echo "$v run $i rc=$?: $(tail -n 1 "$R/poll-$v-$i/summary.csv" 2>/dev/null)"
+			done
+		done
+		(cd "$BD" && timeout 240 ctest -R "gpu.queues|gpu.md|gpu.loader" --output-on-failure >"$R/pollab-ctest.log" 2>&1)
+		echo "queue, md and loader GPU tests (probe) rc=$?: $(grep -E "tests passed" "$R/pollab-ctest.log")"
 		;;
 	multi2)
 		# issue 32, acceptance 4 (two GPUs: nvidia-h200-x2): one GPU against

@@ -97,7 +97,8 @@ struct gpunvme_emu;
 void gpunvme_emu_config_init(struct gpunvme_emu_config *cfg);
 
 /* Parse an emulator device string (what follows "emu:" in a URI) into *cfg,
- * on top of the defaults (but workers: half the online CPUs, 1 to 8):
+ * on top of the defaults (but workers: half the online CPUs, 1 to 8, or
+ * with the copies in the DMA process (gpunvme_emu_copies) 3/4, 1 to 12):
  *   ram:SIZE | null:SIZE | PATH   [ "?" key=value ("&" key=value)* ]
  * SIZE takes K/M/G/T suffixes (powers of 1024). Keys: lbads (9|12), nsq
  * (I/O queue pairs), mqes, mdts, dstrd, workers, latency_us, read_mbps,

@@ -145,7 +145,7 @@ static const struct num_opt num_opts[] = {
 	{ "mqes", 1, 65535, "CAP.MQES, entries per queue minus one" },
 	{ "mdts", 0, 20, "MDTS, 2^n pages per command; 0 = no limit (default 7: 512 KiB)" },
 	{ "dstrd", 0, 15, "CAP.DSTRD, doorbell stride 4 << n bytes" },
-	{ "workers", 1, 256, "emulator threads serving I/O queues (default: half the CPUs, 1 to 8)" },
+	{ "workers", 1, 256, "emulator threads serving I/O queues (default: half the CPUs, 1 to 8; 3/4, 1 to 12, with the DMA process)" },
 	{ "latency_us", 0, 10000000, "modeled command latency in microseconds" },
 	{ "read_mbps", 0, 1000000000, "modeled read bandwidth in MB/s; 0 = unlimited" },
 	{ "write_mbps", 0, 1000000000, "modeled write bandwidth in MB/s; 0 = unlimited" },
@@ -236,19 +236,32 @@ static void set_num(struct gpunvme_emu_config *cfg, const char *key, uint64_t x,
 }
 
 /*
- * Worker threads behind a device string that names none: half the online
- * CPUs, 1 to 8. One thread does every command's copy (from an image file:
- * page faults on the mapping and a memcpy into pinned staging), which held
- * `gpunvme load` of an 8 GiB model in an image to 3.7-4.1 GB/s on the H100
- * machine; 8 took it to 14.6-15.6 GB/s (bench/results/emu-stage-2026-11-27).
- * Idle workers sleep (backoff to idle_us), so the cost of more is small; a
- * 2-core machine keeps one. The C API's gpunvme_emu_config_init keeps 1: a
- * program building its own config chooses.
+ * Worker threads behind a device string that names none. One thread does
+ * every command's copy (from an image file: page faults on the mapping and
+ * a memcpy into pinned staging), which held `gpunvme load` of an 8 GiB model
+ * in an image to 3.7-4.1 GB/s on the H100 machine; 8 took it to 14.6-15.6
+ * GB/s (bench/results/emu-stage-2026-11-27). Idle workers sleep (backoff to
+ * idle_us), so the cost of more is small; a 2-core machine keeps one.
+ *
+ * How many more pay depends on where the GPU copies run (emu.h):
+ * - in this process: half the online CPUs, 1 to 8. Each worker's CUDA calls
+ *   contend in this process's context: on the H200, 16 workers loaded 9.02 GB
+ *   at 23.3-23.5 GB/s against 27.8-32.8 with 8.
+ * - in the DMA process: three quarters of the CPUs, 1 to 12. A worker then
+ *   only fills staging, and 8/12/16 measured 31.2-32.8/34.4-35.7/35.9-36.5
+ *   GB/s (bench/results/emu-2026-11-29-s20, call 1). 12 takes most of 16's
+ *   gain and leaves a quarter of the CPUs to the application; every worker
+ *   takes a lane of the DMA process (dma_proto.h), so fewer per set also
+ *   leaves lanes for more sets.
+ * The C API's gpunvme_emu_config_init keeps 1: a program building its own
+ * config chooses.
  */
 static uint32_t default_workers(void)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN) / 2;
-	return n < 1 ? 1 : n > 8 ? 8 : (uint32_t)n;
+	const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	const bool process = gpunvme_emu_copies() == GPUNVME_EMU_COPIES_PROCESS;
+	const long n = process ? cpus * 3 / 4 : cpus / 2, most = process ? 12 : 8;
+	return n < 1 ? 1 : n > most ? (uint32_t)most : (uint32_t)n;
 }
 
 int gpunvme_emu_config_parse(struct gpunvme_emu_config *cfg, const char *spec, const char **err)

@@ -231,11 +231,21 @@ static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, co
 static void say_inproc(const char *why)
 {
 	static int said;
-	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-		fprintf(stderr, "gpunvme: the emulator's copies to GPU memory run in this process's CUDA context (%s): "
-				"a blocking CUDA call here (a copy into pageable memory, such as torch's .cpu()) "
-				"while GPU reads are in flight can hold them up until the reads time out\n",
-			why);
+	if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		return;
+	/* the Python module leaves module loading lazy when the copies go to
+	 * the DMA process (python/src/gpunvme/__init__.py); here they do not,
+	 * and a lazily loaded kernel's first launch may wait for a read kernel
+	 * that waits for these copies (gpu_queues.cu) */
+	const char *ml = getenv("CUDA_MODULE_LOADING");
+	const bool lazy = !ml || strcmp(ml, "EAGER");
+	fprintf(stderr, "gpunvme: the emulator's copies to GPU memory run in this process's CUDA context (%s): "
+			"a blocking CUDA call here (a copy into pageable memory, such as torch's .cpu()) "
+			"while GPU reads are in flight can hold them up until the reads time out%s\n",
+		why,
+		lazy ? ", and so can a kernel's first launch with CUDA_MODULE_LOADING not EAGER "
+		       "(set CUDA_MODULE_LOADING=EAGER before the first CUDA call)"
+		     : "");
 }
 
 /* One copy of the lane: host memory, or for a read the bytes of file fd at

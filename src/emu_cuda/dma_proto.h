@@ -36,7 +36,15 @@
 #include <unistd.h>
 
 #define EDMA_MAGIC 0x34616d64u      /* "dma4" */
-#define EDMA_LANES 64               /* lanes in one child: 7 queue sets of 8 workers + admin */
+/* Lanes in one child: a queue set takes one per worker and one for its
+ * admin queue, so 19 sets of 12 workers (Python's default on 16 CPUs,
+ * emu_config.c) fit. With 64, md RAID0 of 4 members (4 sets of 13) and one
+ * more set open needed 65, and the last set's copies stayed in the
+ * application (session 20). A lane costs its slot here (~1.7 KiB) and, once
+ * used, its staging and events in the child; the shared memory is sparse,
+ * so lanes never opened cost nothing, and the mover sweeps only up to the
+ * highest lane open (dma_server.cu). */
+#define EDMA_LANES 256
 #define EDMA_RING 64                /* requests in flight per lane */
 #define EDMA_CHUNK (512u << 10)     /* one staging chunk: the largest piece one request moves */
 /* Staging per lane, a byte ring (dma_client.cu): 4 MiB unless

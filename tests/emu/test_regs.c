@@ -497,11 +497,21 @@ TEST_CASE(config_parse)
 	REQUIRE_EQ(cfg.ns[0].snapshot, 0);
 	REQUIRE_OK(gpunvme_emu_config_parse(&cfg, "/tmp/some-file.img?snapshot=1", &err));
 	REQUIRE_EQ(cfg.ns[0].snapshot, 1);
-	/* workers not given: half the online CPUs, 1 to 8 (the C API's own
-	 * default stays 1); given: as given */
-	long half = sysconf(_SC_NPROCESSORS_ONLN) / 2;
-	uint32_t want = half < 1 ? 1 : half > 8 ? 8 : (uint32_t)half;
+	/* workers not given: half the online CPUs, 1 to 8, with the copies in
+	 * this process; three quarters, 1 to 12, with them in the DMA process
+	 * (the C API's own default stays 1); given: as given, either way */
+	unsetenv("GPUNVME_EMU_DMA"); /* it would win over the choice below */
+	const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint32_t want = cpus / 2 < 1 ? 1 : cpus / 2 > 8 ? 8 : (uint32_t)(cpus / 2);
 	REQUIRE_EQ(cfg.workers, want);
+	gpunvme_emu_set_copies(GPUNVME_EMU_COPIES_PROCESS);
+	REQUIRE_OK(gpunvme_emu_config_parse(&cfg, "/tmp/some-file.img", &err));
+	want = cpus * 3 / 4 < 1 ? 1 : cpus * 3 / 4 > 12 ? 12 : (uint32_t)(cpus * 3 / 4);
+	REQUIRE_EQ(cfg.workers, want);
+	REQUIRE_OK(gpunvme_emu_config_parse(&cfg, "/tmp/some-file.img?workers=5", &err));
+	REQUIRE_EQ(cfg.workers, 5);
+	gpunvme_emu_set_copies(GPUNVME_EMU_COPIES_INPROC);
+	REQUIRE_OK(gpunvme_emu_config_parse(&cfg, "/tmp/some-file.img?snapshot=1", &err));
 	gpunvme_emu_config_init(&cfg);
 	REQUIRE_EQ(cfg.workers, 1);
 	REQUIRE_OK(gpunvme_emu_config_parse(&cfg, "ram:1M?workers=1", &err));

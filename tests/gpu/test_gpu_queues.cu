@@ -23,6 +23,10 @@
  *                  over 512 KiB chunks), every byte of each range and of
  *                  the 8 KiB guards between them checked; the image not
  *                  pinned whole
+ *   process_lanes_exhausted  the DMA process out of lanes: the refused
+ *                  queue set copies in this process and says why, every
+ *                  byte and guard of tier2_image_staged's reads compared,
+ *                  then the same once the lanes are back (in the process)
  *   strided_segments  strided segments (gpu.h) through the scattered read
  *                  into two buffers, from a RAM namespace and an image
  *                  file, on queues of 64 and 4 entries, every byte of both
@@ -810,31 +814,12 @@ TEST_CASE(recover)
 	return 0;
 }
 
-/* Tier 2 from an image file: the emulator's copies go through its lanes'
- * pinned staging rings (src/emu_cuda/copy_engine.cu), which wrap many times
- * here, with commands larger than a chunk, many more requests than queue
- * slots, each into its own range between guards. */
-TEST_CASE(tier2_image_staged)
+/* 96 reads of 1 block to 3 MiB from an image of flen bytes (src) on one
+ * queue of depth 4 (3 commands in flight), each into its own range of GPU
+ * memory between 8 KiB guards; every byte of each range and guard checked.
+ * The queue set is made and freed here: its copy lanes with it. */
+static int staged_reads(struct gpunvme_ctrl *c, const uint8_t *src, size_t flen, const char *what)
 {
-	char path[] = "/tmp/gpunvme-staged.XXXXXX";
-	int fd = mkstemp(path);
-	REQUIRE(fd >= 0);
-	const size_t flen = 32u << 20;
-	uint8_t *src = (uint8_t *)malloc(flen);
-	REQUIRE(src);
-	fill(src, flen, 21);
-	REQUIRE(pwrite(fd, src, flen, 0) == (ssize_t)flen);
-	close(fd);
-	char uri[128];
-	snprintf(uri, sizeof(uri), "emu:%s?mdts=8&workers=2", path);
-	struct gpunvme_ctrl *c = open_emu(uri);
-	unlink(path); /* the mapping keeps the data */
-	REQUIRE(c);
-	/* an image file is not pinned whole: its reads are staged */
-	void *pin = NULL;
-	void (*unpin)(void *) = NULL;
-	gpunvme_ctrl_devmem_pin(c, 1, &pin, &unpin);
-	CHECK(pin == NULL, "the image file's mapping was pinned (%p)", pin);
 	enum { N = 96 };
 	static const uint64_t sizes[] = { 1, 7, 1000, 2048, 2049, 6144 }; /* blocks of 512 B */
 	const uint64_t GUARD = 8192, nblocks = flen / 512;
@@ -863,22 +848,165 @@ TEST_CASE(tier2_image_staged)
 	for (int i = 0; i < N && !rc; i++) {
 		for (uint64_t k = end; k < hr[i].off; k++)
 			if (back[k] != 0xA5)
-				FAIL("byte %llu before range %d changed: 0x%02x", (unsigned long long)k, i, back[k]);
+				FAIL("%s: byte %llu before range %d changed: 0x%02x", what, (unsigned long long)k, i, back[k]);
 		if (memcmp(back + hr[i].off, src + hr[i].slba * 512, hr[i].nlb * 512))
-			FAIL("range %d (slba %llu, %llu blocks): data mismatch", i, (unsigned long long)hr[i].slba,
-			     (unsigned long long)hr[i].nlb);
+			FAIL("%s: range %d (slba %llu, %llu blocks): data mismatch", what, i,
+			     (unsigned long long)hr[i].slba, (unsigned long long)hr[i].nlb);
 		end = hr[i].off + hr[i].nlb * 512;
 	}
 	for (uint64_t k = end; k < len && !rc; k++)
 		if (back[k] != 0xA5)
-			FAIL("byte %llu after the last range changed: 0x%02x", (unsigned long long)k, back[k]);
-	printf("tier2_image_staged: %d reads (%.1f MiB) from an image through 3 queue slots, every byte and guard: %s\n",
-	       N, (double)len / 1048576, rc ? "FAILED" : "ok");
+			FAIL("%s: byte %llu after the last range changed: 0x%02x", what, (unsigned long long)k, back[k]);
+	printf("%s: %d reads (%.1f MiB) from an image through 3 queue slots, every byte and guard: %s\n", what, N,
+	       (double)len / 1048576, rc ? "FAILED" : "ok");
 	free(back);
-	free(src);
 	gpunvme_gpu_buf_free(b);
 	gpunvme_gpu_queues_destroy(g);
+	return rc;
+}
+
+/* an image file of flen bytes of fill(seed) at a new path; *src gets them */
+static int make_image(char *path, size_t flen, uint64_t seed, uint8_t **src)
+{
+	int fd = mkstemp(path);
+	REQUIRE(fd >= 0);
+	*src = (uint8_t *)malloc(flen);
+	REQUIRE(*src);
+	fill(*src, flen, seed);
+	REQUIRE(pwrite(fd, *src, flen, 0) == (ssize_t)flen);
+	close(fd);
+	return 0;
+}
+
+/* Tier 2 from an image file: the emulator's copies go through its lanes'
+ * pinned staging rings (src/emu_cuda/copy_engine.cu), which wrap many times
+ * here, with commands larger than a chunk, many more requests than queue
+ * slots, each into its own range between guards. */
+TEST_CASE(tier2_image_staged)
+{
+	char path[] = "/tmp/gpunvme-staged.XXXXXX";
+	const size_t flen = 32u << 20;
+	uint8_t *src = NULL;
+	REQUIRE_OK(make_image(path, flen, 21, &src));
+	char uri[128];
+	snprintf(uri, sizeof(uri), "emu:%s?mdts=8&workers=2", path);
+	struct gpunvme_ctrl *c = open_emu(uri);
+	unlink(path); /* the mapping keeps the data */
+	REQUIRE(c);
+	/* an image file is not pinned whole: its reads are staged */
+	void *pin = NULL;
+	void (*unpin)(void *) = NULL;
+	gpunvme_ctrl_devmem_pin(c, 1, &pin, &unpin);
+	CHECK(pin == NULL, "the image file's mapping was pinned (%p)", pin);
+	int rc = staged_reads(c, src, flen, "tier2_image_staged");
+	free(src);
 	gpunvme_close(c);
+	return rc;
+}
+
+/* What this process wrote to stderr since `from` (stderr goes to file fd
+ * err_fd): a new string, or NULL. */
+static char *stderr_since(int err_fd, off_t from)
+{
+	fflush(stderr);
+	off_t end = lseek(err_fd, 0, SEEK_END);
+	if (end < from)
+		return NULL;
+	char *t = (char *)calloc(1, (size_t)(end - from) + 1);
+	if (t && pread(err_fd, t, (size_t)(end - from), from) != end - from) {
+		free(t);
+		return NULL;
+	}
+	return t;
+}
+
+/*
+ * The DMA process out of lanes (emu_cuda/dma_proto.h, EDMA_LANES): a queue
+ * set it cannot take copies in this process instead, says so under
+ * GPUNVME_EMU_ERRORS=1, and its reads land whole; once the lanes are given
+ * back, the next set goes to the process again. One emulator's set takes
+ * every lane but two (253 workers and its admin lane), so the image's set
+ * (2 workers + admin: 3) is refused. The hog's workers sleep 100 ms between
+ * idle polls (idle_us), so they take no CPU from tests beside this one.
+ */
+TEST_CASE(process_lanes_exhausted)
+{
+	const char *m = getenv("GPUNVME_EMU_DMA");
+	if (m && !strcmp(m, "inproc"))
+		FAIL("GPUNVME_EMU_DMA=inproc keeps every copy here: this case needs the DMA process (unset it)");
+	const enum gpunvme_emu_copies was = gpunvme_emu_copies();
+	gpunvme_emu_set_copies(GPUNVME_EMU_COPIES_PROCESS);
+	setenv("GPUNVME_EMU_ERRORS", "1", 1); /* read at each queue set's attach */
+	char epath[] = "/tmp/gpunvme-lanes-err.XXXXXX";
+	const int efd = mkstemp(epath);
+	REQUIRE(efd >= 0);
+	unlink(epath);
+	fflush(stderr);
+	const int saved = dup(2);
+	REQUIRE(saved >= 0 && dup2(efd, 2) == 2);
+	char path[] = "/tmp/gpunvme-lanes.XXXXXX";
+	const size_t flen = 32u << 20;
+	uint8_t *src = NULL;
+	int rc = make_image(path, flen, 33, &src);
+	char uri[128];
+	snprintf(uri, sizeof(uri), "emu:%s?mdts=8&workers=2", path);
+	struct gpunvme_ctrl *c = rc ? NULL : open_emu(uri);
+	unlink(path);
+	struct gpunvme_ctrl *hog = c ? open_emu("emu:ram:1M?workers=253&idle_us=100000") : NULL;
+	struct gpunvme_gpu_queues *hq = NULL;
+	const char *said = "copies in this process";
+	char *t = NULL;
+	off_t mark = 0;
+	if (!c || !hog) {
+		rc = 1;
+		printf("process_lanes_exhausted: could not open the emulators\n");
+	} else if (gpunvme_gpu_queues_create(hog, 1, 1, 4, &hq)) {
+		rc = 1;
+		printf("process_lanes_exhausted: the hog's queue set: %s\n", gpunvme_last_error());
+	} else if ((t = stderr_since(efd, 0)) && strstr(t, said)) {
+		rc = 1; /* the process took none: the test would prove nothing */
+		printf("process_lanes_exhausted: the hog's own set copies in this process:\n%s\n", t);
+	} else {
+		free(t);
+		mark = lseek(efd, 0, SEEK_END);
+		rc = staged_reads(c, src, flen, "refused by the DMA process, copies here");
+		t = stderr_since(efd, mark);
+		if (!rc && !(t && strstr(t, said) && strstr(t, "lanes"))) {
+			rc = 1;
+			printf("process_lanes_exhausted: the refused set did not say why it copies here:\n%s\n",
+			       t ? t : "");
+		}
+		free(t);
+		t = NULL;
+		gpunvme_gpu_queues_destroy(hq); /* its lanes go back */
+		hq = NULL;
+		mark = lseek(efd, 0, SEEK_END);
+		if (!rc)
+			rc = staged_reads(c, src, flen, "lanes given back, copies in the DMA process");
+		t = stderr_since(efd, mark);
+		if (!rc && t && strstr(t, said)) {
+			rc = 1;
+			printf("process_lanes_exhausted: lanes given back, yet the set copies here:\n%s\n", t);
+		}
+	}
+	free(t);
+	if (hq)
+		gpunvme_gpu_queues_destroy(hq);
+	if (hog)
+		gpunvme_close(hog);
+	if (c)
+		gpunvme_close(c);
+	free(src);
+	/* stderr back, with what it got, for the log */
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	char *all = stderr_since(efd, 0);
+	if (all && *all)
+		fprintf(stderr, "%s", all);
+	free(all);
+	close(efd);
+	gpunvme_emu_set_copies(was);
 	return rc;
 }
 
