@@ -61,6 +61,7 @@ struct emu_lanes {
 	bool batch_refused;              /* cudaMemcpyBatchAsync refused once: copy piece by piece */
 	bool no2d;                       /* GPUNVME_EMU_2D=0: no strided (2D) copies (a same-run baseline) */
 	bool lane_timeout_said;          /* a lane copy timed out: said once on stderr */
+	bool errs;                       /* GPUNVME_EMU_ERRORS=1: each failed CUDA call said (cuda_fail) */
 	/* lane l's ring: its share of stage_mem (pinned, cudaHostAlloc;
 	 * NULL: none could be had), its fences' events */
 	uint8_t *stage_mem;  /* published with release once the rings are set (stage_alloc) */
@@ -150,13 +151,28 @@ static void lane_trace(const char *what, unsigned lane, size_t len, uint64_t t0)
 		fprintf(stderr, "LANE_TRACE %s lane %u len %zu took %.3f s\n", what, lane, len, (double)dt / 1e9);
 }
 
+/* A CUDA call of lane `lane` failed: -EIO for the emulator, which fails
+ * the command with a Data Transfer Error and says its step; under
+ * GPUNVME_EMU_ERRORS=1 (docs/emulator.md) the call and CUDA's own error
+ * are said here, since -EIO alone does not tell a bad address from an
+ * error left by an earlier fault in this context (session 21's -j4 run had
+ * one with nothing more to read). */
+static int cuda_fail(const struct emu_lanes *g, unsigned lane, const char *call, cudaError_t e, uint64_t dev,
+		     size_t len)
+{
+	if (g->errs)
+		fprintf(stderr, "gpunvme-emu: lane %u: %s of %zu bytes at 0x%llx failed: %s (%s)\n", lane, call, len,
+			(unsigned long long)dev, cudaGetErrorName(e), cudaGetErrorString(e));
+	return -EIO;
+}
+
 /* stage_ring.h's calls, on the lane's stream */
 static int ring_copy(void *ctx, unsigned lane, uint64_t dev, const uint8_t *host, size_t len)
 {
 	struct emu_lanes *g = (struct emu_lanes *)ctx;
 	cudaError_t e = cudaMemcpyAsync((void *)(uintptr_t)dev, host, len, cudaMemcpyHostToDevice, g->lane_stream[lane]);
 	g->ncopy[lane]++;
-	return e == cudaSuccess ? 0 : -EIO;
+	return e == cudaSuccess ? 0 : cuda_fail(g, lane, "a staged copy", e, dev, len);
 }
 
 static int ring_fence(void *ctx, unsigned lane, unsigned k)
@@ -164,14 +180,15 @@ static int ring_fence(void *ctx, unsigned lane, unsigned k)
 	/* the event follows the copies queued so far on the lane's stream:
 	 * complete once they have read their staging bytes */
 	struct emu_lanes *g = (struct emu_lanes *)ctx;
-	return cudaEventRecord(g->fence_ev[lane][k], g->lane_stream[lane]) == cudaSuccess ? 0 : -EIO;
+	cudaError_t e = cudaEventRecord(g->fence_ev[lane][k], g->lane_stream[lane]);
+	return e == cudaSuccess ? 0 : cuda_fail(g, lane, "a staging fence's record", e, 0, 0);
 }
 
 static int ring_wait(void *ctx, unsigned lane, unsigned k)
 {
 	struct emu_lanes *g = (struct emu_lanes *)ctx;
 	cudaError_t e = gpunvme_event_wait(g->fence_ev[lane][k], GPUNVME_STREAM_WAIT_NS);
-	return e == cudaSuccess ? 0 : e == cudaErrorNotReady ? -ETIMEDOUT : -EIO;
+	return e == cudaSuccess ? 0 : e == cudaErrorNotReady ? -ETIMEDOUT : cuda_fail(g, lane, "a staging fence's wait", e, 0, 0);
 }
 
 /* A strided run (stage_ring.h): one 2D copy of consecutive ring rows */
@@ -184,7 +201,7 @@ static int ring_copy2d(void *ctx, unsigned lane, uint64_t dev, uint64_t pitch, c
 	g->ncopy[lane]++;
 	g->ncopy2d[lane]++;
 	g->nrows2d[lane] += rows;
-	return e == cudaSuccess ? 0 : -EIO;
+	return e == cudaSuccess ? 0 : cuda_fail(g, lane, "a staged 2D copy", e, dev, width * rows);
 }
 
 static const struct stage_ring_ops ring_ops = { ring_copy, ring_fence, ring_wait, ring_copy2d };
@@ -281,9 +298,10 @@ static int lane_copy_src(struct emu_lanes *g, unsigned lane, uint64_t dev, void 
 		 * (a copy from pageable memory stages it before returning) */
 		uint8_t *tmp = (uint8_t *)malloc(len);
 		int rc = tmp ? gpunvme_pread_all(fd, tmp, len, off) : -ENOMEM;
-		if (!rc && cudaMemcpyAsync((void *)dev, tmp, len, cudaMemcpyHostToDevice, g->lane_stream[lane]) !=
-				   cudaSuccess)
-			rc = -EIO;
+		cudaError_t e = rc ? cudaSuccess
+				   : cudaMemcpyAsync((void *)dev, tmp, len, cudaMemcpyHostToDevice, g->lane_stream[lane]);
+		if (e != cudaSuccess)
+			rc = cuda_fail(g, lane, "a bounced copy", e, dev, len);
 		free(tmp);
 		lane_trace("bounced copy", lane, len, t0);
 		return rc;
@@ -292,7 +310,7 @@ static int lane_copy_src(struct emu_lanes *g, unsigned lane, uint64_t dev, void 
 			       : cudaMemcpyAsync(host, (void *)dev, len, cudaMemcpyDeviceToHost, g->lane_stream[lane]);
 	g->ncopy[lane]++;
 	lane_trace("copy", lane, len, t0);
-	return e == cudaSuccess ? 0 : -EIO;
+	return e == cudaSuccess ? 0 : cuda_fail(g, lane, to_gpu ? "a copy to the GPU" : "a copy from the GPU", e, dev, len);
 }
 
 static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu)
@@ -386,7 +404,7 @@ static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_co
 								    v[i].len, k, cudaMemcpyHostToDevice,
 								    g->lane_stream[lane]);
 			if (e != cudaSuccess)
-				return -EIO;
+				return cuda_fail(g, lane, "a copy of consecutive rows", e, v[i].dev_addr, k * v[i].len);
 			g->ncopy[lane]++;
 			if (sp != v[i].len || dp != v[i].len) {
 				g->ncopy2d[lane]++;
@@ -443,7 +461,7 @@ static int lane_sync(void *ctx, unsigned lane)
 		}
 		return -ETIMEDOUT;
 	}
-	return e == cudaSuccess ? 0 : -EIO;
+	return e == cudaSuccess ? 0 : cuda_fail(g, lane, "the wait for the lane's copies", e, 0, 0);
 }
 
 /* ---- the emu: bus's device-memory DMA engine ----------------------------------- */
@@ -533,6 +551,8 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 	g->no2d = s2 && !strcmp(s2, "0");
 	const char *pe = getenv("GPUNVME_EMU_PROFILE");
 	g->prof = pe && !strcmp(pe, "1");
+	const char *ee = getenv("GPUNVME_EMU_ERRORS");
+	g->errs = ee && !strcmp(ee, "1");
 	if (want_process()) {
 		char why[200];
 		g->edma = edma_get(why, sizeof(why));
@@ -544,8 +564,7 @@ static int engine_attach(struct gpunvme_bus *b, void **engine)
 			say_inproc(why);
 			/* said once above; GPUNVME_EMU_ERRORS=1 (docs/emulator.md):
 			 * every queue set whose copies stay here, and why */
-			const char *ee = getenv("GPUNVME_EMU_ERRORS");
-			if (ee && !strcmp(ee, "1"))
+			if (g->errs)
 				fprintf(stderr, "gpunvme-emu: a queue set of %u lanes copies in this process: %s\n", g->lanes,
 					why);
 		}
