@@ -250,10 +250,9 @@ static void say_inproc(const char *why)
 	static int said;
 	if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
 		return;
-	/* the Python module leaves module loading lazy when the copies go to
-	 * the DMA process (python/src/gpunvme/__init__.py); here they do not,
-	 * and a lazily loaded kernel's first launch may wait for a read kernel
-	 * that waits for these copies (gpu_queues.cu) */
+	/* a value the user set is kept (gpu_queues.cu); with it not EAGER, a
+	 * lazily loaded kernel's first launch may wait for a read kernel that
+	 * waits for these copies */
 	const char *ml = getenv("CUDA_MODULE_LOADING");
 	const bool lazy = !ml || strcmp(ml, "EAGER");
 	fprintf(stderr, "gpunvme: the emulator's copies to GPU memory run in this process's CUDA context (%s): "

@@ -19,36 +19,25 @@ import sys
 import warnings
 
 # The CUDA settings the library needs (src/cuda/gpu_queues.cu says why:
-# with the emulator's copies in this process, lazy module loading and too
-# few hardware queues make a read kernel wait for copies that wait for it).
-# The C library sets them in the process environment when it loads, but
-# Python's os.environ does not see that, and torch sets
-# CUDA_MODULE_LOADING=LAZY when it first initialises CUDA unless os.environ
-# already names a value. So they go into os.environ here, before any CUDA
-# use. A value the user chose wins.
-#
-# Module loading stays lazy unless GPUNVME_EMU_DMA=inproc: this module sends
-# the emulator's copies to its DMA process (docs/python.md), whose copies
-# never wait on this process's module loads, and eager loading cost a fresh
-# torch process 2.1-2.3 s at its first CUDA call (2.86-3.07 s against
-# 0.71-0.81, bench/results/emu-load-2026-11-28). A queue set the DMA process
-# cannot take copies here, and the emulator's message then names this
-# setting.
-_INPROC = os.environ.get("GPUNVME_EMU_DMA") == "inproc"
-_CUDA_ENV = {"CUDA_MODULE_LOADING": "EAGER" if _INPROC else "LAZY", "CUDA_DEVICE_MAX_CONNECTIONS": "32"}
+# with the emulator's copy engine, lazy module loading and too few hardware
+# queues make a read kernel wait for copies that wait for it). The C
+# library sets them in the process environment when it loads, but Python's
+# os.environ does not see that, and torch sets CUDA_MODULE_LOADING=LAZY when
+# it first initialises CUDA unless os.environ already names a value. So they
+# go into os.environ here, before any CUDA use. A value the user chose wins.
+_CUDA_ENV = {"CUDA_MODULE_LOADING": "EAGER", "CUDA_DEVICE_MAX_CONNECTIONS": "32"}
 _torch = sys.modules.get("torch")
 _cuda_up = bool(_torch is not None and getattr(_torch, "cuda", None) is not None and _torch.cuda.is_initialized())
 for _k, _v in _CUDA_ENV.items():
     if _k not in os.environ:
-        if _cuda_up and (_k != "CUDA_MODULE_LOADING" or _v == "EAGER"):
+        if _cuda_up:
             warnings.warn("gpunvme was imported after CUDA was initialised: %s is not %s, and GPU loads from the "
                           "emulator may stall until their timeout; import gpunvme before the first CUDA call, or "
                           "set %s=%s in the environment" % (_k, _v, _k, _v), RuntimeWarning, stacklevel=2)
         os.environ[_k] = _v
-    elif _k == "CUDA_MODULE_LOADING" and _v == "EAGER" and os.environ[_k] != _v:
-        warnings.warn("CUDA_MODULE_LOADING=%s with GPUNVME_EMU_DMA=inproc: with lazy loading, a kernel's first "
-                      "launch while a GPU read from the emulator runs can stall the read until its timeout; use "
-                      "EAGER, or leave the emulator's copies in its DMA process" % os.environ[_k],
+    elif os.environ[_k] != _v and _k == "CUDA_MODULE_LOADING":
+        warnings.warn("CUDA_MODULE_LOADING=%s: with lazy loading, a kernel's first launch while a GPU read from "
+                      "the emulator runs can stall the read until its timeout; use EAGER" % os.environ[_k],
                       RuntimeWarning, stacklevel=2)
 
 from . import _gpunvme
