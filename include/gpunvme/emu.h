@@ -126,12 +126,18 @@ size_t gpunvme_emu_bar0_size(const struct gpunvme_emu *emu);
 /* ---- DMA address table ------------------------------------------------- */
 
 /* One piece of a copy_batch call: len bytes between GPU address dev_addr
- * and host memory (to_gpu: host -> GPU). */
+ * and host memory (to_gpu: host -> GPU). dev_end is the end of the GPU
+ * region (gpunvme_emu_dma_map_gpu) that dev_addr lies in: an engine that
+ * merges pieces into one copy merges only pieces of one region, since two
+ * regions may be two allocations, and one CUDA copy that spans two fails
+ * (cudaErrorInvalidValue: two loader buffers adjacent in the address space,
+ * session 21). */
 struct gpunvme_emu_copy {
 	uint64_t dev_addr;
 	void *host;
 	size_t len;
 	int to_gpu;
+	uint64_t dev_end;
 };
 
 /* Copies between the emulator's backing store (host memory) and GPU memory.
@@ -158,9 +164,11 @@ struct gpunvme_emu_gpu_ops {
 	 * file's namespace). An engine that stages through pinned memory of
 	 * its own reads the file into it (pread) rather than copy from the
 	 * mapping, whose pages a load touches once each, each a page fault.
-	 * Not batched; the same contract as copy() otherwise. */
-	int (*copy_from_file)(void *ctx, unsigned lane, uint64_t dev_addr, const void *host, int fd, uint64_t off,
-			      size_t len);
+	 * Not batched; the same contract as copy() otherwise. dev_end: as
+	 * in struct gpunvme_emu_copy (the engine may merge consecutive calls'
+	 * pieces of one region). */
+	int (*copy_from_file)(void *ctx, unsigned lane, uint64_t dev_addr, uint64_t dev_end, const void *host, int fd,
+			      uint64_t off, size_t len);
 };
 
 /* Make [iova, iova + len) reachable by the controller, backed by host memory

@@ -193,6 +193,7 @@ static uint16_t seg_resolve(struct emu_thread *t, uint64_t addr, uint64_t len, s
 	uint64_t off = addr - r->iova;
 	s->host = r->va ? r->va + off : NULL;
 	s->dev = r->va ? 0 : r->dev + off;
+	s->dev_end = r->va ? 0 : r->dev + r->len;
 	s->gpu = r->va ? NULL : &r->gpu;
 	s->len = len;
 	return 0;
@@ -345,7 +346,7 @@ static int gpu_piece(struct emu_thread *t, const struct emu_seg *s, uint8_t *buf
 			return rc;
 	}
 	t->batch_ops = *o;
-	t->batch[t->nbatch++] = (struct gpunvme_emu_copy){ s->dev, buf, s->len, to_host };
+	t->batch[t->nbatch++] = (struct gpunvme_emu_copy){ s->dev, buf, s->len, to_host, s->dev_end };
 	return 0;
 }
 
@@ -464,7 +465,7 @@ uint16_t emu_segs_from_file(struct emu_thread *t, uint32_t nsegs, const uint8_t 
 		if (o->copy_from_file) {
 			t->gpu_pending = true;
 			const uint64_t p0 = t->emu->prof ? emu_now_ns() : 0;
-			rc = o->copy_from_file(o->ctx, t->lane, s->dev, map + at, fd, off + at, s->len);
+			rc = o->copy_from_file(o->ctx, t->lane, s->dev, s->dev_end, map + at, fd, off + at, s->len);
 			if (p0)
 				t->prof.file_ns += emu_now_ns() - p0;
 		} else {

@@ -30,6 +30,7 @@
 struct emu_seg {           /* one translated piece of a data transfer */
 	uint8_t *host;         /* host memory, or NULL for GPU memory */
 	uint64_t dev;          /* GPU address when host == NULL */
+	uint64_t dev_end;      /* the end of its GPU region (emu.h, struct gpunvme_emu_copy) */
 	const struct gpunvme_emu_gpu_ops *gpu;
 	uint64_t len;
 };

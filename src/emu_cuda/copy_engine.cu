@@ -219,8 +219,8 @@ static uint8_t *stage_of(struct emu_lanes *g)
  * the latest, as copy() allows. The bytes come from file fd at off where
  * fd >= 0 (an image file's namespace: pread, no page faults on its
  * mapping), else from host. */
-static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, const uint8_t *host, int fd,
-			    uint64_t off, size_t len)
+static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, uint64_t dev_end, const uint8_t *host,
+			    int fd, uint64_t off, size_t len)
 {
 	struct stage_ring *r = &g->ring[lane];
 	for (size_t d = 0; d < len;) {
@@ -236,7 +236,7 @@ static int lane_read_staged(struct emu_lanes *g, unsigned lane, uint64_t dev, co
 		rc = fd < 0 ? (memcpy(st, host + d, n), 0) : gpunvme_pread_all(fd, st, n, off + d);
 		if (p0)
 			g->pread_ns[lane] += gpunvme_now_ns() - p0;
-		if (rc || (rc = stage_ring_add(r, dev + d, at, n)))
+		if (rc || (rc = stage_ring_add(r, dev + d, dev_end, at, n)))
 			return rc;
 		d += n;
 	}
@@ -267,9 +267,9 @@ static void say_inproc(const char *why)
 /* One copy of the lane: host memory, or for a read the bytes of file fd at
  * off (fd >= 0: an image file's namespace, also mapped at host), read into
  * staging (the DMA process's or the lane's own) with pread; straight from
- * host where it is pinned. */
-static int lane_copy_src(struct emu_lanes *g, unsigned lane, uint64_t dev, void *host, int fd, uint64_t off,
-			 size_t len, int to_gpu)
+ * host where it is pinned. dev_end: the end of dev's GPU region (emu.h). */
+static int lane_copy_src(struct emu_lanes *g, unsigned lane, uint64_t dev, uint64_t dev_end, void *host, int fd,
+			 uint64_t off, size_t len, int to_gpu)
 {
 	if (lane >= g->lanes)
 		return -EINVAL;
@@ -285,7 +285,7 @@ static int lane_copy_src(struct emu_lanes *g, unsigned lane, uint64_t dev, void 
 		say_inproc(why);
 	g->inproc_pending[lane] = true;
 	if (to_gpu && stage_of(g) && !pinned_has(host, len)) {
-		int rc = lane_read_staged(g, lane, dev, (const uint8_t *)host, fd, off, len);
+		int rc = lane_read_staged(g, lane, dev, dev_end, (const uint8_t *)host, fd, off, len);
 		lane_trace("staged copy", lane, len, t0);
 		return rc;
 	}
@@ -312,16 +312,18 @@ static int lane_copy_src(struct emu_lanes *g, unsigned lane, uint64_t dev, void 
 	return e == cudaSuccess ? 0 : cuda_fail(g, lane, to_gpu ? "a copy to the GPU" : "a copy from the GPU", e, dev, len);
 }
 
+/* emu.h copy(): its region is not given, so the piece merges with no
+ * other (its own end as the region's) */
 static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu)
 {
-	return lane_copy_src((struct emu_lanes *)ctx, lane, dev, host, -1, 0, len, to_gpu);
+	return lane_copy_src((struct emu_lanes *)ctx, lane, dev, dev + len, host, -1, 0, len, to_gpu);
 }
 
 /* emu.h copy_from_file: a read from an image file's namespace */
-static int lane_copy_from_file(void *ctx, unsigned lane, uint64_t dev, const void *host, int fd, uint64_t off,
-			       size_t len)
+static int lane_copy_from_file(void *ctx, unsigned lane, uint64_t dev, uint64_t dev_end, const void *host, int fd,
+			       uint64_t off, size_t len)
 {
-	return lane_copy_src((struct emu_lanes *)ctx, lane, dev, (void *)host, fd, off, len, 1);
+	return lane_copy_src((struct emu_lanes *)ctx, lane, dev, dev_end, (void *)host, fd, off, len, 1);
 }
 
 /*
@@ -411,7 +413,8 @@ static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_co
 			}
 			continue;
 		}
-		int rc = lane_copy(ctx, lane, v[i].dev_addr, v[i].host, v[i].len, v[i].to_gpu);
+		int rc = lane_copy_src(g, lane, v[i].dev_addr, v[i].dev_end ? v[i].dev_end : v[i].dev_addr + v[i].len,
+				       v[i].host, -1, 0, v[i].len, v[i].to_gpu);
 		if (rc)
 			return rc;
 	}

@@ -75,6 +75,7 @@ struct stage_ring {
 	 * wrap inside), not yet queued, for GPU memory as run says */
 	struct strided_run run;
 	uint64_t run_at;
+	uint64_t run_end; /* the end of the GPU region of the run's pieces (emu.h, dev_end) */
 };
 
 /* mem: size bytes; piece and merge are cut to a quarter of the ring, so
@@ -159,24 +160,26 @@ static inline int stage_ring_take(struct stage_ring *r, size_t n, uint8_t **p, u
 	return 0;
 }
 
-/* The n bytes taken at at, filled, for GPU memory at dev: they join the
- * run (strided_run_join: its next bytes, or its next row where the engine
- * has 2D copies) where they continue it in the ring's memory (a piece after
- * a wrap does not: the ring's memory ends between them) and the run stays
- * within merge bytes, else the run is queued and they start the next. A
- * fence follows every merge bytes taken, so the ring's bytes come free
- * while a long pass goes on. */
-static inline int stage_ring_add(struct stage_ring *r, uint64_t dev, uint64_t at, size_t n)
+/* The n bytes taken at at, filled, for GPU memory at dev in the region
+ * ending at dev_end: they join the run (strided_run_join: its next bytes,
+ * or its next row where the engine has 2D copies) where they continue it
+ * in the ring's memory (a piece after a wrap does not: the ring's memory
+ * ends between them) and in the same GPU region (one copy cannot span two
+ * allocations), and the run stays within merge bytes, else the run is
+ * queued and they start the next. A fence follows every merge bytes
+ * taken, so the ring's bytes come free while a long pass goes on. */
+static inline int stage_ring_add(struct stage_ring *r, uint64_t dev, uint64_t dev_end, uint64_t at, size_t n)
 {
 	int rc;
 	const size_t len = r->run.len;
 	const bool next = len && r->run_at + len == at && r->run_at % r->size + len + n <= r->size &&
-			  len + n <= r->merge;
+			  len + n <= r->merge && r->run_end == dev_end;
 	if (!next || !strided_run_join(&r->run, dev, n, r->ops->copy2d != NULL)) {
 		if ((rc = stage_ring_flush(r)))
 			return rc;
 		strided_run_start(&r->run, dev, n);
 		r->run_at = at;
+		r->run_end = dev_end;
 	}
 	if (r->pos - r->fenced >= r->merge)
 		return stage_ring_fence(r);
@@ -201,12 +204,15 @@ static inline void stage_ring_idle(struct stage_ring *r)
  * that length (*spitch, *dpitch, at most STRIDED_PITCH_MAX): an md
  * member's consecutive chunks (consecutive in the member's namespace,
  * members x chunk apart in GPU memory; strided segments, gpu.h, put them in
- * the SQ in that order), or pieces contiguous in both. 1: v[0] alone.
+ * the SQ in that order), or pieces contiguous in both, all in one GPU
+ * region (dev_end, 0 where not known: one copy cannot span two
+ * allocations). 1: v[0] alone.
  */
 static inline unsigned stage_copy_rows(const struct gpunvme_emu_copy *v, unsigned n, uint64_t *spitch,
 				       uint64_t *dpitch)
 {
-	if (n < 2 || !v[0].to_gpu || !v[1].to_gpu || v[1].len != v[0].len || !v[0].len)
+	if (n < 2 || !v[0].to_gpu || !v[1].to_gpu || v[1].len != v[0].len || !v[0].len || !v[0].dev_end ||
+	    v[1].dev_end != v[0].dev_end)
 		return 1;
 	const uint64_t s0 = (uint64_t)(uintptr_t)v[0].host, s1 = (uint64_t)(uintptr_t)v[1].host;
 	if (s1 < s0 + v[0].len || v[1].dev_addr < v[0].dev_addr + v[0].len || s1 - s0 > STRIDED_PITCH_MAX ||
@@ -216,7 +222,7 @@ static inline unsigned stage_copy_rows(const struct gpunvme_emu_copy *v, unsigne
 	unsigned k = 2;
 	for (; k < n; k++)
 		if (!v[k].to_gpu || v[k].len != v[0].len || (uint64_t)(uintptr_t)v[k].host != s0 + k * sp ||
-		    v[k].dev_addr != v[0].dev_addr + k * dp)
+		    v[k].dev_addr != v[0].dev_addr + k * dp || v[k].dev_end != v[0].dev_end)
 			break;
 	*spitch = sp;
 	*dpitch = dp;

@@ -36,10 +36,13 @@ struct fake_gpu {
 	unsigned nowned, file_calls, file_mismatch;
 };
 
-static int issue(struct fake_gpu *g, const struct gpunvme_emu_copy *c)
+/* c->dev_end: the end of its region as the emulator says it (emu.h), here
+ * the fake's one region; 0 from copy(), which is not told */
+static int issue(struct fake_gpu *g, const struct gpunvme_emu_copy *c, bool end_known)
 {
 	if (c->dev_addr < (uint64_t)(uintptr_t)g->mem ||
-	    c->dev_addr + c->len > (uint64_t)(uintptr_t)g->mem + g->len)
+	    c->dev_addr + c->len > (uint64_t)(uintptr_t)g->mem + g->len ||
+	    (end_known && c->dev_end != (uint64_t)(uintptr_t)g->mem + g->len))
 		return -EFAULT;
 	if (g->nq == MAXQ) {
 		g->overflow = 1;
@@ -56,7 +59,7 @@ static int fake_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t 
 	struct gpunvme_emu_copy c = { dev, host, len, to_gpu };
 	pthread_mutex_lock(&g->lock);
 	g->single_calls++;
-	int rc = issue(g, &c);
+	int rc = issue(g, &c, false);
 	pthread_mutex_unlock(&g->lock);
 	return rc;
 }
@@ -73,7 +76,7 @@ static int fake_batch(void *ctx, unsigned lane, const struct gpunvme_emu_copy *v
 	} else {
 		g->batch_pieces += n;
 		for (unsigned i = 0; i < n && !rc; i++)
-			rc = issue(g, &v[i]);
+			rc = issue(g, &v[i], true);
 	}
 	pthread_mutex_unlock(&g->lock);
 	return rc;
@@ -105,7 +108,8 @@ static int fake_sync(void *ctx, unsigned lane)
 /* A read from an image file's namespace: the file's bytes at off, read
  * into staging of the fake's own, queued like any copy; the mapping's
  * bytes (host) must be the same (counted when not). */
-static int fake_from_file(void *ctx, unsigned lane, uint64_t dev, const void *host, int fd, uint64_t off, size_t len)
+static int fake_from_file(void *ctx, unsigned lane, uint64_t dev, uint64_t dev_end, const void *host, int fd,
+			  uint64_t off, size_t len)
 {
 	(void)lane;
 	struct fake_gpu *g = ctx;
@@ -117,12 +121,12 @@ static int fake_from_file(void *ctx, unsigned lane, uint64_t dev, const void *ho
 		free(st);
 		return rc;
 	}
-	struct gpunvme_emu_copy c = { dev, st, len, 1 };
+	struct gpunvme_emu_copy c = { dev, st, len, 1, dev_end };
 	pthread_mutex_lock(&g->lock);
 	g->file_calls++;
 	if (memcmp(st, host, len))
 		g->file_mismatch++;
-	rc = g->nowned < MAXQ ? issue(g, &c) : -ENOSPC;
+	rc = g->nowned < MAXQ ? issue(g, &c, true) : -ENOSPC;
 	if (!rc)
 		g->owned[g->nowned++] = st;
 	pthread_mutex_unlock(&g->lock);

@@ -34,14 +34,22 @@ struct late_engine {
 	unsigned copies, copies2d, fences, waits;
 	size_t longest;
 	int fail_wait;         /* wait returns this when nonzero */
-	int bad;               /* a copy outside the ring or the device buffer */
+	int bad;               /* a copy outside the ring or the device buffer, or over a region's end */
+	uint64_t region;       /* nonzero: "GPU memory" is allocations of this many bytes, and a copy
+				  that spans two fails, as a CUDA copy does (cudaErrorInvalidValue) */
 };
+
+/* a copy of [dev, dev + extent) spans two of e's allocations */
+static int spans(const struct late_engine *e, uint64_t dev, uint64_t extent)
+{
+	return e->region && extent && dev / e->region != (dev + extent - 1) / e->region;
+}
 
 static int late_copy(void *ctx, unsigned lane, uint64_t dev, const uint8_t *host, size_t len)
 {
 	struct late_engine *e = (struct late_engine *)ctx;
 	(void)lane;
-	if (host < e->ring || host + len > e->ring + e->ring_size || dev + len > e->dev_size) {
+	if (host < e->ring || host + len > e->ring + e->ring_size || dev + len > e->dev_size || spans(e, dev, len)) {
 		e->bad++;
 		return -EFAULT;
 	}
@@ -67,7 +75,7 @@ static int late_copy2d(void *ctx, unsigned lane, uint64_t dev, uint64_t pitch, c
 	struct late_engine *e = (struct late_engine *)ctx;
 	(void)lane;
 	if (rows < 2 || pitch <= width || host < e->ring || host + width * rows > e->ring + e->ring_size ||
-	    dev + (rows - 1) * pitch + width > e->dev_size) {
+	    dev + (rows - 1) * pitch + width > e->dev_size || spans(e, dev, (rows - 1) * pitch + width)) {
 		e->bad++;
 		return -EFAULT;
 	}
@@ -131,8 +139,9 @@ static int sync_ring(struct stage_ring *r, struct late_engine *e)
 	return rc;
 }
 
-/* One piece: taken, filled from src[off..], handed to the ring for dev. */
-static int piece(struct stage_ring *r, const uint8_t *src, uint64_t off, uint64_t dev, size_t n)
+/* One piece: taken, filled from src[off..], handed to the ring for dev in
+ * the GPU region that ends at dev_end. */
+static int piece_in(struct stage_ring *r, const uint8_t *src, uint64_t off, uint64_t dev, uint64_t dev_end, size_t n)
 {
 	uint8_t *p;
 	uint64_t at;
@@ -140,7 +149,14 @@ static int piece(struct stage_ring *r, const uint8_t *src, uint64_t off, uint64_
 	if (rc)
 		return rc;
 	memcpy(p, src + off, n);
-	return stage_ring_add(r, dev, at, n);
+	return stage_ring_add(r, dev, dev_end, at, n);
+}
+
+#define ONE_REGION (1ull << 62) /* the end of a region holding every test's "GPU memory" */
+
+static int piece(struct stage_ring *r, const uint8_t *src, uint64_t off, uint64_t dev, size_t n)
+{
+	return piece_in(r, src, off, dev, ONE_REGION, n);
 }
 
 static uint64_t rnd(uint64_t *s)
@@ -211,6 +227,57 @@ TEST_CASE(sequential_reads_merge_into_runs)
 		}
 		printf("merge %zu: %u copies, %u fences, %u waits for %zu MiB\n", merges[m], e.copies, e.fences, e.waits,
 		       total >> 20);
+		teardown(&e);
+	}
+	free(src);
+	return 0;
+}
+
+/*
+ * Two loader buffers adjacent in the address space are two allocations, and
+ * one CUDA copy over both fails (session 21: cudaErrorInvalidValue, the
+ * commands failed with a Data Transfer Error). Pieces that continue each
+ * other in the ring and in GPU memory but lie in two regions go as two
+ * copies, 1D and 2D (an md member's rows), with every byte delivered.
+ */
+TEST_CASE(runs_stop_at_a_region_end)
+{
+	const size_t region = 1u << 20, pc = 96u << 10, total = 4 * region;
+	uint8_t *src = pattern(total, 9);
+	REQUIRE(src);
+	for (int twod = 0; twod < 2; twod++) {
+		struct late_engine e;
+		struct stage_ring r;
+		REQUIRE_OK(setup(&e, &r, 8u << 20, 512u << 10, 2u << 20, total));
+		e.region = region;
+		if (!twod) {
+			/* consecutive pieces over all four regions: 96 KiB does
+			 * not divide 1 MiB, so pieces straddle region ends too,
+			 * and are cut there as the emulator's PRP segments are */
+			for (size_t off = 0; off < total;) {
+				const uint64_t end = (off / region + 1) * region;
+				const size_t n = off + pc <= end ? pc : end - off;
+				REQUIRE_OK(piece_in(&r, src, off, off, end, n));
+				off += n;
+			}
+		} else {
+			/* rows of 64 KiB, 256 KiB apart: four rows a region, a
+			 * run of them with the next region's rows after it */
+			const size_t w = 64u << 10, pitch = 256u << 10;
+			for (size_t k = 0; k < total / pitch; k++)
+				REQUIRE_OK(piece_in(&r, src, k * pitch, k * pitch, (k * pitch / region + 1) * region, w));
+		}
+		REQUIRE_OK(sync_ring(&r, &e));
+		CHECK_EQ(e.bad, 0);
+		if (!twod) {
+			CHECK(!memcmp(e.dev, src, total), "the bytes delivered differ");
+			CHECK_EQ(e.copies, 4u); /* one a region: the merge (2 MiB) would take two */
+		} else {
+			for (size_t k = 0; k < total / (256u << 10); k++)
+				CHECK(!memcmp(e.dev + k * (256u << 10), src + k * (256u << 10), 64u << 10),
+				      "row %zu differs", k);
+			CHECK_EQ(e.copies2d, 4u);
+		}
 		teardown(&e);
 	}
 	free(src);
@@ -481,19 +548,21 @@ TEST_CASE(no_negative_or_huge_pitch)
 /* A worker's batch of copies from pinned memory (stage_copy_rows): an md
  * member's chunks in SQ order go as one copy (2D, or 1D where both sides
  * are contiguous), and each way such a run ends stops it there. */
+#define REG_END 0x7f0040000000ull /* the end of the GPU region of every piece below */
+
 TEST_CASE(batch_rows_from_pinned_memory)
 {
 	static uint8_t ns[64u << 20];
 	const size_t chunk = 512u << 10;
 	struct gpunvme_emu_copy v[40];
 	for (unsigned i = 0; i < 40; i++)
-		v[i] = (struct gpunvme_emu_copy){ 0x7f0000000000ull + i * 4 * chunk, ns + i * chunk, chunk, 1 };
+		v[i] = (struct gpunvme_emu_copy){ 0x7f0000000000ull + i * 4 * chunk, ns + i * chunk, chunk, 1, REG_END };
 	uint64_t sp = 0, dp = 0;
 	CHECK_EQ(stage_copy_rows(v, 40, &sp, &dp), 40);
 	CHECK_EQ(sp, chunk);
 	CHECK_EQ(dp, 4 * chunk);
 	CHECK_EQ(stage_copy_rows(v, 1, &sp, &dp), 1);
-	for (int how = 0; how < 6; how++) {
+	for (int how = 0; how < 7; how++) {
 		struct gpunvme_emu_copy w[12];
 		memcpy(w, v, sizeof(w));
 		switch (how) {
@@ -503,12 +572,13 @@ TEST_CASE(batch_rows_from_pinned_memory)
 		case 3: w[5].to_gpu = 0; break;                  /* a write */
 		case 4: w[5].host = ns; break;                   /* backwards */
 		case 5: w[5].dev_addr = w[0].dev_addr; break;
+		case 6: w[5].dev_end = REG_END + 4096; break;     /* another GPU region (allocation) */
 		}
 		CHECK_EQ(stage_copy_rows(w, 12, &sp, &dp), 5);
 	}
 	/* contiguous in both: one plain copy's worth */
 	for (unsigned i = 0; i < 8; i++)
-		v[i] = (struct gpunvme_emu_copy){ 0x7f0000000000ull + i * 4096, ns + i * 4096, 4096, 1 };
+		v[i] = (struct gpunvme_emu_copy){ 0x7f0000000000ull + i * 4096, ns + i * 4096, 4096, 1, REG_END };
 	CHECK_EQ(stage_copy_rows(v, 8, &sp, &dp), 8);
 	CHECK_EQ(sp, 4096);
 	CHECK_EQ(dp, 4096);
@@ -525,6 +595,9 @@ TEST_CASE(batch_rows_from_pinned_memory)
 	v[0].to_gpu = 0;
 	CHECK_EQ(stage_copy_rows(v, 8, &sp, &dp), 1);
 	v[0].to_gpu = 1;
+	v[0].dev_end = 0; /* its region not known: merged with nothing */
+	CHECK_EQ(stage_copy_rows(v, 8, &sp, &dp), 1);
+	v[0].dev_end = REG_END;
 	v[0].len = v[1].len = 0;
 	CHECK_EQ(stage_copy_rows(v, 8, &sp, &dp), 1);
 	return 0;
