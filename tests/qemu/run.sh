@@ -333,7 +333,7 @@ run_again() {
 	: > "$LOG"
 	run_qemu
 }
-rm -f "$WORK"/serial.crashed*.log
+rm -f "$WORK"/serial.crashed*.log "$WORK"/serial.boothang.log "$WORK"/serial.preinit.log
 case $QRC in
 134 | 135 | 139)
 	for ((run = 2; run <= ${QEMU_CRASH_RUNS:-3}; run++)); do
