@@ -119,6 +119,9 @@ for ph in ${PHASES:-build serial}; do
 			# missing build directory must not read as a pass)
 			if [ $rc -eq 0 ] && [[ $res == *"100% tests passed"* ]]; then
 				pass=$((pass + 1))
+				# each test's line (passed, skipped, time) stays: a
+				# record can then say which ran, not only how many
+				grep -E "Test +#|did not run|Skipped" "$R/ctest-${ph%%:*}-$i.log" >"$R/ctest-${ph%%:*}-$i.tests"
 				rm -f "$R/ctest-${ph%%:*}-$i.log"
 			else
 				grep -E "\*\*\*|Failed|Timeout" "$R/ctest-${ph%%:*}-$i.log" | head -20
