@@ -936,7 +936,11 @@ TEST_CASE(process_lanes_exhausted)
 		FAIL("GPUNVME_EMU_DMA=inproc keeps every copy here: this case needs the DMA process (unset it)");
 	const enum gpunvme_emu_copies was = gpunvme_emu_copies();
 	gpunvme_emu_set_copies(GPUNVME_EMU_COPIES_PROCESS);
-	setenv("GPUNVME_EMU_ERRORS", "1", 1); /* read at each queue set's attach */
+	/* read at each queue set's attach; put back as it was at the end, so
+	 * the cases after this one (all of them in one run) keep their own */
+	const char *ee = getenv("GPUNVME_EMU_ERRORS");
+	char *errs_was = ee ? strdup(ee) : NULL;
+	setenv("GPUNVME_EMU_ERRORS", "1", 1);
 	char epath[] = "/tmp/gpunvme-lanes-err.XXXXXX";
 	const int efd = mkstemp(epath);
 	REQUIRE(efd >= 0);
@@ -1007,6 +1011,11 @@ TEST_CASE(process_lanes_exhausted)
 	free(all);
 	close(efd);
 	gpunvme_emu_set_copies(was);
+	if (errs_was)
+		setenv("GPUNVME_EMU_ERRORS", errs_was, 1);
+	else
+		unsetenv("GPUNVME_EMU_ERRORS");
+	free(errs_was);
 	return rc;
 }
 
