@@ -7,7 +7,7 @@ the same-run baselines.
   stream_llm.py make ROOT [--layers 40 --hidden 2048 --inter 8192 ...]
       A LlamaForCausalLM from a config, random weights (seed 0, drawn on the
       GPU), bf16, save_pretrained(max_shard_size="1GB") into ROOT/llm.
-  stream_llm.py run RAM_URI SSD_URI ROOT [--tokens 8 --budget-gib G --window 2]
+  stream_llm.py run RAM_URI SSD_URI ROOT [--tokens 8 --budget-gib G --window K (stream_decoder's default)]
       One run, each method in a process of its own (stream_llm.py one
       METHOD ...), one prompt (seed 1), greedy decoding of N tokens by:
         ref    the fully resident model (weights by gpunvme.load_pretrained:
@@ -205,6 +205,59 @@ def torch_warmup(torch, dev, cfg):
     torch.cuda.synchronize()
 
 
+def layer_sampler(model, idx, period_s=0.0005):
+    """diagnosis (STREAM_SAMPLE=i): where the host's time goes inside
+    decoder layer i's forward, by sampling the decoding thread's Python stack
+    every period_s while it is inside (hooks registered after the stream's:
+    its acquire and release are outside). Python's own frames only: time in a
+    C call shows as the line that made it. Returns a function that stops the
+    sampler and prints the most frequent stacks, with the layer's forward
+    times, to stderr."""
+    import collections
+    import threading
+    layer = model.get_submodule("model.layers")[idx]
+    main = threading.get_ident()
+    inside = threading.Event()
+    counts, spans, stop = collections.Counter(), [], threading.Event()
+
+    def pre(mod, args, kwargs=None):
+        spans.append([time.perf_counter(), None])
+        inside.set()
+
+    def post(mod, args, out):
+        inside.clear()
+        spans[-1][1] = time.perf_counter()
+
+    h1, h2 = layer.register_forward_pre_hook(pre), layer.register_forward_hook(post)
+
+    def run():
+        while not stop.is_set():
+            if inside.wait(0.05):
+                f = sys._current_frames().get(main)
+                st = []
+                while f is not None and len(st) < 14:
+                    st.append("%s:%d %s" % (f.f_code.co_filename.rsplit("/", 2)[-1], f.f_lineno, f.f_code.co_name))
+                    f = f.f_back
+                counts[tuple(st)] += 1
+                time.sleep(period_s)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+
+    def done():
+        stop.set()
+        inside.set()
+        t.join()
+        h1.remove()
+        h2.remove()
+        ms = [round((e - b) * 1e3, 2) for b, e in spans if e]
+        print("sampler: layer %d forward ms per call: %s" % (idx, ms), file=sys.stderr)
+        total = sum(counts.values()) or 1
+        for st, n in counts.most_common(12):
+            print("sampler: %5.1f %%  %s" % (100.0 * n / total, "  <-  ".join(st)), file=sys.stderr)
+    return done
+
+
 def one_ours(a, label, uri, sync_reads=False, tier=None):
     a.sync_reads = a.sync_reads or sync_reads
     torch, gpunvme, cfg, dev, prompt = setup(a)
@@ -218,8 +271,8 @@ def one_ours(a, label, uri, sync_reads=False, tier=None):
     f_before = torch.cuda.mem_get_info()[0]
     m = meta_model(cfg)
     t0 = time.perf_counter()
-    s = gpunvme.stream_decoder(m, uri, "/llm", layers="model.layers.{i}.", window=a.window, device="cuda",
-                               sync_reads=a.sync_reads, tier=tier, no_fallback=tier is not None)
+    s = gpunvme.stream_decoder(m, uri, "/llm", layers="model.layers.{i}.", device="cuda",
+                               **({"window": a.window} if a.window else {}), sync_reads=a.sync_reads, tier=tier, no_fallback=tier is not None)
     torch.cuda.synchronize()
     t_open = time.perf_counter() - t0
     lib_measured = f_before - torch.cuda.mem_get_info()[0]
@@ -237,6 +290,7 @@ def one_ours(a, label, uri, sync_reads=False, tier=None):
         # for the whole device, the stream's read kernels included
         ms = torch.cuda.memory_stats()
         return {k: ms.get(k) for k in ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms")}
+    sampler = layer_sampler(m, int(os.environ["STREAM_SAMPLE"])) if os.environ.get("STREAM_SAMPLE") else None
     try:
         if os.environ.get("STREAM_PROFILE"):
             # diagnosis: the host's CPU time per op over the decode (torch
@@ -256,6 +310,8 @@ def one_ours(a, label, uri, sync_reads=False, tier=None):
             r["stats_error"] = repr(e2)[:300]
         emit(r)
         return
+    if sampler:
+        sampler()
     st = s.stats()
     peak = torch.cuda.max_memory_allocated()
     # Tier 1 copies each layer into torch's allocations: compared with the
@@ -361,7 +417,7 @@ def run(a):
           "ram_uri": a.ram_uri, "ssd_uri": a.ssd_uri})
     os.makedirs(a.work, exist_ok=True)
     common = ["--work", a.work, "--tokens", str(a.tokens), "--prompt", str(a.prompt), "--budget-gib",
-              str(a.budget_gib), "--window", str(a.window)] + (["--sync-reads"] if a.sync_reads else [])
+              str(a.budget_gib)] + (["--window", str(a.window)] if a.window else []) + (["--sync-reads"] if a.sync_reads else [])
     out = {}
     for method in a.methods.split(","):
         cmd = [sys.executable, os.path.abspath(__file__), "one", method, a.ram_uri, a.ssd_uri, a.root] + common
@@ -445,7 +501,7 @@ def main():
         r.add_argument("--tokens", type=int, default=8)
         r.add_argument("--prompt", type=int, default=16)
         r.add_argument("--budget-gib", type=float, default=1.6)
-        r.add_argument("--window", type=int, default=2)
+        r.add_argument("--window", type=int, default=None, help="the stream's slots (default: stream_decoder's)")
         r.add_argument("--warmup", action="store_true", help="torch's first-time CUDA work before the stream opens")
         r.add_argument("--sync-reads", action="store_true",
                        help="the stream's host wait for each layer's reads (docs/loader.md, Limits)")

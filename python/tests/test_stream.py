@@ -154,6 +154,16 @@ def test_stream_cuda_every_layer(dec, tier, sync_reads):
     assert st["acquires"] == 15 and st["layer_loads"] == 2 + 15 and 0.0 <= st["overlap"] <= 1.0
 
 
+def test_stream_decoder_default_window():
+    """stream_decoder keeps 4 slots by default, the plain stream 2: a decode
+    loop's step boundary (the host waits for the token, then sets up the next
+    step) needs reads queued 3 layers ahead (docs/python.md)"""
+    import inspect
+    assert inspect.signature(gpunvme.stream_decoder).parameters["window"].default == 4
+    assert inspect.signature(gpunvme.stream).parameters["window"].default == 2
+    assert inspect.signature(gpunvme.LayerStream).parameters["window"].default == 2
+
+
 @pytest.mark.parametrize("device,tier", [("cpu", None), ("cuda", None), ("cuda", 1)])
 def test_stream_decoder_llama(tmp_path, device, tier):
     """a tiny Llama: logits with streamed layers == fully loaded, bitwise;

@@ -28,7 +28,7 @@ def _load_resident(model, sd, model_dir):
         model.tie_weights()
 
 
-def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, device="cuda", **kw):
+def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=4, device="cuda", **kw):
     """Run a Hugging Face decoder (Llama architecture and alike) with its
     decoder layers streamed: every tensor outside the layers is loaded once
     into the model (load_state_dict(assign=True)); each decoder layer gets
@@ -39,7 +39,17 @@ def stream_decoder(model, uri, model_dir, layers="model.layers.{i}.", window=2, 
     device. A failed read raises gpunvme.Error from the forward, at its last
     layer at the latest (before the output is returned). Returns the
     LayerStream (stats(), close()); the model keeps it as
-    model._gpunvme_stream."""
+    model._gpunvme_stream.
+
+    window=4 by default (gpunvme.stream's is 2): a decoding step begins
+    only once the host has the last step's token, and the host's work before
+    it releases layer 0 (sampling, the step's set-up, layer 0's own host
+    work, most of it in its attention call: likely a cuDNN plan for each
+    new key/value length) took 38-91 ms on an H200
+    (bench/results/emu-2026-11-29-s22). The reads can run only window - 1
+    layers ahead of it; at two slots they stood idle 6-43 ms a step behind a
+    modeled 7 GB/s SSD with 120 MB layers. Pass window=2 where memory is
+    tighter than time."""
     import torch
     s = LayerStream(uri, model_dir, layers=layers, window=window, device=device, **kw)
     dev = torch.device(s.device)
