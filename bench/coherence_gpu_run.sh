@@ -48,7 +48,8 @@
 #   pystages  issue 32: load_pretrained's stages in a fresh process (bench/py_stages.py), DMA
 #             process or not, eager or lazy module loading (PSV: the environments, "defaults"
 #             for none), the DMA process's start from the emulator's profile; after venv
-#   stream32  issue 32: bench/stream_llm_run.sh on the image at Tier 2 (modeled SSD), ref and ssd
+#   stream32  issue 32: bench/stream_llm_run.sh on the image at Tier 2 (modeled SSD), ref and ssd,
+#             SROUNDS (1) rounds of ssd, SWINDOW slots (default: stream_decoder's)
 #   open64    issue 32: the same small model from a 1 GiB and a 64 GiB image, start to exit
 #   workers   issue 32: the emulator's workers WLIST ("8 12 16") in turn, WREP (2) rounds: load_pretrained
 #             into a Volume through the DMA process and in process, and gpunvme load; after venv
@@ -358,12 +359,22 @@ print(" ".join("%s%% (load %s%%)" % (x["pct"], x["load_pct"]) for x in r))' "$f.
 		# the stream's trace (every layer's read and wait, host and GPU
 		# times): what the first decode step after the prefill waits for
 		# (its 46 ms beyond the steady state, session 17's record)
-		mkdir -p "$R/stream32"
-		GPUNVME_STREAM_TRACE="$R/stream32/trace.txt" OUT="$R/stream32" STEPS="model run" METHODS="${SMETHODS:-ref,ssd}" \
-			EMUQ="nsq=64&mqes=1023" timeout "${STREAM_S:-300}" bash bench/stream_llm_run.sh 40 8 1.6 2>&1 | tail -6 | cut -c1-400
-		# the trace by step (one streaming method, ssd, writes it): what
-		# the first decode step pays beyond the others
-		python3 bench/stream_trace.py "$R/stream32/trace.txt" --layers 40 2>&1 | head -12
+		# SROUNDS (1): rounds, each a fresh process for ssd (the model and
+		# the reference are made in the first), each with its own trace;
+		# SWINDOW: the stream's slots (default: stream_decoder's)
+		for n in $(seq "${SROUNDS:-1}"); do
+			d="$R/stream32"
+			[ "$n" = 1 ] || d="$R/stream32-$n"
+			st="model run" && m="${SMETHODS:-ref,ssd}"
+			[ "$n" = 1 ] || { st=run && m=ssd; }
+			mkdir -p "$d"
+			GPUNVME_STREAM_TRACE="$d/trace.txt" OUT="$d" STEPS="$st" METHODS="$m" WINDOW="${SWINDOW:-}" \
+				EMUQ="nsq=64&mqes=1023" timeout "${STREAM_S:-300}" bash bench/stream_llm_run.sh 40 8 1.6 2>&1 | tail -6 | cut -c1-400
+			# the trace by step (one streaming method, ssd, writes it):
+			# where the reads stand idle (session 22: after layers 0 to
+			# window - 1, until the host releases layer 0)
+			python3 bench/stream_trace.py "$d/trace.txt" --layers 40 2>&1 | head -12
+		done
 		;;
 	open64)
 		# issue 32, acceptance 1: opening a 64 GiB image costs < 1 s with the
