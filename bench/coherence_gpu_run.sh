@@ -28,8 +28,9 @@
 #   pyload    issue 32: load_pretrained of a PY_GIB (8.5) save_pretrained checkpoint from an image
 #             file against load_file and from_pretrained, MERGE ("default 0") each, and its
 #             breakdown (after venv); PYQ lists device-string variants (bench/emu_dma_diag.sh's V)
-#   modeled   issue 32, acceptance 2: bench/modeled_ssd.py on pyload's image (the CLI,
-#             load_file per shard, load_pretrained against a modeled 7 GB/s SSD); after pyload
+#   modeled   issue 32, acceptance 2: bench/modeled_ssd.py on pyload's image (made here when
+#             missing; the CLI, load_file per shard, load_pretrained against a modeled 7 GB/s SSD);
+#             after venv
 #   stages    issue 32, acceptance 2: bench/shard_stages.py on pyload's image behind the modeled
 #             7 GB/s SSD, the emulator's copies through the DMA process and in process, each with
 #             steps sized by rate and fixed (STEPS, "0 64 1024" MiB), with the load and emulator
@@ -232,6 +233,7 @@ for ph in ${PHASES:-build serial}; do
 		;;
 	modeled)
 		log "modeled 7 GB/s SSD: every entry point"
+		py_image || continue
 		timeout 300 python3 bench/modeled_ssd.py /tmp/pyload/ext4.img /big --cli "$B/gpunvme" 2>"$R/modeled.err" |
 			tee "$R/modeled.jsonl" | cut -c1-220
 		grep -i -m5 "error\|traceback" "$R/modeled.err"
