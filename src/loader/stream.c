@@ -524,8 +524,10 @@ static int setup(struct gpunvme_layer_stream *s, const struct source *src, const
 		sl->mem = gpunvme_layer_loader_alloc(s->l, 0, s->slot_bytes ? s->slot_bytes : 1);
 		sl->ptr = calloc(s->max_tensors ? s->max_tensors : 1, sizeof(*sl->ptr));
 		if (!sl->mem)
-			return gpunvme_set_error(-ENOMEM, "cannot allocate slot %u of %u (%llu bytes each, %s): %s", k,
-						 s->k, (unsigned long long)s->slot_bytes,
+			return gpunvme_set_error(-ENOMEM,
+						 "cannot allocate slot %u of %u (%llu bytes each, %s): %s; a smaller window "
+						 "needs less (2 slots still read one layer ahead)",
+						 k, s->k, (unsigned long long)s->slot_bytes,
 						 s->tier == GPUNVME_TIER_2 ? "GPU memory" : "host DMA memory",
 						 gpunvme_last_error());
 		if (!sl->ptr)

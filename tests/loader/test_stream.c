@@ -441,6 +441,26 @@ TEST_CASE(errors)
 	REQUIRE_EQ(gpunvme_layer_stream_open(c, 1, m2, fm.ext, fm.n, fm.size, &o, &s), -EINVAL);
 	REQUIRE(strstr(gpunvme_last_error(), "no tensor of layer 2"), "%s", gpunvme_last_error());
 	gpunvme_model_free(m2);
+	/* a slot the host cannot give: layer 1 claims a tensor of 1 PiB (the
+	 * index edited after parsing, the file size with it) */
+	REQUIRE_OK(gpunvme_model_parse_mem(fm.file, fm.size, &m2));
+	uint64_t big_size = fm.size;
+	for (size_t i = 0; i < m2->n_tensors; i++)
+		if (!strncmp(m2->tensors[i].name, "blk.1.", 6)) {
+			m2->tensors[i].bytes = 1ull << 50;
+			big_size = m2->tensors[i].offset + m2->tensors[i].bytes;
+			break;
+		}
+	gpunvme_stream_opts_init(&o);
+	o.layers = "blk.{i}.";
+	o.window = 3;
+	s = NULL;
+	REQUIRE_EQ(gpunvme_layer_stream_open(c, 1, m2, fm.ext, fm.n, big_size, &o, &s), -ENOMEM);
+	REQUIRE(s == NULL);
+	REQUIRE(strstr(gpunvme_last_error(), "cannot allocate slot 0 of 3") &&
+			strstr(gpunvme_last_error(), "a smaller window needs less"),
+		"%s", gpunvme_last_error());
+	gpunvme_model_free(m2);
 	/* missing arguments */
 	REQUIRE_EQ(gpunvme_layer_stream_open(NULL, 1, fm.m, fm.ext, fm.n, fm.size, &o, &s), -EINVAL);
 	REQUIRE_EQ(gpunvme_layer_stream_open(c, 1, fm.m, fm.ext, fm.n, fm.size, NULL, &s), -EINVAL);
