@@ -5,7 +5,8 @@ cut into steps: a step starts at each acquire of layer 0. Per step: its
 length, the reads' busy time and their idle gaps on the reads' stream, the
 consumer's waits for reads (all, and at layers 0 and 1), and the host time
 between the previous step's last release and this step's first acquire (the
-model's work outside the layers: sampling, the next step's set-up). What
+model's work outside the layers: sampling, the next step's set-up), and
+the host's hold of layer 0 (its acquire to its release). What
 the first decode step pays beyond the steady state shows as the row that
 differs.
 
@@ -64,6 +65,7 @@ def steps(ev, nlayers=None):
     for n, t0 in enumerate(starts):
         t1 = starts[n + 1] if n + 1 < len(starts) else end_all
         waits = [(l, e - s) for k, l, s, e in ev if k == "gpu wait" and t0 <= s < t1]
+        rel0 = [s for k, l, s, e in ev if k == "host release" and l == 0 and t0 <= s < t1]
         prev_rel = [r for r in rel_last if r <= t0]
         rbusy, ridle = busy(reads, t0, t1)
         out.append({
@@ -75,6 +77,10 @@ def steps(ev, nlayers=None):
             "wait_l0_ms": round(sum(d for l, d in waits if l == 0), 2),
             "wait_l1_ms": round(sum(d for l, d in waits if l == 1), 2),
             "host_gap_ms": round(t0 - prev_rel[-1], 2) if prev_rel else None,
+            # the host's hold of layer 0 (acquire to release): the step's
+            # serial stretch, which the reads cover only window - 1 layers
+            # deep (bench/results/emu-2026-11-29-s22)
+            "hold_l0_ms": round(rel0[0] - t0, 2) if rel0 else None,
         })
     return out
 
