@@ -164,11 +164,13 @@ def test_stream_decoder_default_window():
     assert inspect.signature(gpunvme.LayerStream).parameters["window"].default == 2
 
 
-@pytest.mark.parametrize("device,tier", [("cpu", None), ("cuda", None), ("cuda", 1)])
-def test_stream_decoder_llama(tmp_path, device, tier):
+@pytest.mark.parametrize("device,tier,window", [("cpu", None, 2), ("cpu", None, None), ("cuda", None, 2),
+                                               ("cuda", None, None), ("cuda", 1, 2)])
+def test_stream_decoder_llama(tmp_path, device, tier, window):
     """a tiny Llama: logits with streamed layers == fully loaded, bitwise;
     on Tier 1 (pinned slots, each layer copied to the GPU) no layer's GPU
-    copy outlives its forward"""
+    copy outlives its forward; window None: the default (4 slots, as many
+    as the model's layers: each read once)"""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     if device == "cuda" and (not gpunvme.cuda_available() or not torch.cuda.is_available()):
@@ -190,7 +192,8 @@ def test_stream_decoder_llama(tmp_path, device, tier):
             p.data = p.data.clone()
     with torch.device("meta"):
         m = transformers.LlamaForCausalLM(cfg).eval()
-    s = gpunvme.stream_decoder(m, uri, "/tiny", window=2, device=device, tier=tier, no_fallback=tier is not None)
+    kw = {} if window is None else {"window": window}
+    s = gpunvme.stream_decoder(m, uri, "/tiny", device=device, tier=tier, no_fallback=tier is not None, **kw)
     assert tier is None or s.tier == tier
     ids = torch.randint(0, 300, (1, 12)).to(device)
     with torch.no_grad():
@@ -202,4 +205,5 @@ def test_stream_decoder_llama(tmp_path, device, tier):
                 held = [n for n, p in m.model.layers.named_parameters()]
                 assert held == [], held[:3]
     st = s.stats()
-    assert st["acquires"] == 8 and st["layers"] == 4
+    assert st["acquires"] == 8 and st["layers"] == 4 and st["window"] == (window or 4)
+    assert st["layer_loads"] == (4 if st["window"] >= 4 else 8 + (0 if device == "cpu" else st["window"]))
