@@ -365,10 +365,11 @@ print(" ".join("%s%% (load %s%%)" % (x["pct"], x["load_pct"]) for x in r))' "$f.
 		# the reference are made in the first), each with its own trace;
 		# SWINDOW: the stream's slots (default: stream_decoder's)
 		for n in $(seq "${SROUNDS:-1}"); do
-			d="$R/stream32"
-			[ "$n" = 1 ] || d="$R/stream32-$n"
-			st="model run" && m="${SMETHODS:-ref,ssd}"
-			[ "$n" = 1 ] || { st=run && m=ssd; }
+			if [ "$n" = 1 ]; then
+				d="$R/stream32" st="model run" m="${SMETHODS:-ref,ssd}"
+			else
+				d="$R/stream32-$n" st=run m=ssd
+			fi
 			mkdir -p "$d"
 			GPUNVME_STREAM_TRACE="$d/trace.txt" OUT="$d" STEPS="$st" METHODS="$m" WINDOW="${SWINDOW:-}" \
 				EMUQ="nsq=64&mqes=1023" timeout "${STREAM_S:-300}" bash bench/stream_llm_run.sh 40 8 1.6 2>&1 | tail -6 | cut -c1-400

@@ -267,12 +267,16 @@ static void say_inproc(const char *why)
 /* One copy of the lane: host memory, or for a read the bytes of file fd at
  * off (fd >= 0: an image file's namespace, also mapped at host), read into
  * staging (the DMA process's or the lane's own) with pread; straight from
- * host where it is pinned. dev_end: the end of dev's GPU region (emu.h). */
+ * host where it is pinned. dev_end: the end of dev's GPU region (emu.h);
+ * 0 where not known: the piece is then a region of its own, merged with
+ * no other. */
 static int lane_copy_src(struct emu_lanes *g, unsigned lane, uint64_t dev, uint64_t dev_end, void *host, int fd,
 			 uint64_t off, size_t len, int to_gpu)
 {
 	if (lane >= g->lanes)
 		return -EINVAL;
+	if (!dev_end)
+		dev_end = dev + len;
 	uint64_t t0 = gpunvme_now_ns();
 	char why[200];
 	if (g->edma && edma_mapped(g->edma, dev, len, why, sizeof(why))) {
@@ -312,11 +316,10 @@ static int lane_copy_src(struct emu_lanes *g, unsigned lane, uint64_t dev, uint6
 	return e == cudaSuccess ? 0 : cuda_fail(g, lane, to_gpu ? "a copy to the GPU" : "a copy from the GPU", e, dev, len);
 }
 
-/* emu.h copy(): its region is not given, so the piece merges with no
- * other (its own end as the region's) */
+/* emu.h copy(): its region is not given */
 static int lane_copy(void *ctx, unsigned lane, uint64_t dev, void *host, size_t len, int to_gpu)
 {
-	return lane_copy_src((struct emu_lanes *)ctx, lane, dev, dev + len, host, -1, 0, len, to_gpu);
+	return lane_copy_src((struct emu_lanes *)ctx, lane, dev, 0, host, -1, 0, len, to_gpu);
 }
 
 /* emu.h copy_from_file: a read from an image file's namespace */
@@ -413,8 +416,7 @@ static int lane_copy_batch(void *ctx, unsigned lane, const struct gpunvme_emu_co
 			}
 			continue;
 		}
-		int rc = lane_copy_src(g, lane, v[i].dev_addr, v[i].dev_end ? v[i].dev_end : v[i].dev_addr + v[i].len,
-				       v[i].host, -1, 0, v[i].len, v[i].to_gpu);
+		int rc = lane_copy_src(g, lane, v[i].dev_addr, v[i].dev_end, v[i].host, -1, 0, v[i].len, v[i].to_gpu);
 		if (rc)
 			return rc;
 	}
