@@ -45,7 +45,8 @@
 #             at 512 KiB (MD_SIZE 4G) with each in turn, POLL_RUNS (2) rounds; then the queue, md and
 #             loader GPU tests on the probe's build
 #   multi2    issue 32, acceptance 4, on two GPUs: bench/multi_gpu.py on pyload's checkpoint
-#             (one GPU, two with their own controllers, placement layers and split, safetensors)
+#             (one GPU, two with their own controllers, placement layers and split, safetensors;
+#             MGROWS: the rows, MGPROF: a row to profile once more, into multi2.err)
 #   pystages  issue 32: load_pretrained's stages in a fresh process (bench/py_stages.py), DMA
 #             process or not, eager or lazy module loading (PSV: the environments, "defaults"
 #             for none), the DMA process's start from the emulator's profile; after venv
@@ -319,7 +320,7 @@ print(" ".join("%s%% (load %s%%)" % (x["pct"], x["load_pct"]) for x in r))' "$f.
 		log "multi2: two GPUs"
 		py_image || continue
 		timeout 400 python3 bench/multi_gpu.py emu:/tmp/pyload/ext4.img /big /tmp/pyload/root/big \
-			--repeat "${PYREP:-3}" 2>"$R/multi2.err" | tee "$R/multi2.jsonl" | cut -c1-220
+			--repeat "${PYREP:-3}" ${MGROWS:+--rows "$MGROWS"} ${MGPROF:+--profile "$MGPROF"} 2>"$R/multi2.err" | tee "$R/multi2.jsonl" | cut -c1-220
 		grep -i -m5 "error\|traceback" "$R/multi2.err"
 		;;
 	pystages)

@@ -15,10 +15,16 @@ Rows (one JSON object per run; the best of each row is in the summary):
                own controller
   layers       load_pretrained(device=["cuda:0", "cuda:1"], placement="layers")
   split        the same with placement="split" (a StateDict per GPU)
+  own_split    own_ctrls with placement="split": each GPU its rows of every
+               tensor, through its own volume
   st_one       safetensors.torch.load_file per shard onto cuda:0 (baseline)
   st_two       the same, one thread per GPU, every other shard each
 The summary line: own_ctrls / one (asked: >= 1.8) and split / layers
-(asked: >= 0.90), with the baselines' aggregate beside them.
+(asked: >= 0.90) on one volume and on their own volumes, with the
+baselines' aggregate beside them.
+
+--rows: the rows to run (default: all). --profile ROW: one more run of ROW
+under cProfile, its top functions on stderr (where the host's time goes).
 """
 import argparse
 import glob
@@ -34,6 +40,8 @@ def main():
     ap.add_argument("fs_dir")
     ap.add_argument("host_dir")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rows", default="one,own_ctrls,layers,split,own_split,st_one,st_two")
+    ap.add_argument("--profile", default=None)
     a = ap.parse_args()
 
     import torch
@@ -58,7 +66,11 @@ def main():
 
     best = {}
 
+    rows = a.rows.split(",")
+
     def timed(row, fn, note):
+        if row not in rows:
+            return
         for r in range(a.repeat):
             sync()
             t = time.perf_counter()
@@ -74,6 +86,19 @@ def main():
             for d in (0, 1):
                 with torch.cuda.device(d):
                     torch.cuda.empty_cache()
+        if a.profile == row:
+            import cProfile
+            import pstats
+            import sys
+            pr = cProfile.Profile()
+            sync()
+            pr.enable()
+            out = fn()
+            sync()
+            pr.disable()
+            del out
+            print("profile of row %s:" % row, file=sys.stderr)
+            pstats.Stats(pr, stream=sys.stderr).sort_stats("cumulative").print_stats(18)
 
     def two_threads(load_one):
         """every other shard on each GPU, one thread per GPU; the first
@@ -106,17 +131,23 @@ def main():
           "one volume, placement layers")
     timed("split", lambda: gpunvme.load_pretrained(vol, a.fs_dir, device=["cuda:0", "cuda:1"], placement="split"),
           "one volume, placement split")
+    timed("own_split",
+          lambda: gpunvme.load_pretrained(vols, a.fs_dir, device=["cuda:0", "cuda:1"], placement="split"),
+          "replicas: two volumes on the image, GPU k its rows of every tensor through volume k")
     timed("st_one", lambda: {k: v for s in shards for k, v in st_load(s, device="cuda:0").items()},
           "safetensors load_file per shard onto cuda:0")
     timed("st_two", lambda: two_threads(lambda d, k: st_load(shards[k], device="cuda:%d" % d)),
           "safetensors load_file, a thread per GPU, every other shard")
     for v in vols:
         v.close()
-    one = best.get("one") or float("nan")
+    def ratio(x, y):
+        return round(best[x] / best[y], 3) if best.get(x) and best.get(y) else None
+
     print(json.dumps({"summary": {k: round(v, 2) for k, v in best.items()},
-                      "own_ctrls_over_one": round(best["own_ctrls"] / one, 3),
-                      "split_over_layers": round(best["split"] / best["layers"], 3),
-                      "st_two_over_st_one": round(best["st_two"] / best["st_one"], 3),
+                      "own_ctrls_over_one": ratio("own_ctrls", "one"),
+                      "split_over_layers": ratio("split", "layers"),
+                      "own_split_over_own_ctrls": ratio("own_split", "own_ctrls"),
+                      "st_two_over_st_one": ratio("st_two", "st_one"),
                       "asked": {"own_ctrls_over_one": 1.8, "split_over_layers": 0.9}}), flush=True)
     return 0
 

@@ -252,12 +252,15 @@ struct gpunvme_model_buffers {
 	struct gpunvme_model_run *runs;         /* in file order */
 	uint64_t bytes;            /* tensor bytes selected */
 	uint64_t run_bytes;        /* bytes the runs read, gaps included */
+	void *mem;                 /* the one loader allocation holding every
+	                              run (NULL with no runs) */
 };
 
 /*
  * Select the tensors of model m (all, or those matching `patterns`, see
- * gpunvme_tensor_match) and place them: runs of nearby file bytes, each in
- * loader memory with its first tensor on a 256-byte boundary as torch places
+ * gpunvme_tensor_match) and place them: runs of nearby file bytes, all in
+ * one loader allocation, each run at a page boundary of it plus an in-page
+ * offset that puts its first tensor on a 256-byte boundary as torch places
  * tensors (cuBLAS picks kernels by the operands' alignment); the blocks in
  * between land there directly (dword aligned, §4.3), only a run's first and
  * last blocks go through the bounce buffer. A run whose file offset is not

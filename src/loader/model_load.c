@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * A model's tensors into loader memory: selection by pattern, runs of
- * nearby file bytes, one loader allocation per run placed for the run's
- * file offset (only its edge blocks are bounced), and the loads.
+ * nearby file bytes, one loader allocation per selection holding every run
+ * placed for its file offset (only its edge blocks are bounced), and the
+ * loads.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -67,24 +68,57 @@ static const struct gpunvme_model_run *run_of(const struct gpunvme_model_buffers
 	return lo ? &b->runs[lo - 1] : (b->n_runs ? &b->runs[0] : NULL);
 }
 
-/* The selection is made (b->tensors, n_tensors, bytes): runs, loader
- * memory per run, each tensor's pointer. Frees b on failure. */
+/* Where a run whose file bytes start at off goes in the selection's
+ * allocation, the runs before it ending at cur: the next 4 KiB boundary
+ * plus the page offset its first tensor gets (256-byte aligned as torch
+ * places tensors; model_internal.h says why), as the stream lays out its
+ * slots. */
+static uint64_t run_at(uint64_t cur, uint64_t off)
+{
+	return ((cur + 4095) & ~4095ull) + model_run_page_offset(off);
+}
+
+/* The selection is made (b->tensors, n_tensors, bytes): runs, one loader
+ * allocation holding them all, each tensor's pointer. Frees b on failure.
+ *
+ * One allocation per selection, not one per run: on the GPU tiers each is a
+ * cudaMalloc and a registration with the controller's DMA (the emulator's
+ * DMA process maps it), ~0.2 ms apiece. Placement "split" selects each
+ * GPU's rows of every tensor with gap 0 (a run per tensor, ~190 for an
+ * 8 GiB Llama), and those allocations cost it 41 ms a GPU, a fifth of its
+ * load (session 23, bench/results/emu-2026-11-29-s23). */
 static int place(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b, uint64_t max_gap,
 		 struct gpunvme_model_buffers **out)
 {
 	int rc = make_runs(b, max_gap);
+	/* two passes over the runs: their extent, then, once allocated,
+	 * their places (the same arithmetic) */
+	uint64_t cur = 0;
 	for (size_t k = 0; !rc && k < b->n_runs; k++) {
-		/* a run's first tensor on a 256-byte boundary, as torch places
-		 * tensors (model_internal.h says why); the allocator returns
-		 * an address congruent to what it is given, modulo 4096 */
-		const uint64_t place_as = model_run_page_offset(b->runs[k].off);
-		b->runs[k].dst = gpunvme_layer_loader_alloc(l, place_as, b->runs[k].len);
-		if (!b->runs[k].dst)
+		const uint64_t at = run_at(cur, b->runs[k].off);
+		if (at < cur || b->runs[k].len > UINT64_MAX - at)
+			rc = gpunvme_set_error(-EOVERFLOW, "model buffers: the runs' layout overflows 64 bits");
+		else
+			cur = at + b->runs[k].len;
+	}
+	if (!rc && b->n_runs) {
+		if (cur > SIZE_MAX)
+			rc = gpunvme_set_error(-ENOMEM, "model buffers: %llu bytes do not fit in this address space",
+					       (unsigned long long)cur);
+		/* file offset 0: the allocation starts on a page boundary, so
+		 * the runs keep the in-page offsets run_at gives them */
+		else if (!(b->mem = gpunvme_layer_loader_alloc(l, 0, (size_t)cur)))
 			rc = -ENOMEM; /* message set by the allocator */
 	}
 	if (rc) {
 		gpunvme_model_buffers_free(l, b);
 		return rc;
+	}
+	cur = 0;
+	for (size_t k = 0; k < b->n_runs; k++) {
+		const uint64_t at = run_at(cur, b->runs[k].off);
+		b->runs[k].dst = (uint8_t *)b->mem + at;
+		cur = at + b->runs[k].len;
 	}
 	for (size_t i = 0; i < b->n_tensors; i++) {
 		const struct gpunvme_model_run *r = run_of(b, b->tensors[i]->offset);
@@ -211,8 +245,8 @@ void gpunvme_model_buffers_free(struct gpunvme_layer_loader *l, struct gpunvme_m
 {
 	if (!b)
 		return;
-	for (size_t k = 0; l && b->runs && k < b->n_runs; k++)
-		gpunvme_layer_loader_free(l, b->runs[k].dst);
+	if (l && b->mem)
+		gpunvme_layer_loader_free(l, b->mem);
 	free(b->runs);
 	free(b->ptr);
 	free(b->tensors);
