@@ -682,6 +682,31 @@ TEST_CASE(retarget)
 	return 0;
 }
 
+/* A safetensors file of tensors t[0..n) (data_bytes of random data from
+ * seed after a header whose data section starts at % 8 == mod), copied to
+ * the start of the namespace ns as well: the file (malloc'd) and its size,
+ * or NULL when it does not fit in ns or memory */
+static uint8_t *st_file_in_ns(const struct st_tensor *t, size_t n, unsigned mod, uint64_t data_bytes, uint64_t seed,
+			      uint8_t *ns, size_t ns_len, uint64_t *size)
+{
+	struct st_writer w;
+	struct bb hdr = { 0 };
+	st_begin(&w);
+	for (size_t i = 0; i < n; i++)
+		st_tensor(&w, &t[i]);
+	st_finish(&w, &hdr, mod);
+	*size = hdr.n + data_bytes;
+	uint8_t *file = *size < ns_len ? malloc(*size) : NULL;
+	if (file) {
+		memcpy(file, hdr.p, hdr.n);
+		for (uint64_t i = hdr.n; i < *size; i++)
+			file[i] = (uint8_t)rng(&seed);
+		memcpy(ns, file, *size);
+	}
+	free(hdr.p);
+	return file;
+}
+
 /* Where model_load puts a run (src/loader/model_internal.h): a file offset
  * that is dword aligned starts on a 256-byte boundary, as torch places a
  * tensor (cuBLAS picks kernels by alignment); any other stays congruent to
@@ -706,22 +731,10 @@ TEST_CASE(model_load_placement)
 			{ .name = "v", .dtype = "F16", .ndim = 1, .shape = s_v, .begin = 8192, .end = 8198 },
 			{ .name = "w1", .dtype = "BF16", .ndim = 2, .shape = s_w, .begin = 8198, .end = 16390 },
 		};
-		struct st_writer w;
-		struct bb hdr = { 0 };
-		st_begin(&w);
-		for (size_t i = 0; i < sizeof(tensors) / sizeof(tensors[0]); i++)
-			st_tensor(&w, &tensors[i]);
-		st_finish(&w, &hdr, mods[k]);
-		const uint64_t size = hdr.n + 16390;
-		REQUIRE(size < ns_len);
-		uint8_t *file = malloc(size);
+		uint64_t size;
+		uint8_t *file = st_file_in_ns(tensors, sizeof(tensors) / sizeof(tensors[0]), mods[k], 16390, 5 + k, ns,
+					      ns_len, &size);
 		REQUIRE(file);
-		uint64_t seed = 5 + k;
-		memcpy(file, hdr.p, hdr.n);
-		for (uint64_t i = hdr.n; i < size; i++)
-			file[i] = (uint8_t)rng(&seed);
-		free(hdr.p);
-		memcpy(ns, file, size);
 		const struct gpunvme_extent ext = { 0, 0, (size + 4095) / 4096 * 4096, 0 };
 		struct gpunvme_model *m = NULL;
 		REQUIRE_OK(gpunvme_model_parse_mem(file, size, &m));
@@ -779,21 +792,9 @@ TEST_CASE(model_load_one_allocation)
 						 .begin = at, .end = at + shapes[i][0] };
 		at += shapes[i][0];
 	}
-	struct st_writer w;
-	struct bb hdr = { 0 };
-	st_begin(&w);
-	for (size_t i = 0; i < NT; i++)
-		st_tensor(&w, &tensors[i]);
-	st_finish(&w, &hdr, 1);
-	const uint64_t size = hdr.n + at;
-	REQUIRE(size < ns_len);
-	uint8_t *file = malloc(size);
+	uint64_t size;
+	uint8_t *file = st_file_in_ns(tensors, NT, 1, at, seed, ns, ns_len, &size);
 	REQUIRE(file);
-	memcpy(file, hdr.p, hdr.n);
-	for (uint64_t i = hdr.n; i < size; i++)
-		file[i] = (uint8_t)rng(&seed);
-	free(hdr.p);
-	memcpy(ns, file, size);
 	const struct gpunvme_extent ext = { 0, 0, (size + 4095) / 4096 * 4096, 0 };
 	struct gpunvme_model *m = NULL;
 	REQUIRE_OK(gpunvme_model_parse_mem(file, size, &m));
