@@ -239,6 +239,10 @@ int gpunvme_layer_loader_member_stats(const struct gpunvme_layer_loader *l, uint
 struct gpunvme_model_run {
 	uint64_t off, len;         /* file bytes */
 	uint8_t *dst;              /* loader memory (device address on Tier 2) */
+	uint32_t head, tail;       /* slack the placement left before dst and
+	                              after dst + len: the file bytes that
+	                              complete the run's first and last 4 KiB
+	                              blocks fit there (gpunvme_model_run_span) */
 };
 
 struct gpunvme_model_buffers {
@@ -255,6 +259,21 @@ struct gpunvme_model_buffers {
 	void *mem;                 /* the one loader allocation holding every
 	                              run (NULL with no runs) */
 };
+
+/*
+ * *out = the load span for bytes [from, from + len) of run k of b, from
+ * counted from the run's start (-EINVAL when they are not in it). With GPUNVME_LOAD_EDGES=direct, a piece that
+ * holds the run's first (last) byte is widened by the run's head (tail)
+ * slack to whole 4 KiB blocks of the file: its partial edge blocks land by
+ * DMA like the blocks between, where they would go through the loader's
+ * bounce buffer (a one-block read and a copy each: placement "split" has
+ * two per tensor and GPU). The slack then holds the file's neighbouring
+ * bytes, never a tensor's. The default (GPUNVME_LOAD_EDGES unset or
+ * "bounce") leaves the span as asked until the GPU runs measure it
+ * (bench/EMU_NOTES.md, session 23).
+ */
+int gpunvme_model_run_span(const struct gpunvme_model_buffers *b, size_t k, uint64_t from, uint64_t len,
+			   struct gpunvme_load_span *out);
 
 /*
  * Select the tensors of model m (all, or those matching `patterns`, see

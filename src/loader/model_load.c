@@ -68,14 +68,33 @@ static const struct gpunvme_model_run *run_of(const struct gpunvme_model_buffers
 	return lo ? &b->runs[lo - 1] : (b->n_runs ? &b->runs[0] : NULL);
 }
 
-/* Where a run whose file bytes start at off goes in the selection's
- * allocation, the runs before it ending at cur: the next 4 KiB boundary
- * plus the page offset its first tensor gets (256-byte aligned as torch
- * places tensors; model_internal.h says why), as the stream lays out its
- * slots. */
-static uint64_t run_at(uint64_t cur, uint64_t off)
+/* Run r's slack: the bytes of its first 4 KiB file block before it (head)
+ * and of its last one after it (tail, not past the file's end), where
+ * gpunvme_model_run_span may land those blocks whole */
+static void run_slack(struct gpunvme_model_run *r, uint64_t file_size)
 {
-	return ((cur + 4095) & ~4095ull) + model_run_page_offset(off);
+	const uint64_t end = r->off + r->len;
+	uint64_t tail = (4096 - end % 4096) % 4096;
+	if (file_size < end)
+		tail = 0;
+	else if (tail > file_size - end)
+		tail = file_size - end;
+	r->head = (uint32_t)(r->off % 4096);
+	r->tail = (uint32_t)tail;
+}
+
+/* Where run r goes in the selection's allocation, the runs before it
+ * (slack included) ending at cur: its first tensor at a 4 KiB boundary
+ * plus the in-page offset model_run_page_offset gives it (256-byte
+ * aligned as torch places tensors; model_internal.h says why), as the
+ * stream lays out its slots, with its head slack after cur. The widened
+ * start, dst - head, is then dword aligned (§4.3: a PRP entry's offset):
+ * the page offset is off's rounded down to 256 bytes, or off's own when
+ * off is not dword aligned. */
+static uint64_t run_at(uint64_t cur, const struct gpunvme_model_run *r)
+{
+	const uint64_t in_page = model_run_page_offset(r->off);
+	return ((cur + (r->head - in_page) + 4095) & ~4095ull) + in_page;
 }
 
 /* The selection is made (b->tensors, n_tensors, bytes): runs, one loader
@@ -87,19 +106,20 @@ static uint64_t run_at(uint64_t cur, uint64_t off)
  * GPU's rows of every tensor with gap 0 (a run per tensor, ~190 for an
  * 8 GiB Llama), and those allocations cost it 41 ms a GPU, a fifth of its
  * load (session 23, bench/results/emu-2026-11-29-s23). */
-static int place(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b, uint64_t max_gap,
-		 struct gpunvme_model_buffers **out)
+static int place(struct gpunvme_layer_loader *l, const struct gpunvme_model *m, struct gpunvme_model_buffers *b,
+		 uint64_t max_gap, struct gpunvme_model_buffers **out)
 {
 	int rc = make_runs(b, max_gap);
 	/* two passes over the runs: their extent, then, once allocated,
 	 * their places (the same arithmetic) */
 	uint64_t cur = 0;
 	for (size_t k = 0; !rc && k < b->n_runs; k++) {
-		const uint64_t at = run_at(cur, b->runs[k].off);
-		if (at < cur || b->runs[k].len > UINT64_MAX - at)
+		run_slack(&b->runs[k], m->file_size);
+		const uint64_t at = run_at(cur, &b->runs[k]);
+		if (at < cur || b->runs[k].len + b->runs[k].tail > UINT64_MAX - at)
 			rc = gpunvme_set_error(-EOVERFLOW, "model buffers: the runs' layout overflows 64 bits");
 		else
-			cur = at + b->runs[k].len;
+			cur = at + b->runs[k].len + b->runs[k].tail;
 	}
 	if (!rc && b->n_runs) {
 		if (cur > SIZE_MAX)
@@ -116,9 +136,9 @@ static int place(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b
 	}
 	cur = 0;
 	for (size_t k = 0; k < b->n_runs; k++) {
-		const uint64_t at = run_at(cur, b->runs[k].off);
+		const uint64_t at = run_at(cur, &b->runs[k]);
 		b->runs[k].dst = (uint8_t *)b->mem + at;
-		cur = at + b->runs[k].len;
+		cur = at + b->runs[k].len + b->runs[k].tail;
 	}
 	for (size_t i = 0; i < b->n_tensors; i++) {
 		const struct gpunvme_model_run *r = run_of(b, b->tensors[i]->offset);
@@ -163,7 +183,7 @@ int gpunvme_model_buffers_alloc(struct gpunvme_layer_loader *l, const struct gpu
 		gpunvme_model_buffers_free(l, b);
 		return gpunvme_set_error(-ENOENT, "no tensor matches '%s' (%zu tensors)", patterns, m->n_tensors);
 	}
-	return place(l, b, GPUNVME_MODEL_RUN_GAP, out);
+	return place(l, m, b, GPUNVME_MODEL_RUN_GAP, out);
 }
 
 int gpunvme_model_buffers_alloc_sel(struct gpunvme_layer_loader *l, const struct gpunvme_model *m, const size_t *idx,
@@ -205,7 +225,35 @@ int gpunvme_model_buffers_alloc_sel_gap(struct gpunvme_layer_loader *l, const st
 		b->bytes += m->tensors[i].bytes;
 	}
 	free(seen);
-	return place(l, b, max_gap, out);
+	return place(l, m, b, max_gap, out);
+}
+
+/* GPUNVME_LOAD_EDGES=direct: runs' edge blocks land whole in their slack
+ * (read at each call: a test or a bench may switch it between loads) */
+static bool edges_direct(void)
+{
+	const char *e = getenv("GPUNVME_LOAD_EDGES");
+	return e && !strcmp(e, "direct");
+}
+
+int gpunvme_model_run_span(const struct gpunvme_model_buffers *b, size_t k, uint64_t from, uint64_t len,
+			   struct gpunvme_load_span *out)
+{
+	if (!b || !out || k >= b->n_runs || from > b->runs[k].len || len > b->runs[k].len - from)
+		return gpunvme_set_error(-EINVAL, "model run span: run %zu bytes %llu+%llu are not in the selection", k,
+					 (unsigned long long)from, (unsigned long long)len);
+	const struct gpunvme_model_run *r = &b->runs[k];
+	*out = (struct gpunvme_load_span){ r->off + from, len, r->dst + from };
+	if (!len || !edges_direct())
+		return 0;
+	if (!from) {
+		out->off -= r->head;
+		out->dst = r->dst - r->head;
+		out->len += r->head;
+	}
+	if (from + len == r->len)
+		out->len += r->tail;
+	return 0;
 }
 
 int gpunvme_model_load(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b, void *stream, void *event,
@@ -220,7 +268,7 @@ int gpunvme_model_load(struct gpunvme_layer_loader *l, struct gpunvme_model_buff
 	if (b->n_runs && !sp)
 		return gpunvme_set_error(-ENOMEM, "out of memory");
 	for (size_t k = 0; k < b->n_runs; k++)
-		sp[k] = (struct gpunvme_load_span){ b->runs[k].off, b->runs[k].len, b->runs[k].dst };
+		(void)gpunvme_model_run_span(b, k, 0, b->runs[k].len, &sp[k]); /* the whole of a run of b: in range */
 	/* every run in one call: the GPU tiers queue their reads together (a
 	 * run does not wait for the last read of the one before it), the CPU
 	 * tier keeps its queues full across runs; no runs: the event still

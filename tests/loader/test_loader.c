@@ -810,35 +810,69 @@ TEST_CASE(model_load_one_allocation)
 	REQUIRE_OK(gpunvme_model_buffers_alloc_sel_gap(l, m, idx, n, 0, &b));
 	REQUIRE_EQ(b->n_runs, NT / 2);
 	REQUIRE(b->mem);
-	/* the allocation's extent by the layout rule: a page boundary per run
-	 * plus its in-page offset */
+	/* the layout: each run's slack holds the rest of its edge blocks
+	 * (head before it, tail after it), and the next run's head slack
+	 * starts on or after the page after this run's tail */
 	uint64_t span = 0;
 	for (size_t k = 0; k < b->n_runs; k++) {
 		const struct gpunvme_model_run *r = &b->runs[k];
-		const uint64_t rel = (uint64_t)(r->dst - (uint8_t *)b->mem);
-		REQUIRE(r->dst >= (uint8_t *)b->mem && rel >= span, "run %zu at +%llu, the run before ends at +%llu", k,
+		const uint64_t rel = (uint64_t)(r->dst - (uint8_t *)b->mem), end = r->off + r->len;
+		REQUIRE(r->head == r->off % 4096 && r->tail == (4096 - end % 4096) % 4096,
+			"run %zu at file bytes %llu+%llu: slack %u/%u", k, (unsigned long long)r->off,
+			(unsigned long long)r->len, r->head, r->tail);
+		REQUIRE(r->dst >= (uint8_t *)b->mem && rel >= r->head && rel - r->head >= span,
+			"run %zu's head slack at +%llu overlaps the run before (its tail ends at +%llu)", k,
+			(unsigned long long)(rel - r->head), (unsigned long long)span);
+		REQUIRE(rel - r->head - span < 4096, "run %zu at +%llu: not on the page after +%llu", k,
 			(unsigned long long)rel, (unsigned long long)span);
-		REQUIRE(rel - ((span + 4095) & ~4095ull) < 4096, "run %zu at +%llu: not on the page after +%llu", k,
-			(unsigned long long)rel, (unsigned long long)span);
+		REQUIRE((rel - r->head) % 4 == 0, "run %zu: its widened start +%llu is not dword aligned", k,
+			(unsigned long long)(rel - r->head));
 		if (r->off % 4 == 0)
 			REQUIRE(rel % 256 == 0, "run %zu at file offset %llu placed at %% 256 = %llu", k,
 				(unsigned long long)r->off, (unsigned long long)(rel % 256));
 		else
 			REQUIRE(rel % 4096 == r->off % 4096, "run %zu at file offset %llu not congruent", k,
 				(unsigned long long)r->off);
-		span = rel + r->len;
+		span = rel + r->len + r->tail;
 	}
-	/* a canary over the whole allocation: the gaps between runs keep it */
-	memset(b->mem, 0xa5, span);
-	REQUIRE_OK(gpunvme_model_load(l, b, NULL, NULL, NULL));
-	for (size_t i = 0; i < b->n_tensors; i++) {
-		const struct gpunvme_tensor *t = b->tensors[i];
-		REQUIRE(!memcmp(b->ptr[i], file + t->offset, t->bytes), "tensor %s", t->name);
-	}
+	/* twice over a canary: edge blocks bounced (the default) and landed
+	 * whole in the slack (GPUNVME_LOAD_EDGES=direct). Every tensor byte is
+	 * the file's either way; the slack holds the file's neighbouring bytes
+	 * or the canary, nothing else is written */
 	const uint8_t *mem = b->mem;
-	for (size_t k = 0; k + 1 < b->n_runs; k++)
-		for (const uint8_t *q = b->runs[k].dst + b->runs[k].len; q < b->runs[k + 1].dst; q++)
-			REQUIRE(*q == 0xa5, "byte +%td between runs %zu and %zu written", q - mem, k, k + 1);
+	for (int direct = 0; direct < 2; direct++) {
+		setenv("GPUNVME_LOAD_EDGES", direct ? "direct" : "bounce", 1);
+		memset(b->mem, 0xa5, span);
+		struct gpunvme_loader_stats st0, st1;
+		gpunvme_layer_loader_stats(l, &st0);
+		const int rc = gpunvme_model_load(l, b, NULL, NULL, NULL);
+		gpunvme_layer_loader_stats(l, &st1);
+		unsetenv("GPUNVME_LOAD_EDGES");
+		REQUIRE_OK(rc);
+		for (size_t i = 0; i < b->n_tensors; i++) {
+			const struct gpunvme_tensor *t = b->tensors[i];
+			REQUIRE(!memcmp(b->ptr[i], file + t->offset, t->bytes), "tensor %s (edges direct: %d)", t->name,
+				direct);
+		}
+		/* the selection ends before the file does (t23 is not in it), so
+		 * no tail is cut short and no edge is left to bounce */
+		const uint64_t bounced = st1.bounced_bytes - st0.bounced_bytes;
+		REQUIRE(direct ? bounced == 0 : bounced > 0, "edges direct: %d, %llu bytes bounced", direct,
+			(unsigned long long)bounced);
+		size_t k = 0;
+		for (uint64_t q = 0; q < span; q++) {
+			while (k < b->n_runs && (uint64_t)(b->runs[k].dst - mem) + b->runs[k].len + b->runs[k].tail <= q)
+				k++;
+			const struct gpunvme_model_run *r = k < b->n_runs ? &b->runs[k] : NULL;
+			const uint64_t rat = r ? (uint64_t)(r->dst - mem) : 0;
+			if (r && q >= rat && q < rat + r->len)
+				continue; /* a tensor's byte: compared above */
+			const bool slack = r && q + r->head >= rat && q < rat + r->len + r->tail;
+			const uint8_t want = direct && slack ? file[r->off + q - rat] : 0xa5;
+			REQUIRE(mem[q] == want, "byte +%llu (run %zu's %s, edges direct: %d) is %#x, want %#x",
+				(unsigned long long)q, k, slack ? "slack" : "gap", direct, mem[q], want);
+		}
+	}
 	gpunvme_model_buffers_free(l, b);
 	gpunvme_layer_loader_destroy(l);
 	gpunvme_model_free(m);

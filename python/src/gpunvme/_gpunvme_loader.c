@@ -583,7 +583,9 @@ static int step_pieces(struct load_job *j, uint64_t budget, bool async)
 				}
 				sp = g;
 			}
-			sp[n++] = (struct gpunvme_load_span){ r->off + j->p.o, len, r->dst + j->p.o };
+			/* the run's edge blocks into its slack where enabled
+			 * (GPUNVME_LOAD_EDGES); the piece is inside run k */
+			(void)gpunvme_model_run_span(b, j->p.k, j->p.o, len, &sp[n++]);
 		}
 		j->got += len;
 		if ((j->p.o += len) == r->len) {
