@@ -330,7 +330,12 @@ static int load_cpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 		for (uint64_t o = 0; o < r->len; o += x->piece) {
 			uint64_t n = r->len - o < x->piece ? r->len - o : x->piece;
 			uint16_t status = 0;
-			int rc = gpunvme_load_layer(x->l, r->off + o, n, r->dst + o, &status);
+			/* the run's edge blocks into its slack where enabled
+			 * (GPUNVME_LOAD_EDGES), as the library's own loads */
+			struct gpunvme_load_span sp;
+			int rc = gpunvme_model_run_span(x->b, k, o, n, &sp);
+			if (!rc)
+				rc = gpunvme_load_layer(x->l, sp.off, sp.len, sp.dst, &status);
 			if (rc)
 				return cli_lib_err(rc, "loading bytes %" PRIu64 "+%" PRIu64 " of %s", r->off + o, n,
 						   x->o.path);
@@ -368,7 +373,10 @@ static int load_gpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 				break;
 			}
 			bytes[queued] = n;
-			int lrc = gpunvme_load_layer_async(x->l, r->off + o, n, r->dst + o, s, ev[queued]);
+			struct gpunvme_load_span sp;
+			int lrc = gpunvme_model_run_span(x->b, k, o, n, &sp);
+			if (!lrc)
+				lrc = gpunvme_load_layer_async(x->l, sp.off, sp.len, sp.dst, s, ev[queued]);
 			queued++;
 			if (lrc)
 				rc = cli_lib_err(lrc, "queueing bytes %" PRIu64 "+%" PRIu64, r->off + o, n);
