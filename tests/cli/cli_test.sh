@@ -455,8 +455,23 @@ group_load_notes() {
 h = b"{\"w\":{\"dtype\":\"U8\",\"shape\":[4096],\"data_offsets\":[0,4096]}}"
 h += b" " * (-len(h) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(4096))' "$d/m.safetensors"
+	# one tensor from mid-block to the end of the file's second 4 KiB block
+	python3 -c 'import struct,sys
+n = 8000
+for _ in range(3):  # the header length follows the digits of n
+    h = b"{\"w\":{\"dtype\":\"U8\",\"shape\":[%d],\"data_offsets\":[0,%d]}}" % (n, n)
+    h += b" " * (-len(h) % 8)
+    n = 8192 - 8 - len(h)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes((i * 7) % 251 for i in range(n)))' "$d/m2.safetensors"
 	truncate -s 16M "$img"
 	mkfs.ext4 -q -F -d "$d" "$img" || { fail "mkfs.ext4"; return; }
+	# the run's partial first block: bounced by default, into the run's
+	# slack by DMA with GPUNVME_LOAD_EDGES=direct (docs/loader.md); every
+	# byte verified against the CPU path both ways
+	GPUNVME_LOAD_EDGES=bounce ok load "emu:$img" /m2.safetensors --tier cpu --no-progress --verify &&
+		{ expect_out "verified against the CPU path"; grep -q ", 0 B bounced" "$OUT" && fail "no edge block was bounced"; }
+	GPUNVME_LOAD_EDGES=direct ok load "emu:$img" /m2.safetensors --tier cpu --no-progress --verify &&
+		{ expect_out "verified against the CPU path"; expect_out ", 0 B bounced"; }
 	bad 2 "--tensors ''" load "emu:$img" /m.safetensors --tensors ''
 	# an error after the tier is chosen is one line: no note about the
 	# tier (no GPU here) before it (issue 30)
