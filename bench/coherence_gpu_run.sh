@@ -47,6 +47,8 @@
 #   multi2    issue 32, acceptance 4, on two GPUs: bench/multi_gpu.py on pyload's checkpoint
 #             (one GPU, two with their own controllers, placement layers and split, safetensors;
 #             MGROWS: the rows, MGPROF: a row to profile once more, into multi2.err)
+#   edges     issue 32: split's edge blocks on one GPU, bounced / GPUNVME_LOAD_EDGES=direct / none
+#             (bench/split_select.py against layers, SEREP rounds); after venv
 #   pystages  issue 32: load_pretrained's stages in a fresh process (bench/py_stages.py), DMA
 #             process or not, eager or lazy module loading (PSV: the environments, "defaults"
 #             for none), the DMA process's start from the emulator's profile; after venv
@@ -322,6 +324,25 @@ print(" ".join("%s%% (load %s%%)" % (x["pct"], x["load_pct"]) for x in r))' "$f.
 		timeout 400 python3 bench/multi_gpu.py emu:/tmp/pyload/ext4.img /big /tmp/pyload/root/big \
 			--repeat "${PYREP:-3}" ${MGROWS:+--rows "$MGROWS"} ${MGPROF:+--profile "$MGPROF"} 2>"$R/multi2.err" | tee "$R/multi2.jsonl" | cut -c1-220
 		grep -i -m5 "error\|traceback" "$R/multi2.err"
+		;;
+	edges)
+		# issue 32, acceptance 4: placement split's edge blocks (session 23).
+		# One GPU's share of a two-GPU split against layers'
+		# (bench/split_select.py), SEREP (3) rounds each, three ways: edges
+		# bounced (the default), landed by DMA in the runs' slack
+		# (GPUNVME_LOAD_EDGES=direct), and none (--shrink: parts cut to
+		# whole blocks, a diagnosis only). PY_GIB=4 makes a smaller
+		# checkpoint when pyload's is not there yet. After venv.
+		log "edges: split's edge blocks bounced, direct, none"
+		py_image || continue
+		for v in bounce direct shrink; do
+			a=
+			[ $v = shrink ] && a=--shrink
+			echo "== $v"
+			env GPUNVME_LOAD_EDGES=$([ $v = direct ] && echo direct || echo bounce) timeout 120 \
+				python3 bench/split_select.py emu:/tmp/pyload/ext4.img /big --repeat "${SEREP:-3}" $a \
+				2>"$R/edges-$v.err" | tee "$R/edges-$v.jsonl" | cut -c1-160
+		done
 		;;
 	pystages)
 		# issue 32, acceptance 1: where a fresh process's load_pretrained
