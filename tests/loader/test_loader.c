@@ -682,6 +682,22 @@ TEST_CASE(retarget)
 	return 0;
 }
 
+/* The model of a file written by st_file_in_ns (one extent from the
+ * namespace's start) and a loader over it (opts: NULL for the defaults).
+ * 0, or the failing call's -errno with nothing left allocated. */
+static int st_model_loader(struct gpunvme_ctrl *c, const uint8_t *file, uint64_t size,
+			   const struct gpunvme_loader_opts *opts, struct gpunvme_model **m,
+			   struct gpunvme_layer_loader **l)
+{
+	const struct gpunvme_extent ext = { 0, 0, (size + 4095) / 4096 * 4096, 0 };
+	int rc = gpunvme_model_parse_mem(file, size, m);
+	if (!rc && (rc = gpunvme_layer_loader_init(c, 1, &ext, 1, size, opts, l))) {
+		gpunvme_model_free(*m);
+		*m = NULL;
+	}
+	return rc;
+}
+
 /* A safetensors file of tensors t[0..n) (data_bytes of random data from
  * seed after a header whose data section starts at % 8 == mod), copied to
  * the start of the namespace ns as well: the file (malloc'd) and its size,
@@ -735,11 +751,9 @@ TEST_CASE(model_load_placement)
 		uint8_t *file = st_file_in_ns(tensors, sizeof(tensors) / sizeof(tensors[0]), mods[k], 16390, 5 + k, ns,
 					      ns_len, &size);
 		REQUIRE(file);
-		const struct gpunvme_extent ext = { 0, 0, (size + 4095) / 4096 * 4096, 0 };
 		struct gpunvme_model *m = NULL;
-		REQUIRE_OK(gpunvme_model_parse_mem(file, size, &m));
 		struct gpunvme_layer_loader *l = NULL;
-		REQUIRE_OK(gpunvme_layer_loader_init(c, 1, &ext, 1, size, NULL, &l));
+		REQUIRE_OK(st_model_loader(c, file, size, NULL, &m, &l));
 		struct gpunvme_model_buffers *b = NULL;
 		REQUIRE_OK(gpunvme_model_buffers_alloc(l, m, NULL, &b));
 		REQUIRE_EQ(b->n_runs, 1);
@@ -773,12 +787,13 @@ TEST_CASE(model_load_placement)
  * Every other tensor of 24, of odd sizes, at gap 0: 12 runs, each inside
  * b->mem in file order, none overlapping the next, each placed on a 256-byte
  * boundary (or congruent to an odd file offset), every byte the file's, and
- * the allocation's bytes between runs untouched by the load. */
+ * the allocation's bytes between runs untouched by the load, through one
+ * queue pair of 2 entries (many reads waiting for a free slot). */
 TEST_CASE(model_load_one_allocation)
 {
 	size_t ns_len;
 	uint8_t *ns;
-	struct gpunvme_ctrl *c = open_filled("emu:ram:16M?workers=2", 4, &ns, &ns_len);
+	struct gpunvme_ctrl *c = open_filled("emu:ram:16M?lbads=12&mdts=1&workers=2", 4, &ns, &ns_len);
 	REQUIRE(c);
 	enum { NT = 24 };
 	struct st_tensor tensors[NT];
@@ -795,11 +810,15 @@ TEST_CASE(model_load_one_allocation)
 	uint64_t size;
 	uint8_t *file = st_file_in_ns(tensors, NT, 1, at, seed, ns, ns_len, &size);
 	REQUIRE(file);
-	const struct gpunvme_extent ext = { 0, 0, (size + 4095) / 4096 * 4096, 0 };
+	/* one queue pair of 2 entries and 8 KiB commands: the 12 runs' reads
+	 * (2-3 commands each, and the bounced edges) wait for free slots */
+	struct gpunvme_loader_opts o;
+	gpunvme_loader_opts_init(&o);
+	o.queues = 1;
+	o.depth = 2;
 	struct gpunvme_model *m = NULL;
-	REQUIRE_OK(gpunvme_model_parse_mem(file, size, &m));
 	struct gpunvme_layer_loader *l = NULL;
-	REQUIRE_OK(gpunvme_layer_loader_init(c, 1, &ext, 1, size, NULL, &l));
+	REQUIRE_OK(st_model_loader(c, file, size, &o, &m, &l));
 	size_t idx[NT / 2];
 	size_t n = 0;
 	for (size_t i = 0; i < m->n_tensors; i++)
