@@ -89,4 +89,16 @@ static inline uint64_t model_run_page_offset(uint64_t off)
 	return off % 4 ? off & 4095u : (off & 4095u) & ~(uint64_t)(MODEL_TENSOR_ALIGN - 1);
 }
 
+/*
+ * Where a run starting at file offset off goes in memory laid out from 0,
+ * the runs before it ending at cur: on the first 4 KiB boundary at least
+ * `before` bytes past cur, plus its page offset (model_run_page_offset).
+ * `before`: room the run needs ahead of its in-page position (the model
+ * buffers' head slack for the rest of the first block; the stream: 0).
+ */
+static inline uint64_t model_run_at(uint64_t cur, uint64_t off, uint64_t before)
+{
+	return ((cur + before + 4095) & ~(uint64_t)4095) + model_run_page_offset(off);
+}
+
 #endif

@@ -84,17 +84,13 @@ static void run_slack(struct gpunvme_model_run *r, uint64_t file_size)
 }
 
 /* Where run r goes in the selection's allocation, the runs before it
- * (slack included) ending at cur: its first tensor at a 4 KiB boundary
- * plus the in-page offset model_run_page_offset gives it (256-byte
- * aligned as torch places tensors; model_internal.h says why), as the
- * stream lays out its slots, with its head slack after cur. The widened
- * start, dst - head, is then dword aligned (§4.3: a PRP entry's offset):
- * the page offset is off's rounded down to 256 bytes, or off's own when
- * off is not dword aligned. */
+ * (slack included) ending at cur, with its head slack after cur
+ * (model_run_at). The widened start, dst - head, is then dword aligned
+ * (§4.3: a PRP entry's offset): the page offset is off's rounded down to
+ * 256 bytes, or off's own when off is not dword aligned. */
 static uint64_t run_at(uint64_t cur, const struct gpunvme_model_run *r)
 {
-	const uint64_t in_page = model_run_page_offset(r->off);
-	return ((cur + (r->head - in_page) + 4095) & ~4095ull) + in_page;
+	return model_run_at(cur, r->off, r->head - model_run_page_offset(r->off));
 }
 
 /* The selection is made (b->tensors, n_tensors, bytes): runs, one loader

@@ -165,9 +165,8 @@ static int layer_place(const struct gpunvme_model *m, struct slayer *L)
 	}
 	uint64_t cur = 0;
 	for (size_t r = 0; r < L->n_runs; r++) {
-		cur = (cur + 4095) & ~4095ull;
 		/* on a 256-byte boundary, as torch places tensors (model_internal.h) */
-		L->runs[r].dst = cur + model_run_page_offset(L->runs[r].off);
+		L->runs[r].dst = model_run_at(cur, L->runs[r].off, 0);
 		cur = L->runs[r].dst + L->runs[r].len;
 		L->run_bytes += L->runs[r].len;
 	}
