@@ -48,23 +48,19 @@ def main():
     sel = list(_loading._index(model).values())
     where = _placement._place(sel, 2, "layers")
     rows = [(info, _placement._split_rows(info, 2)) for info in sel if info.nbytes]
+    by_index = {info.index: info for info in sel}
 
     def split_sel(ld):
         parts = []
-        for info, r in rows:
-            if r is None:
-                parts.append((info.index, 0, info.nbytes))
-            else:
-                first, count = r[0]
-                row = info.nbytes // info.shape[0]
-                start, length = first * row, count * row
-                if a.shrink:
-                    lo = -(-(info.offset + start) // 4096) * 4096 - info.offset
-                    hi = (info.offset + start + length) // 4096 * 4096 - info.offset
-                    if hi <= lo:
-                        continue
-                    start, length = lo, hi - lo
-                parts.append((info.index, start, length))
+        for i, start, length in _placement._split_parts(rows, 0)[0]:
+            if a.shrink:
+                off = by_index[i].offset
+                lo = -(-(off + start) // 4096) * 4096 - off
+                hi = (off + start + length) // 4096 * 4096 - off
+                if hi <= lo:
+                    continue
+                start, length = lo, hi - lo
+            parts.append((i, start, length))
         return ld.select_parts(parts, gap=None if a.gap < 0 else a.gap)
 
     def layers_sel(ld):

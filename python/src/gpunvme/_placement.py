@@ -81,6 +81,24 @@ def _split_rows(info, ndev):
     return [(k * n // ndev, (k + 1) * n // ndev - k * n // ndev) for k in range(ndev)]
 
 
+def _split_parts(full, k):
+    """split: device k's parts of [(info, _split_rows(info, ndev))] as
+    (index, start, length) in the file's bytes of each tensor (its rows,
+    or the whole of a tensor too small to split), and each part's shape
+    (None: the tensor's own)"""
+    parts, shapes = [], []
+    for info, r in full:
+        if r is None:
+            parts.append((info.index, 0, info.nbytes))
+            shapes.append(None)
+        else:
+            first, count = r[k]
+            row = info.nbytes // info.shape[0]
+            parts.append((info.index, first * row, count * row))
+            shapes.append((count,) + tuple(info.shape[1:]))
+    return parts, shapes
+
+
 def _devices(device, tier):
     """device=[...] -> [(tier, cuda index, name)], distinct GPUs"""
     if not device:
@@ -207,19 +225,9 @@ def _load_multi(model, sel, devs, placement, split_dim, fw, progress, desc, queu
         plans = []
         for k, (t, idx, _) in enumerate(devs):
             ld = _loader(models[k], t, idx, q, d)
-            # one selection per device for every part it holds (its rows,
-            # or the whole of a tensor too small to split): a selection per
-            # tensor cost each its own placement and load
-            parts, shapes = [], []
-            for info, r in full:
-                if r is None:
-                    parts.append((info.index, 0, info.nbytes))
-                    shapes.append(None)
-                else:
-                    first, count = r[k]
-                    row = info.nbytes // info.shape[0]
-                    parts.append((info.index, first * row, count * row))
-                    shapes.append((count,) + tuple(info.shape[1:]))
+            # one selection per device for every part it holds: a
+            # selection per tensor cost each its own placement and load
+            parts, shapes = _split_parts(full, k)
             # gap=0: the gaps between a device's rows are the other
             # devices' rows, which it must neither read nor hold
             bufs = ld.select_parts(parts, gap=0) if parts else None
