@@ -472,6 +472,24 @@ open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes((i * 7) % 25
 		{ expect_out "verified against the CPU path"; grep -q ", 0 B bounced" "$OUT" && fail "no edge block was bounced"; }
 	GPUNVME_LOAD_EDGES=direct ok load "emu:$img" /m2.safetensors --tier cpu --no-progress --verify &&
 		{ expect_out "verified against the CPU path"; expect_out ", 0 B bounced"; }
+	# a run of 100 MiB from mid-block, loaded in two pieces: they meet at a
+	# block of the file, so with the edges by DMA nothing is bounced (where
+	# they met mid-block, both read that block through the bounce buffer)
+	local big=$WORK/ln-big
+	mkdir -p "$big"
+	python3 -c 'import struct,sys
+n = 100 << 20
+for _ in range(3):
+    h = b"{\"w\":{\"dtype\":\"U8\",\"shape\":[%d],\"data_offsets\":[0,%d]}}" % (n, n)
+    h += b" " * (-len(h) % 8)
+    n = (100 << 20) - 8 - len(h)
+pat = bytes(range(251)) * (n // 251 + 1)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + pat[:n])' "$big/big.safetensors"
+	truncate -s 160M "$WORK/ln-big.img"
+	mkfs.ext4 -q -F -d "$big" "$WORK/ln-big.img" || { fail "mkfs.ext4 (100 MiB file)"; return; }
+	GPUNVME_LOAD_EDGES=direct ok load "emu:$WORK/ln-big.img" /big.safetensors --tier cpu --no-progress --verify &&
+		{ expect_out "verified against the CPU path"; expect_out ", 0 B bounced"; }
+	rm -rf "$big" "$WORK/ln-big.img"
 	bad 2 "--tensors ''" load "emu:$img" /m.safetensors --tensors ''
 	# an error after the tier is chosen is one line: no note about the
 	# tier (no GPU here) before it (issue 30)
