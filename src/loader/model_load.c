@@ -6,6 +6,7 @@
  * loads.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -225,11 +226,21 @@ int gpunvme_model_buffers_alloc_sel_gap(struct gpunvme_layer_loader *l, const st
 }
 
 /* GPUNVME_LOAD_EDGES=direct: runs' edge blocks land whole in their slack
- * (read at each call: a test or a bench may switch it between loads) */
+ * (read at each call: a test or a bench may switch it between loads). Any
+ * other value but "bounce" is said once, as the emulator's own variables
+ * are (gpunvme_emu_copies): a typo must not pass for a measured setting. */
 static bool edges_direct(void)
 {
 	const char *e = getenv("GPUNVME_LOAD_EDGES");
-	return e && !strcmp(e, "direct");
+	if (!e || !*e || !strcmp(e, "bounce"))
+		return false;
+	if (!strcmp(e, "direct"))
+		return true;
+	static int said;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		fprintf(stderr, "gpunvme: GPUNVME_LOAD_EDGES=%s is neither bounce nor direct: ignored (edge blocks "
+				"are bounced)\n", e);
+	return false;
 }
 
 int gpunvme_model_run_span(const struct gpunvme_model_buffers *b, size_t k, uint64_t from, uint64_t len,

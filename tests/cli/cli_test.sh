@@ -472,6 +472,11 @@ open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes((i * 7) % 25
 		{ expect_out "verified against the CPU path"; grep -q ", 0 B bounced" "$OUT" && fail "no edge block was bounced"; }
 	GPUNVME_LOAD_EDGES=direct ok load "emu:$img" /m2.safetensors --tier cpu --no-progress --verify &&
 		{ expect_out "verified against the CPU path"; expect_out ", 0 B bounced"; }
+	# a value that is neither is said once, and the edges are bounced
+	GPUNVME_LOAD_EDGES=dma ok load "emu:$img" /m2.safetensors --tier cpu --no-progress &&
+		{ grep -q ", 0 B bounced" "$OUT" && fail "GPUNVME_LOAD_EDGES=dma took the edges by DMA"
+		  [ "$(grep -c 'GPUNVME_LOAD_EDGES=dma is neither bounce nor direct' "$ERR")" = 1 ] ||
+			{ fail "GPUNVME_LOAD_EDGES=dma not said once on stderr"; show; }; }
 	# a run of 100 MiB from mid-block, loaded in two pieces: they meet at a
 	# block of the file, so with the edges by DMA nothing is bounced (where
 	# they met mid-block, both read that block through the bounce buffer)
