@@ -320,6 +320,11 @@ print(" ".join("%s%% (load %s%%)" % (x["pct"], x["load_pct"]) for x in r))' "$f.
 		# two fed by their own controllers, placement split against layers,
 		# safetensors beside them (bench/multi_gpu.py). After venv.
 		log "multi2: two GPUs"
+		# the GPUs' NUMA nodes and CPUs: the aggregate moved 1.94x -> 1.66x
+		# between two calls (session 23); each byte crosses host memory three
+		# times, so which socket holds the page cache and the workers may bind
+		{ nvidia-smi topo -m; lscpu | grep -i numa; grep -i "^Node.*MemTotal" /sys/devices/system/node/node*/meminfo; } \
+			>"$R/topo.txt" 2>&1
 		py_image || continue
 		timeout 400 python3 bench/multi_gpu.py emu:/tmp/pyload/ext4.img /big /tmp/pyload/root/big \
 			--repeat "${PYREP:-3}" ${MGROWS:+--rows "$MGROWS"} ${MGPROF:+--profile "$MGPROF"} 2>"$R/multi2.err" | tee "$R/multi2.jsonl" | cut -c1-220
