@@ -276,6 +276,17 @@ int gpunvme_model_run_span(const struct gpunvme_model_buffers *b, size_t k, uint
 			   struct gpunvme_load_span *out);
 
 /*
+ * The length of the next piece of run k of b from byte `from` (counted from
+ * the run's start) when a load takes at most `max` bytes at a time: the rest
+ * of the run when it fits, else up to the last 4 KiB block of the file that
+ * ends within `max` (where two pieces meet inside a block, both read their
+ * part of it through the bounce buffer), else `max` (a piece shorter than
+ * the way to the next block boundary). 0 for nothing left, max 0, or a run
+ * not in b.
+ */
+uint64_t gpunvme_model_run_piece(const struct gpunvme_model_buffers *b, size_t k, uint64_t from, uint64_t max);
+
+/*
  * Select the tensors of model m (all, or those matching `patterns`, see
  * gpunvme_tensor_match) and place them: runs of nearby file bytes, all in
  * one loader allocation, each run at a page boundary of it plus an in-page

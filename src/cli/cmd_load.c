@@ -46,19 +46,6 @@
 #define PIECE_MAX (1ull << 30)
 #define HOST_CHUNK (4u << 20) /* copies back for hashing and verifying */
 
-/* The end of the piece of run r that starts at o (counted from the run's
- * start). Pieces meet at 4 KiB blocks of the file: where they met inside a
- * block, both pieces read that block's partial ends through the loader's
- * bounce buffer (a one-block read and a copy each). The file's block, not
- * the run's, since runs start where their first tensor does. */
-static uint64_t piece_end(const struct gpunvme_model_run *r, uint64_t o, uint64_t piece)
-{
-	if (r->len - o <= piece)
-		return r->len;
-	/* piece >= 64 MiB, so the block boundary is still past o */
-	return (r->off + o + piece) / 4096 * 4096 - r->off;
-}
-
 struct load_opts {
 	const char *uri, *path, *tensors;
 	uint32_t queues, depth;
@@ -340,8 +327,9 @@ static int load_cpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 {
 	for (size_t k = 0; k < x->b->n_runs; k++) {
 		const struct gpunvme_model_run *r = &x->b->runs[k];
+		/* pieces that meet at the file's 4 KiB blocks (gpunvme_model_run_piece) */
 		for (uint64_t o = 0, n; o < r->len; o += n) {
-			n = piece_end(r, o, x->piece) - o;
+			n = gpunvme_model_run_piece(x->b, k, o, x->piece);
 			uint16_t status = 0;
 			/* the run's edge blocks into its slack where enabled
 			 * (GPUNVME_LOAD_EDGES), as the library's own loads */
@@ -366,7 +354,7 @@ static int load_gpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 {
 	size_t nchunks = 0;
 	for (size_t k = 0; k < x->b->n_runs; k++)
-		for (uint64_t o = 0; o < x->b->runs[k].len; o = piece_end(&x->b->runs[k], o, x->piece))
+		for (uint64_t o = 0; o < x->b->runs[k].len; o += gpunvme_model_run_piece(x->b, k, o, x->piece))
 			nchunks++;
 	cudaEvent_t *ev = calloc(nchunks ? nchunks : 1, sizeof(*ev));
 	uint64_t *bytes = calloc(nchunks ? nchunks : 1, sizeof(*bytes));
@@ -380,7 +368,7 @@ static int load_gpu(struct load_ctx *x, uint64_t t0, uint64_t all)
 	for (size_t k = 0; k < x->b->n_runs && !rc; k++) {
 		const struct gpunvme_model_run *r = &x->b->runs[k];
 		for (uint64_t o = 0, n; o < r->len && !rc; o += n) {
-			n = piece_end(r, o, x->piece) - o;
+			n = gpunvme_model_run_piece(x->b, k, o, x->piece);
 			if (cudaEventCreateWithFlags(&ev[queued], cudaEventDisableTiming | cudaEventBlockingSync) !=
 			    cudaSuccess) {
 				rc = cli_err(EXIT_RUNTIME, "cannot create a CUDA event");

@@ -263,6 +263,17 @@ int gpunvme_model_run_span(const struct gpunvme_model_buffers *b, size_t k, uint
 	return 0;
 }
 
+uint64_t gpunvme_model_run_piece(const struct gpunvme_model_buffers *b, size_t k, uint64_t from, uint64_t max)
+{
+	if (!b || k >= b->n_runs || from >= b->runs[k].len || !max)
+		return 0;
+	const struct gpunvme_model_run *r = &b->runs[k];
+	if (r->len - from <= max)
+		return r->len - from;
+	const uint64_t at = r->off + from, end = (at + max) / 4096 * 4096;
+	return end > at ? end - at : max;
+}
+
 int gpunvme_model_load(struct gpunvme_layer_loader *l, struct gpunvme_model_buffers *b, void *stream, void *event,
 		       uint16_t *status)
 {

@@ -900,6 +900,37 @@ TEST_CASE(model_load_one_allocation)
 	return 0;
 }
 
+/* Pieces of a run meet at 4 KiB blocks of the file (gpunvme load and
+ * Python's load steps cut their pieces so): a run from mid-block, whole
+ * when it fits, else up to the last block boundary within max, else max
+ * itself; nothing for a finished or unknown run or max 0. */
+TEST_CASE(model_run_piece)
+{
+	struct gpunvme_model_run runs[] = { { .off = 5000, .len = 3 * 4096 }, { .off = 8192, .len = 100 } };
+	struct gpunvme_model_buffers b = { .n_runs = 2, .runs = runs };
+	/* the run's blocks of the file begin at 8192, 12288, 16384 */
+	CHECK_EQ(gpunvme_model_run_piece(&b, 0, 0, 1 << 20), 3 * 4096);       /* the whole run */
+	CHECK_EQ(gpunvme_model_run_piece(&b, 0, 0, 8000), 12288 - 5000);      /* to the last boundary within */
+	CHECK_EQ(gpunvme_model_run_piece(&b, 0, 12288 - 5000, 4096), 4096);   /* from one boundary to the next */
+	CHECK_EQ(gpunvme_model_run_piece(&b, 0, 0, 3000), 3000);              /* no boundary within: max */
+	CHECK_EQ(gpunvme_model_run_piece(&b, 0, 100, 3092), 3092);            /* ends on one: 8192 */
+	CHECK_EQ(gpunvme_model_run_piece(&b, 0, 3 * 4096 - 1, 4096), 1);      /* the run's last byte */
+	CHECK_EQ(gpunvme_model_run_piece(&b, 1, 0, 64), 64);                  /* from a boundary, none within */
+	/* the pieces cover the run once, in order, each but the last ending on a block */
+	uint64_t o = 0;
+	unsigned n = 0;
+	for (uint64_t len; (len = gpunvme_model_run_piece(&b, 0, o, 5000)); o += len, n++)
+		CHECK(o + len == runs[0].len || (runs[0].off + o + len) % 4096 == 0, "piece %u: %llu+%llu", n,
+		      (unsigned long long)o, (unsigned long long)len);
+	CHECK_EQ(o, runs[0].len);
+	CHECK_EQ(n, 3); /* 3192 to 8192, 4096, then the last 5000 whole */
+	CHECK_EQ(gpunvme_model_run_piece(&b, 0, 3 * 4096, 4096), 0);          /* nothing left */
+	CHECK_EQ(gpunvme_model_run_piece(&b, 0, 0, 0), 0);
+	CHECK_EQ(gpunvme_model_run_piece(&b, 2, 0, 4096), 0);                 /* no run 2 */
+	CHECK_EQ(gpunvme_model_run_piece(NULL, 0, 0, 4096), 0);
+	return 0;
+}
+
 /* Two loaders on one controller, each with one queue pair of 2 entries (a
  * free slot is rare) and 8 KiB commands (many per range), load random
  * ranges of a fragmented file at once into their own targets: every target

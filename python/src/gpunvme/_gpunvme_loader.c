@@ -564,14 +564,10 @@ static int step_pieces(struct load_job *j, uint64_t budget, bool async)
 	struct gpunvme_load_span *sp = NULL;
 	while (j->p.k < b->n_runs && j->got < budget) {
 		const struct gpunvme_model_run *r = &b->runs[j->p.k];
-		uint64_t len = r->len - j->p.o;
-		if (len > budget - j->got) {
-			len = budget - j->got;
-			/* end at a 4 KiB file offset: the next step starts on a block
-			 * boundary, so no block is read twice through the bounce buffer */
-			if (len > 4096)
-				len -= (r->off + j->p.o + len) % 4096;
-		}
+		/* ends at a 4 KiB file offset where it can: the next step starts
+		 * on a block boundary, so no block is read twice through the
+		 * bounce buffer */
+		const uint64_t len = gpunvme_model_run_piece(b, j->p.k, j->p.o, budget - j->got);
 		if (len) {
 			if (n == cap) {
 				cap = cap ? 2 * cap : 16;
